@@ -1,0 +1,5 @@
+"""``python -m geoctl``."""
+
+from geoctl.cli import main
+
+main()

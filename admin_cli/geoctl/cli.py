@@ -1,0 +1,179 @@
+"""The root of ``geoctl``: noun groups with verbs; thin commands over library calls."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from geoctl.errors import EXIT_LAB, EXIT_UNHEALTHY, GeoctlError
+from geoctl.output import emit, output_option
+from geosync_core.errors import GeoSyncError
+from geosync_lab import labs
+from geosync_lab.errors import LabError
+
+DEFAULT_LAB_DIR = pathlib.Path("lab")
+console = Console(stderr=True, highlight=False)
+
+lab_dir_option = click.option(
+    "--dir", "lab_dir", type=click.Path(file_okay=False, path_type=pathlib.Path), default=DEFAULT_LAB_DIR,
+    show_default=True, envvar="GEOSYNC_LAB_DIR",
+    help="Directory of the lab: its topology.json, region data and logs (env GEOSYNC_LAB_DIR).",
+)
+
+
+def _lab_errors(fn: Any) -> Any:
+    """Turn library failures into CLI errors with the lab exit code."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LabError as e:
+            raise GeoctlError(str(e), exit_code=EXIT_LAB) from e
+        except GeoSyncError as e:
+            raise GeoctlError(str(e)) from e
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "GEOCTL"})
+@click.version_option(package_name="geosync", prog_name="geoctl")
+def main() -> None:
+    """GeoSync: consumers that fail over between Pulsar regions, policies kept consistent between
+    isolated metadata stores, and proof of both.
+
+    Commands are NOUN VERB, e.g. 'geoctl lab up'. Every command has --help.
+    """
+
+
+# -- lab -------------------------------------------------------------------------------------------
+
+
+@main.group()
+def lab() -> None:
+    """A local lab of real Pulsar regions (one standalone + ZooKeeper each) on this machine.
+
+    The lab downloads Pulsar from Maven Central once (cached under ~/.cache/geosync), boots one
+    region per name with free ports, wires geo-replication between them and writes DIR/topology.json,
+    which tests, benchmarks and the other geoctl commands read.
+    """
+
+
+def _regions_arg(_: Any, __: Any, value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()] if value else []
+
+
+@lab.command("up")
+@click.option("--regions", default="a,b,c", show_default=True, callback=_regions_arg,
+              help="Comma-separated region names (lower-case letters, digits, '-'); at least two.")
+@lab_dir_option
+@click.option("--deadline", type=float, default=240.0, show_default=True,
+              help="Seconds a region may take to come up before it is reported as failed.")
+@click.option("--no-agents", is_flag=True, help="Do not start a GeoSync agent per region.")
+@output_option
+@_lab_errors
+def lab_up(regions: list[str], lab_dir: pathlib.Path, deadline: float, no_agents: bool, output: str) -> None:
+    """Boot the lab (a no-op with a message if the same lab is already running in DIR)."""
+    report = console.print if output == "text" else (lambda _m: None)
+    with console.status("booting regions…", spinner="dots") if output == "text" else _null():
+        result = labs.up(lab_dir, regions, deadline_s=deadline, report=report)
+    data = {
+        "topology": str(result.path),
+        "already_running": result.already_running,
+        "total_seconds": round(result.total_seconds, 1),
+        "regions": {b.name: {"boot_seconds": round(b.seconds, 1), "rss_mb": round(b.rss_mb), "attempts": b.attempts}
+                    for b in result.boots},
+    }
+
+    def text(d: dict[str, Any]) -> None:
+        if d["already_running"]:
+            click.echo(f"a lab with regions {', '.join(result.topology.regions)} is already running in "
+                       f"{lab_dir}; nothing to do ({d['topology']})")
+            return
+        table = Table("region", "boot (s)", "resident (MiB)", "admin", "service")
+        for name, r in d["regions"].items():
+            reg = result.topology.regions[name]
+            table.add_row(name, f"{r['boot_seconds']}", f"{r['rss_mb']}", reg.admin_url, reg.service_url)
+        Console().print(table)
+        click.echo(f"lab ready in {d['total_seconds']} s; topology: {d['topology']}")
+
+    emit(data, output, text)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@lab.command("down")
+@lab_dir_option
+@output_option
+@_lab_errors
+def lab_down(lab_dir: pathlib.Path, output: str) -> None:
+    """Stop exactly the processes the lab started (gracefully, then forcibly); data stays in DIR."""
+    outcome = labs.down(lab_dir)
+    emit(outcome, output, lambda d: [click.echo(f"{k}: {v}") for k, v in d.items()] or click.echo("nothing ran"))
+
+
+@lab.command("status")
+@lab_dir_option
+@output_option
+@_lab_errors
+def lab_status(lab_dir: pathlib.Path, output: str) -> None:
+    """Health of every region: process, admin API, replicators, memory. Exit code 6 when unhealthy."""
+    data = labs.status(lab_dir)
+
+    def text(d: dict[str, Any]) -> None:
+        table = Table("region", "process", "admin", "replication", "resident (MiB)")
+        for name, r in d["regions"].items():
+            repl = "; ".join(
+                f"{ns}: " + (", ".join(f"{c}{'✓' if ok else '✗'}" for c, ok in v.items()) if isinstance(v, dict) else v)
+                for ns, v in r.get("replication", {}).items()
+            )
+            table.add_row(name, r["process"], r.get("admin", "-"), repl or "-", f"{r['rss_mb']:.0f}")
+        Console().print(table)
+        click.echo("healthy" if d["healthy"] else "UNHEALTHY")
+
+    emit(data, output, text)
+    if not data["healthy"]:
+        raise SystemExit(EXIT_UNHEALTHY)
+
+
+@lab.command("stop-region")
+@click.argument("region")
+@click.option("--kill", is_flag=True, help="SIGKILL instead of a graceful stop (a crash).")
+@lab_dir_option
+@_lab_errors
+def lab_stop_region(region: str, kill: bool, lab_dir: pathlib.Path) -> None:
+    """Stop one region, keeping its data (for failure drills)."""
+    labs.stop_region(lab_dir, region, kill=kill)
+    click.echo(f"region {region}: {'killed' if kill else 'stopped'}")
+
+
+@lab.command("start-region")
+@click.argument("region")
+@lab_dir_option
+@_lab_errors
+def lab_start_region(region: str, lab_dir: pathlib.Path) -> None:
+    """Start a stopped region again on its old ports and data."""
+    labs.start_region(lab_dir, region)
+    click.echo(f"region {region}: running")
+
+
+@lab.command("freeze-region")
+@click.argument("region")
+@click.option("--thaw", is_flag=True, help="Resume a frozen region (SIGCONT).")
+@lab_dir_option
+@_lab_errors
+def lab_freeze_region(region: str, thaw: bool, lab_dir: pathlib.Path) -> None:
+    """Freeze a region with SIGSTOP (a hung host: sockets open, nothing answers), or thaw it."""
+    labs.freeze_region(lab_dir, region, frozen=not thaw)
+    click.echo(f"region {region}: {'thawed' if thaw else 'frozen'}")

@@ -1,0 +1,354 @@
+"""Booting, inspecting and stopping a whole lab of regions, and writing its topology file.
+
+``up`` boots every region in parallel (each JVM mostly waits on its own start-up; measured faster than one
+after another even on two cores), then wires them: every region registers every other as a peer cluster,
+tenant ``geo`` is allowed on all regions, namespaces ``geo/ab`` and ``geo/abc`` are created in each of
+their regions with ``allowed_clusters`` and replication clusters set, and ``up`` waits until every
+replicator is connected. ``down`` stops exactly the processes recorded in the topology, after checking
+that each pid is still ours.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from geosync_adapters.admin import NO_RETRY, AdminClient, AdminError
+from geosync_core import topology as topo
+from geosync_lab import distribution, regions
+from geosync_lab.errors import LabError
+
+TENANT = "geo"
+PROBE_TOPIC = "lab-probe"
+TOPOLOGY_FILE = "topology.json"
+Report = Callable[[str], None]
+
+
+def _silent(_: str) -> None:
+    pass
+
+
+@dataclass
+class RegionBoot:
+    name: str
+    seconds: float
+    rss_mb: float
+    attempts: int
+
+
+@dataclass
+class UpResult:
+    topology: topo.Topology
+    path: pathlib.Path
+    boots: list[RegionBoot] = field(default_factory=list)
+    already_running: bool = False
+    total_seconds: float = 0.0
+
+
+def topology_path(lab_dir: pathlib.Path) -> pathlib.Path:
+    return lab_dir / TOPOLOGY_FILE
+
+
+def load(lab_dir: pathlib.Path) -> topo.Topology:
+    path = topology_path(lab_dir)
+    if not path.exists():
+        raise LabError(f"no lab in {lab_dir} (no {TOPOLOGY_FILE})",
+                       hint=f"start one with 'geoctl lab up --dir {lab_dir}'")
+    return topo.from_json(path.read_text())
+
+
+def save(lab_dir: pathlib.Path, topology: topo.Topology) -> pathlib.Path:
+    path = topology_path(lab_dir)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(topology.to_json())
+    os.replace(tmp, path)
+    return path
+
+
+def region_process(lab_dir: pathlib.Path, region: topo.Region) -> regions.RegionProcess:
+    ports = regions.Ports(**{k: int(v) for k, v in region.lab["ports"].items()})
+    return regions.RegionProcess(name=region.name, root=lab_dir / "regions" / region.name, ports=ports)
+
+
+def alive_regions(lab_dir: pathlib.Path, topology: topo.Topology) -> dict[str, bool]:
+    out = {}
+    for name, region in topology.regions.items():
+        proc = region_process(lab_dir, region)
+        out[name] = any(regions.owns(pid, regions.region_marker(proc)) for pid in region.pids)
+    return out
+
+
+# -- booting ---------------------------------------------------------------------------------------
+
+
+def _boot_region(home: pathlib.Path, root: pathlib.Path, name: str, taken: set[int], *, deadline_s: float,
+                 attempts: int = 3) -> tuple[regions.RegionProcess, int, RegionBoot]:
+    last: Exception | None = None
+    for attempt in range(1, attempts + 1):
+        proc = regions.RegionProcess(name=name, root=root, ports=regions.pick_ports(taken))
+        taken.update(proc.ports.as_dict().values())
+        started = time.monotonic()
+        pid = regions.start(home, proc)
+        try:
+            regions.wait_ready(proc, pid, deadline_s=deadline_s)
+        except regions.RegionDied as e:
+            last = e
+            regions.stop(pid, regions.region_marker(proc), grace_s=5)
+            if e.port_conflict and attempt < attempts:
+                # Another program took a port between our choice and the JVM's bind: choose again.
+                shutil.rmtree(root / "data", ignore_errors=True)
+                (proc.log_dir / "stdout.log").rename(proc.log_dir / f"stdout.attempt{attempt}.log")
+                continue
+            raise
+        except LabError:
+            regions.stop(pid, regions.region_marker(proc), grace_s=5)
+            raise
+        boot = RegionBoot(name=name, seconds=time.monotonic() - started, rss_mb=regions.rss_mb(pid),
+                          attempts=attempt)
+        return proc, pid, boot
+    raise LabError(f"region {name!r} could not bind its ports after {attempts} attempts: {last}")
+
+
+def _wire(procs: dict[str, regions.RegionProcess], namespaces: dict[str, tuple[str, ...]], report: Report) -> None:
+    names = list(procs)
+    admins = {n: p.admin() for n, p in procs.items()}
+    for name, admin in admins.items():
+        for peer in names:
+            if peer != name:
+                admin.upsert_cluster(peer, service_url=procs[peer].admin_url,
+                                     broker_service_url=procs[peer].service_url)
+        admin.upsert_tenant(TENANT, allowed_clusters=names)
+    for ns, members in namespaces.items():
+        for name in members:
+            admins[name].create_namespace(ns)
+            admins[name].set_allowed_clusters(ns, list(members))
+        for name in members:
+            admins[name].set_replication_clusters(ns, list(members))
+        report(f"namespace {ns}: replicated between {', '.join(members)}")
+
+
+def wait_replication(topology: topo.Topology, *, deadline_s: float = 90.0, report: Report = _silent) -> float:
+    """Publish a probe in every region of every namespace and wait until all replicators are connected."""
+    from geosync_adapters import messaging
+
+    started = time.monotonic()
+    for ns, namespace in topology.namespaces.items():
+        topic = f"persistent://{ns}/{PROBE_TOPIC}"
+        for name in namespace.regions:
+            with messaging.client(topology.regions[name].service_url) as c:
+                producer = c.create_producer(topic)
+                producer.send(f"probe from {name}".encode())
+                producer.close()
+        for name in namespace.regions:
+            admin = AdminClient(topology.regions[name].admin_url)
+            peers = {r for r in namespace.regions if r != name}
+            while True:
+                try:
+                    stats = admin.topic_stats(topic)
+                    connected = {c for c, s in (stats.get("replication") or {}).items() if s.get("connected")}
+                except AdminError:
+                    connected = set()
+                if peers <= connected:
+                    break
+                if time.monotonic() - started > deadline_s:
+                    raise LabError(
+                        f"replication in {ns} from {name} to {', '.join(sorted(peers - connected))} did not "
+                        f"connect within {deadline_s:.0f} s",
+                        hint=f"check the region logs under {topology.regions[name].log_dir}",
+                    )
+                time.sleep(0.5)
+        report(f"namespace {ns}: replicators connected")
+    return time.monotonic() - started
+
+
+def up(lab_dir: pathlib.Path, region_names: list[str], *, deadline_s: float = 240.0,
+       report: Report = _silent) -> UpResult:
+    """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there."""
+    topo.validate_region_names(region_names)
+    if len(region_names) < 2:
+        raise LabError("a lab needs at least two regions to replicate between",
+                       hint="use e.g. --regions a,b or --regions a,b,c")
+    lab_dir = lab_dir.resolve()
+    if topology_path(lab_dir).exists():
+        existing = load(lab_dir)
+        alive = alive_regions(lab_dir, existing)
+        if any(alive.values()):
+            if sorted(existing.regions) == sorted(region_names) and all(alive.values()):
+                return UpResult(topology=existing, path=topology_path(lab_dir), already_running=True)
+            live = ", ".join(n for n, a in alive.items() if a)
+            raise LabError(
+                f"{lab_dir} holds another live lab (regions {', '.join(existing.regions)}; running: {live})",
+                hint=f"stop it with 'geoctl lab down --dir {lab_dir}' or choose another --dir",
+            )
+    distribution.check_java()
+    home = distribution.ensure_pulsar()
+    shutil.rmtree(lab_dir / "regions", ignore_errors=True)
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    taken: set[int] = set()
+    booted: dict[str, tuple[regions.RegionProcess, int, RegionBoot]] = {}
+    report(f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}: "
+           f"{', '.join(region_names)}")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(region_names)) as pool:
+        futures = {
+            pool.submit(_boot_region, home, lab_dir / "regions" / n, n, taken, deadline_s=deadline_s): n
+            for n in region_names
+        }
+        errors: list[str] = []
+        for fut in concurrent.futures.as_completed(futures):
+            name = futures[fut]
+            try:
+                booted[name] = fut.result()
+                boot = booted[name][2]
+                report(f"region {name}: up in {boot.seconds:.1f} s, {boot.rss_mb:.0f} MiB resident")
+            except LabError as e:
+                errors.append(str(e))
+    if errors:
+        for proc, pid, _ in booted.values():
+            regions.stop(pid, regions.region_marker(proc), grace_s=5)
+        raise LabError("\n".join(errors))
+    procs = {n: booted[n][0] for n in region_names}
+    namespaces = topo.lab_namespaces(region_names)
+    topology = topo.Topology(
+        pulsar_version=distribution.PULSAR_VERSION,
+        regions={
+            n: topo.Region(
+                name=n, service_url=p.service_url, admin_url=p.admin_url, zookeeper=p.zookeeper,
+                pids=(booted[n][1],), log_dir=str(p.log_dir),
+                lab={"ports": p.ports.as_dict(), "root": str(p.root)},
+            )
+            for n, p in procs.items()
+        },
+        namespaces={ns: topo.Namespace(name=ns, regions=m) for ns, m in namespaces.items()},
+    )
+    path = save(lab_dir, topology)
+    try:
+        _wire(procs, namespaces, report)
+        wait_replication(topology, report=report)
+    except (AdminError, LabError) as e:
+        raise LabError(f"the regions are up but could not be wired together: {e}",
+                       hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'") from e
+    return UpResult(topology=topology, path=path, boots=[booted[n][2] for n in region_names],
+                    total_seconds=time.monotonic() - started)
+
+
+# -- stopping and restarting -----------------------------------------------------------------------
+
+
+def down(lab_dir: pathlib.Path, *, report: Report = _silent) -> dict[str, str]:
+    """Stop every process the lab started (agents first, then regions); return what happened to each."""
+    lab_dir = lab_dir.resolve()
+    topology = load(lab_dir)
+    outcome: dict[str, str] = {}
+    for name, agent in topology.agents.items():
+        if agent.pid:
+            outcome[f"agent {name}"] = regions.stop(agent.pid, agent.config, grace_s=10)
+            report(f"agent {name}: {outcome[f'agent {name}']}")
+    for name, region in topology.regions.items():
+        proc = region_process(lab_dir, region)
+        for pid in region.pids:
+            # A frozen region cannot handle SIGTERM; thaw it first.
+            regions.signal_region(pid, regions.region_marker(proc), signal.SIGCONT)
+            outcome[f"region {name}"] = regions.stop(pid, regions.region_marker(proc))
+            report(f"region {name}: {outcome[f'region {name}']}")
+    stopped = replace(
+        topology,
+        regions={n: replace(r, pids=()) for n, r in topology.regions.items()},
+        agents={n: replace(a, pid=None) for n, a in topology.agents.items()},
+    )
+    save(lab_dir, stopped)
+    return outcome
+
+
+def stop_region(lab_dir: pathlib.Path, name: str, *, kill: bool = False) -> topo.Topology:
+    """Stop one region (SIGKILL with ``kill``), keeping its data so it can be started again."""
+    lab_dir = lab_dir.resolve()
+    topology = load(lab_dir)
+    region = topology.region(name)
+    proc = region_process(lab_dir, region)
+    for pid in region.pids:
+        regions.signal_region(pid, regions.region_marker(proc), signal.SIGCONT)
+        if kill:
+            regions.signal_region(pid, regions.region_marker(proc), signal.SIGKILL)
+        regions.stop(pid, regions.region_marker(proc), grace_s=0 if kill else 20)
+    topology = replace(topology, regions={**topology.regions, name: replace(region, pids=())})
+    save(lab_dir, topology)
+    return topology
+
+
+def start_region(lab_dir: pathlib.Path, name: str, *, deadline_s: float = 240.0) -> topo.Topology:
+    """Start a stopped region again on its old ports and data (it rejoins replication by itself)."""
+    lab_dir = lab_dir.resolve()
+    topology = load(lab_dir)
+    region = topology.region(name)
+    proc = region_process(lab_dir, region)
+    if any(regions.owns(pid, regions.region_marker(proc)) for pid in region.pids):
+        return topology
+    pid = regions.start(distribution.ensure_pulsar(topology.pulsar_version), proc)
+    topology = replace(topology, regions={**topology.regions, name: replace(region, pids=(pid,))})
+    save(lab_dir, topology)
+    regions.wait_ready(proc, pid, deadline_s=deadline_s)
+    return topology
+
+
+def freeze_region(lab_dir: pathlib.Path, name: str, *, frozen: bool) -> None:
+    """SIGSTOP (or SIGCONT) a region: it keeps its sockets open but answers nothing, like a hung host."""
+    lab_dir = lab_dir.resolve()
+    topology = load(lab_dir)
+    region = topology.region(name)
+    proc = region_process(lab_dir, region)
+    sig = signal.SIGSTOP if frozen else signal.SIGCONT
+    for pid in region.pids:
+        if not regions.signal_region(pid, regions.region_marker(proc), sig):
+            raise LabError(f"region {name!r} is not running", hint=f"start it with 'geoctl lab start-region {name}'")
+
+
+# -- health ----------------------------------------------------------------------------------------
+
+
+def status(lab_dir: pathlib.Path) -> dict[str, Any]:
+    """Health of every region: process, admin API, replication of the probe topics, memory."""
+    lab_dir = lab_dir.resolve()
+    topology = load(lab_dir)
+    alive = alive_regions(lab_dir, topology)
+    out: dict[str, Any] = {"dir": str(lab_dir), "pulsar_version": topology.pulsar_version, "regions": {}}
+    for name, region in topology.regions.items():
+        entry: dict[str, Any] = {"process": "running" if alive[name] else "stopped",
+                                 "admin_url": region.admin_url, "service_url": region.service_url,
+                                 "rss_mb": round(sum(regions.rss_mb(p) for p in region.pids), 1)}
+        if alive[name]:
+            admin = AdminClient(region.admin_url, timeout=3)
+            try:
+                entry["clusters"] = admin.clusters(retry=NO_RETRY)
+                entry["admin"] = "ok"
+            except AdminError as e:
+                entry["admin"] = f"error: {e}"
+            replication: dict[str, Any] = {}
+            for ns, namespace in topology.namespaces.items():
+                if name not in namespace.regions:
+                    continue
+                try:
+                    stats = admin.get(f"/admin/v2/persistent/{ns}/{PROBE_TOPIC}/stats", retry=NO_RETRY)
+                    replication[ns] = {c: bool(s.get("connected")) for c, s in (stats.get("replication") or {}).items()}
+                except AdminError as e:
+                    replication[ns] = f"error: {e}"
+            entry["replication"] = replication
+        out["regions"][name] = entry
+    out["healthy"] = all(
+        r["process"] == "running" and r.get("admin") == "ok"
+        and all(isinstance(v, dict) and all(v.values()) for v in r.get("replication", {}).values())
+        for r in out["regions"].values()
+    )
+    return out
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)

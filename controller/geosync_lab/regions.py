@@ -1,0 +1,288 @@
+"""One region of the lab: a ZooKeeper-backed Pulsar standalone process with its own ports and data.
+
+Each region is one JVM (``bin/pulsar standalone`` with ``PULSAR_STANDALONE_USE_ZOOKEEPER=1``): an
+in-process ZooKeeper that is that region's metadata *and* configuration store (isolated from every other
+region, as with PIP-136 deployments), one bookie, one broker. Heaps, direct memory and caches are cut
+down so that three regions fit a 2-core, 24 GB machine; no functions worker, no stream storage, no
+websocket proxy, ensemble/quorum 1.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+from geosync_adapters.admin import AdminClient, is_ready
+from geosync_lab.errors import LabError
+
+# Lean JVM settings, measured in bench/lab_boot.py (BENCHMARKS.md).
+JVM_MEM = os.environ.get("GEOSYNC_REGION_MEM", "-Xms128m -Xmx512m -XX:MaxDirectMemorySize=256m")
+JVM_GC = "-XX:+UseSerialGC -XX:+PerfDisableSharedMem"
+
+_CONF_OVERRIDES = {
+    "bindAddress": "127.0.0.1",
+    "advertisedAddress": "127.0.0.1",
+    "managedLedgerDefaultEnsembleSize": "1",
+    "managedLedgerDefaultWriteQuorum": "1",
+    "managedLedgerDefaultAckQuorum": "1",
+    "managedLedgerCacheSizeMB": "32",
+    "dbStorage_writeCacheMaxSizeMb": "16",
+    "dbStorage_readAheadCacheMaxSizeMb": "16",
+    "dbStorage_rocksDB_blockCacheSize": "16777216",
+    "webSocketServiceEnabled": "false",
+    "numIOThreads": "2",
+    "numHttpServerThreads": "4",
+    "numOrderedExecutorThreads": "2",
+    "bookkeeperNumberOfChannelsPerBookie": "2",
+    "brokerDeleteInactiveTopicsEnabled": "false",
+    "allowAutoTopicCreationType": "non-partitioned",
+    "brokerShutdownTimeoutMs": "3000",
+    "replicationConnectionsPerBroker": "1",
+    "enableReplicatedSubscriptions": "true",
+}
+
+
+@dataclass(frozen=True)
+class Ports:
+    web: int
+    broker: int
+    zookeeper: int
+    bookie: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"web": self.web, "broker": self.broker, "zookeeper": self.zookeeper, "bookie": self.bookie}
+
+
+def free_ports(count: int, *, avoid: set[int] | None = None) -> list[int]:
+    """Ask the kernel for ``count`` distinct free loopback ports (never assume a fixed one)."""
+    avoid = set(avoid or ())
+    chosen: list[int] = []
+    sockets: list[socket.socket] = []
+    try:
+        while len(chosen) < count:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            sockets.append(s)
+            if port not in avoid and port not in chosen:
+                chosen.append(port)
+    finally:
+        for s in sockets:
+            s.close()
+    return chosen
+
+
+def pick_ports(avoid: set[int] | None = None) -> Ports:
+    web, broker, zk, bookie = free_ports(4, avoid=avoid)
+    return Ports(web=web, broker=broker, zookeeper=zk, bookie=bookie)
+
+
+@dataclass(frozen=True)
+class RegionProcess:
+    """Where a region lives on disk and how to reach it."""
+
+    name: str
+    root: pathlib.Path
+    ports: Ports
+
+    @property
+    def conf_path(self) -> pathlib.Path:
+        return self.root / "conf" / "standalone.conf"
+
+    @property
+    def log_dir(self) -> pathlib.Path:
+        return self.root / "logs"
+
+    @property
+    def log_file(self) -> pathlib.Path:
+        return self.log_dir / "pulsar-standalone.log"
+
+    @property
+    def stdout_file(self) -> pathlib.Path:
+        return self.log_dir / "stdout.log"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.web}"
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.ports.broker}"
+
+    @property
+    def zookeeper(self) -> str:
+        return f"127.0.0.1:{self.ports.zookeeper}"
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.admin_url)
+
+
+def render_conf(pulsar_home: pathlib.Path, region: RegionProcess, extra: dict[str, str] | None = None) -> str:
+    """The distribution's standalone.conf with our keys replaced in place (last one wins in Java props)."""
+    values = dict(_CONF_OVERRIDES)
+    values.update(
+        clusterName=region.name,
+        brokerServicePort=str(region.ports.broker),
+        webServicePort=str(region.ports.web),
+        narExtractionDirectory=str(region.root / "nar"),
+    )
+    values.update(extra or {})
+    lines = []
+    seen: set[str] = set()
+    for line in (pulsar_home / "conf" / "standalone.conf").read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        if not line.lstrip().startswith("#") and "=" in line and key in values:
+            lines.append(f"{key}={values[key]}")
+            seen.add(key)
+        else:
+            lines.append(line)
+    lines.append("")
+    lines.append("# GeoSync lab additions")
+    lines.extend(f"{k}={v}" for k, v in values.items() if k not in seen)
+    return "\n".join(lines) + "\n"
+
+
+def start(pulsar_home: pathlib.Path, region: RegionProcess, *, extra_conf: dict[str, str] | None = None) -> int:
+    """Launch the region's JVM detached in its own session; return its pid (bin/pulsar execs java)."""
+    for sub in ("conf", "logs", "data", "nar"):
+        (region.root / sub).mkdir(parents=True, exist_ok=True)
+    region.conf_path.write_text(render_conf(pulsar_home, region, extra_conf))
+    env = dict(os.environ)
+    env.update(
+        PULSAR_STANDALONE_USE_ZOOKEEPER="1",
+        PULSAR_MEM=JVM_MEM,
+        PULSAR_GC=JVM_GC,
+        PULSAR_GC_LOG=" ",
+        PULSAR_LOG_DIR=str(region.log_dir),
+        PULSAR_STANDALONE_CONF=str(region.conf_path),
+        PULSAR_EXTRA_OPTS=(
+            "-Dzookeeper.admin.enableServer=false -Dpulsar.allocator.exit_on_oom=true "
+            "-Dio.netty.recycler.maxCapacityPerThread=4096 -XX:TieredStopAtLevel=1 "
+            f"-Dgeosync.region={region.name}"
+        ),
+    )
+    cmd = [
+        str(pulsar_home / "bin" / "pulsar"), "standalone",
+        "--config", str(region.conf_path),
+        "--no-functions-worker", "--no-stream-storage",
+        "--zookeeper-port", str(region.ports.zookeeper),
+        "--bookkeeper-port", str(region.ports.bookie),
+        "--zookeeper-dir", str(region.root / "data" / "zookeeper"),
+        "--bookkeeper-dir", str(region.root / "data" / "bookkeeper"),
+    ]
+    with region.stdout_file.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=region.root, start_new_session=True)
+    return proc.pid
+
+
+def owns(pid: int, marker: str) -> bool:
+    """True if ``pid`` is alive and is the process we started (its command line names ``marker``).
+
+    Guards against killing an unrelated process that reused a recorded pid.
+    """
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return any(marker in arg for arg in proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def region_marker(region: RegionProcess) -> str:
+    """What identifies a region's JVM on its command line: its own config file path (unique per lab)."""
+    return str(region.conf_path)
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
+def log_tail(region: RegionProcess, lines: int = 25) -> str:
+    for path in (region.log_file, region.stdout_file):
+        if path.exists():
+            text = path.read_text(errors="replace").splitlines()
+            if text:
+                return f"last lines of {path}:\n" + "\n".join(line[:300] for line in text[-lines:])
+    return f"(no log written yet under {region.log_dir})"
+
+
+def port_conflict(region: RegionProcess) -> bool:
+    needles = ("Address already in use", "BindException", "Failed to bind")
+    for path in (region.log_file, region.stdout_file):
+        if path.exists() and any(n in path.read_text(errors="replace") for n in needles):
+            return True
+    return False
+
+
+class RegionDied(LabError):
+    """The region's process exited while we waited for it."""
+
+    def __init__(self, message: str, *, hint: str = "", port_conflict: bool = False) -> None:
+        super().__init__(message, hint=hint)
+        self.port_conflict = port_conflict
+
+
+def wait_ready(region: RegionProcess, pid: int, *, deadline_s: float,
+               sleep: Callable[[float], None] = time.sleep) -> float:
+    """Block until the region's admin API lists its own cluster; return seconds waited."""
+    started = time.monotonic()
+    admin = region.admin()
+    while True:
+        if is_ready(admin, region.name):
+            return time.monotonic() - started
+        if not owns(pid, region_marker(region)):
+            raise RegionDied(
+                f"region {region.name!r} exited during start-up\n{log_tail(region)}",
+                hint="read the log above; a port taken by another program is retried automatically",
+                port_conflict=port_conflict(region),
+            )
+        if time.monotonic() - started > deadline_s:
+            raise LabError(
+                f"region {region.name!r} did not come up within {deadline_s:.0f} s\n{log_tail(region)}",
+                hint="the machine may be overloaded; raise --deadline or stop other JVMs",
+            )
+        sleep(0.5)
+
+
+def stop(pid: int, marker: str, *, grace_s: float = 20.0) -> str:
+    """Stop one process we started: SIGTERM to its session, then SIGKILL after ``grace_s``."""
+    if not owns(pid, marker):
+        return "not running"
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return "not running"
+    os.killpg(pgid, signal.SIGTERM) if pgid == pid else os.kill(pid, signal.SIGTERM)
+    try:
+        psutil.Process(pid).wait(timeout=grace_s)
+        return "stopped"
+    except psutil.NoSuchProcess:
+        return "stopped"
+    except psutil.TimeoutExpired:
+        os.killpg(pgid, signal.SIGKILL) if pgid == pid else os.kill(pid, signal.SIGKILL)
+        try:
+            psutil.Process(pid).wait(timeout=10)
+        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+            pass
+        return "killed"
+
+
+def signal_region(pid: int, marker: str, sig: signal.Signals) -> bool:
+    """Send ``sig`` (e.g. SIGSTOP/SIGCONT/SIGKILL) to a region we started; False if it is not ours."""
+    if not owns(pid, marker):
+        return False
+    os.kill(pid, sig)
+    return True
