@@ -1,0 +1,55 @@
+"""Positions in one region's log of one topic partition, in Pulsar's ``ledger:entry`` form.
+
+A position names one entry of a managed ledger. The acknowledgement granularity GeoSync works at is
+the entry: Pulsar's ``internalStats`` shows mark-delete and individually deleted ranges per entry and
+never exposes partial batch-index acks, so a batch is acknowledged as a whole or not at all here.
+
+Invariants:
+
+* positions are totally ordered by ``(ledger, entry)``; ledger ids only grow within one log;
+* ``entry == -1`` is legal and means "before the first entry of the ledger" (``12:-1`` is a mark-delete
+  with nothing acknowledged in ledger 12); ledger ``-1`` is Pulsar's "earliest" sentinel;
+* ``Position.parse(str(p)) == p`` for every position, and ``parse`` accepts nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+_POSITION = re.compile(r"(-1|[0-9]+):(-1|[0-9]+)")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """One entry of a log (``ledger:entry``), or the gap before a ledger's first entry (``L:-1``)."""
+
+    ledger: int
+    entry: int
+
+    def __post_init__(self) -> None:
+        if self.ledger < -1 or self.entry < -1:
+            raise ValueError(f"not a position: {self.ledger}:{self.entry}")
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Parse Pulsar's ``"L:E"``; raise ``ValueError`` on anything else."""
+        match = _POSITION.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"not a position: {text!r}")
+        return cls(int(match[1]), int(match[2]))
+
+    def __str__(self) -> str:
+        return f"{self.ledger}:{self.entry}"
+
+
+def positions_in_ledgers(ledgers: Iterable[tuple[int, int]]) -> Iterator[Position]:
+    """Every entry of a log given as ``(ledger id, number of entries)`` pairs, in order.
+
+    This is how ``internalStats`` describes a log (``ledgers[].ledgerId`` and ``entries``; for the open
+    ledger use ``lastConfirmedEntry``'s entry + 1).
+    """
+    for ledger, count in ledgers:
+        for entry in range(count):
+            yield Position(ledger, entry)

@@ -1,0 +1,182 @@
+"""Sets of acknowledged positions: open-closed range sets and a cursor's ack state.
+
+Pulsar describes what a subscription acknowledged with a mark-delete position ("everything up to here")
+plus ``individuallyDeletedMessages``, a set of open-closed ranges above it, printed as
+``"[(3:4..3:5],(3:7..3:10]]"`` where ``(a..b]`` holds every position ``p`` with ``a < p <= b``. The
+same shape is PIP-379's "last sent position + individually sent positions" for Key_Shared. This module
+is that structure as values, so cursor state read from a broker can be compared, merged and diffed.
+
+Positions are only ordered, not enumerable: nothing here knows which entries exist in a log (a ledger's
+last entry is unknown), so ranges that merely touch across a ledger boundary stay separate. Code that
+knows the log passes its positions in (``AckState.holes``).
+
+Invariants:
+
+* a ``Range`` is non-empty: ``lower < upper``;
+* a ``RangeSet`` is canonical: ranges sorted, disjoint and not touching (``(a..b]`` and ``(b..c]`` are
+  stored as ``(a..c]``), so equal sets are equal values and ``parse(format(s)) == s``;
+* an ``AckState`` is normalized: every range lies strictly above the mark-delete (a range starting at
+  or below it is absorbed and advances the mark-delete);
+* every operation is monotone: acknowledging, cumulative acks and ``merge`` never un-acknowledge a
+  position, and ``merge`` is the set union (commutative, associative, idempotent).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from geosync_core.positions import Position
+
+_RANGE = re.compile(r"\s*\(([^.\]]+)\.\.([^\]]+)\]\s*")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Range:
+    """The open-closed range ``(lower..upper]``: every position ``p`` with ``lower < p <= upper``."""
+
+    lower: Position
+    upper: Position
+
+    def __post_init__(self) -> None:
+        if not self.lower < self.upper:
+            raise ValueError(f"empty range ({self.lower}..{self.upper}]")
+
+    @classmethod
+    def single(cls, position: Position) -> Range:
+        """The range holding one entry, written as Pulsar writes an individual ack: ``(L:E-1..L:E]``."""
+        return cls(Position(position.ledger, position.entry - 1), position)
+
+    def __contains__(self, position: Position) -> bool:
+        return self.lower < position <= self.upper
+
+    def __str__(self) -> str:
+        return f"({self.lower}..{self.upper}]"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeSet:
+    """A canonical set of open-closed ranges; build it with ``RangeSet.of`` or ``RangeSet.parse``."""
+
+    ranges: tuple[Range, ...] = ()
+
+    def __post_init__(self) -> None:
+        for before, after in zip(self.ranges, self.ranges[1:], strict=False):
+            if not before.upper < after.lower:
+                raise ValueError(f"ranges not canonical: {before} then {after}")
+
+    @classmethod
+    def of(cls, ranges: Iterable[Range]) -> RangeSet:
+        """The union of any ranges, in canonical form."""
+        merged: list[Range] = []
+        for r in sorted(ranges):
+            if merged and r.lower <= merged[-1].upper:
+                if r.upper > merged[-1].upper:
+                    merged[-1] = Range(merged[-1].lower, r.upper)
+            else:
+                merged.append(r)
+        return cls(tuple(merged))
+
+    @classmethod
+    def parse(cls, text: str) -> RangeSet:
+        """Parse ``individuallyDeletedMessages`` (``"[]"``, ``"[(3:4..3:5],(3:7..3:10]]"``).
+
+        Accepts ``", "`` between ranges too (Guava's rendering, used by older brokers). Raises
+        ``ValueError`` on anything else.
+        """
+        body = text.strip()
+        if not (body.startswith("[") and body.endswith("]")):
+            raise ValueError(f"not a range set: {text!r}")
+        body = body[1:-1]
+        if not body.strip():
+            return cls()
+        ranges = []
+        for part in body.split(","):
+            match = _RANGE.fullmatch(part)
+            if match is None:
+                raise ValueError(f"not a range: {part!r} in {text!r}")
+            ranges.append(Range(Position.parse(match[1]), Position.parse(match[2])))
+        return cls.of(ranges)
+
+    def __str__(self) -> str:
+        return "[" + ",".join(map(str, self.ranges)) + "]"
+
+    def __iter__(self) -> Iterator[Range]:
+        return iter(self.ranges)
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    def __bool__(self) -> bool:
+        return bool(self.ranges)
+
+    def __contains__(self, position: Position) -> bool:
+        i = bisect.bisect_left(self.ranges, position, key=lambda r: r.upper)
+        return i < len(self.ranges) and position in self.ranges[i]
+
+    def union(self, other: Iterable[Range]) -> RangeSet:
+        return RangeSet.of((*self.ranges, *other))
+
+    def above(self, floor: Position) -> RangeSet:
+        """The part of this set strictly above ``floor``."""
+        kept = []
+        for r in self.ranges:
+            if r.upper > floor:
+                kept.append(r if r.lower >= floor else Range(floor, r.upper))
+        return RangeSet(tuple(kept))
+
+
+@dataclass(frozen=True, slots=True)
+class AckState:
+    """What a cursor acknowledged: everything up to ``mark_delete`` plus ``ranges`` above it."""
+
+    mark_delete: Position
+    ranges: RangeSet = RangeSet()
+
+    def __post_init__(self) -> None:
+        if self.ranges and self.ranges.ranges[0].lower <= self.mark_delete:
+            raise ValueError(f"not normalized: {self.ranges} at mark-delete {self.mark_delete}")
+
+    @classmethod
+    def of(cls, mark_delete: Position, ranges: Iterable[Range] = ()) -> AckState:
+        """The normalized state: ranges starting at or below the mark-delete advance it."""
+        rest = RangeSet.of(ranges).above(mark_delete)
+        if rest and rest.ranges[0].lower == mark_delete:
+            return cls(rest.ranges[0].upper, RangeSet(rest.ranges[1:]))
+        return cls(mark_delete, rest)
+
+    @classmethod
+    def parse(cls, mark_delete: str, individually_deleted: str = "[]") -> AckState:
+        """Build from ``internalStats`` cursor fields ``markDeletePosition`` and
+        ``individuallyDeletedMessages``."""
+        return cls.of(Position.parse(mark_delete), RangeSet.parse(individually_deleted))
+
+    def __contains__(self, position: Position) -> bool:
+        return position <= self.mark_delete or position in self.ranges
+
+    @property
+    def highest(self) -> Position:
+        """The highest acknowledged position (the mark-delete when there are no ranges)."""
+        return self.ranges.ranges[-1].upper if self.ranges else self.mark_delete
+
+    def ack(self, *positions: Position) -> AckState:
+        """Acknowledge individual entries."""
+        return self.ack_ranges(map(Range.single, positions))
+
+    def ack_ranges(self, ranges: Iterable[Range]) -> AckState:
+        return AckState.of(self.mark_delete, self.ranges.union(ranges))
+
+    def ack_cumulative(self, position: Position) -> AckState:
+        """Acknowledge everything up to ``position``; never moves the mark-delete back."""
+        return AckState.of(max(self.mark_delete, position), self.ranges)
+
+    def merge(self, other: AckState) -> AckState:
+        """The union of two states."""
+        return AckState.of(max(self.mark_delete, other.mark_delete), self.ranges.union(other.ranges))
+
+    def holes(self, existing: Iterable[Position]) -> list[Position]:
+        """The unacknowledged positions among ``existing`` between the mark-delete and ``highest``."""
+        top = self.highest
+        return [p for p in existing if self.mark_delete < p < top and p not in self]
