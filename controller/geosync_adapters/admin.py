@@ -117,7 +117,7 @@ class RetryPolicy:
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(AdminTemporary),
             stop=tenacity.stop_after_attempt(self.attempts) | tenacity.stop_after_delay(self.deadline),
-            wait=tenacity.wait_exponential_jitter(initial=self.initial_delay, max=self.max_delay),
+            wait=tenacity.wait_exponential_jitter(multiplier=self.initial_delay, max=self.max_delay, jitter=self.initial_delay),
             reraise=True,
         )
 
@@ -261,7 +261,12 @@ class AdminClient:
         self.put(f"/admin/v2/{self.topic_path(topic)}/partitions", partitions)
 
     def partitioned_metadata(self, topic: str) -> int:
-        return int((self.get(f"/admin/v2/{self.topic_path(topic)}/partitions") or {}).get("partitions", 0))
+        """Number of partitions; 0 for a non-partitioned topic and for one that does not exist (yet)."""
+        try:
+            meta = self.get(f"/admin/v2/{self.topic_path(topic)}/partitions") or {}
+        except AdminNotFound:
+            return 0
+        return int(meta.get("partitions", 0))
 
     def topic_stats(self, topic: str, **kw: Any) -> dict[str, Any]:
         return dict(self.get(f"/admin/v2/{self.topic_path(topic)}/stats", **kw) or {})

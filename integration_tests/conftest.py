@@ -1,0 +1,59 @@
+"""The shared lab for integration tests: one real three-region Pulsar lab per test session.
+
+Booting costs about half a minute, so every test shares it. Point ``GEOSYNC_TEST_LAB`` at the directory
+of a running lab (``geoctl lab up --dir DIR``) to reuse it across sessions; it is then left running.
+Otherwise the session boots its own lab in a temporary directory and stops it at the end. When a test
+that used the lab fails, the last lines of every region's log are attached to its report.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import uuid
+from collections.abc import Iterator
+import pytest
+
+from geosync_lab import labs
+from integration_tests.helpers import Lab
+
+LAB_REGIONS = ["a", "b", "c"]
+
+
+def _reusable(path: pathlib.Path) -> bool:
+    try:
+        state = labs.status(path)
+    except Exception:
+        return False
+    return bool(state["healthy"]) and sorted(state["regions"]) == LAB_REGIONS
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    given = os.environ.get("GEOSYNC_TEST_LAB")
+    if given and _reusable(pathlib.Path(given)):
+        yield Lab(dir=pathlib.Path(given).resolve(), owned=False)
+        return
+    lab_dir = tmp_path_factory.mktemp("lab")
+    labs.up(lab_dir, LAB_REGIONS)
+    handle = Lab(dir=lab_dir.resolve(), owned=True)
+    try:
+        yield handle
+    finally:
+        labs.down(lab_dir)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topic and subscription names, so tests never see each other's data."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "lab" in getattr(item, "fixturenames", ()):
+        handle = item.funcargs.get("lab") if hasattr(item, "funcargs") else None
+        if isinstance(handle, Lab):
+            report.sections.append(("region logs", handle.log_tails()))

@@ -1,0 +1,81 @@
+"""The lab's regions really replicate: what every later feature of GeoSync stands on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from geosync_adapters.admin import AdminNotFound
+from geosync_adapters.messaging import REPL_SOURCE_POSITION
+from geosync_lab import labs
+from integration_tests.helpers import Lab, produce, read_all
+
+
+@pytest.mark.parametrize("namespace", ["geo/ab", "geo/abc"])
+def test_message_from_each_region_reaches_every_region_of_its_namespace(lab: Lab, unique: str,
+                                                                         namespace: str) -> None:
+    members = lab.topology.namespaces[namespace].regions
+    topic = f"persistent://{namespace}/fanout-{unique}"
+    for origin in members:
+        produce(lab.service_url(origin), topic, [f"from {origin}".encode()])
+    for region in members:
+        got = read_all(lab.service_url(region), topic, expect=len(members))
+        assert sorted(m.data.decode() for m in got) == sorted(f"from {o}" for o in members), region
+
+
+def test_namespace_exists_only_in_its_regions(lab: Lab) -> None:
+    assert lab.topology.namespaces["geo/ab"].regions == ("a", "b")
+    with pytest.raises(AdminNotFound):
+        lab.admin("c").namespace_policies("geo/ab")
+    for region in ("a", "b"):
+        assert sorted(lab.admin(region).replication_clusters("geo/ab")) == ["a", "b"]
+        assert sorted(lab.admin(region).allowed_clusters("geo/ab")) == ["a", "b"]
+
+
+def test_replicated_copy_carries_its_origin_position(lab: Lab, unique: str) -> None:
+    topic = f"persistent://geo/abc/origin-{unique}"
+    sent = produce(lab.service_url("a"), topic, [b"m0", b"m1", b"m2"])
+    origin = {f"m{i}": pos for i, (_p, pos) in enumerate(sent)}
+    local = read_all(lab.service_url("a"), topic, expect=3)
+    assert all(REPL_SOURCE_POSITION not in m.properties for m in local)
+    for region in ("b", "c"):
+        copies = read_all(lab.service_url(region), topic, expect=3)
+        assert len(copies) == 3
+        for m in copies:
+            assert m.source_position == origin[m.data.decode()], (region, m)
+
+
+def test_partitioned_topic_replicates_per_partition(lab: Lab, unique: str) -> None:
+    topic = f"persistent://geo/ab/parts-{unique}"
+    lab.admin("a").create_partitioned_topic(topic, 3)
+    deadline = time.monotonic() + 30
+    while lab.admin("b").partitioned_metadata(topic) != 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert lab.admin("b").partitioned_metadata(topic) == 3
+    sent = produce(lab.service_url("a"), topic, [f"k{i}".encode() for i in range(30)], key=lambda i: f"key-{i}")
+    by_payload = {f"k{i}": (part, pos) for i, (part, pos) in enumerate(sent)}
+    assert {part for part, _ in sent} == {0, 1, 2}, "keys should spread over all partitions"
+    for partition in range(3):
+        expected = [p for p, (part, _) in by_payload.items() if part == partition]
+        copies = read_all(lab.service_url("b"), f"{topic}-partition-{partition}", expect=len(expected))
+        assert sorted(m.data.decode() for m in copies) == sorted(expected)
+        for m in copies:
+            part, pos = by_payload[m.data.decode()]
+            assert part == partition
+            assert m.source_position == pos
+
+
+def test_killed_region_catches_up_after_restart(lab: Lab, unique: str) -> None:
+    topic = f"persistent://geo/ab/catchup-{unique}"
+    produce(lab.service_url("a"), topic, [b"before"])
+    assert len(read_all(lab.service_url("b"), topic, expect=1)) == 1
+    labs.stop_region(lab.dir, "b", kill=True)
+    try:
+        assert not labs.alive_regions(lab.dir, lab.topology)["b"]
+        produce(lab.service_url("a"), topic, [f"during-{i}".encode() for i in range(20)])
+    finally:
+        labs.start_region(lab.dir, "b")
+    got = read_all(lab.service_url("b"), topic, expect=21, timeout_s=90)
+    assert sorted(m.data.decode() for m in got) == sorted(["before"] + [f"during-{i}" for i in range(20)])
+    labs.wait_replication(lab.topology)
