@@ -1,0 +1,172 @@
+"""A run-length index from one region's local log positions to origin coordinates, and back.
+
+An agent reads its local topic partition in order and learns, for every entry, its origin (the
+``__MSG_PROP_REPL_SOURCE_POSITION`` stamp plus the origin region, or the entry itself for a message
+published here). Replication keeps each origin's order, so the map compresses into runs: consecutive local
+entries of one local ledger whose origins are consecutive entries of one origin ledger. A region's own
+messages are one run per ledger; the index grows with origin switches, not with messages.
+
+This is the one mutable structure of the core: appends arrive one entry at a time at reader speed, and
+an immutable value would copy the runs on every append. One task owns an index; nothing here shares it.
+
+Invariants:
+
+* appends are in strictly increasing local order; an entry already indexed (a reader replaying after a
+  reconnect) is ignored if it names the same origin and refused if it names another, and so is an entry
+  below what was truncated;
+* ``origin_of(p)`` is the origin appended for ``p``, ``None`` for a position never appended (or
+  truncated), whatever the ledger ids of the origins (they collide between regions);
+* ``local_of(o)`` is the first local entry appended with origin ``o`` (a replicator that re-sent after a
+  reconnect can leave a second copy; later copies are only reachable through ``origin_of``);
+* lookups are O(log runs); the number of runs is at most one more than the number of breaks in the
+  stream (origin region switch, origin or local ledger switch, gap in origin entries);
+* ``truncate_below(p)`` forgets exactly the entries below ``p``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from geosync_core.origins import Origin
+from geosync_core.positions import Position
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """``length`` local entries from ``local_ledger:local_first``, whose origins are ``length``
+    consecutive entries from ``origin_ledger:origin_first`` in ``region``."""
+
+    local_ledger: int
+    local_first: int
+    region: str
+    origin_ledger: int
+    origin_first: int
+    length: int
+
+    @property
+    def local_last(self) -> int:
+        return self.local_first + self.length - 1
+
+    @property
+    def origin_last(self) -> int:
+        return self.origin_first + self.length - 1
+
+    def origin_at(self, local_entry: int) -> Origin:
+        return Origin(
+            self.region, Position(self.origin_ledger, self.origin_first + local_entry - self.local_first)
+        )
+
+    def extends_to(self, local: Position, origin: Origin) -> bool:
+        """Whether ``(local, origin)`` is the entry right after this run on both sides."""
+        return (
+            local.ledger == self.local_ledger
+            and local.entry == self.local_first + self.length
+            and origin.region == self.region
+            and origin.position.ledger == self.origin_ledger
+            and origin.position.entry == self.origin_first + self.length
+        )
+
+    def starting_at(self, local_entry: int) -> Run:
+        """This run without its local entries below ``local_entry``."""
+        skip = local_entry - self.local_first
+        return replace(
+            self, local_first=local_entry, origin_first=self.origin_first + skip, length=self.length - skip
+        )
+
+
+def _local_key(run: Run) -> tuple[int, int]:
+    return run.local_ledger, run.local_first
+
+
+def _origin_key(run: Run) -> tuple[int, int]:
+    return run.origin_ledger, run.origin_first
+
+
+class OriginIndex:
+    """Local positions -> origin coordinates for one topic partition in one region."""
+
+    def __init__(self) -> None:
+        self._runs: list[Run] = []
+        # Per origin region, the runs that first reached each origin entry, in origin order.
+        self._by_origin: dict[str, list[Run]] = {}
+        self._last: Position | None = None
+        self._floor: Position | None = None
+
+    def __len__(self) -> int:
+        """The number of runs: the index's size."""
+        return len(self._runs)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self._runs)
+
+    @property
+    def first(self) -> Position | None:
+        """The lowest local position indexed, if any."""
+        return Position(self._runs[0].local_ledger, self._runs[0].local_first) if self._runs else None
+
+    @property
+    def last(self) -> Position | None:
+        """The highest local position ever appended (the reader's progress), even if truncated since."""
+        return self._last
+
+    def append(self, local: Position, origin: Origin) -> None:
+        """Record that local entry ``local`` is the message ``origin``; raise ``ValueError`` if this
+        contradicts what was appended before."""
+        if local.entry < 0:
+            raise ValueError(f"not an entry: {local}")
+        if self._last is not None and local <= self._last:
+            if (self._floor is not None and local < self._floor) or self.origin_of(local) == origin:
+                return
+            raise ValueError(f"{local} was indexed as {self.origin_of(local)}, now claimed as {origin}")
+        self._last = local
+        self._runs = _extend(self._runs, local, origin)
+        by_origin = self._by_origin.setdefault(origin.region, [])
+        top = by_origin[-1] if by_origin else None
+        if top is None or origin.position > Position(top.origin_ledger, top.origin_last):
+            self._by_origin[origin.region] = _extend(by_origin, local, origin)
+
+    def origin_of(self, local: Position) -> Origin | None:
+        i = bisect.bisect_right(self._runs, (local.ledger, local.entry), key=_local_key) - 1
+        if i < 0:
+            return None
+        run = self._runs[i]
+        if run.local_ledger != local.ledger or local.entry > run.local_last:
+            return None
+        return run.origin_at(local.entry)
+
+    def local_of(self, origin: Origin) -> Position | None:
+        runs = self._by_origin.get(origin.region, [])
+        p = origin.position
+        i = bisect.bisect_right(runs, (p.ledger, p.entry), key=_origin_key) - 1
+        if i < 0:
+            return None
+        run = runs[i]
+        if run.origin_ledger != p.ledger or p.entry > run.origin_last:
+            return None
+        return Position(run.local_ledger, run.local_first + p.entry - run.origin_first)
+
+    def truncate_below(self, position: Position) -> None:
+        """Forget every local entry below ``position`` (they are acknowledged everywhere that matters)."""
+        self._floor = max(position, self._floor) if self._floor is not None else position
+        self._runs = _truncated(self._runs, position)
+        for region, runs in list(self._by_origin.items()):
+            self._by_origin[region] = _truncated(runs, position)
+
+
+def _extend(runs: list[Run], local: Position, origin: Origin) -> list[Run]:
+    p = origin.position
+    if runs and runs[-1].extends_to(local, origin):
+        runs[-1] = replace(runs[-1], length=runs[-1].length + 1)
+    else:
+        runs.append(Run(local.ledger, local.entry, origin.region, p.ledger, p.entry, 1))
+    return runs
+
+
+def _truncated(runs: list[Run], position: Position) -> list[Run]:
+    """``runs`` (in local order) without their entries below ``position``."""
+    kept = [r for r in runs if Position(r.local_ledger, r.local_last) >= position]
+    if kept and Position(kept[0].local_ledger, kept[0].local_first) < position:
+        kept[0] = kept[0].starting_at(position.entry)
+    return kept
