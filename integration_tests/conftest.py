@@ -12,6 +12,8 @@ import os
 import pathlib
 import uuid
 from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from geosync_lab import labs
@@ -50,8 +52,8 @@ def unique() -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    outcome: Any = yield
     report = outcome.get_result()
     if report.failed and "lab" in getattr(item, "fixturenames", ()):
         handle = item.funcargs.get("lab") if hasattr(item, "funcargs") else None

@@ -38,8 +38,13 @@ class Lab:
         return "\n\n".join(out)
 
 
-def produce(service_url: str, topic: str, payloads: list[bytes], *, key: Callable[[int], str] | None = None,
-            ) -> list[tuple[int, Position]]:
+def produce(
+    service_url: str,
+    topic: str,
+    payloads: list[bytes],
+    *,
+    key: Callable[[int], str] | None = None,
+) -> list[tuple[int, Position]]:
     """Send each payload synchronously; return (partition, position) per message, in order."""
     out = []
     with messaging.client(service_url) as c:
@@ -52,8 +57,14 @@ def produce(service_url: str, topic: str, payloads: list[bytes], *, key: Callabl
     return out
 
 
-def read_all(service_url: str, topic: str, *, expect: int, timeout_s: float = 45.0,
-             match: Callable[[messaging.Received], bool] = lambda _m: True) -> list[messaging.Received]:
+def read_all(
+    service_url: str,
+    topic: str,
+    *,
+    expect: int,
+    timeout_s: float = 45.0,
+    match: Callable[[messaging.Received], bool] = lambda _m: True,
+) -> list[messaging.Received]:
     """Read ``topic`` from the earliest message until ``expect`` matching messages arrived (or time out)."""
     found: list[messaging.Received] = []
     deadline = time.monotonic() + timeout_s

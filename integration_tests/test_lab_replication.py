@@ -13,8 +13,9 @@ from integration_tests.helpers import Lab, produce, read_all
 
 
 @pytest.mark.parametrize("namespace", ["geo/ab", "geo/abc"])
-def test_message_from_each_region_reaches_every_region_of_its_namespace(lab: Lab, unique: str,
-                                                                         namespace: str) -> None:
+def test_message_from_each_region_reaches_every_region_of_its_namespace(
+    lab: Lab, unique: str, namespace: str
+) -> None:
     members = lab.topology.namespaces[namespace].regions
     topic = f"persistent://{namespace}/fanout-{unique}"
     for origin in members:
@@ -53,7 +54,9 @@ def test_partitioned_topic_replicates_per_partition(lab: Lab, unique: str) -> No
     while lab.admin("b").partitioned_metadata(topic) != 3 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert lab.admin("b").partitioned_metadata(topic) == 3
-    sent = produce(lab.service_url("a"), topic, [f"k{i}".encode() for i in range(30)], key=lambda i: f"key-{i}")
+    sent = produce(
+        lab.service_url("a"), topic, [f"k{i}".encode() for i in range(30)], key=lambda i: f"key-{i}"
+    )
     by_payload = {f"k{i}": (part, pos) for i, (part, pos) in enumerate(sent)}
     assert {part for part, _ in sent} == {0, 1, 2}, "keys should spread over all partitions"
     for partition in range(3):

@@ -19,8 +19,12 @@ DEFAULT_LAB_DIR = pathlib.Path("lab")
 console = Console(stderr=True, highlight=False)
 
 lab_dir_option = click.option(
-    "--dir", "lab_dir", type=click.Path(file_okay=False, path_type=pathlib.Path), default=DEFAULT_LAB_DIR,
-    show_default=True, envvar="GEOSYNC_LAB_DIR",
+    "--dir",
+    "lab_dir",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=DEFAULT_LAB_DIR,
+    show_default=True,
+    envvar="GEOSYNC_LAB_DIR",
     help="Directory of the lab: its topology.json, region data and logs (env GEOSYNC_LAB_DIR).",
 )
 
@@ -69,11 +73,21 @@ def _regions_arg(_: Any, __: Any, value: str) -> list[str]:
 
 
 @lab.command("up")
-@click.option("--regions", default="a,b,c", show_default=True, callback=_regions_arg,
-              help="Comma-separated region names (lower-case letters, digits, '-'); at least two.")
+@click.option(
+    "--regions",
+    default="a,b,c",
+    show_default=True,
+    callback=_regions_arg,
+    help="Comma-separated region names (lower-case letters, digits, '-'); at least two.",
+)
 @lab_dir_option
-@click.option("--deadline", type=float, default=240.0, show_default=True,
-              help="Seconds a region may take to come up before it is reported as failed.")
+@click.option(
+    "--deadline",
+    type=float,
+    default=240.0,
+    show_default=True,
+    help="Seconds a region may take to come up before it is reported as failed.",
+)
 @click.option("--no-agents", is_flag=True, help="Do not start a GeoSync agent per region.")
 @output_option
 @_lab_errors
@@ -86,14 +100,18 @@ def lab_up(regions: list[str], lab_dir: pathlib.Path, deadline: float, no_agents
         "topology": str(result.path),
         "already_running": result.already_running,
         "total_seconds": round(result.total_seconds, 1),
-        "regions": {b.name: {"boot_seconds": round(b.seconds, 1), "rss_mb": round(b.rss_mb), "attempts": b.attempts}
-                    for b in result.boots},
+        "regions": {
+            b.name: {"boot_seconds": round(b.seconds, 1), "rss_mb": round(b.rss_mb), "attempts": b.attempts}
+            for b in result.boots
+        },
     }
 
     def text(d: dict[str, Any]) -> None:
         if d["already_running"]:
-            click.echo(f"a lab with regions {', '.join(result.topology.regions)} is already running in "
-                       f"{lab_dir}; nothing to do ({d['topology']})")
+            click.echo(
+                f"a lab with regions {', '.join(result.topology.regions)} is already running in "
+                f"{lab_dir}; nothing to do ({d['topology']})"
+            )
             return
         table = Table("region", "boot (s)", "resident (MiB)", "admin", "service")
         for name, r in d["regions"].items():
@@ -120,7 +138,14 @@ class _null:
 def lab_down(lab_dir: pathlib.Path, output: str) -> None:
     """Stop exactly the processes the lab started (gracefully, then forcibly); data stays in DIR."""
     outcome = labs.down(lab_dir)
-    emit(outcome, output, lambda d: [click.echo(f"{k}: {v}") for k, v in d.items()] or click.echo("nothing ran"))
+
+    def text(d: dict[str, str]) -> None:
+        for what, happened in d.items():
+            click.echo(f"{what}: {happened}")
+        if not d:
+            click.echo("nothing was running")
+
+    emit(outcome, output, text)
 
 
 @lab.command("status")
@@ -135,7 +160,8 @@ def lab_status(lab_dir: pathlib.Path, output: str) -> None:
         table = Table("region", "process", "admin", "replication", "resident (MiB)")
         for name, r in d["regions"].items():
             repl = "; ".join(
-                f"{ns}: " + (", ".join(f"{c}{'✓' if ok else '✗'}" for c, ok in v.items()) if isinstance(v, dict) else v)
+                f"{ns}: "
+                + (", ".join(f"{c}{'✓' if ok else '✗'}" for c, ok in v.items()) if isinstance(v, dict) else v)
                 for ns, v in r.get("replication", {}).items()
             )
             table.add_row(name, r["process"], r.get("admin", "-"), repl or "-", f"{r['rss_mb']:.0f}")

@@ -12,7 +12,12 @@ import yaml
 FORMATS = ("text", "json", "yaml")
 
 output_option = click.option(
-    "-o", "--output", "output", type=click.Choice(FORMATS), default="text", show_default=True,
+    "-o",
+    "--output",
+    "output",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
     help="Output format: text for people, json or yaml for scripts.",
 )
 

@@ -24,8 +24,9 @@ from geosync_core.errors import PermanentError, TemporaryError
 class AdminError(Exception):
     """An admin call failed; carries the status, the method and path, and a trimmed body."""
 
-    def __init__(self, message: str, *, status: int | None = None, method: str = "", url: str = "",
-                 body: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, method: str = "", url: str = "", body: str = ""
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.method = method
@@ -117,7 +118,9 @@ class RetryPolicy:
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(AdminTemporary),
             stop=tenacity.stop_after_attempt(self.attempts) | tenacity.stop_after_delay(self.deadline),
-            wait=tenacity.wait_exponential_jitter(multiplier=self.initial_delay, max=self.max_delay, jitter=self.initial_delay),
+            wait=tenacity.wait_exponential_jitter(
+                multiplier=self.initial_delay, max=self.max_delay, jitter=self.initial_delay
+            ),
             reraise=True,
         )
 
@@ -157,12 +160,19 @@ class AdminClient:
                 headers["Content-Type"] = "application/json"
             try:
                 response = self.session.request(
-                    method, url, data=data, params=params, headers=headers, timeout=self.timeout,
-                    allow_redirects=False, verify=self.verify,
+                    method,
+                    url,
+                    data=data,
+                    params=params,
+                    headers=headers,
+                    timeout=self.timeout,
+                    allow_redirects=False,
+                    verify=self.verify,
                 )
             except (requests.ConnectionError, requests.Timeout) as e:
-                raise AdminTemporary(f"{method} {url}: {e.__class__.__name__}: {e}", method=method,
-                                     url=url) from e
+                raise AdminTemporary(
+                    f"{method} {url}: {e.__class__.__name__}: {e}", method=method, url=url
+                ) from e
             if response.status_code in (301, 302, 307, 308) and "Location" in response.headers:
                 url = urllib.parse.urljoin(url, response.headers["Location"])
                 params = None  # the Location already carries the query string
@@ -170,11 +180,19 @@ class AdminClient:
             if response.status_code >= 400:
                 raise error_for(response.status_code, method=method, url=url, body=response.text)
             return response
-        raise TooManyRedirects(f"{method} {path}: more than {self.max_redirects} redirects", method=method,
-                               url=url)
+        raise TooManyRedirects(
+            f"{method} {path}: more than {self.max_redirects} redirects", method=method, url=url
+        )
 
-    def request(self, method: str, path: str, body: Any = None, *, params: Mapping[str, Any] | None = None,
-                retry: RetryPolicy | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
         """Send one call (with retries on temporary failures) and return the decoded JSON, or None."""
         policy = retry or self.retry
         response: requests.Response = policy.retrying()(self._once, method, path, body, params)
@@ -212,7 +230,9 @@ class AdminClient:
     def tenants(self) -> list[str]:
         return list(self.get("/admin/v2/tenants") or [])
 
-    def upsert_tenant(self, tenant: str, *, allowed_clusters: list[str], admin_roles: list[str] | None = None) -> None:
+    def upsert_tenant(
+        self, tenant: str, *, allowed_clusters: list[str], admin_roles: list[str] | None = None
+    ) -> None:
         body = {"adminRoles": admin_roles or [], "allowedClusters": allowed_clusters}
         try:
             self.put(f"/admin/v2/tenants/{tenant}", body)

@@ -33,8 +33,13 @@ class MessagingUnavailable(TemporaryError):
 def client(service_url: str, *, timeout_s: int = 15, token: str | None = None) -> Iterator[pulsar.Client]:
     """A short-lived client; closed on exit even when the body raises."""
     auth = pulsar.AuthenticationToken(token) if token else None
-    c = pulsar.Client(service_url, operation_timeout_seconds=timeout_s, connection_timeout_ms=timeout_s * 1000,
-                      authentication=auth, logger=_QUIET)
+    c = pulsar.Client(
+        service_url,
+        operation_timeout_seconds=timeout_s,
+        connection_timeout_ms=timeout_s * 1000,
+        authentication=auth,
+        logger=_QUIET,
+    )
     try:
         yield c
     except pulsar.Timeout as e:

@@ -17,6 +17,7 @@ import hashlib
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -46,8 +47,10 @@ def java_major(java: str = "java") -> int:
     out = subprocess.run([exe, "-version"], capture_output=True, text=True, check=False)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
     if not match:
-        raise LabError(f"cannot tell the Java version from: {out.stderr.strip()[:200]}",
-                       hint=f"install a JDK {MIN_JAVA} or newer")
+        raise LabError(
+            f"cannot tell the Java version from: {out.stderr.strip()[:200]}",
+            hint=f"install a JDK {MIN_JAVA} or newer",
+        )
     major = int(match.group(1))
     if major == 1 and match.group(2):  # "1.8" style
         major = int(match.group(2))
@@ -76,37 +79,64 @@ def _sha1(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
-def _maven_repository() -> pathlib.Path:
+def _maven_repository_in_use() -> pathlib.Path:
+    for arg in shlex.split(os.environ.get("GEOSYNC_MAVEN_ARGS", "")):
+        if arg.startswith("-Dmaven.repo.local="):
+            return pathlib.Path(arg.split("=", 1)[1])
     return pathlib.Path(os.path.expanduser("~")) / ".m2" / "repository"
 
 
 def _fetch_tarball(version: str, dest: pathlib.Path) -> pathlib.Path:
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise LabError("Maven is not installed (no 'mvn' on PATH); it fetches Pulsar from Maven Central",
-                       hint="install it with 'apt-get install -y maven'")
+        raise LabError(
+            "Maven is not installed (no 'mvn' on PATH); it fetches Pulsar from Maven Central",
+            hint="install it with 'apt-get install -y maven'",
+        )
     artifact = _ARTIFACT.format(version=version)
-    cmd = [mvn, "-B", "-q", "-C", "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy",
-           f"-Dartifact={artifact}", f"-DoutputDirectory={dest}", "-Dmdep.overWriteReleases=true"]
+    cmd = [
+        mvn,
+        "-B",
+        "-q",
+        "-C",
+        "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy",
+        f"-Dartifact={artifact}",
+        f"-DoutputDirectory={dest}",
+        "-Dmdep.overWriteReleases=true",
+        # e.g. "-s settings.xml" for a proxy or mirror; also how tests stand in an unreachable registry
+        *shlex.split(os.environ.get("GEOSYNC_MAVEN_ARGS", "")),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     tarball = dest / f"pulsar-server-distribution-{version}-bin.tar.gz"
     if proc.returncode != 0 or not tarball.exists():
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        unreachable = any(s in tail for s in ("Could not transfer", "Unknown host", "Connection", "timed out"))
+        unreachable = any(
+            s in tail for s in ("Could not transfer", "Unknown host", "Connection", "timed out")
+        )
         missing = "Could not find artifact" in tail or "not found" in tail.lower()
         if missing and not unreachable:
-            raise LabError(f"Pulsar {version} is not on Maven Central ({artifact}):\n{tail}",
-                           hint="pick a published version with GEOSYNC_PULSAR_VERSION")
-        raise LabError(f"Maven could not download {artifact}:\n{tail}",
-                       hint="check that Maven Central is reachable from this machine, then run the command again")
+            raise LabError(
+                f"Pulsar {version} is not on Maven Central ({artifact}):\n{tail}",
+                hint="pick a published version with GEOSYNC_PULSAR_VERSION",
+            )
+        raise LabError(
+            f"Maven could not download {artifact}:\n{tail}",
+            hint="check that Maven Central is reachable from this machine, then run the command again",
+        )
     # Maven verified the checksum while downloading (-C); check the copy we got against what it stored.
-    stored = (_maven_repository() / "org/apache/pulsar/pulsar-server-distribution" / version /
-              f"pulsar-server-distribution-{version}-bin.tar.gz.sha1")
+    stored = (
+        _maven_repository_in_use()
+        / "org/apache/pulsar/pulsar-server-distribution"
+        / version
+        / f"pulsar-server-distribution-{version}-bin.tar.gz.sha1"
+    )
     if stored.exists():
         expected = stored.read_text().split()[0].strip().lower()
         if _sha1(tarball) != expected:
             tarball.unlink()
-            raise LabError(f"checksum mismatch for {tarball.name}", hint="run the command again to re-download")
+            raise LabError(
+                f"checksum mismatch for {tarball.name}", hint="run the command again to re-download"
+            )
     return tarball
 
 
@@ -127,15 +157,19 @@ def ensure_pulsar(version: str = PULSAR_VERSION) -> pathlib.Path:
             tar.extractall(staging, filter="data")
         inner = staging / f"apache-pulsar-{version}"
         if not (inner / "bin" / "pulsar").exists():
-            raise LabError(f"{tarball.name} does not contain apache-pulsar-{version}/bin/pulsar",
-                           hint=f"delete {tarball} and run the command again")
+            raise LabError(
+                f"{tarball.name} does not contain apache-pulsar-{version}/bin/pulsar",
+                hint=f"delete {tarball} and run the command again",
+            )
         (inner / "bin" / "pulsar").chmod(0o755)
         (inner / ".geosync-complete").write_text(version + "\n")
         shutil.rmtree(home, ignore_errors=True)
         inner.rename(home)
     except (tarfile.TarError, OSError) as e:
         tarball.unlink(missing_ok=True)
-        raise LabError(f"could not unpack {tarball.name}: {e}", hint="run the command again to re-download") from e
+        raise LabError(
+            f"could not unpack {tarball.name}: {e}", hint="run the command again to re-download"
+        ) from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return home

@@ -60,8 +60,10 @@ def topology_path(lab_dir: pathlib.Path) -> pathlib.Path:
 def load(lab_dir: pathlib.Path) -> topo.Topology:
     path = topology_path(lab_dir)
     if not path.exists():
-        raise LabError(f"no lab in {lab_dir} (no {TOPOLOGY_FILE})",
-                       hint=f"start one with 'geoctl lab up --dir {lab_dir}'")
+        raise LabError(
+            f"no lab in {lab_dir} (no {TOPOLOGY_FILE})",
+            hint=f"start one with 'geoctl lab up --dir {lab_dir}'",
+        )
     return topo.from_json(path.read_text())
 
 
@@ -89,8 +91,15 @@ def alive_regions(lab_dir: pathlib.Path, topology: topo.Topology) -> dict[str, b
 # -- booting ---------------------------------------------------------------------------------------
 
 
-def _boot_region(home: pathlib.Path, root: pathlib.Path, name: str, taken: set[int], *, deadline_s: float,
-                 attempts: int = 3) -> tuple[regions.RegionProcess, int, RegionBoot]:
+def _boot_region(
+    home: pathlib.Path,
+    root: pathlib.Path,
+    name: str,
+    taken: set[int],
+    *,
+    deadline_s: float,
+    attempts: int = 3,
+) -> tuple[regions.RegionProcess, int, RegionBoot]:
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
         proc = regions.RegionProcess(name=name, root=root, ports=regions.pick_ports(taken))
@@ -111,20 +120,24 @@ def _boot_region(home: pathlib.Path, root: pathlib.Path, name: str, taken: set[i
         except LabError:
             regions.stop(pid, regions.region_marker(proc), grace_s=5)
             raise
-        boot = RegionBoot(name=name, seconds=time.monotonic() - started, rss_mb=regions.rss_mb(pid),
-                          attempts=attempt)
+        boot = RegionBoot(
+            name=name, seconds=time.monotonic() - started, rss_mb=regions.rss_mb(pid), attempts=attempt
+        )
         return proc, pid, boot
     raise LabError(f"region {name!r} could not bind its ports after {attempts} attempts: {last}")
 
 
-def _wire(procs: dict[str, regions.RegionProcess], namespaces: dict[str, tuple[str, ...]], report: Report) -> None:
+def _wire(
+    procs: dict[str, regions.RegionProcess], namespaces: dict[str, tuple[str, ...]], report: Report
+) -> None:
     names = list(procs)
     admins = {n: p.admin() for n, p in procs.items()}
     for name, admin in admins.items():
         for peer in names:
             if peer != name:
-                admin.upsert_cluster(peer, service_url=procs[peer].admin_url,
-                                     broker_service_url=procs[peer].service_url)
+                admin.upsert_cluster(
+                    peer, service_url=procs[peer].admin_url, broker_service_url=procs[peer].service_url
+                )
         admin.upsert_tenant(TENANT, allowed_clusters=names)
     for ns, members in namespaces.items():
         for name in members:
@@ -169,13 +182,16 @@ def wait_replication(topology: topo.Topology, *, deadline_s: float = 90.0, repor
     return time.monotonic() - started
 
 
-def up(lab_dir: pathlib.Path, region_names: list[str], *, deadline_s: float = 240.0,
-       report: Report = _silent) -> UpResult:
+def up(
+    lab_dir: pathlib.Path, region_names: list[str], *, deadline_s: float = 240.0, report: Report = _silent
+) -> UpResult:
     """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there."""
     topo.validate_region_names(region_names)
     if len(region_names) < 2:
-        raise LabError("a lab needs at least two regions to replicate between",
-                       hint="use e.g. --regions a,b or --regions a,b,c")
+        raise LabError(
+            "a lab needs at least two regions to replicate between",
+            hint="use e.g. --regions a,b or --regions a,b,c",
+        )
     lab_dir = lab_dir.resolve()
     if topology_path(lab_dir).exists():
         existing = load(lab_dir)
@@ -195,8 +211,10 @@ def up(lab_dir: pathlib.Path, region_names: list[str], *, deadline_s: float = 24
     started = time.monotonic()
     taken: set[int] = set()
     booted: dict[str, tuple[regions.RegionProcess, int, RegionBoot]] = {}
-    report(f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}: "
-           f"{', '.join(region_names)}")
+    report(
+        f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}: "
+        f"{', '.join(region_names)}"
+    )
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(region_names)) as pool:
         futures = {
             pool.submit(_boot_region, home, lab_dir / "regions" / n, n, taken, deadline_s=deadline_s): n
@@ -221,8 +239,12 @@ def up(lab_dir: pathlib.Path, region_names: list[str], *, deadline_s: float = 24
         pulsar_version=distribution.PULSAR_VERSION,
         regions={
             n: topo.Region(
-                name=n, service_url=p.service_url, admin_url=p.admin_url, zookeeper=p.zookeeper,
-                pids=(booted[n][1],), log_dir=str(p.log_dir),
+                name=n,
+                service_url=p.service_url,
+                admin_url=p.admin_url,
+                zookeeper=p.zookeeper,
+                pids=(booted[n][1],),
+                log_dir=str(p.log_dir),
                 lab={"ports": p.ports.as_dict(), "root": str(p.root)},
             )
             for n, p in procs.items()
@@ -234,10 +256,16 @@ def up(lab_dir: pathlib.Path, region_names: list[str], *, deadline_s: float = 24
         _wire(procs, namespaces, report)
         wait_replication(topology, report=report)
     except (AdminError, LabError) as e:
-        raise LabError(f"the regions are up but could not be wired together: {e}",
-                       hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'") from e
-    return UpResult(topology=topology, path=path, boots=[booted[n][2] for n in region_names],
-                    total_seconds=time.monotonic() - started)
+        raise LabError(
+            f"the regions are up but could not be wired together: {e}",
+            hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
+        ) from e
+    return UpResult(
+        topology=topology,
+        path=path,
+        boots=[booted[n][2] for n in region_names],
+        total_seconds=time.monotonic() - started,
+    )
 
 
 # -- stopping and restarting -----------------------------------------------------------------------
@@ -308,7 +336,9 @@ def freeze_region(lab_dir: pathlib.Path, name: str, *, frozen: bool) -> None:
     sig = signal.SIGSTOP if frozen else signal.SIGCONT
     for pid in region.pids:
         if not regions.signal_region(pid, regions.region_marker(proc), sig):
-            raise LabError(f"region {name!r} is not running", hint=f"start it with 'geoctl lab start-region {name}'")
+            raise LabError(
+                f"region {name!r} is not running", hint=f"start it with 'geoctl lab start-region {name}'"
+            )
 
 
 # -- health ----------------------------------------------------------------------------------------
@@ -321,9 +351,12 @@ def status(lab_dir: pathlib.Path) -> dict[str, Any]:
     alive = alive_regions(lab_dir, topology)
     out: dict[str, Any] = {"dir": str(lab_dir), "pulsar_version": topology.pulsar_version, "regions": {}}
     for name, region in topology.regions.items():
-        entry: dict[str, Any] = {"process": "running" if alive[name] else "stopped",
-                                 "admin_url": region.admin_url, "service_url": region.service_url,
-                                 "rss_mb": round(sum(regions.rss_mb(p) for p in region.pids), 1)}
+        entry: dict[str, Any] = {
+            "process": "running" if alive[name] else "stopped",
+            "admin_url": region.admin_url,
+            "service_url": region.service_url,
+            "rss_mb": round(sum(regions.rss_mb(p) for p in region.pids), 1),
+        }
         if alive[name]:
             admin = AdminClient(region.admin_url, timeout=3)
             try:
@@ -337,13 +370,16 @@ def status(lab_dir: pathlib.Path) -> dict[str, Any]:
                     continue
                 try:
                     stats = admin.get(f"/admin/v2/persistent/{ns}/{PROBE_TOPIC}/stats", retry=NO_RETRY)
-                    replication[ns] = {c: bool(s.get("connected")) for c, s in (stats.get("replication") or {}).items()}
+                    replication[ns] = {
+                        c: bool(s.get("connected")) for c, s in (stats.get("replication") or {}).items()
+                    }
                 except AdminError as e:
                     replication[ns] = f"error: {e}"
             entry["replication"] = replication
         out["regions"][name] = entry
     out["healthy"] = all(
-        r["process"] == "running" and r.get("admin") == "ok"
+        r["process"] == "running"
+        and r.get("admin") == "ok"
         and all(isinstance(v, dict) and all(v.values()) for v in r.get("replication", {}).values())
         for r in out["regions"].values()
     )

@@ -9,6 +9,7 @@ websocket proxy, ensemble/quorum 1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -150,7 +151,9 @@ def render_conf(pulsar_home: pathlib.Path, region: RegionProcess, extra: dict[st
     return "\n".join(lines) + "\n"
 
 
-def start(pulsar_home: pathlib.Path, region: RegionProcess, *, extra_conf: dict[str, str] | None = None) -> int:
+def start(
+    pulsar_home: pathlib.Path, region: RegionProcess, *, extra_conf: dict[str, str] | None = None
+) -> int:
     """Launch the region's JVM detached in its own session; return its pid (bin/pulsar execs java)."""
     for sub in ("conf", "logs", "data", "nar"):
         (region.root / sub).mkdir(parents=True, exist_ok=True)
@@ -170,17 +173,31 @@ def start(pulsar_home: pathlib.Path, region: RegionProcess, *, extra_conf: dict[
         ),
     )
     cmd = [
-        str(pulsar_home / "bin" / "pulsar"), "standalone",
-        "--config", str(region.conf_path),
-        "--no-functions-worker", "--no-stream-storage",
-        "--zookeeper-port", str(region.ports.zookeeper),
-        "--bookkeeper-port", str(region.ports.bookie),
-        "--zookeeper-dir", str(region.root / "data" / "zookeeper"),
-        "--bookkeeper-dir", str(region.root / "data" / "bookkeeper"),
+        str(pulsar_home / "bin" / "pulsar"),
+        "standalone",
+        "--config",
+        str(region.conf_path),
+        "--no-functions-worker",
+        "--no-stream-storage",
+        "--zookeeper-port",
+        str(region.ports.zookeeper),
+        "--bookkeeper-port",
+        str(region.ports.bookie),
+        "--zookeeper-dir",
+        str(region.root / "data" / "zookeeper"),
+        "--bookkeeper-dir",
+        str(region.root / "data" / "bookkeeper"),
     ]
     with region.stdout_file.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=region.root, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=region.root,
+            start_new_session=True,
+        )
     return proc.pid
 
 
@@ -205,7 +222,7 @@ def region_marker(region: RegionProcess) -> str:
 
 def rss_mb(pid: int) -> float:
     try:
-        return psutil.Process(pid).memory_info().rss / 2**20
+        return float(psutil.Process(pid).memory_info().rss) / 2**20
     except psutil.NoSuchProcess:
         return 0.0
 
@@ -235,8 +252,9 @@ class RegionDied(LabError):
         self.port_conflict = port_conflict
 
 
-def wait_ready(region: RegionProcess, pid: int, *, deadline_s: float,
-               sleep: Callable[[float], None] = time.sleep) -> float:
+def wait_ready(
+    region: RegionProcess, pid: int, *, deadline_s: float, sleep: Callable[[float], None] = time.sleep
+) -> float:
     """Block until the region's admin API lists its own cluster; return seconds waited."""
     started = time.monotonic()
     admin = region.admin()
@@ -257,6 +275,15 @@ def wait_ready(region: RegionProcess, pid: int, *, deadline_s: float,
         sleep(0.5)
 
 
+def _signal(pid: int, pgid: int, sig: signal.Signals) -> None:
+    """Signal the whole session when the process leads it (the JVM and anything it forked), else the pid."""
+    with contextlib.suppress(ProcessLookupError):
+        if pgid == pid:
+            os.killpg(pgid, sig)
+        else:
+            os.kill(pid, sig)
+
+
 def stop(pid: int, marker: str, *, grace_s: float = 20.0) -> str:
     """Stop one process we started: SIGTERM to its session, then SIGKILL after ``grace_s``."""
     if not owns(pid, marker):
@@ -265,18 +292,16 @@ def stop(pid: int, marker: str, *, grace_s: float = 20.0) -> str:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         return "not running"
-    os.killpg(pgid, signal.SIGTERM) if pgid == pid else os.kill(pid, signal.SIGTERM)
+    _signal(pid, pgid, signal.SIGTERM)
     try:
         psutil.Process(pid).wait(timeout=grace_s)
         return "stopped"
     except psutil.NoSuchProcess:
         return "stopped"
     except psutil.TimeoutExpired:
-        os.killpg(pgid, signal.SIGKILL) if pgid == pid else os.kill(pid, signal.SIGKILL)
-        try:
+        _signal(pid, pgid, signal.SIGKILL)
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
             psutil.Process(pid).wait(timeout=10)
-        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
-            pass
         return "killed"
 
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs everything GeoSync needs on a fresh Debian machine, from the project's own files:
+# Debian packages (JDK 17, Maven) if missing, a Python 3.11 virtualenv with the project and its
+# dev/spark extras, and the pinned Pulsar server distribution from Maven Central (cached).
+# Safe to run again: every step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]} with apt-get"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' || {
+  echo "setup: GeoSync needs Python 3.11 (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.geosync-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing Python packages into .venv (first time: a few minutes, pyspark is large)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[dev,spark,containers]"
+  touch "$stamp"
+fi
+
+echo "setup: Pulsar distribution"
+.venv/bin/python -c 'from geosync_lab import distribution as d; d.check_java(); print("  ", d.ensure_pulsar())'
