@@ -49,7 +49,7 @@ def start(region: str) -> Hlc:
     return Hlc(0, 0, region)
 
 
-def tick(clock: Hlc, now_ms: int) -> tuple[Hlc, Hlc]:
+def tick(clock: Hlc, *, now_ms: int) -> tuple[Hlc, Hlc]:
     """Advance ``clock`` for a local event at wall time ``now_ms``; return (new clock, event timestamp)."""
     if now_ms > clock.wall_ms:
         stamp = Hlc(now_ms, 0, clock.region)
@@ -58,7 +58,7 @@ def tick(clock: Hlc, now_ms: int) -> tuple[Hlc, Hlc]:
     return stamp, stamp
 
 
-def receive(clock: Hlc, remote: Hlc, now_ms: int) -> Hlc:
+def receive(clock: Hlc, remote: Hlc, *, now_ms: int) -> Hlc:
     """Fold a timestamp seen from any region (ours included) into ``clock`` at wall time ``now_ms``."""
     wall = max(clock.wall_ms, remote.wall_ms, now_ms)
     candidates = [-1]

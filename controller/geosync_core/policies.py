@@ -159,7 +159,7 @@ def apply_remote(replica: Replica, event: Record) -> tuple[Replica, Decision]:
 
 
 def local_change(
-    replica: Replica, path: str, value: bytes | None, stamp: Hlc
+    replica: Replica, path: str, *, value: bytes | None, stamp: Hlc
 ) -> tuple[Replica, Record | None]:
     """Record that the local store now holds ``value`` at ``path`` (``None``: no node); the event to publish.
 
@@ -251,7 +251,7 @@ def read_names(doc: bytes, field: str) -> frozenset[str] | Malformed:
     return frozenset(names)
 
 
-def write_names(doc: bytes, field: str, names: Iterable[str]) -> bytes | Malformed:
+def write_names(doc: bytes, field: str, *, names: Iterable[str]) -> bytes | Malformed:
     """``doc`` with ``field`` set to the sorted ``names``; every other field and the key order are kept."""
     obj = _load_object(doc)
     if isinstance(obj, Malformed):

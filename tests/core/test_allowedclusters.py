@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geosync_core.allowedclusters import (
@@ -120,6 +120,7 @@ def _peer_free(clusters: frozenset[str], registered: Registered) -> bool:
     return all(not (registered.get(c, frozenset()) & clusters) for c in clusters)
 
 
+@settings(deadline=None)
 @given(SETS, SETS, st.none() | SETS, REGISTERED)
 def test_set_allowed_clusters_passes_exactly_the_valid_changes(
     allowed: frozenset[str],
@@ -140,6 +141,7 @@ def test_set_allowed_clusters_passes_exactly_the_valid_changes(
     assert (got == []) == valid
 
 
+@settings(deadline=None)
 @given(SETS, SETS, st.none() | SETS, REGISTERED)
 def test_set_replication_clusters_passes_exactly_the_valid_changes(
     replication: frozenset[str],
@@ -160,6 +162,7 @@ def test_set_replication_clusters_passes_exactly_the_valid_changes(
     assert (got == []) == valid
 
 
+@settings(deadline=None)
 @given(SETS, SETS, st.none() | SETS, REGISTERED)
 def test_check_namespace_passes_exactly_the_valid_policies(
     replication: frozenset[str],
@@ -248,6 +251,7 @@ def test_reject_event_regions_table(event: Record, replica: Replica, reason: str
 NAMES = st.lists(st.sampled_from(CLUSTERS), max_size=4)
 
 
+@settings(deadline=None)
 @given(NAMES, NAMES, st.none() | NAMES, NAMES, REGISTERED)
 def test_reject_event_regions_rejects_exactly_invalid_or_local_dropping_policies(
     replication: list[str],

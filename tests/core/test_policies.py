@@ -87,6 +87,7 @@ def test_classify(path: str, expected: PathClass) -> None:
     assert classify(path).mirrored == (expected in (PathClass.TENANT, PathClass.NAMESPACE))
 
 
+@settings(max_examples=50, deadline=None)
 @given(REPLICAS, REPLICAS, REPLICAS)
 def test_merge_is_commutative_associative_idempotent(a: Replica, b: Replica, c: Replica) -> None:
     assert merge(a, b) == merge(b, a)
@@ -95,6 +96,7 @@ def test_merge_is_commutative_associative_idempotent(a: Replica, b: Replica, c: 
     assert merge(a, {}) == a
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.lists(EVENTS, max_size=10), st.data())
 def test_every_delivery_order_with_duplicates_converges(events: list[Record], data: st.DataObject) -> None:
     empty: Replica = {}
@@ -107,6 +109,7 @@ def test_every_delivery_order_with_duplicates_converges(events: list[Record], da
         assert _fold(delivered) == expected
 
 
+@settings(deadline=None)
 @given(REPLICAS, EVENTS)
 def test_apply_remote_never_goes_back_and_says_what_it_did(replica: Replica, event: Record) -> None:
     after, decision = apply_remote(replica, event)
@@ -158,20 +161,22 @@ def test_a_tombstone_beats_an_older_write_that_arrives_later() -> None:
     assert after[NS].value is None
 
 
+@settings(deadline=None)
 @given(REPLICAS, EVENTS)
 def test_reporting_an_applied_record_as_a_local_change_makes_no_event(
     replica: Replica, event: Record
 ) -> None:
     applied, _ = apply_remote(replica, event)
     stamp = Hlc(99, 0, "a")
-    assert local_change(applied, event.path, applied[event.path].value, stamp) == (applied, None)
+    assert local_change(applied, event.path, value=applied[event.path].value, stamp=stamp) == (applied, None)
 
 
+@settings(deadline=None)
 @given(REPLICAS, st.sampled_from(PATHS), VALUES)
 def test_a_local_change_wins_everywhere(replica: Replica, path: str, value: bytes | None) -> None:
     held = replica.get(path)
     stamp = stamp_found_change(held, mtime_ms=2, region="a")
-    after, event = local_change(replica, path, value, stamp)
+    after, event = local_change(replica, path, value=value, stamp=stamp)
     if value == (held.value if held else None):
         assert (after, event) == (replica, None)
         return
@@ -182,16 +187,17 @@ def test_a_local_change_wins_everywhere(replica: Replica, path: str, value: byte
 
 def test_local_change_refuses_a_stamp_that_would_lose() -> None:
     with pytest.raises(ValueError, match="not above"):
-        local_change(HELD, NS, b"mine", _stamp(10, "a"))
+        local_change(HELD, NS, value=b"mine", stamp=_stamp(10, "a"))
 
 
 @pytest.mark.parametrize(
     "path", ["/admin/local-policies/t/ns", "/admin/clusters/a", "/loadbalance/x", "/admin/policies/t/n/x"]
 )
 def test_unmirrored_local_changes_make_no_event(path: str) -> None:
-    assert local_change({}, path, b"x", _stamp(1, "a")) == ({}, None)
+    assert local_change({}, path, value=b"x", stamp=_stamp(1, "a")) == ({}, None)
 
 
+@settings(deadline=None)
 @given(REPLICAS, st.integers(0, 10), st.sampled_from(PATHS), st.sampled_from(REGIONS))
 def test_stamp_found_change_ranks_above_the_held_record(
     replica: Replica, mtime: int, path: str, region: str
@@ -222,14 +228,14 @@ class _Mirror:
 
     def watch(self, path: str) -> Record | None:
         self.now += 1
-        self.clock, stamp = clocks.tick(self.clock, self.now)
-        self.replica, event = local_change(self.replica, path, self.store.get(path), stamp)
+        self.clock, stamp = clocks.tick(self.clock, now_ms=self.now)
+        self.replica, event = local_change(self.replica, path, value=self.store.get(path), stamp=stamp)
         return event
 
     def deliver(self, event: Record) -> Record | None:
         self.now += 1
         self.replica, decision = apply_remote(self.replica, event)
-        self.clock = clocks.receive(self.clock, event.stamp, self.now)
+        self.clock = clocks.receive(self.clock, event.stamp, now_ms=self.now)
         if decision is Decision.APPLY_WRITE:
             assert event.value is not None
             self.store[event.path] = event.value
@@ -240,7 +246,7 @@ class _Mirror:
         return self.watch(event.path)  # the store watch fires for our own write
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_mirrors_exchanging_events_quiesce_with_identical_stores(data: st.DataObject) -> None:
     mirrors = {r: _Mirror(r) for r in REGIONS}
@@ -285,6 +291,7 @@ def test_diff_lists_paths_whose_values_differ() -> None:
     assert diff({}) == []
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.dictionaries(st.sampled_from(REGIONS), REPLICAS))
 def test_diff_finds_exactly_the_disagreeing_paths(replicas: Mapping[str, Replica]) -> None:
     def value(replica: Replica, path: str) -> bytes | None:
@@ -307,20 +314,20 @@ JSON_VALUES = st.recursive(
 NAMES = st.lists(st.from_regex(r"(?a)[-=:.\w]{1,8}", fullmatch=True), max_size=4)
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(
     st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=6),
     st.sampled_from([NAMESPACE_ALLOWED_CLUSTERS, NAMESPACE_REPLICATION_CLUSTERS, TENANT_ALLOWED_CLUSTERS]),
     NAMES,
 )
 def test_write_names_changes_only_its_field(doc: dict[str, object], field: str, names: list[str]) -> None:
-    written = write_names(json.dumps(doc).encode(), field, names)
+    written = write_names(json.dumps(doc).encode(), field, names=names)
     assert isinstance(written, bytes)
     assert read_names(written, field) == frozenset(names)
     after = json.loads(written)
     assert {k: v for k, v in after.items() if k != field} == {k: v for k, v in doc.items() if k != field}
     assert list(after)[: len(doc)] == list(doc)
-    assert write_names(written, field, names) == written
+    assert write_names(written, field, names=names) == written
 
 
 def test_write_names_keeps_a_pulsar_document_byte_identical_but_for_the_field() -> None:
@@ -328,7 +335,7 @@ def test_write_names_keeps_a_pulsar_document_byte_identical_but_for_the_field() 
         b'{"auth_policies":{"namespace_auth":{}},"replication_clusters":["b","a"],'
         b'"bundles":{"numBundles":4},"x":"\xc3\xa9"}'
     )
-    assert write_names(doc, NAMESPACE_REPLICATION_CLUSTERS, ["a", "b", "c"]) == doc.replace(
+    assert write_names(doc, NAMESPACE_REPLICATION_CLUSTERS, names=["a", "b", "c"]) == doc.replace(
         b'["b","a"]', b'["a","b","c"]'
     )
 
@@ -351,7 +358,7 @@ def test_read_names(doc: bytes, expected: object) -> None:
 @pytest.mark.parametrize("doc", [b"", b"{", b"\xff", b'{"a":NaN}', b'{"a":1e999}', b"[" * 100_000])
 def test_unreadable_documents_are_malformed_not_exceptions(doc: bytes) -> None:
     assert isinstance(read_names(doc, NAMESPACE_ALLOWED_CLUSTERS), Malformed)
-    assert isinstance(write_names(doc, NAMESPACE_ALLOWED_CLUSTERS, ["a"]), Malformed)
+    assert isinstance(write_names(doc, NAMESPACE_ALLOWED_CLUSTERS, names=["a"]), Malformed)
 
 
 PAYLOAD_EVENTS = st.builds(
@@ -367,6 +374,7 @@ PAYLOAD_EVENTS = st.builds(
 )
 
 
+@settings(deadline=None)
 @given(PAYLOAD_EVENTS)
 def test_payload_round_trips_through_json(event: Record) -> None:
     payload = json.loads(json.dumps(event_to_payload(event)))
@@ -411,7 +419,7 @@ def test_malformed_payloads_say_why(payload: object, reason: str) -> None:
     assert result.reason.startswith(reason)
 
 
-@settings(max_examples=150)
+@settings(max_examples=100, deadline=None)
 @given(
     st.one_of(
         JSON_VALUES,
