@@ -5,12 +5,14 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from geosync_core.origins import Origin
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range
 
 # Model checks scan a small universe per example; a deadline only makes first runs flaky.
 fast = settings(deadline=None, max_examples=60)
 
+REGIONS = ("a", "b", "c")
 LEDGERS = (1, 2, 3)
 ENTRIES = range(-1, 9)
 UNIVERSE = tuple(Position(ledger, entry) for ledger in range(5) for entry in range(-1, 12))
@@ -26,3 +28,38 @@ def ranges(draw: st.DrawFn) -> Range:
 
 
 ack_states = st.builds(AckState.of, positions, st.lists(ranges(), max_size=5))
+
+
+@st.composite
+def origin_streams(draw: st.DrawFn) -> dict[str, list[Position]]:
+    """Each region's stream of origin positions: ledgers 1, 2, 3 for everybody, with gaps."""
+    streams: dict[str, list[Position]] = {}
+    for region in REGIONS:
+        stream = []
+        for ledger in (1, 2, 3):
+            entry = 0
+            for _ in range(draw(st.integers(0, 8))):
+                entry += draw(st.sampled_from((1, 1, 1, 1, 2)))
+                stream.append(Position(ledger, entry))
+        streams[region] = stream
+    return streams
+
+
+@st.composite
+def local_logs(
+    draw: st.DrawFn, streams: dict[str, list[Position]] | None = None
+) -> list[tuple[Position, Origin]]:
+    """A local log: a random interleaving of the origin streams, written into local ledgers 1, 2, 3..."""
+    streams = {r: list(s) for r, s in (streams or draw(origin_streams())).items()}
+    log: list[tuple[Position, Origin]] = []
+    ledger, entry = 1, 0
+    while any(streams.values()):
+        region = draw(st.sampled_from([r for r in REGIONS if streams[r]]))
+        for _ in range(draw(st.integers(1, 6))):
+            if not streams[region]:
+                break
+            if draw(st.integers(0, 15)) == 0:
+                ledger, entry = ledger + 1, 0
+            log.append((Position(ledger, entry), Origin(region, streams[region].pop(0))))
+            entry += 1
+    return log

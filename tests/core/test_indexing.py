@@ -10,9 +10,7 @@ from geosync_core.indexing import OriginIndex, Run
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
-from .strategies import fast
-
-REGIONS = ("a", "b", "c")
+from .strategies import REGIONS, fast, local_logs
 
 
 def P(text: str) -> Position:
@@ -21,39 +19,6 @@ def P(text: str) -> Position:
 
 def O(region: str, text: str) -> Origin:  # noqa: E743
     return Origin(region, P(text))
-
-
-@st.composite
-def origin_streams(draw: st.DrawFn) -> dict[str, list[Position]]:
-    """Each region's stream of origin positions: ledgers 1, 2, 3 for everybody, with gaps."""
-    streams: dict[str, list[Position]] = {}
-    for region in REGIONS:
-        stream = []
-        for ledger in (1, 2, 3):
-            entry = 0
-            for _ in range(draw(st.integers(0, 12))):
-                entry += draw(st.sampled_from((1, 1, 1, 1, 2)))
-                stream.append(Position(ledger, entry))
-        streams[region] = stream
-    return streams
-
-
-@st.composite
-def local_logs(draw: st.DrawFn) -> list[tuple[Position, Origin]]:
-    """A local log: a random interleaving of the origin streams, written into local ledgers 1, 2, 3..."""
-    streams = {r: list(s) for r, s in draw(origin_streams()).items()}
-    log: list[tuple[Position, Origin]] = []
-    ledger, entry = 1, 0
-    while any(streams.values()):
-        region = draw(st.sampled_from([r for r in REGIONS if streams[r]]))
-        for _ in range(draw(st.integers(1, 6))):
-            if not streams[region]:
-                break
-            if draw(st.integers(0, 15)) == 0:
-                ledger, entry = ledger + 1, 0
-            log.append((Position(ledger, entry), Origin(region, streams[region].pop(0))))
-            entry += 1
-    return log
 
 
 def breaks(log: list[tuple[Position, Origin]]) -> int:

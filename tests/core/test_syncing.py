@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from geosync_core.indexing import OriginIndex
+from geosync_core.origins import Origin, OriginAcks, Span
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from geosync_core.syncing import (
+    ApplyPlan,
+    Reason,
+    Translation,
+    Untranslatable,
+    applied,
+    plan_apply,
+    to_origin_acks,
+)
+
+from .strategies import fast, local_logs, origin_streams
+
+Log = list[tuple[Position, Origin]]
+
+
+def P(text: str) -> Position:
+    return Position.parse(text)
+
+
+def O(region: str, text: str) -> Origin:  # noqa: E743
+    return Origin(region, P(text))
+
+
+def indexed(log: Log) -> OriginIndex:
+    index = OriginIndex()
+    for local, origin in log:
+        index.append(local, origin)
+    return index
+
+
+@st.composite
+def cursors(draw: st.DrawFn, log: Log) -> AckState:
+    """A cursor over ``log``: a mark-delete at or before some entry, and random individual acks above."""
+    positions = [local for local, _ in log]
+    if not positions:
+        return AckState(P("1:-1"))
+    cut = draw(st.integers(0, len(positions)))
+    md = positions[cut - 1] if cut else Position(positions[0].ledger, -1)
+    return AckState(md).ack(*draw(st.lists(st.sampled_from(positions), max_size=len(positions))))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Log, OriginIndex, AckState, OriginAcks]:
+    """A local log, an index that misses some of it, a local cursor and what remote regions acked."""
+    log = draw(local_logs())
+    hidden = draw(st.sets(st.sampled_from(range(len(log))), max_size=3)) if log else set()
+    index = indexed([entry for i, entry in enumerate(log) if i not in hidden])
+    local = draw(cursors(log))
+    claimed = draw(st.lists(st.sampled_from([o for _, o in log]), max_size=len(log))) if log else []
+    remote = OriginAcks.of(
+        [(o.region, [Span(o.position.ledger, o.position.entry, o.position.entry)]) for o in claimed]
+        + [("c", [Span(9, 0, 5)]), ("z", [Span(1, 0, 99)])]  # claims about messages this region lacks
+    )
+    return log, index, local, remote
+
+
+# --- to_origin_acks ---------------------------------------------------------------------------------
+
+
+def test_translation_of_an_empty_index_is_not_indexed() -> None:
+    assert to_origin_acks(OriginIndex(), AckState(P("3:5"))) == Untranslatable(Reason.NOT_INDEXED)
+
+
+def test_translation_table() -> None:
+    index = indexed(
+        [(P(f"5:{e}"), O("a", f"1:{e}")) for e in range(4)]  # own messages 5:0..5:3 -> a/1:0..1:3
+        + [(P(f"5:{e}"), O("b", f"1:{e + 6}")) for e in range(4, 8)]  # replicated from b, same ledger id 1
+        + [(P("6:0"), O("a", "1:4"))]
+    )
+    cursor = AckState.parse("5:1", "[(5:2..5:5],(5:6..6:0]]")
+    result = to_origin_acks(index, cursor)
+    assert result == Translation(
+        OriginAcks.of({"a": [Span(1, 0, 1), Span(1, 3, 4)], "b": [Span(1, 10, 11), Span(1, 13, 13)]}),
+        P("5:0"),
+        P("6:0"),
+    )
+
+
+def test_translation_never_claims_unindexed_entries() -> None:
+    index = indexed([(P("5:3"), O("b", "2:0"))])
+    result = to_origin_acks(index, AckState(P("9:9")))
+    assert isinstance(result, Translation)
+    assert result.acks == OriginAcks.of({"b": [Span(2, 0, 0)]})
+
+
+@settings(fast, max_examples=40)
+@given(st.data())
+def test_translation_claims_exactly_the_acked_indexed_entries(data: st.DataObject) -> None:
+    log = data.draw(local_logs())
+    cursor = data.draw(cursors(log))
+    index = indexed(log)
+    result = to_origin_acks(index, cursor)
+    if not log:
+        assert result == Untranslatable(Reason.NOT_INDEXED)
+        return
+    assert isinstance(result, Translation)
+    for local, origin in log:
+        assert (origin in result.acks) == (local in cursor)
+    assert result.acks.count() == sum(local in cursor for local, _ in log)
+
+
+# --- plan_apply -------------------------------------------------------------------------------------
+
+
+def test_plan_table_moves_mark_delete_then_acks_individually() -> None:
+    log = [(P(f"4:{e}"), O("b", f"1:{e}")) for e in range(8)]
+    index = indexed(log)
+    local = AckState.parse("4:0", "[(4:5..4:6]]")
+    remote = OriginAcks.of({"b": [Span(1, 0, 2), Span(1, 4, 4), Span(1, 7, 7)]})
+    plan = plan_apply(index, local, remote=remote, log=[p for p, _ in log])
+    assert plan == ApplyPlan(P("4:2"), (P("4:4"), P("4:7")), None)
+    assert applied(local, plan) == AckState.parse("4:2", "[(4:3..4:4],(4:5..4:7]]")
+
+
+def test_unindexed_entry_blocks_mark_delete_and_is_not_acked() -> None:
+    index = indexed([(P("4:0"), O("b", "1:0")), (P("4:2"), O("b", "1:2"))])
+    remote = OriginAcks.of({"b": [Span(1, 0, 5)]})
+    plan = plan_apply(index, AckState(P("4:-1")), remote=remote, log=[P("4:0"), P("4:1"), P("4:2")])
+    assert plan == ApplyPlan(P("4:0"), (P("4:2"),), blocked_by=P("4:1"))
+
+
+def test_entries_left_out_of_the_log_are_passed_over() -> None:
+    # 4:1 is a marker: brokers never dispatch it and acknowledge it themselves.
+    index = indexed([(P("4:0"), O("b", "1:0")), (P("4:2"), O("b", "1:1"))])
+    remote = OriginAcks.of({"b": [Span(1, 0, 1)]})
+    plan = plan_apply(index, AckState(P("4:-1")), remote=remote, log=[P("4:0"), P("4:2")])
+    assert plan == ApplyPlan(P("4:2"), ())
+
+
+def test_log_out_of_order_is_refused() -> None:
+    with pytest.raises(ValueError, match="increasing order"):
+        plan_apply(OriginIndex(), AckState(P("1:-1")), remote=OriginAcks(), log=[P("1:1"), P("1:0")])
+
+
+@settings(fast, max_examples=40)
+@given(scenarios())
+def test_plan_invariants(scenario: tuple[Log, OriginIndex, AckState, OriginAcks]) -> None:
+    log, index, local, remote = scenario
+    positions = [p for p, _ in log]
+    plan = plan_apply(index, local, remote=remote, log=positions)
+    after = applied(local, plan)
+
+    def allowed(p: Position) -> bool:
+        origin = index.origin_of(p)
+        return p in local or (origin is not None and origin in remote)
+
+    # NO LOSS and exactness: afterwards the log's acknowledged entries are exactly the allowed ones.
+    assert [p for p in positions if p in after] == [p for p in positions if allowed(p)]
+    assert all(allowed(p) and p not in local for p in plan.individual_acks)
+    # MONOTONE
+    assert plan.new_mark_delete is None or plan.new_mark_delete > local.mark_delete
+    assert all(p in after for p in positions if p in local)
+    assert all(plan.new_mark_delete is None or p > plan.new_mark_delete for p in plan.individual_acks)
+    # never on a guess: an unindexed, unacked entry is never passed.
+    unknown = [p for p in positions if index.origin_of(p) is None and p not in local]
+    if unknown and plan.new_mark_delete is not None:
+        assert plan.new_mark_delete < unknown[0]
+    if plan.blocked_by is not None:
+        assert plan.blocked_by == unknown[0]
+    # IDEMPOTENT
+    assert plan_apply(index, after, remote=remote, log=positions).is_empty
+
+
+@settings(fast, max_examples=30)
+@given(st.data())
+def test_sync_between_two_regions_acks_the_same_messages(data: st.DataObject) -> None:
+    streams = data.draw(origin_streams())
+    log_x, log_y = data.draw(local_logs(streams)), data.draw(local_logs(streams))
+    cursor_x = data.draw(cursors(log_x))
+    index_y = indexed(log_y)
+    translation = to_origin_acks(indexed(log_x), cursor_x)
+    remote = translation.acks if isinstance(translation, Translation) else OriginAcks()
+    start = Position(log_y[0][0].ledger, -1) if log_y else P("1:-1")
+    local_y = AckState(start)
+    after = applied(local_y, plan_apply(index_y, local_y, remote=remote, log=[p for p, _ in log_y]))
+    acked_x = {o for p, o in log_x if p in cursor_x}
+    assert {o for p, o in log_y if p in after} == acked_x
