@@ -27,6 +27,10 @@ Echo is suppressed twice: ``apply_remote`` answers ``IGNORE_SAME`` to a record i
 ``local_change`` makes no event when the store holds the bytes the replica already has, which is what the
 store watch reports right after the agent wrote a remote record.
 
+Changes made while no agent watched (agent down, or before GeoSync was installed) carry no stamp of ours;
+``scan_store`` dates them by ZooKeeper's mtime, raised just above the held record where needed, so that a
+region whose store was filled long ago does not beat a later edit elsewhere merely by being scanned later.
+
 Invariants (each is a test in ``tests/core/test_policies.py``):
 
 1. ``merge`` is commutative, associative and idempotent.
@@ -35,7 +39,9 @@ Invariants (each is a test in ``tests/core/test_policies.py``):
 4. Paths outside the mirrored families are never applied and never produce events.
 5. No echo: after applying a remote record, reporting the same bytes as a local change makes no event,
    and mirrors exchanging events until none are left in flight quiesce with identical stores.
-6. A local change's stamp is above what the replica held for its path, so it wins everywhere.
+6. A local change's stamp is above what the replica held for its path, so it wins everywhere; that holds
+   for changes ``scan_store`` finds too, after which the replica matches the store and a second scan finds
+   nothing.
 7. ``diff`` lists exactly the paths whose values differ between regions.
 8. The JSON helpers change only the field they write; ``event_from_payload(event_to_payload(r)) == r``
    and ``event_from_payload`` never raises, whatever it is given.
@@ -52,7 +58,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from geosync_core.clocks import Hlc, decode, encode
+from geosync_core.clocks import Hlc, decode, encode, receive
 
 TENANT_ADMIN_ROLES = "adminRoles"
 TENANT_ALLOWED_CLUSTERS = "allowedClusters"
@@ -188,6 +194,27 @@ def stamp_found_change(held: Record | None, *, mtime_ms: int, region: str) -> Hl
     if held is None or found > held.stamp:
         return found
     return Hlc(held.stamp.wall_ms, held.stamp.logical + 1, region)
+
+
+def scan_store(
+    replica: Replica, clock: Hlc, *, found: Mapping[str, tuple[bytes, int]], now_ms: int
+) -> tuple[Replica, Hlc, list[Record]]:
+    """The events for what changed in the store while no agent watched it, and the clock that saw them.
+
+    ``found`` maps every node of the mirrored families now in the store to (bytes, ZooKeeper mtime); a
+    held path missing from it was deleted. Deletions leave no mtime, so they get the least winning stamp.
+    """
+    events = []
+    for path in sorted(found.keys() | replica.keys()):
+        held = replica.get(path)
+        value, mtime_ms = found.get(path, (None, 0))
+        if not classify(path).mirrored or value == (held.value if held else None):
+            continue
+        event = Record(path, value, stamp_found_change(held, mtime_ms=mtime_ms, region=clock.region))
+        replica = {**replica, path: event}
+        clock = receive(clock, event.stamp, now_ms=now_ms)
+        events.append(event)
+    return replica, clock, events
 
 
 def digest(value: bytes | None) -> str | None:

@@ -31,6 +31,7 @@ from geosync_core.policies import (
     local_change,
     merge,
     read_names,
+    scan_store,
     stamp_found_change,
     write_names,
 )
@@ -207,6 +208,44 @@ def test_stamp_found_change_ranks_above_the_held_record(
     assert stamp.region == region
     assert held is None or stamp > held.stamp
     assert stamp.wall_ms >= mtime or (held is not None and stamp.wall_ms == held.stamp.wall_ms)
+
+
+FOUND = st.dictionaries(
+    st.sampled_from([*PATHS, "/admin/local-policies/t/ns"]),
+    st.tuples(st.sampled_from([b"", b"{}", b'{"x":1}', b'{"x":3}']), st.integers(0, 6)),
+)
+
+
+@settings(deadline=None)
+@given(REPLICAS, FOUND, st.integers(0, 6))
+def test_scan_store_finds_each_change_once_and_each_wins(
+    replica: Replica, found: dict[str, tuple[bytes, int]], now: int
+) -> None:
+    clock = clocks.start("b")
+    after, clock, events = scan_store(replica, clock, found=found, now_ms=now)
+    for path in PATHS:
+        record = after.get(path)
+        assert (record.value if record else None) == found.get(path, (None, 0))[0]
+    assert "/admin/local-policies/t/ns" not in after
+    for event in events:
+        assert after[event.path] == event
+        assert apply_remote(replica, event)[1] in (Decision.APPLY_WRITE, Decision.APPLY_DELETE)
+        assert event.stamp < clocks.tick(clock, now_ms=0)[1]
+    assert {e.path for e in events} == {p for p in PATHS if after.get(p) != replica.get(p)}
+    assert scan_store(after, clock, found=found, now_ms=now)[2] == []
+
+
+def test_scan_store_dates_a_found_change_by_its_mtime() -> None:
+    held = {NS: Record(NS, b"old", _stamp(10, "a"))}
+    found = {NS: (b"new", 50), "/admin/policies/t": (b"{}", 7)}
+    _, clock, events = scan_store(held, clocks.start("b"), found=found, now_ms=20)
+    assert events == [
+        Record("/admin/policies/t", b"{}", _stamp(7, "b")),
+        Record(NS, b"new", _stamp(50, "b")),
+    ]
+    assert clock > _stamp(50, "b")
+    _, _, [deleted] = scan_store(held, clocks.start("b"), found={}, now_ms=20)
+    assert deleted == Record(NS, None, _stamp(10, "b", 1))
 
 
 class _Mirror:
