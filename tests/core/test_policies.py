@@ -15,6 +15,7 @@ from geosync_core.clocks import Hlc
 from geosync_core.policies import (
     NAMESPACE_ALLOWED_CLUSTERS,
     NAMESPACE_REPLICATION_CLUSTERS,
+    TENANT_ADMIN_ROLES,
     TENANT_ALLOWED_CLUSTERS,
     Decision,
     Disagreement,
@@ -356,7 +357,14 @@ NAMES = st.lists(st.from_regex(r"(?a)[-=:.\w]{1,8}", fullmatch=True), max_size=4
 @settings(max_examples=50, deadline=None)
 @given(
     st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=6),
-    st.sampled_from([NAMESPACE_ALLOWED_CLUSTERS, NAMESPACE_REPLICATION_CLUSTERS, TENANT_ALLOWED_CLUSTERS]),
+    st.sampled_from(
+        [
+            NAMESPACE_ALLOWED_CLUSTERS,
+            NAMESPACE_REPLICATION_CLUSTERS,
+            TENANT_ALLOWED_CLUSTERS,
+            TENANT_ADMIN_ROLES,
+        ]
+    ),
     NAMES,
 )
 def test_write_names_changes_only_its_field(doc: dict[str, object], field: str, names: list[str]) -> None:
