@@ -1,0 +1,237 @@
+"""Control messages: the signed, versioned envelope agents exchange on control topics, and its payloads.
+
+Control topics are replicated like data topics, so anyone able to publish on them could move cursors in
+every region. Each message is therefore an envelope signed with HMAC-SHA256 under a per-deployment key,
+carrying its sender region and a per-sender sequence number, so that forged, altered, replayed or
+unreadable messages change nothing. A Java implementation (the broker plugins) reads and writes the same
+bytes; ``testdata/envelopes/vectors.json`` pins them down for both.
+
+Wire form: a UTF-8 JSON object with the keys ``version``, ``kind``, ``region``, ``seq``, ``sent_at_ms``,
+``payload`` and ``sig``. ``sig`` is the lowercase hex HMAC-SHA256 of the canonical encoding of the other
+six: keys sorted by code point, no whitespace (``","`` and ``":"`` separators), non-ASCII characters
+written as raw UTF-8, only ``"``, ``\\`` and control characters escaped (as ``\\n``, ``\\u001f`` ...),
+integers only (no floats, NaN or infinities), integers of envelope fields in ``0 <= n < 2**63``.
+
+Invariants:
+
+* ``open_envelope(key, seal(key, e)) == e`` for every envelope, and the bytes are canonical;
+* ``open_envelope`` never raises: any input yields an ``Envelope`` or ``Rejected(reason)``;
+* a message is accepted only if its signature verifies under the key, over exactly the fields it carries
+  (comparison with ``hmac.compare_digest``); unknown versions are refused before interpretation;
+* ``ReplayGuard.admit`` accepts a sender's message only if its ``seq`` is above every ``seq`` accepted
+  from that sender before; a refused message leaves the guard unchanged;
+* ``decode_ack_state`` returns what ``encode_ack_state`` encoded; malformed payloads are values, and a
+  payload speaking for another region than its envelope's sender is malformed.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from geosync_core.origins import OriginAcks, Span
+
+VERSION = 1
+ACK_STATE = "ack-state"
+ACK_STATE_VERSION = 1
+
+_FIELDS = frozenset({"version", "kind", "region", "seq", "sent_at_ms", "payload"})
+_LIMIT = 2**63
+
+JsonObject = dict[str, Any]
+
+
+class Reason(enum.Enum):
+    UNSIGNED = "unsigned"
+    BAD_SIGNATURE = "bad-signature"
+    MALFORMED = "malformed"
+    UNSUPPORTED_VERSION = "unsupported-version"
+    REPLAYED = "replayed"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A control message that must change nothing; the runtime counts it by reason."""
+
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    kind: str
+    region: str
+    seq: int
+    sent_at_ms: int
+    payload: JsonObject
+    version: int = VERSION
+
+    def __post_init__(self) -> None:
+        if not (_is_text(self.kind) and _is_text(self.region)):
+            raise ValueError("kind and region must be non-empty strings")
+        if not all(_is_count(n) for n in (self.seq, self.sent_at_ms, self.version)):
+            raise ValueError("seq, sent_at_ms and version must be integers in [0, 2**63)")
+        if not isinstance(self.payload, dict) or not _is_json(self.payload):
+            raise ValueError("payload must be a JSON object without floats")
+
+    def fields(self) -> JsonObject:
+        return {
+            "version": self.version,
+            "kind": self.kind,
+            "region": self.region,
+            "seq": self.seq,
+            "sent_at_ms": self.sent_at_ms,
+            "payload": self.payload,
+        }
+
+
+def canonical(value: JsonObject) -> bytes:
+    """The canonical encoding (raises ``ValueError`` for what cannot be encoded, e.g. lone surrogates)."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+def signature(key: bytes, fields: JsonObject) -> str:
+    return hmac.new(key, canonical(fields), hashlib.sha256).hexdigest()
+
+
+def seal(key: bytes, envelope: Envelope) -> bytes:
+    """The signed wire bytes of ``envelope``."""
+    fields = envelope.fields()
+    return canonical({**fields, "sig": signature(key, fields)})
+
+
+def open_envelope(key: bytes, data: bytes) -> Envelope | Rejected:
+    """Verify and decode wire bytes; never raises."""
+    try:
+        message = json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_float=_no_float,
+            parse_constant=_no_float,
+        )
+    except (ValueError, RecursionError):
+        return Rejected(Reason.MALFORMED)
+    if not isinstance(message, dict):
+        return Rejected(Reason.MALFORMED)
+    sig = message.pop("sig", None)
+    if sig is None:
+        return Rejected(Reason.UNSIGNED)
+    version = message.get("version")
+    if not _is_count(version):
+        return Rejected(Reason.MALFORMED)
+    if version != VERSION:
+        return Rejected(Reason.UNSUPPORTED_VERSION)
+    try:
+        expected = signature(key, message)
+    except ValueError:
+        return Rejected(Reason.MALFORMED)
+    if not isinstance(sig, str) or not hmac.compare_digest(expected.encode(), sig.encode("utf-8", "replace")):
+        return Rejected(Reason.BAD_SIGNATURE)
+    if message.keys() != _FIELDS:
+        return Rejected(Reason.MALFORMED)
+    try:
+        return Envelope(**message)
+    except (ValueError, TypeError):
+        return Rejected(Reason.MALFORMED)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayGuard:
+    """The highest ``seq`` accepted from each sender region (keep it across restarts)."""
+
+    highest: tuple[tuple[str, int], ...] = ()
+
+    def admit(self, envelope: Envelope) -> tuple[ReplayGuard, Envelope | Rejected]:
+        seen = dict(self.highest)
+        if envelope.region in seen and envelope.seq <= seen[envelope.region]:
+            return self, Rejected(Reason.REPLAYED)
+        seen[envelope.region] = envelope.seq
+        return ReplayGuard(tuple(sorted(seen.items()))), envelope
+
+
+@dataclass(frozen=True, slots=True)
+class AckStateMessage:
+    """What ``region``'s subscription acknowledged on ``topic`` (one partition), in origin coordinates."""
+
+    topic: str
+    subscription: str
+    region: str
+    acks: OriginAcks
+
+
+def encode_ack_state(topic: str, subscription: str, *, region: str, acks: OriginAcks) -> JsonObject:
+    """The payload of an ``ack-state`` envelope; spans are ``[[ledger, first], [ledger, last]]`` pairs."""
+    return {
+        "version": ACK_STATE_VERSION,
+        "topic": topic,
+        "subscription": subscription,
+        "region": region,
+        "acks": {
+            origin: [[[s.ledger, s.first], [s.ledger, s.last]] for s in spans]
+            for origin, spans in acks.by_region
+        },
+    }
+
+
+def decode_ack_state(envelope: Envelope) -> AckStateMessage | Rejected:
+    """Decode the payload of an opened ``ack-state`` envelope; never raises.
+
+    The payload's ``region`` must be the envelope's sender: a region only speaks for its own cursors.
+    """
+    payload = envelope.payload
+    version = payload.get("version")
+    if envelope.kind != ACK_STATE or not _is_count(version):
+        return Rejected(Reason.MALFORMED)
+    if version != ACK_STATE_VERSION:
+        return Rejected(Reason.UNSUPPORTED_VERSION)
+    topic, subscription, region, acks = (payload.get(k) for k in ("topic", "subscription", "region", "acks"))
+    if not (
+        _is_text(topic) and _is_text(subscription) and region == envelope.region and isinstance(acks, dict)
+    ):
+        return Rejected(Reason.MALFORMED)
+    if not all(map(_is_text, acks)):
+        return Rejected(Reason.MALFORMED)
+    try:
+        decoded = OriginAcks.of((origin, map(_span, spans)) for origin, spans in acks.items())
+    except (ValueError, TypeError):
+        return Rejected(Reason.MALFORMED)
+    return AckStateMessage(str(topic), str(subscription), envelope.region, decoded)
+
+
+def _span(pair: Any) -> Span:
+    (ledger, first), (other_ledger, last) = pair
+    if not all(_is_count(n) for n in (ledger, first, other_ledger, last)) or ledger != other_ledger:
+        raise ValueError(f"not a span: {pair!r}")
+    return Span(ledger, first, last)
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _LIMIT
+
+
+def _is_json(value: object) -> bool:
+    if value is None or isinstance(value, bool | int | str):
+        return True
+    if isinstance(value, list):
+        return all(map(_is_json, value))
+    return isinstance(value, dict) and all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> JsonObject:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate key")
+    return result
+
+
+def _no_float(text: str) -> Any:
+    raise ValueError(f"not an integer: {text}")

@@ -1,0 +1,255 @@
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import pathlib
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from geosync_core.envelopes import (
+    ACK_STATE,
+    AckStateMessage,
+    Envelope,
+    Reason,
+    Rejected,
+    ReplayGuard,
+    decode_ack_state,
+    encode_ack_state,
+    open_envelope,
+    seal,
+)
+from geosync_core.origins import OriginAcks, Span
+
+from .strategies import fast
+
+VECTORS = json.loads(
+    (pathlib.Path(__file__).resolve().parents[2] / "testdata" / "envelopes" / "vectors.json").read_text(
+        "utf-8"
+    )
+)
+KEY = bytes.fromhex(VECTORS["key_hex"])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10,
+)
+counts = st.integers(0, 2**63 - 1)
+names = st.text(min_size=1, max_size=8)
+envelopes = st.builds(
+    Envelope,
+    kind=names,
+    region=names,
+    seq=counts,
+    sent_at_ms=counts,
+    payload=st.dictionaries(st.text(max_size=5), json_values, max_size=4),
+)
+
+
+def surrogate_free(e: Envelope) -> bool:
+    try:
+        json.dumps(e.payload, ensure_ascii=False).encode()
+        (e.kind + e.region).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# --- shared vectors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["name"])
+def test_valid_vectors(vector: dict[str, Any]) -> None:
+    envelope = Envelope(**vector["envelope"])
+    wire = bytes.fromhex(vector["wire_hex"])
+    assert wire == vector["wire"].encode()
+    assert seal(KEY, envelope) == wire
+    assert open_envelope(KEY, wire) == envelope
+    expected = hmac.new(KEY, vector["signing_input"].encode(), hashlib.sha256).hexdigest()
+    assert vector["signature"] == expected
+    assert json.loads(wire)["sig"] == expected
+
+
+@pytest.mark.parametrize("vector", VECTORS["rejected"], ids=lambda v: v["name"])
+def test_rejected_vectors(vector: dict[str, Any]) -> None:
+    assert open_envelope(KEY, bytes.fromhex(vector["wire_hex"])) == Rejected(Reason(vector["reason"]))
+
+
+# --- properties -------------------------------------------------------------------------------------
+
+
+@fast
+@given(envelopes.filter(surrogate_free))
+def test_seal_open_round_trips_canonically(envelope: Envelope) -> None:
+    wire = seal(KEY, envelope)
+    assert open_envelope(KEY, wire) == envelope
+    assert open_envelope(b"other key", wire) == Rejected(Reason.BAD_SIGNATURE)
+    reparsed = json.loads(wire)
+    assert json.dumps(reparsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() == wire
+
+
+@settings(fast, max_examples=300)
+@given(st.binary(max_size=200))
+def test_open_never_raises_on_garbage(data: bytes) -> None:
+    assert isinstance(open_envelope(KEY, data), Envelope | Rejected)
+
+
+@settings(fast, max_examples=100)
+@given(envelopes.filter(surrogate_free), st.data())
+def test_any_altered_byte_is_rejected(envelope: Envelope, data: st.DataObject) -> None:
+    wire = bytearray(seal(KEY, envelope))
+    i = data.draw(st.integers(0, len(wire) - 1))
+    wire[i] ^= data.draw(st.integers(1, 255))
+    result = open_envelope(KEY, bytes(wire))
+    # Either rejected, or the change was JSON-insignificant (e.g. a hex digit's case in an escape).
+    assert isinstance(result, Rejected) or result == envelope
+
+
+@settings(fast, max_examples=200)
+@given(st.text(max_size=80))
+def test_open_never_raises_on_json_like_text(text: str) -> None:
+    result = open_envelope(KEY, text.encode("utf-8", "surrogatepass"))
+    assert isinstance(result, Envelope | Rejected)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"sig":"00","version":1,"payload":"\\ud800"}',
+        b'{"sig":"\\ud800","version":1}',
+        b'{"sig":1,"version":1}',
+        b'{"sig":"00","version":true}',
+        b'{"sig":"00","version":' + b"9" * 5000 + b"}",
+        b'{"sig":"00","version":NaN}',
+        b"",
+    ],
+)
+def test_open_edge_cases_are_values(data: bytes) -> None:
+    assert isinstance(open_envelope(KEY, data), Rejected)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"kind": "", "region": "a", "seq": 1, "sent_at_ms": 0, "payload": {}},
+        {"kind": "k", "region": "a", "seq": -1, "sent_at_ms": 0, "payload": {}},
+        {"kind": "k", "region": "a", "seq": True, "sent_at_ms": 0, "payload": {}},
+        {"kind": "k", "region": "a", "seq": 1, "sent_at_ms": 2**63, "payload": {}},
+        {"kind": "k", "region": "a", "seq": 1, "sent_at_ms": 0, "payload": {"x": 1.5}},
+        {"kind": "k", "region": "a", "seq": 1, "sent_at_ms": 0, "payload": []},
+    ],
+)
+def test_invalid_envelopes_cannot_be_built(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        Envelope(**fields)
+
+
+# --- replay guard -----------------------------------------------------------------------------------
+
+
+def test_replay_guard_table() -> None:
+    def env(region: str, seq: int) -> Envelope:
+        return Envelope("k", region, seq, 0, {})
+
+    guard = ReplayGuard()
+    outcomes = []
+    for region, seq in [("a", 1), ("a", 1), ("b", 1), ("a", 3), ("a", 2), ("b", 2)]:
+        guard, result = guard.admit(env(region, seq))
+        outcomes.append(result == env(region, seq))
+    assert outcomes == [True, False, True, True, False, True]
+    assert guard == ReplayGuard((("a", 3), ("b", 2)))
+    assert guard.admit(env("a", 3)) == (guard, Rejected(Reason.REPLAYED))
+
+
+@fast
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 10)), max_size=30))
+def test_replay_guard_accepts_only_increasing_seqs_per_sender(arrivals: list[tuple[str, int]]) -> None:
+    guard = ReplayGuard()
+    accepted: dict[str, list[int]] = {}
+    for region, seq in arrivals:
+        before = guard
+        guard, result = guard.admit(Envelope("k", region, seq, 0, {}))
+        if isinstance(result, Rejected):
+            assert guard == before
+        else:
+            accepted.setdefault(region, []).append(seq)
+    for seqs in accepted.values():
+        assert seqs == sorted(set(seqs))  # strictly increasing
+
+
+# --- ack-state payload ------------------------------------------------------------------------------
+
+TOPIC = "persistent://geo/ns/orders-partition-0"
+
+
+@st.composite
+def origin_acks(draw: st.DrawFn) -> OriginAcks:
+    spans = st.builds(
+        lambda ledger, first, n: Span(ledger, first, first + n), counts, st.integers(0, 99), st.integers(0, 9)
+    )
+    return OriginAcks.of(draw(st.dictionaries(names, st.lists(spans, max_size=3), max_size=3)))
+
+
+@fast
+@given(origin_acks())
+def test_ack_state_round_trips_through_a_sealed_envelope(acks: OriginAcks) -> None:
+    payload = encode_ack_state(TOPIC, "billing", region="eu", acks=acks)
+    opened = open_envelope(KEY, seal(KEY, Envelope(ACK_STATE, "eu", 7, 0, payload)))
+    assert isinstance(opened, Envelope)
+    assert decode_ack_state(opened) == AckStateMessage(TOPIC, "billing", "eu", acks)
+
+
+def test_ack_state_wire_shape() -> None:
+    acks = OriginAcks.of({"us": [Span(7, 5, 9)]})
+    assert encode_ack_state(TOPIC, "billing", region="eu", acks=acks) == {
+        "version": 1,
+        "topic": TOPIC,
+        "subscription": "billing",
+        "region": "eu",
+        "acks": {"us": [[[7, 5], [7, 9]]]},
+    }
+
+
+def _payload(**changes: Any) -> dict[str, Any]:
+    good = {
+        "version": 1,
+        "topic": TOPIC,
+        "subscription": "s",
+        "region": "eu",
+        "acks": {"us": [[[7, 5], [7, 9]]]},
+    }
+    return {**good, **changes}
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "reason"),
+    [
+        ("other", _payload(), Reason.MALFORMED),
+        (ACK_STATE, _payload(version=2), Reason.UNSUPPORTED_VERSION),
+        (ACK_STATE, _payload(version="1"), Reason.MALFORMED),
+        (ACK_STATE, _payload(region="us"), Reason.MALFORMED),
+        (ACK_STATE, _payload(topic=""), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks=[]), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"": []}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": [[[7, 5], [8, 9]]]}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": [[[7, 9], [7, 5]]]}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": [[[7, -1], [7, 5]]]}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": [[[7, True], [7, 5]]]}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": [[7, 5]]}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": 5}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": "ab"}), Reason.MALFORMED),
+    ],
+)
+def test_bad_ack_state_payloads_are_values(kind: str, payload: dict[str, Any], reason: Reason) -> None:
+    assert decode_ack_state(Envelope(kind, "eu", 1, 0, payload)) == Rejected(reason)
+
+
+@settings(fast, max_examples=100)
+@given(st.dictionaries(st.sampled_from(["version", "topic", "subscription", "region", "acks"]), json_values))
+def test_decode_never_raises(payload: dict[str, Any]) -> None:
+    assert isinstance(decode_ack_state(Envelope(ACK_STATE, "eu", 1, 0, payload)), AckStateMessage | Rejected)
