@@ -60,7 +60,7 @@ class Rejected:
     reason: Reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Envelope:
     kind: str
     region: str

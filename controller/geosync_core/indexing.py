@@ -11,9 +11,9 @@ an immutable value would copy the runs on every append. One task owns an index; 
 
 Invariants:
 
-* appends are in strictly increasing local order; an entry already indexed (a reader replaying after a
-  reconnect) is ignored if it names the same origin and refused if it names another, and so is an entry
-  below what was truncated;
+* appends are in strictly increasing local order; an entry at or below the last one appended (a reader
+  replaying after a reconnect) is ignored if it names the same origin and refused otherwise; an entry
+  below the truncation floor is ignored;
 * ``origin_of(p)`` is the origin appended for ``p``, ``None`` for a position never appended (or
   truncated), whatever the ledger ids of the origins (they collide between regions);
 * ``local_of(o)`` is the first local entry appended with origin ``o`` (a replicator that re-sent after a
@@ -33,7 +33,7 @@ from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
     """``length`` local entries from ``local_ledger:local_first``, whose origins are ``length``
     consecutive entries from ``origin_ledger:origin_first`` in ``region``."""
@@ -116,8 +116,10 @@ class OriginIndex:
         contradicts what was appended before."""
         if local.entry < 0:
             raise ValueError(f"not an entry: {local}")
+        if self._floor is not None and local < self._floor:
+            return
         if self._last is not None and local <= self._last:
-            if (self._floor is not None and local < self._floor) or self.origin_of(local) == origin:
+            if self.origin_of(local) == origin:
                 return
             raise ValueError(f"{local} was indexed as {self.origin_of(local)}, now claimed as {origin}")
         self._last = local
@@ -160,7 +162,16 @@ def _extend(runs: list[Run], local: Position, origin: Origin) -> list[Run]:
     if runs and runs[-1].extends_to(local, origin):
         runs[-1] = replace(runs[-1], length=runs[-1].length + 1)
     else:
-        runs.append(Run(local.ledger, local.entry, origin.region, p.ledger, p.entry, 1))
+        runs.append(
+            Run(
+                local_ledger=local.ledger,
+                local_first=local.entry,
+                region=origin.region,
+                origin_ledger=p.ledger,
+                origin_first=p.entry,
+                length=1,
+            )
+        )
     return runs
 
 

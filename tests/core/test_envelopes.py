@@ -154,7 +154,7 @@ def test_invalid_envelopes_cannot_be_built(fields: dict[str, Any]) -> None:
 
 def test_replay_guard_table() -> None:
     def env(region: str, seq: int) -> Envelope:
-        return Envelope("k", region, seq, 0, {})
+        return Envelope(kind="k", region=region, seq=seq, sent_at_ms=0, payload={})
 
     guard = ReplayGuard()
     outcomes = []
@@ -173,7 +173,7 @@ def test_replay_guard_accepts_only_increasing_seqs_per_sender(arrivals: list[tup
     accepted: dict[str, list[int]] = {}
     for region, seq in arrivals:
         before = guard
-        guard, result = guard.admit(Envelope("k", region, seq, 0, {}))
+        guard, result = guard.admit(Envelope(kind="k", region=region, seq=seq, sent_at_ms=0, payload={}))
         if isinstance(result, Rejected):
             assert guard == before
         else:
@@ -199,7 +199,9 @@ def origin_acks(draw: st.DrawFn) -> OriginAcks:
 @given(origin_acks())
 def test_ack_state_round_trips_through_a_sealed_envelope(acks: OriginAcks) -> None:
     payload = encode_ack_state(TOPIC, "billing", region="eu", acks=acks)
-    opened = open_envelope(KEY, seal(KEY, Envelope(ACK_STATE, "eu", 7, 0, payload)))
+    opened = open_envelope(
+        KEY, seal(KEY, Envelope(kind=ACK_STATE, region="eu", seq=7, sent_at_ms=0, payload=payload))
+    )
     assert isinstance(opened, Envelope)
     assert decode_ack_state(opened) == AckStateMessage(TOPIC, "billing", "eu", acks)
 
@@ -246,10 +248,15 @@ def _payload(**changes: Any) -> dict[str, Any]:
     ],
 )
 def test_bad_ack_state_payloads_are_values(kind: str, payload: dict[str, Any], reason: Reason) -> None:
-    assert decode_ack_state(Envelope(kind, "eu", 1, 0, payload)) == Rejected(reason)
+    assert decode_ack_state(
+        Envelope(kind=kind, region="eu", seq=1, sent_at_ms=0, payload=payload)
+    ) == Rejected(reason)
 
 
 @settings(fast, max_examples=100)
 @given(st.dictionaries(st.sampled_from(["version", "topic", "subscription", "region", "acks"]), json_values))
 def test_decode_never_raises(payload: dict[str, Any]) -> None:
-    assert isinstance(decode_ack_state(Envelope(ACK_STATE, "eu", 1, 0, payload)), AckStateMessage | Rejected)
+    assert isinstance(
+        decode_ack_state(Envelope(kind=ACK_STATE, region="eu", seq=1, sent_at_ms=0, payload=payload)),
+        AckStateMessage | Rejected,
+    )

@@ -71,7 +71,10 @@ def test_size_follows_origin_switches_not_messages() -> None:
     for entry in range(2_000):
         index.append(Position(8, entry), Origin("b", Position(3, 100 + entry)))
     assert len(index) == 2
-    assert list(index) == [Run(7, 0, "a", 7, 0, 2_000), Run(8, 0, "b", 3, 100, 2_000)]
+    assert list(index) == [
+        Run(local_ledger=7, local_first=0, region="a", origin_ledger=7, origin_first=0, length=2_000),
+        Run(local_ledger=8, local_first=0, region="b", origin_ledger=3, origin_first=100, length=2_000),
+    ]
     assert index.local_of(O("b", "3:1099")) == P("8:999")
 
 
@@ -127,3 +130,14 @@ def test_truncate_forgets_exactly_what_lies_below(log: list[tuple[Position, Orig
         index.append(local, origin)  # replays below the floor and above it change nothing
     assert len(index) <= breaks(log)
     assert index.first == (floor if log else None)
+
+
+def test_truncating_past_the_reader_ignores_appends_below_the_floor() -> None:
+    index = OriginIndex()
+    index.append(P("1:0"), O("a", "1:0"))
+    index.truncate_below(P("3:0"))
+    index.append(P("2:0"), O("a", "1:1"))
+    assert len(index) == 0
+    assert index.origin_of(P("2:0")) is None
+    index.append(P("3:0"), O("a", "1:2"))
+    assert index.first == index.last == P("3:0")

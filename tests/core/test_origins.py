@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geosync_core.origins import Origin, OriginAcks, Span
@@ -74,7 +74,7 @@ def test_of_is_the_union_of_its_spans(items: list[tuple[str, list[Span]]]) -> No
     assert OriginAcks(acks.by_region) == acks
 
 
-@fast
+@settings(fast, max_examples=40)
 @given(origin_acks, origin_acks, origin_acks)
 def test_merge_is_a_semilattice(a: OriginAcks, b: OriginAcks, c: OriginAcks) -> None:
     assert members(a.merge(b)) == members(a) | members(b)  # union, hence monotone
