@@ -95,7 +95,7 @@ def lab_up(regions: list[str], lab_dir: pathlib.Path, deadline: float, no_agents
     """Boot the lab (a no-op with a message if the same lab is already running in DIR)."""
     report = console.print if output == "text" else (lambda _m: None)
     with console.status("booting regions…", spinner="dots") if output == "text" else _null():
-        result = labs.up(lab_dir, regions, deadline_s=deadline, report=report)
+        result = labs.up(lab_dir, regions, deadline_s=deadline, agents=not no_agents, report=report)
     data = {
         "topology": str(result.path),
         "already_running": result.already_running,

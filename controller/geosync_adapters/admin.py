@@ -297,6 +297,47 @@ class AdminClient:
     def topics(self, namespace: str) -> list[str]:
         return list(self.get(f"/admin/v2/namespaces/{namespace}/topics") or [])
 
+    # -- subscriptions and cursors -----------------------------------------------------------------
+
+    def create_subscription(self, topic: str, subscription: str, *, at: tuple[int, int] = (-1, -1)) -> bool:
+        """Create a durable subscription at ``(ledger, entry)``; (-1, -1) is the earliest message.
+
+        True if created, False if it existed already (then it is left untouched).
+        """
+        path = f"/admin/v2/{self.topic_path(topic)}/subscription/{urllib.parse.quote(subscription, safe='')}"
+        try:
+            self.put(path, {"ledgerId": at[0], "entryId": at[1]}, params={"replicated": "false"})
+        except AdminConflict:
+            return False
+        return True
+
+    def expire_messages(
+        self, topic: str, subscription: str, *, ledger: int, entry: int, partition: int = -1
+    ) -> None:
+        """Move a subscription's mark-delete forward to ``ledger:entry`` (never backwards, keeps holes above,
+        does not disconnect consumers). Asynchronous on the broker: poll the cursor to see it done."""
+        sub = urllib.parse.quote(subscription, safe="")
+        body = {
+            "ledgerId": ledger,
+            "entryId": entry,
+            "partitionIndex": partition,
+            "batchIndex": -1,
+            "excluded": False,
+        }
+        self.post(f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/expireMessages", body)
+
+    def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
+        """Individually acknowledge entries (PIP-423). Raises AdminNotFound/AdminNotAllowed on brokers without it."""
+        sub = urllib.parse.quote(subscription, safe="")
+        body = {"type": "messageId", "messageIds": [{"ledgerId": lg, "entryId": e} for lg, e in positions]}
+        self.post(f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/skipByMessageIds", body)
+
+    def replicated_from(self, topic: str, *, ledger: int, entry: int) -> str | None:
+        """The region a stored entry was replicated from (None for a local one), from the entry's headers."""
+        path = f"/admin/v2/{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"
+        response: requests.Response = self.retry.retrying()(self._once, "GET", path, None, None)
+        return response.headers.get("X-Pulsar-replicated-from") or None
+
 
 def is_ready(client: AdminClient, cluster: str, *, probe: Callable[[], list[str]] | None = None) -> bool:
     """A region is ready when its admin API answers and lists its own cluster (created after start)."""

@@ -14,12 +14,17 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import secrets
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import yaml
 
 from geosync_adapters.admin import NO_RETRY, AdminClient, AdminError
 from geosync_core import topology as topo
@@ -183,7 +188,12 @@ def wait_replication(topology: topo.Topology, *, deadline_s: float = 90.0, repor
 
 
 def up(
-    lab_dir: pathlib.Path, region_names: list[str], *, deadline_s: float = 240.0, report: Report = _silent
+    lab_dir: pathlib.Path,
+    region_names: list[str],
+    *,
+    deadline_s: float = 240.0,
+    agents: bool = True,
+    report: Report = _silent,
 ) -> UpResult:
     """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there."""
     topo.validate_region_names(region_names)
@@ -260,12 +270,97 @@ def up(
             f"the regions are up but could not be wired together: {e}",
             hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
         ) from e
+    if agents:
+        for name in region_names:
+            topology = start_agent(lab_dir, name)
+            report(f"agent {name}: started (pid {topology.agents[name].pid})")
     return UpResult(
         topology=topology,
         path=path,
         boots=[booted[n][2] for n in region_names],
         total_seconds=time.monotonic() - started,
     )
+
+
+# -- agents ----------------------------------------------------------------------------------------
+
+CONTROL_TOPIC = "geosync-control"
+
+
+def _agent_paths(lab_dir: pathlib.Path, name: str) -> tuple[pathlib.Path, pathlib.Path]:
+    return lab_dir / "agents" / f"{name}.yaml", lab_dir / "agents" / f"{name}.log"
+
+
+def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.25) -> topo.Topology:
+    """Start (or restart) the agent of region ``name`` as a process; its config names only its region."""
+    lab_dir = lab_dir.resolve()
+    topology = load(lab_dir)
+    region = topology.region(name)
+    agents_dir = lab_dir / "agents"
+    agents_dir.mkdir(exist_ok=True)
+    key = agents_dir / "hmac.key"
+    if not key.exists():
+        key.write_text(secrets.token_hex(32) + "\n")
+        key.chmod(0o600)
+    config, logfile = _agent_paths(lab_dir, name)
+    existing = topology.agents.get(name)
+    if existing and existing.pid and regions.owns(existing.pid, str(config)):
+        return topology
+    metrics_port = regions.free_ports(1)[0]
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "region": name,
+                "admin_url": region.admin_url,
+                "service_url": region.service_url,
+                "zookeeper": region.zookeeper,
+                "key_file": str(key),
+                "metrics_port": metrics_port,
+                "poll_interval_s": poll_interval_s,
+                "control_topic": CONTROL_TOPIC,
+            },
+            sort_keys=True,
+        )
+    )
+    with logfile.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "geosync_agent", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    agents = {**topology.agents, name: topo.Agent(region=name, pid=proc.pid, config=str(config))}
+    topology = replace(
+        topology,
+        agents=agents,
+        namespaces={
+            ns: replace(n, control_topic=f"persistent://{ns}/{CONTROL_TOPIC}")
+            for ns, n in topology.namespaces.items()
+        },
+    )
+    save(lab_dir, topology)
+    return topology
+
+
+def stop_agent(lab_dir: pathlib.Path, name: str, *, kill: bool = False) -> topo.Topology:
+    lab_dir = lab_dir.resolve()
+    topology = load(lab_dir)
+    agent = topology.agents.get(name)
+    if agent is None or not agent.pid:
+        return topology
+    if kill:
+        regions.signal_region(agent.pid, agent.config, signal.SIGKILL)
+    regions.stop(agent.pid, agent.config, grace_s=0 if kill else 15)
+    topology = replace(topology, agents={**topology.agents, name: replace(agent, pid=None)})
+    save(lab_dir, topology)
+    return topology
+
+
+def agent_metrics_url(lab_dir: pathlib.Path, name: str) -> str:
+    config, _ = _agent_paths(lab_dir.resolve(), name)
+    port = yaml.safe_load(config.read_text())["metrics_port"]
+    return f"http://127.0.0.1:{port}"
 
 
 # -- stopping and restarting -----------------------------------------------------------------------

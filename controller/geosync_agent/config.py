@@ -1,0 +1,120 @@
+"""The agent's settings: one YAML file per region, checked at start-up with the bad key named.
+
+Secrets never come from the command line: the HMAC key and the admin/broker token are read from files
+(``key_file``, ``token_file``) or from the environment (``GEOSYNC_KEY``, ``GEOSYNC_TOKEN``), and are never
+logged.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import yaml
+
+from geosync_core.errors import PermanentError
+
+CONTROL_TOPIC = "geosync-control"
+
+
+class ConfigError(PermanentError):
+    """The agent's configuration is invalid; the message names the key and what to do."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    region: str
+    """This agent's region (the Pulsar cluster name). An agent talks to this region only."""
+    admin_url: str
+    """The region's admin REST API, e.g. http://broker:8080."""
+    service_url: str
+    """The region's binary protocol URL, e.g. pulsar://broker:6650."""
+    key_file: str = ""
+    """File holding the deployment's HMAC key (shared by every region's agent). Or env GEOSYNC_KEY."""
+    token_file: str = ""
+    """Optional file with a token for the region's brokers and admin API. Or env GEOSYNC_TOKEN."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to sync; empty means every namespace replicated to this region and at least one other."""
+    include: tuple[str, ...] = ("*",)
+    """fnmatch patterns over "topic/subscription" (topic without partition suffix) to sync."""
+    exclude: tuple[str, ...] = ()
+    """fnmatch patterns to leave alone; checked after ``include``."""
+    poll_interval_s: float = 0.25
+    """How often cursors are read and remote state applied. Sets the floor of the sync lag."""
+    discover_interval_s: float = 5.0
+    """How often namespaces, topics and subscriptions are listed."""
+    resync_interval_s: float = 30.0
+    """How often the full known state is republished, so a restarted peer catches up without history."""
+    control_topic: str = CONTROL_TOPIC
+    """Local name of the replicated control topic created in every synced namespace."""
+    metrics_port: int = 0
+    """Port for Prometheus metrics, /healthz, /readyz and /state (0: none)."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint binds (0.0.0.0 in a pod, so the kubelet and Prometheus reach it)."""
+    zookeeper: str = ""
+    """The region's ZooKeeper (policy mirror)."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def key(self) -> bytes:
+        env = os.environ.get("GEOSYNC_KEY")
+        if env:
+            return env.encode()
+        if not self.key_file:
+            raise ConfigError("no HMAC key: set key_file in the config or GEOSYNC_KEY in the environment")
+        try:
+            data = pathlib.Path(self.key_file).read_bytes().strip()
+        except OSError as e:
+            raise ConfigError(f"key_file {self.key_file!r} cannot be read: {e}") from e
+        if len(data) < 16:
+            raise ConfigError(
+                f"key_file {self.key_file!r} holds {len(data)} bytes; use at least 16 random bytes"
+            )
+        return data
+
+    def token(self) -> str | None:
+        env = os.environ.get("GEOSYNC_TOKEN")
+        if env:
+            return env
+        if not self.token_file:
+            return None
+        return pathlib.Path(self.token_file).read_text().strip() or None
+
+
+def load(path: str | pathlib.Path) -> AgentConfig:
+    try:
+        raw = yaml.safe_load(pathlib.Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read agent config {path}: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    known = {f.name: f for f in fields(AgentConfig)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    for required in ("region", "admin_url", "service_url"):
+        if not raw.get(required):
+            raise ConfigError(f"{path}: '{required}' is required")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in ("namespaces", "include", "exclude"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{path}: '{name}' must be a list of strings")
+            values[name] = tuple(value)
+        elif name.endswith("_s"):
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{path}: '{name}' must be a positive number of seconds")
+            values[name] = float(value)
+        else:
+            values[name] = value
+    return AgentConfig(**values)
+
+
+def dump(config: AgentConfig) -> str:
+    data = {f.name: getattr(config, f.name) for f in fields(AgentConfig) if f.name != "extra"}
+    for name in ("namespaces", "include", "exclude"):
+        data[name] = list(data[name])
+    return yaml.safe_dump(data, sort_keys=True)

@@ -1,0 +1,436 @@
+"""The agent's runtime: one process, one loop, talking only to its own region.
+
+Every ``poll_interval_s`` the loop does bounded work in a fixed order, so each step sees a consistent
+picture and nothing runs concurrently with anything else that touches the same state:
+
+1. discover (every ``discover_interval_s``): synced namespaces, their topic partitions, durable
+   subscriptions and whether application consumers are connected;
+2. index: drain every partition's reader queue into its ``OriginIndex`` (readers' listener threads only
+   ``put``);
+3. receive: drain the control topic, verify and de-duplicate envelopes, merge claims per subscription;
+4. observe and publish: read cursors (``internalStats``), translate each subscription's acknowledgements
+   to origin coordinates and publish them (with everything received, so any live region carries the
+   history) when they changed, and everything again every ``resync_interval_s``;
+5. apply: plan each subscription's cursor change from the merged claims and carry it out: mark-delete
+   with ``expireMessages``; holes with ``skipByMessageIds`` where the broker has it, else a shadow
+   consumer's individual acks, only while no application consumer is connected.
+
+Invariants (the core proves the planning; tests against the lab prove the whole): a cursor only moves
+forward; only entries whose origin some region acknowledged are acknowledged; applying again changes
+nothing; unsigned, altered, replayed or malformed control messages change nothing and are counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import logging
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulsar
+
+from geosync_adapters import admin as adm
+from geosync_adapters import messaging
+from geosync_agent.config import AgentConfig
+from geosync_agent.tailing import OriginResolver, Tail
+from geosync_core import envelopes, syncing
+from geosync_core.origins import OriginAcks
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+
+log = logging.getLogger("geosync.agent")
+PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
+INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
+
+
+@dataclass
+class Subscription:
+    topic: str
+    name: str
+    cursor: AckState | None = None
+    consumers: int = 0
+    exists: bool = True
+    published: OriginAcks | None = None
+    received: OriginAcks = field(default_factory=lambda: OriginAcks.of({}))
+    received_from: dict[str, float] = field(default_factory=dict)
+    pending_mark_delete: tuple[Position, float] | None = None
+    pending_holes: int = 0
+    last_applied_at: float = 0.0
+
+
+@dataclass
+class Stats:
+    """Counters the metrics endpoint and the benchmarks read."""
+
+    counters: Counter[str] = field(default_factory=Counter)
+
+    def inc(self, name: str, n: int = 1) -> None:
+        self.counters[name] += n
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.key = config.key()
+        self.admin = adm.AdminClient(config.admin_url, token=config.token(), timeout=5.0)
+        self.client: pulsar.Client | None = None
+        self.resolver = OriginResolver(local=config.region, lookup=self._lookup_origin)
+        self.tails: dict[str, Tail] = {}
+        self.subs: dict[tuple[str, str], Subscription] = {}
+        self.namespaces: dict[str, frozenset[str]] = {}
+        self.producers: dict[str, Any] = {}
+        self.control_readers: dict[str, Tail] = {}
+        self.guard = envelopes.ReplayGuard()
+        self.seq = time.time_ns() // 1000  # strictly increasing across restarts
+        self.stats = Stats()
+        self.stop_event = threading.Event()
+        self.skip_by_ids_supported: bool | None = None
+        self._next_discover = 0.0
+        self._next_resync = 0.0
+        self.ready = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        log.info("agent for region %s starting (admin %s)", self.config.region, self.config.admin_url)
+        token = self.config.token()
+        auth = pulsar.AuthenticationToken(token) if token else None
+        self.client = pulsar.Client(
+            self.config.service_url,
+            operation_timeout_seconds=10,
+            authentication=auth,
+            logger=logging.getLogger("geosync.pulsar-client"),
+        )
+        try:
+            while not self.stop_event.is_set():
+                started = time.monotonic()
+                try:
+                    self.step()
+                except (adm.AdminError, pulsar.PulsarException, messaging.MessagingUnavailable) as e:
+                    self.stats.inc("loop_errors")
+                    log.warning("round failed, retrying: %s", e)
+                    self.stop_event.wait(1.0)
+                elapsed = time.monotonic() - started
+                self.stop_event.wait(max(0.0, self.config.poll_interval_s - elapsed))
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for tail in [*self.tails.values(), *self.control_readers.values()]:
+            tail.close()
+        for producer in self.producers.values():
+            with contextlib.suppress(pulsar.PulsarException):
+                producer.close()
+        if self.client is not None:
+            with contextlib.suppress(pulsar.PulsarException):
+                self.client.close()
+            self.client = None
+
+    def step(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_discover:
+            self.discover()
+            self._next_discover = now + self.config.discover_interval_s
+        self.index()
+        self.receive()
+        resync = now >= self._next_resync
+        if resync:
+            self._next_resync = now + self.config.resync_interval_s
+        self.observe_and_publish(force=resync)
+        self.apply()
+        self.ready = True
+
+    # -- 1. discover -------------------------------------------------------------------------------
+
+    def _synced_namespaces(self) -> dict[str, frozenset[str]]:
+        out: dict[str, frozenset[str]] = {}
+        if self.config.namespaces:
+            names = list(self.config.namespaces)
+        else:
+            names = [
+                ns for t in self.admin.tenants() if t not in ("pulsar",) for ns in self.admin.namespaces(t)
+            ]
+        for ns in names:
+            try:
+                clusters = frozenset(self.admin.replication_clusters(ns))
+            except adm.AdminNotFound:
+                continue
+            if self.config.region in clusters and len(clusters) > 1:
+                out[ns] = clusters
+        return out
+
+    def _wanted(self, topic: str, subscription: str) -> bool:
+        match = PARTITION.match(topic)
+        base = match["base"] if match else topic
+        name = f"{base}/{subscription}"
+        included = any(fnmatch.fnmatchcase(name, p) for p in self.config.include)
+        return included and not any(fnmatch.fnmatchcase(name, p) for p in self.config.exclude)
+
+    def discover(self) -> None:
+        assert self.client is not None
+        self.namespaces = self._synced_namespaces()
+        for ns in self.namespaces:
+            control = f"persistent://{ns}/{self.config.control_topic}"
+            if control not in self.control_readers:
+                tail = Tail(control, -1)
+                tail.open(self.client)
+                self.control_readers[control] = tail
+                self.producers[ns] = self.client.create_producer(control, batching_enabled=False)
+            for topic in self.admin.topics(ns):
+                if not topic.startswith("persistent://") or topic.split("/")[-1] == self.config.control_topic:
+                    continue
+                if topic not in self.tails:
+                    match = PARTITION.match(topic)
+                    tail = Tail(topic, int(match["n"]) if match else -1)
+                    tail.open(self.client)
+                    self.tails[topic] = tail
+                self._discover_subscriptions(topic)
+
+    def _discover_subscriptions(self, topic: str) -> None:
+        try:
+            stats = self.admin.topic_stats(topic)
+        except adm.AdminNotFound:
+            return
+        present = set()
+        for name, sub in (stats.get("subscriptions") or {}).items():
+            if not sub.get("isDurable", True) or name.startswith(INTERNAL_CURSORS):
+                continue
+            if not self._wanted(topic, name):
+                continue
+            present.add(name)
+            state = self.subs.setdefault((topic, name), Subscription(topic, name))
+            state.exists = True
+            state.consumers = sum(
+                1
+                for c in sub.get("consumers") or []
+                if not str(c.get("consumerName", "")).startswith("geosync-")
+            )
+        for (t, name), state in self.subs.items():
+            if t == topic and name not in present:
+                state.exists = False
+
+    # -- 2. index ----------------------------------------------------------------------------------
+
+    def index(self) -> None:
+        for topic, tail in self.tails.items():
+            candidates = self.namespaces.get(_namespace(topic), frozenset())
+            tail.drain(self.resolver, candidates)
+
+    def _lookup_origin(self, topic: str, local: Position) -> str | None:
+        self.stats.inc("origin_lookups")
+        try:
+            return self.admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
+        except adm.AdminError as e:
+            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
+            return None
+
+    # -- 3. receive --------------------------------------------------------------------------------
+
+    def receive(self) -> None:
+        for tail in self.control_readers.values():
+            while True:
+                try:
+                    msg = tail.inbox.get_nowait()
+                except Exception:  # queue.Empty
+                    break
+                self.handle_control(msg.data())
+
+    def handle_control(self, data: bytes) -> None:
+        opened = envelopes.open_envelope(self.key, data)
+        if isinstance(opened, envelopes.Rejected):
+            self._reject(opened)
+            return
+        if opened.region == self.config.region:
+            return  # our own message, replicated back to us through the local log
+        self.guard, admitted = self.guard.admit(opened)
+        if isinstance(admitted, envelopes.Rejected):
+            self._reject(admitted)
+            return
+        decoded = envelopes.decode_ack_state(admitted)
+        if isinstance(decoded, envelopes.Rejected):
+            self._reject(decoded)
+            return
+        if not self._wanted(decoded.topic, decoded.subscription):
+            return
+        state = self.subs.setdefault(
+            (decoded.topic, decoded.subscription),
+            Subscription(decoded.topic, decoded.subscription, exists=False),
+        )
+        merged = state.received.merge(decoded.acks)
+        state.received_from[decoded.region] = time.time()
+        if merged != state.received:
+            state.received = merged
+            self.stats.inc("claims_received")
+
+    def _reject(self, rejected: envelopes.Rejected) -> None:
+        self.stats.inc(f"control_rejected_{rejected.reason.value}")
+        log.warning("control message rejected: %s", rejected.reason.value)
+
+    # -- 4. observe and publish ------------------------------------------------------------------
+
+    def observe_and_publish(self, *, force: bool) -> None:
+        by_topic: dict[str, list[Subscription]] = {}
+        for state in self.subs.values():
+            if state.exists:
+                by_topic.setdefault(state.topic, []).append(state)
+        for topic, states in by_topic.items():
+            try:
+                internal = self.admin.internal_stats(topic)
+            except adm.AdminNotFound:
+                continue
+            cursors = internal.get("cursors") or {}
+            for state in states:
+                raw = cursors.get(state.name)
+                if raw is None:
+                    continue
+                state.cursor = AckState.parse(
+                    raw["markDeletePosition"], raw.get("individuallyDeletedMessages") or "[]"
+                )
+                self._publish(state, force=force)
+
+    def _publish(self, state: Subscription, *, force: bool) -> None:
+        tail = self.tails.get(state.topic)
+        if tail is None or state.cursor is None:
+            return
+        translated = syncing.to_origin_acks(tail.index, state.cursor)
+        own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
+        claims = own.merge(state.received)
+        if claims == state.published and not force:
+            return
+        namespace = _namespace(state.topic)
+        producer = self.producers.get(namespace)
+        if producer is None:
+            return
+        self.seq += 1
+        envelope = envelopes.Envelope(
+            kind=envelopes.ACK_STATE,
+            region=self.config.region,
+            seq=self.seq,
+            sent_at_ms=int(time.time() * 1000),
+            payload=envelopes.encode_ack_state(
+                state.topic, state.name, region=self.config.region, acks=claims
+            ),
+        )
+        producer.send(envelopes.seal(self.key, envelope))
+        state.published = claims
+        self.stats.inc("states_published")
+
+    # -- 5. apply ----------------------------------------------------------------------------------
+
+    def apply(self) -> None:
+        for state in list(self.subs.values()):
+            if not state.received:
+                continue
+            tail = self.tails.get(state.topic)
+            if tail is None:
+                continue
+            if not state.exists:
+                self._create(state)
+                continue
+            if state.cursor is None:
+                continue
+            plan = syncing.plan_apply(
+                tail.index,
+                state.cursor,
+                remote=state.received,
+                log=tail.positions_above(state.cursor.mark_delete),
+            )
+            if plan.is_empty:
+                state.pending_holes = 0
+                continue
+            self._carry_out(state, tail, plan)
+
+    def _create(self, state: Subscription) -> None:
+        try:
+            created = self.admin.create_subscription(state.topic, state.name)
+        except adm.AdminNotFound:
+            return  # the topic does not exist here yet; replication will create it
+        if created:
+            self.stats.inc("subscriptions_created")
+            log.info("created subscription %s on %s at the earliest message", state.name, state.topic)
+        state.exists = True
+        self._next_discover = 0.0
+
+    def _carry_out(self, state: Subscription, tail: Tail, plan: syncing.ApplyPlan) -> None:
+        now = time.monotonic()
+        target = plan.new_mark_delete
+        if target is not None:
+            pending = state.pending_mark_delete
+            if pending is None or pending[0] != target or now - pending[1] > 2.0:
+                try:
+                    self.admin.expire_messages(
+                        state.topic,
+                        state.name,
+                        ledger=target.ledger,
+                        entry=target.entry,
+                        partition=tail.partition,
+                    )
+                    state.pending_mark_delete = (target, now)
+                    state.last_applied_at = time.time()
+                    self.stats.inc("mark_delete_moves")
+                except adm.AdminConflict:
+                    self.stats.inc("expire_busy")
+        holes = [p for p in plan.individual_acks if target is None or p > target]
+        if not holes:
+            state.pending_holes = 0
+            return
+        if state.consumers > 0:
+            # A shadow consumer would join Shared/Key_Shared dispatch or Failover election: hold back.
+            state.pending_holes = len(holes)
+            return
+        self._ack_holes(state, tail, holes)
+        state.pending_holes = 0
+        state.last_applied_at = time.time()
+
+    def _ack_holes(self, state: Subscription, tail: Tail, holes: list[Position]) -> None:
+        if self.skip_by_ids_supported is not False:
+            try:
+                self.admin.skip_by_message_ids(state.topic, state.name, [(p.ledger, p.entry) for p in holes])
+                self.skip_by_ids_supported = True
+                self.stats.inc("holes_acked", len(holes))
+                return
+            except (adm.AdminNotFound, adm.AdminNotAllowed):
+                self.skip_by_ids_supported = False
+                log.info(
+                    "broker has no skipByMessageIds (PIP-423); acknowledging holes with a shadow consumer"
+                )
+        assert self.client is not None
+        consumer = self.client.subscribe(
+            state.topic,
+            state.name,
+            consumer_type=pulsar.ConsumerType.Shared,
+            receiver_queue_size=0,
+            consumer_name=f"geosync-shadow-{self.config.region}",
+        )
+        try:
+            for p in holes:
+                consumer.acknowledge(pulsar.MessageId(tail.partition, p.ledger, p.entry, -1))
+        finally:
+            consumer.close()
+        self.stats.inc("holes_acked", len(holes))
+
+    # -- introspection -----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "region": self.config.region,
+            "ready": self.ready,
+            "namespaces": sorted(self.namespaces),
+            "topics": len(self.tails),
+            "subscriptions": len(self.subs),
+            "index_runs": sum(len(t.index) for t in self.tails.values()),
+            "bytes_read": sum(t.bytes_read for t in self.tails.values()),
+            "messages_read": sum(t.messages_read for t in self.tails.values()),
+            "counters": dict(self.stats.counters),
+        }
+
+
+def _namespace(topic: str) -> str:
+    rest = topic.split("://", 1)[-1]
+    tenant, ns = rest.split("/")[:2]
+    return f"{tenant}/{ns}"
