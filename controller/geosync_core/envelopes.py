@@ -8,9 +8,11 @@ bytes; ``testdata/envelopes/vectors.json`` pins them down for both.
 
 Wire form: a UTF-8 JSON object with the keys ``version``, ``kind``, ``region``, ``seq``, ``sent_at_ms``,
 ``payload`` and ``sig``. ``sig`` is the lowercase hex HMAC-SHA256 of the canonical encoding of the other
-six: keys sorted by code point, no whitespace (``","`` and ``":"`` separators), non-ASCII characters
-written as raw UTF-8, only ``"``, ``\\`` and control characters escaped (as ``\\n``, ``\\u001f`` ...),
-integers only (no floats, NaN or infinities), integers of envelope fields in ``0 <= n < 2**63``.
+six: object keys sorted by Unicode code point (not UTF-16 unit), no whitespace (``","`` and ``":"``
+separators), everything outside the escapes written raw as UTF-8 (including non-ASCII and U+007F), escapes
+only for ``"``, ``\\``, ``\\b \\f \\n \\r \\t`` and the other U+0000..U+001F as ``\\u00xx`` in
+lowercase hex; integers only, in plain decimal (no floats, NaN or infinities); ``seq``, ``sent_at_ms`` and
+``version`` in ``0 <= n < 2**63``. Any JSON spelling of a correctly signed object is accepted on input.
 
 Invariants:
 
