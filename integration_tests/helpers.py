@@ -6,6 +6,7 @@ import pathlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pulsar
 
@@ -82,3 +83,54 @@ def read_all(
         finally:
             reader.close()
     return found
+
+
+def cursor(admin: AdminClient, topic: str, subscription: str) -> tuple[str, str] | None:
+    """(markDeletePosition, individuallyDeletedMessages) of a subscription, or None if it does not exist."""
+    try:
+        raw = admin.internal_stats(topic)["cursors"].get(subscription)
+    except Exception:
+        return None
+    return None if raw is None else (raw["markDeletePosition"], raw["individuallyDeletedMessages"])
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout_s: float = 30.0, what: str = "condition") -> float:
+    """Poll ``predicate`` until true; return seconds waited; fail the test with ``what`` on timeout."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def consume_all(
+    service_url: str,
+    topic: str,
+    subscription: str,
+    *,
+    consumer_type: Any = None,
+    quiet_s: float = 3.0,
+    limit_s: float = 60.0,
+) -> list[str]:
+    """Connect a consumer and receive (and acknowledge) until nothing arrives for ``quiet_s``."""
+    got: list[str] = []
+    with messaging.client(service_url) as c:
+        consumer = c.subscribe(
+            topic,
+            subscription,
+            consumer_type=consumer_type or pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        deadline = time.monotonic() + limit_s
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    msg = consumer.receive(timeout_millis=int(quiet_s * 1000))
+                except pulsar.Timeout:
+                    break
+                got.append(msg.data().decode())
+                consumer.acknowledge(msg)
+        finally:
+            consumer.close()
+    return got

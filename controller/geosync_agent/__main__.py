@@ -11,6 +11,7 @@ from types import FrameType
 
 from geosync_agent import config as cfg
 from geosync_agent import serving
+from geosync_agent.mirroring import Mirror
 from geosync_agent.runtime import Agent
 from geosync_core.errors import PermanentError
 
@@ -39,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     components = serving.start(agent)
+    mirror: Mirror | None = None
+    if config.zookeeper and config.mirror_policies:
+        mirror = Mirror(config, agent.key)
+        mirror.start()
     worker = threading.Thread(target=agent.run, name="sync-loop", daemon=True)
     worker.start()
     try:
@@ -48,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         # Ordered shutdown: stop the loop first (it closes readers, producers, client), then the rest.
         agent.stop_event.set()
         worker.join(timeout=15)
+        if mirror is not None:
+            mirror.stop()
         for component in reversed(components):
             component.stop()
     return 0

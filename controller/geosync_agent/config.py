@@ -56,6 +56,21 @@ class AgentConfig:
     zookeeper: str = ""
     """The region's ZooKeeper (policy mirror)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    mirror_policies: bool = True
+    """Run the policy mirror (needs ``zookeeper``): tenant and namespace policies kept equal across regions."""
+    mirror_events_topic: str = "persistent://geo/abc/geosync-policy-events"
+    """The replicated topic policy events travel on. Its namespace must be replicated to every region
+    (the lab's ``geo/abc`` is); in production use a namespace created for GeoSync alone."""
+    mirror_tenants: tuple[str, ...] = ("*",)
+    """fnmatch patterns of tenants whose policies are mirrored."""
+    mirror_exclude_tenants: tuple[str, ...] = ("public", "pulsar")
+    """Tenants never mirrored: Pulsar creates ``public`` and ``pulsar`` in each cluster for that cluster."""
+    mirror_root: str = "/geosync/policy-mirror"
+    """Region-local ZooKeeper node under which the mirror keeps its leader lock and checkpoint."""
+    mirror_session_timeout_s: float = 6.0
+    """ZooKeeper session timeout of the mirror; a standby takes over about this long after a crash."""
+    mirror_recheck_interval_s: float = 2.0
+    """How often parked (rejected) events are re-checked and the checkpoint is written."""
 
     def key(self) -> bytes:
         env = os.environ.get("GEOSYNC_KEY")
@@ -100,7 +115,7 @@ def load(path: str | pathlib.Path) -> AgentConfig:
             raise ConfigError(f"{path}: '{required}' is required")
     values: dict[str, Any] = {}
     for name, value in raw.items():
-        if name in ("namespaces", "include", "exclude"):
+        if name in ("namespaces", "include", "exclude", "mirror_tenants", "mirror_exclude_tenants"):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: '{name}' must be a list of strings")
             values[name] = tuple(value)
@@ -115,6 +130,6 @@ def load(path: str | pathlib.Path) -> AgentConfig:
 
 def dump(config: AgentConfig) -> str:
     data = {f.name: getattr(config, f.name) for f in fields(AgentConfig) if f.name != "extra"}
-    for name in ("namespaces", "include", "exclude"):
+    for name in ("namespaces", "include", "exclude", "mirror_tenants", "mirror_exclude_tenants"):
         data[name] = list(data[name])
     return yaml.safe_dump(data, sort_keys=True)

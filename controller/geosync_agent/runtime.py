@@ -57,6 +57,8 @@ class Subscription:
     exists: bool = True
     published: OriginAcks | None = None
     received: OriginAcks = field(default_factory=lambda: OriginAcks.of({}))
+    announced: bool = False
+    """Some other region has this subscription (so it must exist here too, even before any ack)."""
     received_from: dict[str, float] = field(default_factory=dict)
     pending_mark_delete: tuple[Position, float] | None = None
     pending_holes: int = 0
@@ -263,6 +265,7 @@ class Agent:
         )
         merged = state.received.merge(decoded.acks)
         state.received_from[decoded.region] = time.time()
+        state.announced = True
         if merged != state.received:
             state.received = merged
             self.stats.inc("claims_received")
@@ -324,7 +327,7 @@ class Agent:
 
     def apply(self) -> None:
         for state in list(self.subs.values()):
-            if not state.received:
+            if not state.announced:
                 continue
             tail = self.tails.get(state.topic)
             if tail is None:
@@ -427,6 +430,7 @@ class Agent:
             "bytes_read": sum(t.bytes_read for t in self.tails.values()),
             "messages_read": sum(t.messages_read for t in self.tails.values()),
             "counters": dict(self.stats.counters),
+            "guard": dict(self.guard.highest),
         }
 
 

@@ -1,0 +1,279 @@
+"""Exact subscription sync against the real lab: consumers fail over and carry on where they left off.
+
+Each test acknowledges in one region the way an application would, lets the agents sync, then connects
+a consumer in another region on the same subscription and checks that exactly the unacknowledged
+messages arrive there: nothing lost, nothing acknowledged delivered again, ack holes included.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+import requests
+
+from geosync_adapters import messaging
+from geosync_core import envelopes
+from geosync_core.origins import OriginAcks, Span
+from geosync_lab import labs
+from integration_tests.helpers import Lab, consume_all, produce, wait_for
+
+
+def backlog(lab: Lab, region: str, topic: str, sub: str) -> int | None:
+    try:
+        subs = lab.admin(region).topic_stats(topic).get("subscriptions") or {}
+    except Exception:
+        return None
+    return None if sub not in subs else int(subs[sub]["msgBacklog"])
+
+
+def wait_backlog(
+    lab: Lab, region: str, topic: str, sub: str, expected: int, *, timeout_s: float = 45
+) -> float:
+    return wait_for(
+        lambda: backlog(lab, region, topic, sub) == expected,
+        timeout_s=timeout_s,
+        what=f"{sub} in {region} to have {expected} unacknowledged (has {backlog(lab, region, topic, sub)})",
+    )
+
+
+def consume_some(
+    lab: Lab,
+    region: str,
+    topic: str,
+    sub: str,
+    *,
+    total: int,
+    consumer_type: pulsar.ConsumerType,
+    choose: Callable[[int], bool],
+    cumulative_upto: int | None = None,
+) -> set[str]:
+    """Receive ``total`` messages in ``region``; acknowledge those ``choose(i)`` picks; return them."""
+    acked: set[str] = set()
+    with messaging.client(lab.service_url(region)) as c:
+        consumer = c.subscribe(
+            topic, sub, consumer_type=consumer_type, initial_position=pulsar.InitialPosition.Earliest
+        )
+        received = []
+        for _ in range(total):
+            received.append(consumer.receive(timeout_millis=30000))
+        if cumulative_upto is not None:
+            consumer.acknowledge_cumulative(received[cumulative_upto])
+            acked = {m.data().decode() for m in received[: cumulative_upto + 1]}
+        else:
+            for i, msg in enumerate(received):
+                if choose(i):
+                    consumer.acknowledge(msg)
+                    acked.add(msg.data().decode())
+        time.sleep(0.3)  # let the client flush grouped acknowledgements before closing
+        consumer.close()
+    return acked
+
+
+def subscribe_first(lab: Lab, region: str, topic: str, sub: str, consumer_type: pulsar.ConsumerType) -> None:
+    with messaging.client(lab.service_url(region)) as c:
+        c.subscribe(
+            topic, sub, consumer_type=consumer_type, initial_position=pulsar.InitialPosition.Earliest
+        ).close()
+
+
+def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/excl-{unique}", f"excl-{unique}"
+    subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Exclusive)
+    payloads = [f"m{i}" for i in range(100)]
+    produce(lab.service_url("a"), topic, [p.encode() for p in payloads])
+    acked = consume_some(
+        lab,
+        "a",
+        topic,
+        sub,
+        total=60,
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        choose=lambda _i: False,
+        cumulative_upto=59,
+    )
+    assert len(acked) == 60
+    wait_backlog(lab, "b", topic, sub, 40)
+    got = consume_all(lab.service_url("b"), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
+    assert sorted(got) == sorted(set(payloads) - acked)
+
+
+def test_shared_random_holes_and_unacked_tail(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/shared-{unique}", f"shared-{unique}"
+    subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Shared)
+    payloads = [f"m{i}" for i in range(120)]
+    produce(lab.service_url("a"), topic, [p.encode() for p in payloads])
+    rng = random.Random(unique)
+    # acknowledge ~70% of the first 100 at random (holes), none of the last 20 (unacknowledged tail)
+    acked = consume_some(
+        lab,
+        "a",
+        topic,
+        sub,
+        total=120,
+        consumer_type=pulsar.ConsumerType.Shared,
+        choose=lambda i: i < 100 and rng.random() < 0.7,
+    )
+    expected = sorted(set(payloads) - acked)
+    wait_backlog(lab, "a", topic, sub, len(expected))
+    wait_backlog(lab, "b", topic, sub, len(expected))
+    got = consume_all(lab.service_url("b"), topic, sub)
+    assert sorted(got) == expected
+
+
+def test_producers_in_two_regions_at_once(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/two-{unique}", f"two-{unique}"
+    for region in ("a", "b"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
+    produce(lab.service_url("a"), topic, [f"a{i}".encode() for i in range(40)])
+    produce(lab.service_url("b"), topic, [f"b{i}".encode() for i in range(40)])
+    wait_backlog(lab, "a", topic, sub, 80)
+    acked = consume_some(
+        lab, "a", topic, sub, total=80, consumer_type=pulsar.ConsumerType.Shared, choose=lambda i: i % 3 != 0
+    )
+    everything = {f"a{i}" for i in range(40)} | {f"b{i}" for i in range(40)}
+    wait_backlog(lab, "b", topic, sub, 80 - len(acked))
+    got = consume_all(lab.service_url("b"), topic, sub)
+    assert sorted(got) == sorted(everything - acked)
+
+
+def test_three_regions_with_colliding_ledgers(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/abc/three-{unique}", f"three-{unique}"
+    for region in ("a", "b", "c"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
+    for region in ("a", "b", "c"):
+        produce(lab.service_url(region), topic, [f"{region}{i}".encode() for i in range(30)])
+    wait_backlog(lab, "c", topic, sub, 90)
+    rng = random.Random(unique)
+    acked = consume_some(
+        lab,
+        "c",
+        topic,
+        sub,
+        total=90,
+        consumer_type=pulsar.ConsumerType.Shared,
+        choose=lambda _i: rng.random() < 0.5,
+    )
+    expected = sorted({f"{r}{i}" for r in "abc" for i in range(30)} - acked)
+    wait_backlog(lab, "a", topic, sub, len(expected))
+    wait_backlog(lab, "b", topic, sub, len(expected))
+    assert sorted(consume_all(lab.service_url("a"), topic, sub)) == expected
+
+
+def test_two_live_regions_keep_syncing_while_a_third_is_frozen(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/abc/frozen-{unique}", f"frozen-{unique}"
+    for region in ("a", "b"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
+    labs.freeze_region(lab.dir, "c", frozen=True)
+    try:
+        produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(50)])
+        wait_backlog(lab, "b", topic, sub, 50)
+        acked = consume_some(
+            lab,
+            "a",
+            topic,
+            sub,
+            total=50,
+            consumer_type=pulsar.ConsumerType.Shared,
+            choose=lambda i: i % 2 == 0,
+        )
+        wait_backlog(lab, "b", topic, sub, 50 - len(acked))
+    finally:
+        labs.freeze_region(lab.dir, "c", frozen=False)
+    assert sorted(consume_all(lab.service_url("b"), topic, sub)) == sorted(
+        {f"m{i}" for i in range(50)} - acked
+    )
+
+
+def test_agent_killed_mid_apply_restarts_idempotently(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/restart-{unique}", f"restart-{unique}"
+    subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Shared)
+    produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(200)])
+    wait_backlog(lab, "b", topic, sub, 200)
+    acked = consume_some(
+        lab, "a", topic, sub, total=200, consumer_type=pulsar.ConsumerType.Shared, choose=lambda i: i % 4 != 1
+    )
+    labs.stop_agent(lab.dir, "b", kill=True)  # mid-apply: b's agent may have moved part of the cursor
+    try:
+        state_before = backlog(lab, "b", topic, sub)
+        assert state_before is not None
+    finally:
+        labs.start_agent(lab.dir, "b")
+    wait_backlog(lab, "b", topic, sub, 200 - len(acked))
+    settled = lab.admin("b").internal_stats(topic)["cursors"][sub]
+    time.sleep(3)  # several more rounds of the restarted agent: nothing may change
+    again = lab.admin("b").internal_stats(topic)["cursors"][sub]
+    assert (settled["markDeletePosition"], settled["individuallyDeletedMessages"]) == (
+        again["markDeletePosition"],
+        again["individuallyDeletedMessages"],
+    )
+    assert sorted(consume_all(lab.service_url("b"), topic, sub)) == sorted(
+        {f"m{i}" for i in range(200)} - acked
+    )
+
+
+def _agent_state(lab: Lab, region: str) -> dict[str, Any]:
+    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
+    return state
+
+
+def test_forged_and_garbage_control_messages_change_nothing(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/forged-{unique}", f"forged-{unique}"
+    subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Shared)
+    produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(10)])
+    wait_backlog(lab, "b", topic, sub, 10)
+    before = _agent_state(lab, "b")["counters"]
+    # A claim that everything of a's ledgers 0..10^6 was acknowledged, signed with the wrong key,
+    # unsigned, altered after signing, and garbage: none may move b's cursor.
+    claim = envelopes.encode_ack_state(topic, sub, region="a", acks=_everything())
+    forged = envelopes.Envelope(kind=envelopes.ACK_STATE, region="a", seq=2**62, sent_at_ms=0, payload=claim)
+    wrong_key = envelopes.seal(b"not-the-deployment-key-0123456789", forged)
+    unsigned = json.dumps(forged.fields()).encode()
+    key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
+    genuine = envelopes.seal(key, forged)
+    altered = genuine.replace(b'"seq":4611686018427387904', b'"seq":4611686018427387905')
+    assert altered != genuine, "the alteration must take effect, or the test would send a valid claim"
+    control = f"persistent://geo/ab/{labs.CONTROL_TOPIC}"
+    produce(lab.service_url("a"), control, [wrong_key, unsigned, altered, b"\x00\xffgarbage", b"{}"])
+
+    def rejected() -> int:
+        counters = _agent_state(lab, "b")["counters"]
+        return sum(v - before.get(k, 0) for k, v in counters.items() if k.startswith("control_rejected_"))
+
+    wait_for(lambda: rejected() >= 5, what="b's agent to reject the five bad control messages")
+    time.sleep(1)
+    assert backlog(lab, "b", topic, sub) == 10
+    assert _agent_state(lab, "b")["ready"] is True
+
+
+def _everything() -> OriginAcks:
+    return OriginAcks.of({"a": [Span(ledger, 0, 10**6) for ledger in range(200)]})
+
+
+def test_replayed_old_control_message_is_rejected(lab: Lab, unique: str) -> None:
+    key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
+    # Only meaningful once b has accepted a newer message from a (a restarted agent starts a new guard).
+    wait_for(
+        lambda: _agent_state(lab, "b")["guard"].get("a", 0) > 1,
+        timeout_s=60,
+        what="b's agent to have accepted a message from a",
+    )
+    before = _agent_state(lab, "b")["counters"].get("control_rejected_replayed", 0)
+    old = envelopes.Envelope(
+        kind=envelopes.ACK_STATE,
+        region="a",
+        seq=1,
+        sent_at_ms=0,
+        payload=envelopes.encode_ack_state(
+            f"persistent://geo/ab/x-{unique}", "s", region="a", acks=_everything()
+        ),
+    )
+    produce(lab.service_url("a"), f"persistent://geo/ab/{labs.CONTROL_TOPIC}", [envelopes.seal(key, old)])
+    wait_for(
+        lambda: _agent_state(lab, "b")["counters"].get("control_rejected_replayed", 0) > before,
+        what="b's agent to reject a replayed (old sequence number) message",
+    )
