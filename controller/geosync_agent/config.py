@@ -57,7 +57,7 @@ class AgentConfig:
     """The region's ZooKeeper (policy mirror)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     mirror_policies: bool = True
-    """Run the policy mirror (needs ``zookeeper``): tenant and namespace policies kept equal across regions."""
+    """Run the policy mirror (needs ``zookeeper``): tenant and namespace policies kept equal everywhere."""
     mirror_events_topic: str = "persistent://geo/abc/geosync-policy-events"
     """The replicated topic policy events travel on. Its namespace must be replicated to every region
     (the lab's ``geo/abc`` is); in production use a namespace created for GeoSync alone."""

@@ -512,7 +512,7 @@ class Mirror:
             if decision not in (Decision.APPLY_WRITE, Decision.APPLY_DELETE):
                 self._unpark_if_beaten(event)
                 self._count(decision.value)
-                return decision.value
+                return str(decision.value)
             rejection = allowedclusters.reject_event_regions(
                 event, replica=self.cp.replica, local_region=self.region, registered=self.registered
             )

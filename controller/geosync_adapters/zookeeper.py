@@ -1,0 +1,270 @@
+"""One region's ZooKeeper configuration store through kazoo: reads, one-shot watches, compare-and-set writes.
+
+Why an adapter: the policy mirror writes straight into a region's ZooKeeper, where nothing validates or
+serialises its writes but the node version. Every write here is therefore compare-and-set: create only
+if absent, set or delete only at the version that was read, optionally fenced by a second node (the
+mirror's leadership lock) in the same multi-op transaction. kazoo reports a failed transaction by putting
+error *objects* into the result list rather than raising (a stale version does not raise), so every
+result is checked. kazoo's errors become the project's: ``ZkStale`` (re-read and decide again),
+``ZkUnavailable`` (connection or session trouble: retry later), ``ZkRefused`` (permanent).
+
+Watches are ZooKeeper's one-shot data and child watches, re-armed by the next read of the node. Their
+callbacks run on kazoo's event thread, so they only hand a ``Fired`` value to ``notify`` (which must not
+block; the mirror passes a queue's ``put``). Watches do not survive a session expiry: a caller that sees
+``LOST`` then ``CONNECTED`` (``on_state``) must read everything again, which re-arms them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo import exceptions as kx
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState, WatchedEvent
+
+from geosync_core.errors import PermanentError, TemporaryError
+
+log = logging.getLogger("geosync.zookeeper")
+
+
+class ZkError(Exception):
+    """A ZooKeeper operation failed; ``path`` names the node."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ZkUnavailable(ZkError, TemporaryError):
+    """Not connected, session expired or lost, or the server did not answer in time."""
+
+
+class ZkStale(ZkError, TemporaryError):
+    """The node is not what the caller read: other version, created or deleted meanwhile. Re-read."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message, path=path)
+        self.delay = 0.0
+
+
+class ZkNoParent(ZkError, TemporaryError):
+    """A create failed because the parent node does not exist (yet)."""
+
+
+class ZkNotEmpty(ZkError, TemporaryError):
+    """A delete failed because the node still has children."""
+
+
+class ZkFenced(ZkError, TemporaryError):
+    """The fencing node (e.g. the caller's leadership lock) is gone or changed: stop writing."""
+
+
+class ZkRefused(ZkError, PermanentError):
+    """Authentication, ACL or argument errors: retrying will not help."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node's bytes and the parts of its ``Stat`` that callers use."""
+
+    value: bytes
+    version: int
+    mtime_ms: int
+    children: int = 0
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A watch fired: ``kind`` is ``"data"`` or ``"children"``; ``event`` is ZooKeeper's event type name."""
+
+    path: str
+    kind: str
+    event: str
+
+
+_UNAVAILABLE = (
+    kx.ConnectionClosedError,
+    kx.SessionExpiredError,
+    kx.SessionMovedError,
+    kx.OperationTimeoutError,
+    kx.RequestTimeoutError,
+    kx.ZookeeperStoppedError,
+    kx.ConnectionLoss,
+    kx.ConnectionDropped,
+    kx.ThrottledOpError,
+    kx.CancelledError,
+)
+
+
+def translate(error: BaseException, *, op: str, path: str) -> ZkError:
+    """The project error for a kazoo error (or error object from a transaction result)."""
+    name = type(error).__name__
+    message = f"zookeeper {op} {path}: {name}"
+    if isinstance(error, kx.BadVersionError | kx.NodeExistsError):
+        return ZkStale(message, path=path)
+    if isinstance(error, kx.NotEmptyError):
+        return ZkNotEmpty(message, path=path)
+    if isinstance(error, kx.NoNodeError):
+        return ZkStale(message, path=path) if op in ("set", "delete") else ZkNoParent(message, path=path)
+    if isinstance(error, (*_UNAVAILABLE, TimeoutError)):
+        return ZkUnavailable(message, path=path)
+    if isinstance(error, kx.ZookeeperError):
+        return ZkRefused(f"{message}: {error}", path=path)
+    return ZkUnavailable(f"{message}: {error}", path=path)
+
+
+class Store:
+    """One region's ZooKeeper. ``notify`` receives fired watches; ``client`` may be injected (tests)."""
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        session_timeout_s: float = 10.0,
+        notify: Callable[[Fired], None] | None = None,
+        client: Any = None,
+    ) -> None:
+        self.hosts = hosts
+        self.notify = notify
+        self.client: Any = client or KazooClient(hosts=hosts, timeout=session_timeout_s, logger=log)
+
+    # -- session -----------------------------------------------------------------------------------
+
+    def start(self, *, timeout_s: float = 15.0) -> None:
+        try:
+            self.client.start(timeout=timeout_s)
+        except Exception as e:  # kazoo raises its own timeout type, or socket errors
+            raise ZkUnavailable(f"zookeeper {self.hosts}: not connected within {timeout_s} s: {e}") from e
+
+    def stop(self) -> None:
+        try:
+            self.client.stop()
+            self.client.close()
+        except Exception as e:  # closing a half-broken client must not mask the caller's error
+            log.debug("closing zookeeper client: %s", e)
+
+    def on_state(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener`` with ``"LOST"``, ``"SUSPENDED"`` or ``"CONNECTED"``, on kazoo's thread."""
+
+        def relay(state: KazooState) -> None:
+            listener(str(state))
+
+        self.client.add_listener(relay)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.client.connected)
+
+    @property
+    def session_id(self) -> int | None:
+        sid = self.client.client_id
+        return None if sid is None else int(sid[0])
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def _watcher(self, kind: str) -> Callable[[WatchedEvent], None] | None:
+        notify = self.notify
+        if notify is None:
+            return None
+
+        def fired(event: WatchedEvent) -> None:
+            if event.path:
+                notify(Fired(event.path, kind, str(event.type)))
+
+        return fired
+
+    def read(self, path: str, *, watch: bool = False) -> Node | None:
+        """The node, or ``None`` if absent. ``watch``: notify on its next change (or creation)."""
+        watcher = self._watcher("data") if watch else None
+        try:
+            value, stat = self.client.get(path, watch=watcher)
+        except kx.NoNodeError:
+            if watcher is not None:
+                try:
+                    self.client.exists(path, watch=watcher)  # a creation fires it
+                except Exception as e:
+                    raise translate(e, op="exists", path=path) from e
+            return None
+        except Exception as e:
+            raise translate(e, op="get", path=path) from e
+        return Node(value or b"", stat.version, stat.mtime, stat.numChildren)
+
+    def children(self, path: str, *, watch: bool = False) -> list[str]:
+        """The names of ``path``'s children, sorted; ``[]`` if the node is absent."""
+        try:
+            return sorted(self.client.get_children(path, watch=self._watcher("children") if watch else None))
+        except kx.NoNodeError:
+            return []
+        except Exception as e:
+            raise translate(e, op="children", path=path) from e
+
+    # -- compare-and-set writes ----------------------------------------------------------------------
+
+    def write(
+        self,
+        path: str,
+        value: bytes | None,
+        *,
+        expected: Node | None,
+        fence: tuple[str, int] | None = None,
+        ephemeral: bool = False,
+    ) -> None:
+        """Make ``path`` hold ``value`` (``None``: no node) if it still is ``expected`` (``None``: absent).
+
+        ``fence`` is ``(path, version)`` of a node that must be unchanged for the write to happen (checked
+        in the same transaction). Deleting an absent node that was expected absent does nothing.
+        """
+        if value is None and expected is None:
+            return
+        txn = self.client.transaction()
+        if fence is not None:
+            txn.check(fence[0], fence[1])
+        if expected is None:
+            op = "create"
+            txn.create(path, value, ephemeral=ephemeral)
+        elif value is None:
+            op = "delete"
+            txn.delete(path, version=expected.version)
+        else:
+            op = "set"
+            txn.set_data(path, value, version=expected.version)
+        try:
+            results = txn.commit()
+        except Exception as e:
+            raise translate(e, op=op, path=path) from e
+        self._check(results, op=op, path=path, fenced=fence is not None)
+
+    @staticmethod
+    def _check(results: list[Any], *, op: str, path: str, fenced: bool) -> None:
+        # A failed multi-op returns one error object per operation: the one that failed, and
+        # RolledBackError for the others. Nothing raises, so a stale version would pass unnoticed.
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if not errors:
+            return
+        if fenced and not isinstance(results[0], kx.RolledBackError):
+            raise ZkFenced(f"zookeeper {op} {path}: fence failed ({type(results[0]).__name__})", path=path)
+        cause = next((r for r in errors if not isinstance(r, kx.RolledBackError)), errors[0])
+        raise translate(cause, op=op, path=path) from cause
+
+    def lock(self, path: str, identifier: str) -> Any:
+        """kazoo's ``Lock`` recipe on ``path``: leader election among a region's agents."""
+        return self.client.Lock(path, identifier)
+
+    def try_acquire(self, lock: Any, *, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for ``lock``; False if another holder keeps it."""
+        try:
+            return bool(lock.acquire(timeout=timeout_s))
+        except kx.LockTimeout:
+            return False
+        except Exception as e:
+            raise translate(e, op="lock", path=str(lock.path)) from e
+
+    def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents if absent (for GeoSync's own nodes, never for policies)."""
+        try:
+            self.client.ensure_path(path)
+        except Exception as e:
+            raise translate(e, op="ensure", path=path) from e
