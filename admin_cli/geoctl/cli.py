@@ -203,3 +203,82 @@ def lab_freeze_region(region: str, thaw: bool, lab_dir: pathlib.Path) -> None:
     """Freeze a region with SIGSTOP (a hung host: sockets open, nothing answers), or thaw it."""
     labs.freeze_region(lab_dir, region, frozen=not thaw)
     click.echo(f"region {region}: {'thawed' if thaw else 'frozen'}")
+
+
+# -- demo ------------------------------------------------------------------------------------------
+
+
+@main.group()
+def demo() -> None:
+    """Short live demonstrations on a running lab."""
+
+
+@demo.command("failover")
+@lab_dir_option
+@click.option(
+    "--messages",
+    type=click.IntRange(10, 100_000),
+    default=200,
+    show_default=True,
+    help="Messages published in the source region.",
+)
+@click.option(
+    "--holes",
+    type=click.FloatRange(0, 0.9),
+    default=0.1,
+    show_default=True,
+    help="Share of received messages the consumer leaves unacknowledged (ack holes).",
+)
+@click.option(
+    "--settle",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds given to sync between the consumer stopping and failing over.",
+)
+@output_option
+@_lab_errors
+def demo_failover(lab_dir: pathlib.Path, messages: int, holes: float, settle: float, output: str) -> None:
+    """A consumer in region a acknowledges out of order, stops, and fails over to region b.
+
+    Runs the same workload twice on the same regions: with Pulsar's built-in replicated subscriptions
+    (PIP-33) and with GeoSync, and shows what the consumer in b is given: duplicates are messages already
+    acknowledged in a, lost are messages acknowledged nowhere and not delivered.
+    """
+    from geosync_lab import failover
+
+    topology = labs.load(lab_dir)
+    if not topology.agents or not any(a.pid for a in topology.agents.values()):
+        raise GeoctlError("the lab has no agents running", exit_code=EXIT_LAB)
+    report = console.print if output == "text" else (lambda _m: None)
+    outcomes = [
+        failover.run(
+            topology,
+            mode=mode,
+            messages=messages,
+            receive=int(messages * 0.75),
+            hole_ratio=holes,
+            settle_s=settle,
+            report=report,
+        )
+        for mode in ("builtin", "geosync")
+    ]
+    data = {o.mode: o.as_dict() for o in outcomes}
+
+    def text(_d: dict[str, Any]) -> None:
+        table = Table(
+            "mode", "published", "acked in a", "delivered in b", "duplicates", "lost", "synced after"
+        )
+        for o in outcomes:
+            table.add_row(
+                "Pulsar PIP-33" if o.mode == "builtin" else "GeoSync",
+                str(o.published),
+                str(o.acked_in_source),
+                str(o.delivered_in_target),
+                str(o.duplicates),
+                str(o.lost),
+                "-" if o.synced_after_s is None else f"{o.synced_after_s:.2f} s",
+            )
+        Console(width=120).print(table)
+
+    emit(data, output, text)

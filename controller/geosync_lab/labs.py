@@ -317,7 +317,11 @@ def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.
                 "key_file": str(key),
                 "metrics_port": metrics_port,
                 "poll_interval_s": poll_interval_s,
+                "discover_interval_s": 2.0,
                 "control_topic": CONTROL_TOPIC,
+                # Benchmarks and the demo compare against Pulsar's own replicated subscriptions on
+                # subscriptions named pip33-*: the agents leave those alone.
+                "exclude": ["*/pip33-*"],
             },
             sort_keys=True,
         )
