@@ -285,6 +285,7 @@ def up(
 # -- agents ----------------------------------------------------------------------------------------
 
 CONTROL_TOPIC = "geosync-control"
+UNSYNCED_PATTERNS = ("*/pip33-*", "*/unsynced-*")
 
 
 def _agent_paths(lab_dir: pathlib.Path, name: str) -> tuple[pathlib.Path, pathlib.Path]:
@@ -319,9 +320,9 @@ def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.
                 "poll_interval_s": poll_interval_s,
                 "discover_interval_s": 2.0,
                 "control_topic": CONTROL_TOPIC,
-                # Benchmarks and the demo compare against Pulsar's own replicated subscriptions on
-                # subscriptions named pip33-*: the agents leave those alone.
-                "exclude": ["*/pip33-*"],
+                # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's
+                # own replicated subscriptions there) and unsynced-* (tests that need drift on purpose).
+                "exclude": list(UNSYNCED_PATTERNS),
             },
             sort_keys=True,
         )
