@@ -282,3 +282,9 @@ def demo_failover(lab_dir: pathlib.Path, messages: int, holes: float, settle: fl
         Console(width=120).print(table)
 
     emit(data, output, text)
+
+from geoctl import namespaces as _namespaces  # noqa: E402
+from geoctl import policies as _policies  # noqa: E402
+
+main.add_command(_namespaces.namespaces)
+main.add_command(_policies.policies_group)

@@ -41,7 +41,9 @@ def options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="YAML with a 'regions:' mapping (name -> admin_url, zookeeper, service_url).",
     )
     @functools.wraps(fn)
-    def wrapper(*args: Any, topology_path: pathlib.Path | None, config_path: pathlib.Path | None, **kw: Any) -> Any:
+    def wrapper(
+        *args: Any, topology_path: pathlib.Path | None, config_path: pathlib.Path | None, **kw: Any
+    ) -> Any:
         return fn(*args, regions=load(topology_path, config_path), **kw)
 
     return wrapper

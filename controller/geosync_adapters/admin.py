@@ -338,6 +338,29 @@ class AdminClient:
         response: requests.Response = self.retry.retrying()(self._once, "GET", path, None, None)
         return response.headers.get("X-Pulsar-replicated-from") or None
 
+    # -- policy mirror and geoctl namespaces -------------------------------------------------------
+
+    def tenant(self, tenant: str, **kw: Any) -> dict[str, Any]:
+        """``TenantInfo`` (``adminRoles``, ``allowedClusters``); raises ``AdminNotFound`` if absent."""
+        return dict(self.get(f"/admin/v2/tenants/{tenant}", **kw) or {})
+
+    def delete_tenant(self, tenant: str) -> None:
+        self.delete(f"/admin/v2/tenants/{tenant}")
+
+    def cluster(self, name: str, **kw: Any) -> dict[str, Any]:
+        """A registered cluster's ``ClusterData`` (with ``peerClusterNames``); ``AdminNotFound`` if absent."""
+        return dict(self.get(f"/admin/v2/clusters/{name}", **kw) or {})
+
+    def create_namespace_with_policies(self, namespace: str, policies: dict[str, Any]) -> None:
+        """Create ``tenant/ns`` with an initial ``Policies`` body (e.g. replication and allowed clusters)."""
+        self.put(f"/admin/v2/namespaces/{namespace}", policies)
+
+    def delete_namespace(self, namespace: str, *, force: bool = False) -> None:
+        self.delete(f"/admin/v2/namespaces/{namespace}", params={"force": "true"} if force else None)
+
+    def set_message_ttl(self, namespace: str, seconds: int) -> None:
+        self.post(f"/admin/v2/namespaces/{namespace}/messageTTL", seconds)
+
 
 def is_ready(client: AdminClient, cluster: str, *, probe: Callable[[], list[str]] | None = None) -> bool:
     """A region is ready when its admin API answers and lists its own cluster (created after start)."""
