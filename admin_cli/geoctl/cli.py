@@ -283,6 +283,7 @@ def demo_failover(lab_dir: pathlib.Path, messages: int, holes: float, settle: fl
 
     emit(data, output, text)
 
+
 from geoctl import namespaces as _namespaces  # noqa: E402
 from geoctl import policies as _policies  # noqa: E402
 
