@@ -256,9 +256,10 @@ def _everything() -> OriginAcks:
 
 def test_replayed_old_control_message_is_rejected(lab: Lab, unique: str) -> None:
     key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
+    control = f"persistent://geo/ab/{labs.CONTROL_TOPIC}"
     # Only meaningful once b has accepted a newer message from a (a restarted agent starts a new guard).
     wait_for(
-        lambda: _agent_state(lab, "b")["guard"].get("a", 0) > 1,
+        lambda: _agent_state(lab, "b")["guard"].get(control, {}).get("a", 0) > 1,
         timeout_s=60,
         what="b's agent to have accepted a message from a",
     )
@@ -272,7 +273,7 @@ def test_replayed_old_control_message_is_rejected(lab: Lab, unique: str) -> None
             f"persistent://geo/ab/x-{unique}", "s", region="a", acks=_everything()
         ),
     )
-    produce(lab.service_url("a"), f"persistent://geo/ab/{labs.CONTROL_TOPIC}", [envelopes.seal(key, old)])
+    produce(lab.service_url("a"), control, [envelopes.seal(key, old)])
     wait_for(
         lambda: _agent_state(lab, "b")["counters"].get("control_rejected_replayed", 0) > before,
         what="b's agent to reject a replayed (old sequence number) message",

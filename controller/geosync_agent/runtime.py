@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
+import queue
 import re
 import threading
 import time
@@ -46,6 +47,7 @@ from geosync_core.rangesets import AckState
 log = logging.getLogger("geosync.agent")
 PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
+MAX_IDLE_POLL_S = 1.0
 
 
 @dataclass
@@ -60,6 +62,11 @@ class Subscription:
     announced: bool = False
     """Some other region has this subscription (so it must exist here too, even before any ack)."""
     received_from: dict[str, float] = field(default_factory=dict)
+    translated: AckState | None = None
+    """The cursor last translated and published (publishing is skipped while it is unchanged)."""
+    planned: tuple[AckState | None, int, int] | None = None
+    """(cursor, index version, claims count) the last plan was made from: replanning is skipped until one
+    of them changes or a mark-delete move is still pending."""
     pending_mark_delete: tuple[Position, float] | None = None
     pending_holes: int = 0
     last_applied_at: float = 0.0
@@ -87,13 +94,18 @@ class Agent:
         self.namespaces: dict[str, frozenset[str]] = {}
         self.producers: dict[str, Any] = {}
         self.control_readers: dict[str, Tail] = {}
-        self.guard = envelopes.ReplayGuard()
+        # One guard per control topic: a sender's sequence numbers are shared by all its control topics,
+        # and each topic only preserves the order of its own messages.
+        self.guards: dict[str, envelopes.ReplayGuard] = {}
         self.seq = time.time_ns() // 1000  # strictly increasing across restarts
         self.stats = Stats()
         self.stop_event = threading.Event()
         self.skip_by_ids_supported: bool | None = None
         self._next_discover = 0.0
         self._next_resync = 0.0
+        # Cursor polling backs off on idle topics (up to MAX_IDLE_POLL_S) and is immediate on active ones.
+        self.topic_next_poll: dict[str, float] = {}
+        self.topic_poll_interval: dict[str, float] = {}
         self.ready = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -234,22 +246,22 @@ class Agent:
     # -- 3. receive --------------------------------------------------------------------------------
 
     def receive(self) -> None:
-        for tail in self.control_readers.values():
+        for topic, tail in self.control_readers.items():
             while True:
                 try:
                     msg = tail.inbox.get_nowait()
-                except Exception:  # queue.Empty
+                except queue.Empty:
                     break
-                self.handle_control(msg.data())
+                self.handle_control(msg.data(), topic=topic)
 
-    def handle_control(self, data: bytes) -> None:
+    def handle_control(self, data: bytes, *, topic: str) -> None:
         opened = envelopes.open_envelope(self.key, data)
         if isinstance(opened, envelopes.Rejected):
             self._reject(opened)
             return
         if opened.region == self.config.region:
             return  # our own message, replicated back to us through the local log
-        self.guard, admitted = self.guard.admit(opened)
+        self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)
             return
@@ -269,6 +281,7 @@ class Agent:
         if merged != state.received:
             state.received = merged
             self.stats.inc("claims_received")
+            self.topic_next_poll[decoded.topic] = 0.0
 
     def _reject(self, rejected: envelopes.Rejected) -> None:
         self.stats.inc(f"control_rejected_{rejected.reason.value}")
@@ -281,28 +294,48 @@ class Agent:
         for state in self.subs.values():
             if state.exists:
                 by_topic.setdefault(state.topic, []).append(state)
+        now = time.monotonic()
         for topic, states in by_topic.items():
+            if not force and now < self.topic_next_poll.get(topic, 0.0):
+                continue
             try:
                 internal = self.admin.internal_stats(topic)
             except adm.AdminNotFound:
                 continue
+            self.stats.inc("cursor_polls")
             cursors = internal.get("cursors") or {}
+            changed = False
             for state in states:
                 raw = cursors.get(state.name)
                 if raw is None:
                     continue
-                state.cursor = AckState.parse(
+                cursor = AckState.parse(
                     raw["markDeletePosition"], raw.get("individuallyDeletedMessages") or "[]"
                 )
+                changed = changed or cursor != state.cursor
+                state.cursor = cursor
                 self._publish(state, force=force)
+            if changed or any(s.pending_mark_delete for s in states):
+                interval = self.config.poll_interval_s
+            else:
+                interval = min(
+                    MAX_IDLE_POLL_S, 2 * self.topic_poll_interval.get(topic, self.config.poll_interval_s)
+                )
+            self.topic_poll_interval[topic] = interval
+            # due half a round early, so a topic with the base interval is polled every round
+            self.topic_next_poll[topic] = now + interval - self.config.poll_interval_s / 2
 
     def _publish(self, state: Subscription, *, force: bool) -> None:
         tail = self.tails.get(state.topic)
         if tail is None or state.cursor is None:
             return
+        if state.cursor == state.translated and state.published is not None and not force:
+            return
         translated = syncing.to_origin_acks(tail.index, state.cursor)
         own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
-        claims = own.merge(state.received)
+        # Claims only grow: what was published stays claimed, so nothing depends on keeping old index runs.
+        claims = own.merge(state.received, *(() if state.published is None else (state.published,)))
+        state.translated = state.cursor
         if claims == state.published and not force:
             return
         namespace = _namespace(state.topic)
@@ -337,6 +370,10 @@ class Agent:
                 continue
             if state.cursor is None:
                 continue
+            basis = (state.cursor, tail.version, state.received.count())
+            if basis == state.planned and state.pending_mark_delete is None:
+                continue
+            state.planned = basis
             plan = syncing.plan_apply(
                 tail.index,
                 state.cursor,
@@ -345,6 +382,7 @@ class Agent:
             )
             if plan.is_empty:
                 state.pending_holes = 0
+                state.pending_mark_delete = None
                 continue
             self._carry_out(state, tail, plan)
 
@@ -430,7 +468,7 @@ class Agent:
             "bytes_read": sum(t.bytes_read for t in self.tails.values()),
             "messages_read": sum(t.messages_read for t in self.tails.values()),
             "counters": dict(self.stats.counters),
-            "guard": dict(self.guard.highest),
+            "guard": {t: dict(g.highest) for t, g in self.guards.items()},
         }
 
 

@@ -66,6 +66,8 @@ class Tail:
     inbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     reader: Any = None
     last: Position | None = None
+    version: int = 0
+    """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
     bytes_read: int = 0
     messages_read: int = 0
     unresolved: list[Position] = field(default_factory=list)
@@ -116,6 +118,8 @@ class Tail:
             self.index.append(position, origin)
             self.last = position
             appended += 1
+        if appended:
+            self.version += 1
         return appended
 
     def positions_above(self, floor: Position) -> list[Position]:

@@ -1,0 +1,347 @@
+"""GeoSync against Pulsar's built-in replicated subscriptions (PIP-33), side by side on the same regions.
+
+    python bench/failover.py [--lab DIR] [--duration 30] [--topics 10] [--subs 10] [--rate 1000]
+
+Part 1, failover scenarios (both mechanisms, same workload, same regions, one after the other):
+  * cumulative-ack Exclusive: consumer in a acknowledges a prefix cumulatively, fails over to b;
+  * Shared with 10% holes: consumer in a acknowledges 90% of what it received, fails over to b;
+  * one region down: region c of geo/abc is frozen (SIGSTOP); the consumer fails over from a to b.
+  Each reports lost and duplicated messages after a quiescent failover (consumer stopped, 2 s of sync).
+
+Part 2, sync lag under load: ``--topics`` topics x ``--subs`` Shared subscriptions in geo/ab, ``--rate``
+messages/s consumed and acknowledged in region a across all subscriptions (publish rate = rate / subs).
+Probes pick an acknowledged message at random and time how long until region b's cursor of the same
+subscription shows it acknowledged (ack in a -> b's internalStats). Also: agent CPU seconds and bytes the
+agents' readers read, during the run.
+
+Without ``--lab`` a fresh three-region lab is booted in a temporary directory and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import random
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import pulsar
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.messaging import REPL_SOURCE_POSITION
+from geosync_core import topology as topo
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from geosync_lab import failover, labs
+
+console = Console()
+
+
+def agent_usage(lab_dir: pathlib.Path, topology: topo.Topology) -> dict[str, tuple[float, int]]:
+    """(CPU seconds, bytes read by readers) per agent, now."""
+    out = {}
+    for name, agent in topology.agents.items():
+        cpu = 0.0
+        if agent.pid:
+            with_children = psutil.Process(agent.pid)
+            t = with_children.cpu_times()
+            cpu = t.user + t.system
+        state = requests.get(labs.agent_metrics_url(lab_dir, name) + "/state", timeout=5).json()
+        out[name] = (cpu, int(state["bytes_read"]))
+    return out
+
+
+# -- part 1 ----------------------------------------------------------------------------------------
+
+
+def scenarios(lab_dir: pathlib.Path) -> list[tuple[str, failover.Outcome]]:
+    topology = labs.load(lab_dir)
+    rows = []
+    for mode in ("builtin", "geosync"):
+        rows.append(("cumulative-ack Exclusive", failover.run(topology, mode=mode, cumulative=True)))
+        rows.append(("Shared, 10% holes", failover.run(topology, mode=mode, hole_ratio=0.1)))
+        labs.freeze_region(lab_dir, "c", frozen=True)
+        try:
+            rows.append(
+                (
+                    "one region down (c frozen)",
+                    failover.run(topology, mode=mode, namespace="geo/abc", hole_ratio=0.1),
+                )
+            )
+        finally:
+            labs.freeze_region(lab_dir, "c", frozen=False)
+    return rows
+
+
+# -- part 2 ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadRun:
+    mode: str
+    lags: list[float] = field(default_factory=list)
+    timeouts: int = 0
+    acked: int = 0
+    published: int = 0
+
+
+class Mapper:
+    """Local positions in b of messages published in a (from the replicated copies' source property)."""
+
+    def __init__(self, client: pulsar.Client, topics: list[str]) -> None:
+        self.map: dict[tuple[str, Position], Position] = {}
+        self.lock = threading.Lock()
+        self.readers = [
+            client.create_reader(t, pulsar.MessageId.earliest, reader_listener=self._on(t)) for t in topics
+        ]
+
+    def _on(self, topic: str) -> Any:
+        def listener(_reader: Any, msg: Any) -> None:
+            stamp = msg.properties().get(REPL_SOURCE_POSITION)
+            if stamp:
+                mid = msg.message_id()
+                with self.lock:
+                    self.map[(topic, Position.parse(stamp))] = Position(mid.ledger_id(), mid.entry_id())
+
+        return listener
+
+    def get(self, topic: str, pos: Position) -> Position | None:
+        with self.lock:
+            return self.map.get((topic, pos))
+
+    def close(self) -> None:
+        for r in self.readers:
+            r.close()
+
+
+def load_run(
+    topology: topo.Topology,
+    *,
+    mode: str,
+    duration: float,
+    n_topics: int,
+    n_subs: int,
+    rate: float,
+    probes: int = 4,
+) -> LoadRun:
+    suffix = uuid.uuid4().hex[:6]
+    topics = [f"persistent://geo/ab/load-{mode}-{suffix}-{i}" for i in range(n_topics)]
+    prefix = failover.BUILTIN_PREFIX if mode == "builtin" else "load-"
+    subs = [f"{prefix}{suffix}-{j}" for j in range(n_subs)]
+    builtin = mode == "builtin"
+    a, b = topology.region("a"), topology.region("b")
+    run = LoadRun(mode=mode)
+    recent: list[tuple[str, str, Position, float]] = []
+    recent_lock = threading.Lock()
+    ca = pulsar.Client(a.service_url, io_threads=2, message_listener_threads=2)
+    cb = pulsar.Client(b.service_url)
+    try:
+        for t in topics:
+            for s in subs:
+                for c in (ca, cb):
+                    c.subscribe(
+                        t,
+                        s,
+                        consumer_type=pulsar.ConsumerType.Shared,
+                        initial_position=pulsar.InitialPosition.Earliest,
+                        replicate_subscription_state_enabled=builtin,
+                    ).close()
+        mapper = Mapper(cb, topics)
+        time.sleep(4)  # agents discover the new subscriptions; PIP-33 controllers start
+
+        def listener_for(topic: str, sub: str) -> Any:
+            def on_message(consumer: Any, msg: Any) -> None:
+                consumer.acknowledge(msg)
+                mid = msg.message_id()
+                with recent_lock:
+                    run.acked += 1
+                    recent.append((topic, sub, Position(mid.ledger_id(), mid.entry_id()), time.monotonic()))
+                    if len(recent) > 2000:
+                        del recent[:1000]
+
+            return on_message
+
+        consumers = [
+            ca.subscribe(
+                t,
+                s,
+                consumer_type=pulsar.ConsumerType.Shared,
+                message_listener=listener_for(t, s),
+                replicate_subscription_state_enabled=builtin,
+            )
+            for t in topics
+            for s in subs
+        ]
+        producers = [ca.create_producer(t, batching_enabled=False) for t in topics]
+        stop = threading.Event()
+        publish_rate = rate / n_subs  # every message is consumed by each of the n_subs subscriptions
+
+        def publish() -> None:
+            interval = 1.0 / publish_rate
+            next_at = time.monotonic()
+            i = 0
+            while not stop.is_set():
+                producers[i % n_topics].send_async(f"m{i}".encode(), None)
+                run.published += 1
+                i += 1
+                next_at += interval
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+
+        admin_b = AdminClient(b.admin_url, timeout=5)
+
+        def probe() -> None:
+            rng = random.Random()
+            while not stop.is_set():
+                with recent_lock:
+                    if not recent:
+                        sample = None
+                    else:
+                        sample = recent[rng.randrange(max(0, len(recent) - 50), len(recent))]
+                if sample is None:
+                    time.sleep(0.1)
+                    continue
+                topic, sub, pos_a, acked_at = sample
+                deadline = acked_at + 10.0
+                done = False
+                while time.monotonic() < deadline and not stop.is_set():
+                    pos_b = mapper.get(topic, pos_a)
+                    if pos_b is not None:
+                        try:
+                            raw = admin_b.internal_stats(topic)["cursors"].get(sub)
+                        except AdminError:
+                            raw = None
+                        if raw and pos_b in AckState.parse(
+                            raw["markDeletePosition"], raw["individuallyDeletedMessages"]
+                        ):
+                            run.lags.append(time.monotonic() - acked_at)
+                            done = True
+                            break
+                    time.sleep(0.02)
+                if not done and not stop.is_set():
+                    run.timeouts += 1
+
+        threads = [threading.Thread(target=publish, daemon=True)]
+        threads += [threading.Thread(target=probe, daemon=True) for _ in range(probes)]
+        for th in threads:
+            th.start()
+        time.sleep(duration)
+        stop.set()
+        for th in threads:
+            th.join(timeout=15)
+        for c in consumers:
+            c.close()
+        for p in producers:
+            p.flush()
+            p.close()
+        mapper.close()
+    finally:
+        ca.close()
+        cb.close()
+    return run
+
+
+def pct(values: list[float], q: float) -> str:
+    if not values:
+        return "-"
+    values = sorted(values)
+    return f"{values[min(len(values) - 1, int(q * len(values)))] * 1000:.0f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lab", type=pathlib.Path, help="use this running lab instead of booting one")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load per mechanism")
+    parser.add_argument("--topics", type=int, default=10)
+    parser.add_argument("--subs", type=int, default=10, help="subscriptions per topic")
+    parser.add_argument("--rate", type=float, default=1000.0, help="acknowledged messages/s across all subs")
+    parser.add_argument("--skip-scenarios", action="store_true")
+    args = parser.parse_args()
+    tmp = None
+    lab_dir = args.lab
+    if lab_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="geosync-bench-")
+        lab_dir = pathlib.Path(tmp.name)
+        console.print("booting a three-region lab…")
+        labs.up(lab_dir, ["a", "b", "c"])
+    try:
+        topology = labs.load(lab_dir)
+        console.print(f"Pulsar {topology.pulsar_version}; machine: {psutil.cpu_count()} cores")
+        if not args.skip_scenarios:
+            table = Table(
+                "scenario",
+                "mechanism",
+                "acked in a",
+                "delivered in b",
+                "duplicates",
+                "lost",
+                "synced within 2 s",
+            )
+            for name, o in scenarios(lab_dir):
+                table.add_row(
+                    name,
+                    "PIP-33" if o.mode == "builtin" else "GeoSync",
+                    str(o.acked_in_source),
+                    str(o.delivered_in_target),
+                    str(o.duplicates),
+                    str(o.lost),
+                    "no" if o.synced_after_s is None else f"yes ({o.synced_after_s:.2f} s)",
+                )
+            console.print(table)
+        table = Table(
+            "mechanism",
+            "subs",
+            "acks/s",
+            "lag p50",
+            "lag p99",
+            "probes",
+            "not synced in 10 s",
+            "agent CPU s (a+b+c)",
+            "agent bytes read",
+        )
+        for mode in ("builtin", "geosync"):
+            before = agent_usage(lab_dir, topology)
+            started = time.monotonic()
+            run = load_run(
+                topology,
+                mode=mode,
+                duration=args.duration,
+                n_topics=args.topics,
+                n_subs=args.subs,
+                rate=args.rate,
+            )
+            elapsed = time.monotonic() - started
+            after = agent_usage(lab_dir, topology)
+            cpu = sum(after[n][0] - before[n][0] for n in after)
+            read = sum(after[n][1] - before[n][1] for n in after)
+            table.add_row(
+                "PIP-33" if mode == "builtin" else "GeoSync",
+                str(args.topics * args.subs),
+                f"{run.acked / args.duration:.0f}",
+                pct(run.lags, 0.5),
+                pct(run.lags, 0.99),
+                str(len(run.lags)),
+                str(run.timeouts),
+                f"{cpu:.1f} in {elapsed:.0f} s",
+                f"{read:,}",
+            )
+        console.print(table)
+        console.print("lag = acknowledged in a -> shown acknowledged by b's cursor (internalStats)")
+    finally:
+        if tmp is not None:
+            labs.down(lab_dir)
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
