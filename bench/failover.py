@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import random
-import statistics
 import tempfile
 import threading
 import time

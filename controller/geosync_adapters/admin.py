@@ -327,7 +327,9 @@ class AdminClient:
         self.post(f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/expireMessages", body)
 
     def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
-        """Individually acknowledge entries (PIP-423). Raises AdminNotFound/AdminNotAllowed on brokers without it."""
+        """Individually acknowledge entries (PIP-423).
+
+        Raises AdminNotFound or AdminNotAllowed on brokers without it (4.0.8 answers 404)."""
         sub = urllib.parse.quote(subscription, safe="")
         body = {"type": "messageId", "messageIds": [{"ledgerId": lg, "entryId": e} for lg, e in positions]}
         self.post(f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/skipByMessageIds", body)

@@ -72,6 +72,22 @@ class Subscription:
     last_applied_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class Discovered:
+    """One discovery pass: synced namespaces (with their replication clusters), topic partitions, and per
+    topic the wanted durable subscriptions with their number of application consumers."""
+
+    namespaces: dict[str, frozenset[str]]
+    topics: tuple[str, ...]
+    subscriptions: dict[str, dict[str, int]]
+
+
+def _app_consumers(sub: dict[str, Any]) -> int:
+    return sum(
+        1 for c in sub.get("consumers") or [] if not str(c.get("consumerName", "")).startswith("geosync-")
+    )
+
+
 @dataclass
 class Stats:
     """Counters the metrics endpoint and the benchmarks read."""
@@ -101,12 +117,16 @@ class Agent:
         self.stats = Stats()
         self.stop_event = threading.Event()
         self.skip_by_ids_supported: bool | None = None
-        self._next_discover = 0.0
+        self.discovery_admin = adm.AdminClient(config.admin_url, token=config.token(), timeout=10.0)
+        self._discovery_lock = threading.Lock()
+        self._discovered: Discovered | None = None
+        self._rediscover = threading.Event()
         self._next_resync = 0.0
         # Cursor polling backs off on idle topics (up to MAX_IDLE_POLL_S) and is immediate on active ones.
         self.topic_next_poll: dict[str, float] = {}
         self.topic_poll_interval: dict[str, float] = {}
         self.ready = False
+        self.round_seconds: list[float] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -120,6 +140,8 @@ class Agent:
             authentication=auth,
             logger=logging.getLogger("geosync.pulsar-client"),
         )
+        discovery = threading.Thread(target=self.discovery_loop, name="discovery", daemon=True)
+        discovery.start()
         try:
             while not self.stop_event.is_set():
                 started = time.monotonic()
@@ -130,8 +152,12 @@ class Agent:
                     log.warning("round failed, retrying: %s", e)
                     self.stop_event.wait(1.0)
                 elapsed = time.monotonic() - started
+                self.round_seconds.append(elapsed)
+                del self.round_seconds[:-200]
                 self.stop_event.wait(max(0.0, self.config.poll_interval_s - elapsed))
         finally:
+            self._rediscover.set()
+            discovery.join(timeout=15)
             self.close()
 
     def close(self) -> None:
@@ -147,9 +173,7 @@ class Agent:
 
     def step(self) -> None:
         now = time.monotonic()
-        if now >= self._next_discover:
-            self.discover()
-            self._next_discover = now + self.config.discover_interval_s
+        self.adopt()
         self.index()
         self.receive()
         resync = now >= self._next_resync
@@ -161,17 +185,15 @@ class Agent:
 
     # -- 1. discover -------------------------------------------------------------------------------
 
-    def _synced_namespaces(self) -> dict[str, frozenset[str]]:
+    def _synced_namespaces(self, admin: adm.AdminClient) -> dict[str, frozenset[str]]:
         out: dict[str, frozenset[str]] = {}
         if self.config.namespaces:
             names = list(self.config.namespaces)
         else:
-            names = [
-                ns for t in self.admin.tenants() if t not in ("pulsar",) for ns in self.admin.namespaces(t)
-            ]
+            names = [ns for t in admin.tenants() if t not in ("pulsar",) for ns in admin.namespaces(t)]
         for ns in names:
             try:
-                clusters = frozenset(self.admin.replication_clusters(ns))
+                clusters = frozenset(admin.replication_clusters(ns))
             except adm.AdminNotFound:
                 continue
             if self.config.region in clusters and len(clusters) > 1:
@@ -185,9 +207,51 @@ class Agent:
         included = any(fnmatch.fnmatchcase(name, p) for p in self.config.include)
         return included and not any(fnmatch.fnmatchcase(name, p) for p in self.config.exclude)
 
-    def discover(self) -> None:
+    def scan(self) -> Discovered:
+        """List synced namespaces, their topic partitions and wanted durable subscriptions (admin calls only;
+        runs on the discovery thread with its own admin client)."""
+        admin = self.discovery_admin
+        namespaces = self._synced_namespaces(admin)
+        topics: list[str] = []
+        subscriptions: dict[str, dict[str, int]] = {}
+        for ns in namespaces:
+            for topic in admin.topics(ns):
+                if not topic.startswith("persistent://") or topic.split("/")[-1] == self.config.control_topic:
+                    continue
+                topics.append(topic)
+                try:
+                    stats = admin.topic_stats(topic)
+                except adm.AdminNotFound:
+                    continue
+                subscriptions[topic] = {
+                    name: _app_consumers(sub)
+                    for name, sub in (stats.get("subscriptions") or {}).items()
+                    if sub.get("isDurable", True)
+                    and not name.startswith(INTERNAL_CURSORS)
+                    and self._wanted(topic, name)
+                }
+        return Discovered(namespaces=namespaces, topics=tuple(topics), subscriptions=subscriptions)
+
+    def discovery_loop(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                found = self.scan()
+                with self._discovery_lock:
+                    self._discovered = found
+            except (adm.AdminError, OSError) as e:
+                self.stats.inc("discovery_errors")
+                log.warning("discovery failed, retrying: %s", e)
+            self._rediscover.wait(self.config.discover_interval_s)
+            self._rediscover.clear()
+
+    def adopt(self) -> None:
+        """Take the latest discovery: open readers for new topics and control topics, track subscriptions."""
+        with self._discovery_lock:
+            found, self._discovered = self._discovered, None
+        if found is None:
+            return
         assert self.client is not None
-        self.namespaces = self._synced_namespaces()
+        self.namespaces = found.namespaces
         for ns in self.namespaces:
             control = f"persistent://{ns}/{self.config.control_topic}"
             if control not in self.control_readers:
@@ -195,38 +259,20 @@ class Agent:
                 tail.open(self.client)
                 self.control_readers[control] = tail
                 self.producers[ns] = self.client.create_producer(control, batching_enabled=False)
-            for topic in self.admin.topics(ns):
-                if not topic.startswith("persistent://") or topic.split("/")[-1] == self.config.control_topic:
-                    continue
-                if topic not in self.tails:
-                    match = PARTITION.match(topic)
-                    tail = Tail(topic, int(match["n"]) if match else -1)
-                    tail.open(self.client)
-                    self.tails[topic] = tail
-                self._discover_subscriptions(topic)
-
-    def _discover_subscriptions(self, topic: str) -> None:
-        try:
-            stats = self.admin.topic_stats(topic)
-        except adm.AdminNotFound:
-            return
-        present = set()
-        for name, sub in (stats.get("subscriptions") or {}).items():
-            if not sub.get("isDurable", True) or name.startswith(INTERNAL_CURSORS):
-                continue
-            if not self._wanted(topic, name):
-                continue
-            present.add(name)
-            state = self.subs.setdefault((topic, name), Subscription(topic, name))
-            state.exists = True
-            state.consumers = sum(
-                1
-                for c in sub.get("consumers") or []
-                if not str(c.get("consumerName", "")).startswith("geosync-")
-            )
-        for (t, name), state in self.subs.items():
-            if t == topic and name not in present:
-                state.exists = False
+        for topic in found.topics:
+            if topic not in self.tails:
+                match = PARTITION.match(topic)
+                tail = Tail(topic, int(match["n"]) if match else -1)
+                tail.open(self.client)
+                self.tails[topic] = tail
+        for topic, present in found.subscriptions.items():
+            for name, consumers in present.items():
+                state = self.subs.setdefault((topic, name), Subscription(topic, name))
+                state.exists = True
+                state.consumers = consumers
+            for (t, name), state in self.subs.items():
+                if t == topic and name not in present:
+                    state.exists = False
 
     # -- 2. index ----------------------------------------------------------------------------------
 
@@ -395,7 +441,7 @@ class Agent:
             self.stats.inc("subscriptions_created")
             log.info("created subscription %s on %s at the earliest message", state.name, state.topic)
         state.exists = True
-        self._next_discover = 0.0
+        self._rediscover.set()
 
     def _carry_out(self, state: Subscription, tail: Tail, plan: syncing.ApplyPlan) -> None:
         now = time.monotonic()
@@ -420,6 +466,10 @@ class Agent:
         if not holes:
             state.pending_holes = 0
             return
+        if state.consumers == 0:
+            # Discovery may be a few seconds old: check right before a shadow consumer would join.
+            subs = self.admin.topic_stats(state.topic).get("subscriptions") or {}
+            state.consumers = _app_consumers(subs.get(state.name) or {})
         if state.consumers > 0:
             # A shadow consumer would join Shared/Key_Shared dispatch or Failover election: hold back.
             state.pending_holes = len(holes)
@@ -468,6 +518,10 @@ class Agent:
             "bytes_read": sum(t.bytes_read for t in self.tails.values()),
             "messages_read": sum(t.messages_read for t in self.tails.values()),
             "counters": dict(self.stats.counters),
+            "round_seconds_p50": sorted(self.round_seconds)[len(self.round_seconds) // 2]
+            if self.round_seconds
+            else 0,
+            "round_seconds_max": max(self.round_seconds, default=0),
             "guard": {t: dict(g.highest) for t, g in self.guards.items()},
         }
 

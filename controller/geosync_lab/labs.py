@@ -323,6 +323,8 @@ def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.
                 # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's
                 # own replicated subscriptions there) and unsynced-* (tests that need drift on purpose).
                 "exclude": list(UNSYNCED_PATTERNS),
+                # Tenants that tests and benchmarks mirror with their own in-process mirrors.
+                "mirror_exclude_tenants": ["public", "pulsar", "mirror-*", "bench-*"],
             },
             sort_keys=True,
         )
