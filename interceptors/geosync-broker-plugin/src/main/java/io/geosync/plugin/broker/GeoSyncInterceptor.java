@@ -1,0 +1,320 @@
+package io.geosync.plugin.broker;
+
+import io.geosync.plugin.common.Json;
+import io.geosync.plugin.common.OriginIndex;
+import io.netty.buffer.ByteBuf;
+import java.io.IOException;
+import java.math.BigInteger;
+import java.net.InetAddress;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.atomic.AtomicLong;
+import javax.servlet.FilterChain;
+import javax.servlet.ServletException;
+import javax.servlet.ServletRequest;
+import javax.servlet.ServletResponse;
+import javax.servlet.http.HttpServletRequest;
+import javax.servlet.http.HttpServletResponse;
+import org.apache.bookkeeper.mledger.Entry;
+import org.apache.pulsar.broker.PulsarService;
+import org.apache.pulsar.broker.intercept.BrokerInterceptor;
+import org.apache.pulsar.broker.service.Consumer;
+import org.apache.pulsar.broker.service.Producer;
+import org.apache.pulsar.broker.service.ServerCnx;
+import org.apache.pulsar.broker.service.Subscription;
+import org.apache.pulsar.broker.service.Topic;
+import org.apache.pulsar.common.api.proto.BaseCommand;
+import org.apache.pulsar.common.api.proto.CommandAck;
+import org.apache.pulsar.common.api.proto.MessageMetadata;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Records, as entries are persisted, which region each local entry came from, and serves it to the
+ * region's agent.
+ *
+ * <p>Why: a replicated copy carries its origin position ({@code __MSG_PROP_REPL_SOURCE_POSITION}) but not
+ * its origin region. With three or more regions the agent must otherwise guess from producer names or ask
+ * the admin API once per entry. The broker knows exactly: a replicated entry is published by the
+ * replicator producer of its origin region ({@link Producer#isRemote()}, {@link Producer#getRemoteCluster()}),
+ * and Pulsar never re-replicates a replicated message, so the remote cluster is the origin.
+ *
+ * <p>{@code messageProduced} appends {@code (ledger, entry, origin)} to a bounded {@link OriginIndex}
+ * (local entries under the local region). The agent reads runs of {@code (ledger, first entry, count,
+ * origin)} with {@code GET /admin/v2/geosync/origins?topic=persistent://t/ns/x[&from=L:E]}; {@code GET
+ * /admin/v2/geosync/status} shows the configuration and counters. Both are answered in {@code onFilter},
+ * which runs before the broker's authentication filter, so they are served to loopback clients only (the
+ * agent is a sidecar) unless {@code geosyncOriginIndexAllowRemoteReads=true}. Entries the index does not
+ * hold (written before this broker owned the topic, evicted, or broker-written PIP-33 markers) are simply
+ * absent: the agent falls back to its own resolution for them.
+ *
+ * <p>Every hook is implemented and none throws into the broker: our own work is wrapped and counted; the
+ * broker's own filter chain is called outside that wrapping so its errors stay its own.
+ *
+ * <p>standalone.conf / broker.conf keys (all optional): {@code geosyncOriginIndexMaxTopics} (1000),
+ * {@code geosyncOriginIndexMaxRunsPerTopic} (1024), {@code geosyncOriginIndexAllowRemoteReads} (false).
+ */
+public class GeoSyncInterceptor implements BrokerInterceptor {
+    static final String PREFIX = "/admin/v2/geosync/";
+    private static final Logger log = LoggerFactory.getLogger(GeoSyncInterceptor.class);
+
+    private volatile OriginIndex index = new OriginIndex(1000, 1024);
+    private volatile String region = "unknown";
+    private volatile boolean allowRemoteReads;
+    private volatile Map<String, Object> configuration = Map.of();
+    private final AtomicLong replicatedRecorded = new AtomicLong();
+    private final AtomicLong requestsServed = new AtomicLong();
+    private final AtomicLong requestsRefused = new AtomicLong();
+    private final AtomicLong errors = new AtomicLong();
+    private volatile long lastErrorLogMillis;
+
+    @Override
+    public void initialize(PulsarService pulsar) {
+        try {
+            Properties props = pulsar.getConfiguration().getProperties();
+            int maxTopics = intProperty(props, "geosyncOriginIndexMaxTopics", 1000);
+            int maxRuns = intProperty(props, "geosyncOriginIndexMaxRunsPerTopic", 1024);
+            allowRemoteReads = Boolean.parseBoolean(props.getProperty("geosyncOriginIndexAllowRemoteReads", "false")
+                    .trim());
+            index = new OriginIndex(maxTopics, maxRuns);
+            region = pulsar.getConfiguration().getClusterName();
+            Map<String, Object> conf = new HashMap<>();
+            conf.put("geosyncOriginIndexMaxTopics", BigInteger.valueOf(maxTopics));
+            conf.put("geosyncOriginIndexMaxRunsPerTopic", BigInteger.valueOf(maxRuns));
+            conf.put("geosyncOriginIndexAllowRemoteReads", allowRemoteReads);
+            conf.put("entryFilterNames", String.join(",", pulsar.getConfiguration().getEntryFilterNames()));
+            configuration = conf;
+            log.info("GeoSync interceptor loaded in region '{}': origin index of at most {} topics x {} runs; "
+                    + "served at {}origins and {}status to {} clients; entry filters configured: {}",
+                    region, maxTopics, maxRuns, PREFIX, PREFIX, allowRemoteReads ? "all" : "loopback",
+                    conf.get("entryFilterNames"));
+        } catch (Throwable t) {
+            error("initialize (running with defaults)", t);
+        }
+    }
+
+    private static int intProperty(Properties props, String key, int fallback) {
+        String value = props.getProperty(key);
+        if (value == null || value.isBlank()) {
+            return fallback;
+        }
+        try {
+            int n = Integer.parseInt(value.trim());
+            return n > 0 ? n : fallback;
+        } catch (NumberFormatException e) {
+            log.warn("GeoSync interceptor: {}={} is not a positive integer; using {}", key, value, fallback);
+            return fallback;
+        }
+    }
+
+    // -- the hook that pays its way ---------------------------------------------------------------------
+
+    @Override
+    public void messageProduced(ServerCnx cnx, Producer producer, long startTimeNs, long ledgerId, long entryId,
+                                Topic.PublishContext publishContext) {
+        try {
+            if (producer == null || ledgerId < 0 || entryId < 0) {
+                return;
+            }
+            String origin;
+            if (producer.isRemote()) {
+                origin = producer.getRemoteCluster();
+                if (origin == null || origin.isEmpty()) {
+                    return;   // a shadow-topic copy or an unparseable replicator name: leave a gap, no guess
+                }
+                replicatedRecorded.incrementAndGet();
+            } else {
+                origin = region;
+            }
+            index.record(producer.getTopic().getName(), ledgerId, entryId, origin, startTimeNs);
+        } catch (Throwable t) {
+            error("messageProduced", t);
+        }
+    }
+
+    // -- serving the index --------------------------------------------------------------------------------
+
+    @Override
+    public void onFilter(ServletRequest request, ServletResponse response, FilterChain chain)
+            throws IOException, ServletException {
+        boolean ours = false;
+        try {
+            ours = request instanceof HttpServletRequest http && http.getRequestURI() != null
+                    && http.getRequestURI().startsWith(PREFIX);
+            if (ours) {
+                serve((HttpServletRequest) request, (HttpServletResponse) response);
+            }
+        } catch (Throwable t) {
+            error("serving " + PREFIX, t);
+            if (ours && !response.isCommitted()) {
+                ((HttpServletResponse) response).sendError(500, "GeoSync interceptor error");
+            }
+        }
+        if (!ours) {
+            chain.doFilter(request, response);
+        }
+    }
+
+    private void serve(HttpServletRequest request, HttpServletResponse response) throws Exception {
+        if (!allowRemoteReads && !InetAddress.getByName(request.getRemoteAddr()).isLoopbackAddress()) {
+            requestsRefused.incrementAndGet();
+            reply(response, 403, Map.of("error", "the GeoSync origin index is served to loopback clients only "
+                    + "(geosyncOriginIndexAllowRemoteReads=true opens it)"));
+            return;
+        }
+        if (!"GET".equals(request.getMethod())) {
+            reply(response, 405, Map.of("error", "GET only"));
+            return;
+        }
+        String what = request.getRequestURI().substring(PREFIX.length());
+        switch (what) {
+            case "status" -> reply(response, 200, status());
+            case "origins" -> {
+                String topic = request.getParameter("topic");
+                if (topic == null || topic.isEmpty()) {
+                    reply(response, 400, Map.of("error", "query parameter 'topic' is required "
+                            + "(the full name, e.g. persistent://tenant/ns/topic-partition-0)"));
+                    return;
+                }
+                long[] from = {-1, -1};
+                String given = request.getParameter("from");
+                if (given != null && !parsePosition(given, from)) {
+                    reply(response, 400, Map.of("error", "'from' must be a position L:E"));
+                    return;
+                }
+                reply(response, 200, index.toJson(region, topic, from[0], from[1]));
+            }
+            default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins or status"));
+        }
+        requestsServed.incrementAndGet();
+    }
+
+    static boolean parsePosition(String text, long[] out) {
+        int colon = text.indexOf(':');
+        if (colon < 0) {
+            return false;
+        }
+        try {
+            out[0] = Long.parseLong(text.substring(0, colon));
+            out[1] = Long.parseLong(text.substring(colon + 1));
+            return out[0] >= -1 && out[1] >= -1;
+        } catch (NumberFormatException e) {
+            return false;
+        }
+    }
+
+    Map<String, Object> status() {
+        Map<String, Object> out = new HashMap<>();
+        out.put("version", BigInteger.valueOf(OriginIndex.WIRE_VERSION));
+        out.put("plugin", "geosync");
+        out.put("region", region);
+        out.put("configuration", configuration);
+        out.put("index", index.stats());
+        out.put("replicated_entries_recorded", BigInteger.valueOf(replicatedRecorded.get()));
+        out.put("requests_served", BigInteger.valueOf(requestsServed.get()));
+        out.put("requests_refused", BigInteger.valueOf(requestsRefused.get()));
+        out.put("errors", BigInteger.valueOf(errors.get()));
+        return out;
+    }
+
+    private static void reply(HttpServletResponse response, int status, Map<String, Object> body)
+            throws Exception {
+        byte[] bytes = Json.canonical(body);
+        response.setStatus(status);
+        response.setContentType("application/json");
+        response.setContentLength(bytes.length);
+        response.getOutputStream().write(bytes);
+        response.flushBuffer();
+    }
+
+    private void error(String where, Throwable t) {
+        errors.incrementAndGet();
+        long now = System.currentTimeMillis();
+        if (now - lastErrorLogMillis > 60_000) {
+            lastErrorLogMillis = now;
+            log.warn("GeoSync interceptor: error in {} ({} so far); the broker is unaffected", where, errors.get(), t);
+        }
+    }
+
+    OriginIndex index() {
+        return index;
+    }
+
+    // -- every other hook: deliberately nothing (no cost on the broker's hot paths) -----------------------
+
+    @Override
+    public void beforeSendMessage(Subscription subscription, Entry entry, long[] ackSet, MessageMetadata msgMetadata) {
+    }
+
+    @Override
+    public void beforeSendMessage(Subscription subscription, Entry entry, long[] ackSet, MessageMetadata msgMetadata,
+                                  Consumer consumer) {
+    }
+
+    @Override
+    public void onConnectionCreated(ServerCnx cnx) {
+    }
+
+    @Override
+    public void producerCreated(ServerCnx cnx, Producer producer, Map<String, String> metadata) {
+    }
+
+    @Override
+    public void producerClosed(ServerCnx cnx, Producer producer, Map<String, String> metadata) {
+    }
+
+    @Override
+    public void consumerCreated(ServerCnx cnx, Consumer consumer, Map<String, String> metadata) {
+    }
+
+    @Override
+    public void consumerClosed(ServerCnx cnx, Consumer consumer, Map<String, String> metadata) {
+    }
+
+    @Override
+    public void onMessagePublish(Producer producer, ByteBuf headersAndPayload, Topic.PublishContext publishContext) {
+    }
+
+    @Override
+    public void messageDispatched(ServerCnx cnx, Consumer consumer, long ledgerId, long entryId, ByteBuf headersAndPayload) {
+    }
+
+    @Override
+    public void messageAcked(ServerCnx cnx, Consumer consumer, CommandAck ackCmd) {
+    }
+
+    @Override
+    public void txnOpened(long tcId, String txnID) {
+    }
+
+    @Override
+    public void txnEnded(String txnID, long txnAction) {
+    }
+
+    @Override
+    public void onPulsarCommand(BaseCommand command, ServerCnx cnx) {
+    }
+
+    @Override
+    public void onConnectionClosed(ServerCnx cnx) {
+    }
+
+    @Override
+    public void onWebserviceRequest(ServletRequest request) {
+    }
+
+    @Override
+    public void onWebserviceResponse(ServletRequest request, ServletResponse response) {
+    }
+
+    @Override
+    public void close() {
+        log.info("GeoSync interceptor closed: {}", status());
+    }
+
+    static List<String> paths() {
+        return List.of(PREFIX + "origins", PREFIX + "status");
+    }
+}

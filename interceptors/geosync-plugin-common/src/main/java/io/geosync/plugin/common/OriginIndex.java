@@ -1,0 +1,173 @@
+package io.geosync.plugin.common;
+
+import java.math.BigInteger;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * Which region each locally persisted entry came from, per topic, as runs of
+ * {@code (local ledger, first entry, count, origin region)}: what the broker interceptor records as entries
+ * are persisted, so that an agent can name the origin region of replicated entries without producer-name
+ * rules or one admin call per entry.
+ *
+ * <p>Invariants:
+ * <ul>
+ *   <li>a run claims only entries that were recorded with its origin; anything not inside a run is unknown
+ *       (never guessed), so a gap (broker restart, topic moved, eviction) only costs the reader a fallback;
+ *   <li>memory is bounded: at most {@code maxTopics} topics (the least recently written is evicted) and
+ *       {@code maxRunsPerTopic} runs per topic (the oldest run is dropped and counted);
+ *   <li>consecutive entries of one ledger with one origin extend the last run, so a topic written from one
+ *       region costs one run per ledger.
+ * </ul>
+ * Thread-safe: each topic's runs are guarded by their own lock; the hot path takes no global lock.
+ */
+public final class OriginIndex {
+    public static final int WIRE_VERSION = 1;
+
+    private final int maxTopics;
+    private final int maxRunsPerTopic;
+    private final ConcurrentHashMap<String, TopicRuns> topics = new ConcurrentHashMap<>();
+    private final AtomicLong recorded = new AtomicLong();
+    private final AtomicLong droppedRuns = new AtomicLong();
+    private final AtomicLong evictedTopics = new AtomicLong();
+
+    public OriginIndex(int maxTopics, int maxRunsPerTopic) {
+        if (maxTopics < 1 || maxRunsPerTopic < 1) {
+            throw new IllegalArgumentException("limits must be positive");
+        }
+        this.maxTopics = maxTopics;
+        this.maxRunsPerTopic = maxRunsPerTopic;
+    }
+
+    /** One run: entries {@code first .. first + count - 1} of {@code ledger} came from {@code origin}. */
+    public record Run(long ledger, long first, long count, String origin) {
+        public long last() {
+            return first + count - 1;
+        }
+    }
+
+    private static final class TopicRuns {
+        private final ArrayDeque<long[]> runs = new ArrayDeque<>();   // {ledger, first, count}
+        private final ArrayDeque<String> origins = new ArrayDeque<>();
+        private volatile long lastWrite;
+        private long dropped;
+    }
+
+    /** Record that entry {@code ledger:entry} of {@code topic} came from {@code origin}. */
+    public void record(String topic, long ledger, long entry, String origin, long nowNanos) {
+        if (topic == null || origin == null || ledger < 0 || entry < 0) {
+            return;
+        }
+        TopicRuns t = topics.get(topic);
+        if (t == null) {
+            t = topics.computeIfAbsent(topic, k -> new TopicRuns());
+            if (topics.size() > maxTopics) {
+                evictOldest(topic);
+            }
+        }
+        synchronized (t) {
+            t.lastWrite = nowNanos;
+            long[] last = t.runs.peekLast();
+            if (last != null && last[0] == ledger && last[1] + last[2] == entry && t.origins.peekLast().equals(origin)) {
+                last[2]++;
+            } else {
+                t.runs.addLast(new long[] {ledger, entry, 1});
+                t.origins.addLast(origin);
+                if (t.runs.size() > maxRunsPerTopic) {
+                    t.runs.pollFirst();
+                    t.origins.pollFirst();
+                    t.dropped++;
+                    droppedRuns.incrementAndGet();
+                }
+            }
+        }
+        recorded.incrementAndGet();
+    }
+
+    private void evictOldest(String keep) {
+        String oldest = null;
+        long oldestWrite = Long.MAX_VALUE;
+        for (Map.Entry<String, TopicRuns> e : topics.entrySet()) {
+            if (!e.getKey().equals(keep) && e.getValue().lastWrite < oldestWrite) {
+                oldestWrite = e.getValue().lastWrite;
+                oldest = e.getKey();
+            }
+        }
+        if (oldest != null && topics.remove(oldest) != null) {
+            evictedTopics.incrementAndGet();
+        }
+    }
+
+    /** The runs of {@code topic} that end at or after {@code fromLedger:fromEntry}, oldest first. */
+    public List<Run> runs(String topic, long fromLedger, long fromEntry) {
+        TopicRuns t = topics.get(topic);
+        List<Run> out = new ArrayList<>();
+        if (t == null) {
+            return out;
+        }
+        synchronized (t) {
+            Iterator<String> origins = t.origins.iterator();
+            for (long[] r : t.runs) {
+                String origin = origins.next();
+                long last = r[1] + r[2] - 1;
+                if (r[0] > fromLedger || (r[0] == fromLedger && last >= fromEntry)) {
+                    out.add(new Run(r[0], r[1], r[2], origin));
+                }
+            }
+        }
+        return out;
+    }
+
+    public List<Run> runs(String topic) {
+        return runs(topic, -1, -1);
+    }
+
+    /** The wire form served to agents (version {@link #WIRE_VERSION}). */
+    public Map<String, Object> toJson(String region, String topic, long fromLedger, long fromEntry) {
+        List<Object> runs = new ArrayList<>();
+        for (Run r : runs(topic, fromLedger, fromEntry)) {
+            runs.add(List.of(BigInteger.valueOf(r.ledger()), BigInteger.valueOf(r.first()),
+                    BigInteger.valueOf(r.count()), r.origin()));
+        }
+        TopicRuns t = topics.get(topic);
+        long dropped;
+        if (t == null) {
+            dropped = 0;
+        } else {
+            synchronized (t) {
+                dropped = t.dropped;
+            }
+        }
+        Map<String, Object> out = new HashMap<>();
+        out.put("version", BigInteger.valueOf(WIRE_VERSION));
+        out.put("region", region);
+        out.put("topic", topic);
+        out.put("runs", runs);
+        out.put("dropped_runs", BigInteger.valueOf(dropped));
+        return out;
+    }
+
+    public Map<String, Object> stats() {
+        long runs = 0;
+        for (TopicRuns t : topics.values()) {
+            synchronized (t) {
+                runs += t.runs.size();
+            }
+        }
+        Map<String, Object> out = new HashMap<>();
+        out.put("topics", BigInteger.valueOf(topics.size()));
+        out.put("runs", BigInteger.valueOf(runs));
+        out.put("entries_recorded", BigInteger.valueOf(recorded.get()));
+        out.put("runs_dropped", BigInteger.valueOf(droppedRuns.get()));
+        out.put("topics_evicted", BigInteger.valueOf(evictedTopics.get()));
+        out.put("max_topics", BigInteger.valueOf(maxTopics));
+        out.put("max_runs_per_topic", BigInteger.valueOf(maxRunsPerTopic));
+        return out;
+    }
+}
