@@ -265,6 +265,7 @@ def main() -> None:
     parser.add_argument("--subs", type=int, default=10, help="subscriptions per topic")
     parser.add_argument("--rate", type=float, default=1000.0, help="acknowledged messages/s across all subs")
     parser.add_argument("--skip-scenarios", action="store_true")
+    parser.add_argument("--modes", default="builtin,geosync", help="which mechanisms to load-test")
     args = parser.parse_args()
     tmp = None
     lab_dir = args.lab
@@ -308,7 +309,7 @@ def main() -> None:
             "agent CPU s (a+b+c)",
             "agent bytes read",
         )
-        for mode in ("builtin", "geosync"):
+        for mode in args.modes.split(","):
             before = agent_usage(lab_dir, topology)
             started = time.monotonic()
             run = load_run(

@@ -43,7 +43,7 @@ class AgentConfig:
     """fnmatch patterns to leave alone; checked after ``include``."""
     poll_interval_s: float = 0.25
     """How often cursors are read and remote state applied. Sets the floor of the sync lag."""
-    discover_interval_s: float = 5.0
+    discover_interval_s: float = 10.0
     """How often namespaces, topics and subscriptions are listed."""
     resync_interval_s: float = 30.0
     """How often the full known state is republished, so a restarted peer catches up without history."""

@@ -30,6 +30,7 @@ import re
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,7 @@ from geosync_core.rangesets import AckState
 log = logging.getLogger("geosync.agent")
 PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
-MAX_IDLE_POLL_S = 1.0
+MAX_IDLE_POLL_S = 2.0
 
 
 @dataclass
@@ -93,9 +94,11 @@ class Stats:
     """Counters the metrics endpoint and the benchmarks read."""
 
     counters: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def inc(self, name: str, n: int = 1) -> None:
-        self.counters[name] += n
+        with self.lock:
+            self.counters[name] += n
 
 
 class Agent:
@@ -115,6 +118,8 @@ class Agent:
         self.guards: dict[str, envelopes.ReplayGuard] = {}
         self.seq = time.time_ns() // 1000  # strictly increasing across restarts
         self.stats = Stats()
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="admin")
+        self._thread_admin = threading.local()
         self.stop_event = threading.Event()
         self.skip_by_ids_supported: bool | None = None
         self.discovery_admin = adm.AdminClient(config.admin_url, token=config.token(), timeout=10.0)
@@ -161,10 +166,12 @@ class Agent:
             self.close()
 
     def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
         for tail in [*self.tails.values(), *self.control_readers.values()]:
             tail.close()
         for producer in self.producers.values():
             with contextlib.suppress(pulsar.PulsarException):
+                producer.flush()
                 producer.close()
         if self.client is not None:
             with contextlib.suppress(pulsar.PulsarException):
@@ -279,7 +286,10 @@ class Agent:
     def index(self) -> None:
         for topic, tail in self.tails.items():
             candidates = self.namespaces.get(_namespace(topic), frozenset())
-            tail.drain(self.resolver, candidates)
+            if tail.drain(self.resolver, candidates):
+                # New messages: consumers will acknowledge soon, so watch this topic's cursors closely again.
+                self.topic_poll_interval[topic] = self.config.poll_interval_s
+                self.topic_next_poll[topic] = min(self.topic_next_poll.get(topic, 0.0), time.monotonic())
 
     def _lookup_origin(self, topic: str, local: Position) -> str | None:
         self.stats.inc("origin_lookups")
@@ -341,13 +351,11 @@ class Agent:
             if state.exists:
                 by_topic.setdefault(state.topic, []).append(state)
         now = time.monotonic()
-        for topic, states in by_topic.items():
-            if not force and now < self.topic_next_poll.get(topic, 0.0):
+        due = [t for t in by_topic if force or now >= self.topic_next_poll.get(t, 0.0)]
+        for topic, internal in zip(due, self.pool.map(self._internal_stats, due), strict=True):
+            if internal is None:
                 continue
-            try:
-                internal = self.admin.internal_stats(topic)
-            except adm.AdminNotFound:
-                continue
+            states = by_topic[topic]
             self.stats.inc("cursor_polls")
             cursors = internal.get("cursors") or {}
             changed = False
@@ -370,6 +378,20 @@ class Agent:
             self.topic_poll_interval[topic] = interval
             # due half a round early, so a topic with the base interval is polled every round
             self.topic_next_poll[topic] = now + interval - self.config.poll_interval_s / 2
+
+    def _internal_stats(self, topic: str) -> dict[str, Any] | None:
+        try:
+            return self._admin().internal_stats(topic)
+        except adm.AdminNotFound:
+            return None
+
+    def _admin(self) -> adm.AdminClient:
+        """An admin client for the calling thread (the sync loop or one of the pool's workers)."""
+        client: adm.AdminClient | None = getattr(self._thread_admin, "client", None)
+        if client is None:
+            client = adm.AdminClient(self.config.admin_url, token=self.config.token(), timeout=5.0)
+            self._thread_admin.client = client
+        return client
 
     def _publish(self, state: Subscription, *, force: bool) -> None:
         tail = self.tails.get(state.topic)
@@ -398,13 +420,19 @@ class Agent:
                 state.topic, state.name, region=self.config.region, acks=claims
             ),
         )
-        producer.send(envelopes.seal(self.key, envelope))
+        producer.send_async(envelopes.seal(self.key, envelope), self._sent)
         state.published = claims
         self.stats.inc("states_published")
+
+    def _sent(self, result: Any, _msg_id: Any) -> None:
+        # On the client's thread: only count. A lost state goes out again at the next change or resync.
+        if result != pulsar.Result.Ok:
+            self.stats.inc("publish_errors")
 
     # -- 5. apply ----------------------------------------------------------------------------------
 
     def apply(self) -> None:
+        work: list[tuple[Subscription, Tail, syncing.ApplyPlan]] = []
         for state in list(self.subs.values()):
             if not state.announced:
                 continue
@@ -430,7 +458,20 @@ class Agent:
                 state.pending_holes = 0
                 state.pending_mark_delete = None
                 continue
-            self._carry_out(state, tail, plan)
+            work.append((state, tail, plan))
+        # Admin calls for different subscriptions go out in parallel (bounded by the pool's size).
+        for failure in self.pool.map(self._carry_out_safely, work):
+            if failure is not None:
+                self.stats.inc("apply_errors")
+                log.warning("applying failed, will retry: %s", failure)
+
+    def _carry_out_safely(self, item: tuple[Subscription, Tail, syncing.ApplyPlan]) -> Exception | None:
+        try:
+            self._carry_out(*item)
+        except (adm.AdminError, pulsar.PulsarException) as e:
+            item[0].planned = None  # plan again next round
+            return e
+        return None
 
     def _create(self, state: Subscription) -> None:
         try:
@@ -450,7 +491,7 @@ class Agent:
             pending = state.pending_mark_delete
             if pending is None or pending[0] != target or now - pending[1] > 2.0:
                 try:
-                    self.admin.expire_messages(
+                    self._admin().expire_messages(
                         state.topic,
                         state.name,
                         ledger=target.ledger,
@@ -468,7 +509,7 @@ class Agent:
             return
         if state.consumers == 0:
             # Discovery may be a few seconds old: check right before a shadow consumer would join.
-            subs = self.admin.topic_stats(state.topic).get("subscriptions") or {}
+            subs = self._admin().topic_stats(state.topic).get("subscriptions") or {}
             state.consumers = _app_consumers(subs.get(state.name) or {})
         if state.consumers > 0:
             # A shadow consumer would join Shared/Key_Shared dispatch or Failover election: hold back.
@@ -481,7 +522,9 @@ class Agent:
     def _ack_holes(self, state: Subscription, tail: Tail, holes: list[Position]) -> None:
         if self.skip_by_ids_supported is not False:
             try:
-                self.admin.skip_by_message_ids(state.topic, state.name, [(p.ledger, p.entry) for p in holes])
+                self._admin().skip_by_message_ids(
+                    state.topic, state.name, [(p.ledger, p.entry) for p in holes]
+                )
                 self.skip_by_ids_supported = True
                 self.stats.inc("holes_acked", len(holes))
                 return

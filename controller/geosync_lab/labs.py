@@ -318,7 +318,7 @@ def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.
                 "key_file": str(key),
                 "metrics_port": metrics_port,
                 "poll_interval_s": poll_interval_s,
-                "discover_interval_s": 2.0,
+                "discover_interval_s": 5.0,
                 "control_topic": CONTROL_TOPIC,
                 # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's
                 # own replicated subscriptions there) and unsynced-* (tests that need drift on purpose).
