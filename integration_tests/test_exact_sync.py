@@ -278,3 +278,36 @@ def test_replayed_old_control_message_is_rejected(lab: Lab, unique: str) -> None
         lambda: _agent_state(lab, "b")["counters"].get("control_rejected_replayed", 0) > before,
         what="b's agent to reject a replayed (old sequence number) message",
     )
+
+
+def test_key_shared_failover_keeps_per_key_order(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/keys-{unique}", f"keys-{unique}"
+    for region in ("a", "b"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.KeyShared)
+    keys = [f"k{i % 6}" for i in range(60)]
+    produce(lab.service_url("a"), topic, [f"m{i:02d}".encode() for i in range(60)], key=keys.__getitem__)
+    wait_backlog(lab, "b", topic, sub, 60)
+    # Acknowledge everything but m13 (k1's third message) and m04 (k4's first): the later k1 and k4
+    # messages are acknowledged in a, out of order.
+    unacked = {"m13", "m04"}
+    acked = consume_some(
+        lab,
+        "a",
+        topic,
+        sub,
+        total=60,
+        consumer_type=pulsar.ConsumerType.KeyShared,
+        choose=lambda i: f"m{i:02d}" not in unacked,
+    )
+    assert len(acked) == 58
+    # b must not hold the later k1/k4 messages as acknowledged while m13/m04 are not: it gets k1 from m13
+    # on and k4 from m04 on again (duplicates), everything else acknowledged.
+    redelivered = {
+        f"m{i:02d}" for i in range(60) if (keys[i] == "k1" and i >= 13) or (keys[i] == "k4" and i >= 4)
+    }
+    wait_backlog(lab, "b", topic, sub, len(redelivered))
+    got = consume_all(lab.service_url("b"), topic, sub, consumer_type=pulsar.ConsumerType.KeyShared)
+    assert set(got) == redelivered
+    for key in ("k1", "k4"):
+        mine = [m for m in got if keys[int(m[1:])] == key]
+        assert mine == sorted(mine), f"{key} delivered out of order in b: {mine}"

@@ -70,6 +70,10 @@ class Subscription:
     of them changes or a mark-delete move is still pending."""
     pending_mark_delete: tuple[Position, float] | None = None
     pending_holes: int = 0
+    kind: str = ""
+    """The subscription type the broker last reported with consumers attached ("" until seen)."""
+    key_shared: bool = False
+    """Seen with Key_Shared consumers here: claims keep per-key order (see syncing.key_ordered)."""
     last_applied_at: float = 0.0
 
 
@@ -80,7 +84,8 @@ class Discovered:
 
     namespaces: dict[str, frozenset[str]]
     topics: tuple[str, ...]
-    subscriptions: dict[str, dict[str, int]]
+    subscriptions: dict[str, dict[str, tuple[int, str]]]
+    """topic -> subscription -> (application consumers, subscription type as the broker reports it)"""
 
 
 def _app_consumers(sub: dict[str, Any]) -> int:
@@ -220,7 +225,7 @@ class Agent:
         admin = self.discovery_admin
         namespaces = self._synced_namespaces(admin)
         topics: list[str] = []
-        subscriptions: dict[str, dict[str, int]] = {}
+        subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
         for ns in namespaces:
             for topic in admin.topics(ns):
                 if not topic.startswith("persistent://") or topic.split("/")[-1] == self.config.control_topic:
@@ -231,7 +236,7 @@ class Agent:
                 except adm.AdminNotFound:
                     continue
                 subscriptions[topic] = {
-                    name: _app_consumers(sub)
+                    name: (_app_consumers(sub), str(sub.get("type") or ""))
                     for name, sub in (stats.get("subscriptions") or {}).items()
                     if sub.get("isDurable", True)
                     and not name.startswith(INTERNAL_CURSORS)
@@ -273,10 +278,13 @@ class Agent:
                 tail.open(self.client)
                 self.tails[topic] = tail
         for topic, present in found.subscriptions.items():
-            for name, consumers in present.items():
+            for name, (consumers, kind) in present.items():
                 state = self.subs.setdefault((topic, name), Subscription(topic, name))
                 state.exists = True
                 state.consumers = consumers
+                if kind and kind != "None":  # sticky: an idle subscription reports no type
+                    state.kind = kind
+                    state.key_shared = state.key_shared or kind == "Key_Shared"
             for (t, name), state in self.subs.items():
                 if t == topic and name not in present:
                     state.exists = False
@@ -359,6 +367,7 @@ class Agent:
             self.stats.inc("cursor_polls")
             cursors = internal.get("cursors") or {}
             changed = False
+            moved: list[Subscription] = []
             for state in states:
                 raw = cursors.get(state.name)
                 if raw is None:
@@ -366,9 +375,17 @@ class Agent:
                 cursor = AckState.parse(
                     raw["markDeletePosition"], raw.get("individuallyDeletedMessages") or "[]"
                 )
-                changed = changed or cursor != state.cursor
+                if cursor != state.cursor:
+                    changed = True
+                    moved.append(state)
                 state.cursor = cursor
-                self._publish(state, force=force)
+            if any(not s.kind for s in moved):
+                # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
+                # per-key order) before the first claim, while the consumer that acknowledged is still there.
+                self._learn_kinds(topic, states)
+            for state in states:
+                if state.cursor is not None:
+                    self._publish(state, force=force)
             if changed or any(s.pending_mark_delete for s in states):
                 interval = self.config.poll_interval_s
             else:
@@ -376,8 +393,22 @@ class Agent:
                     MAX_IDLE_POLL_S, 2 * self.topic_poll_interval.get(topic, self.config.poll_interval_s)
                 )
             self.topic_poll_interval[topic] = interval
+            tail = self.tails.get(topic)
+            if tail is not None and all(s.cursor is not None for s in states):
+                tail.forget_keys_up_to(min(s.cursor.mark_delete for s in states if s.cursor is not None))
             # due half a round early, so a topic with the base interval is polled every round
             self.topic_next_poll[topic] = now + interval - self.config.poll_interval_s / 2
+
+    def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
+        try:
+            subs = self._admin().topic_stats(topic).get("subscriptions") or {}
+        except adm.AdminNotFound:
+            return
+        for state in states:
+            kind = str((subs.get(state.name) or {}).get("type") or "")
+            if kind and kind != "None":
+                state.kind = kind
+                state.key_shared = state.key_shared or kind == "Key_Shared"
 
     def _internal_stats(self, topic: str) -> dict[str, Any] | None:
         try:
@@ -399,7 +430,10 @@ class Agent:
             return
         if state.cursor == state.translated and state.published is not None and not force:
             return
-        translated = syncing.to_origin_acks(tail.index, state.cursor)
+        cursor = state.cursor
+        if state.key_shared:
+            cursor = syncing.key_ordered(cursor, tail.positions_above(cursor.mark_delete), tail.keys.get)
+        translated = syncing.to_origin_acks(tail.index, cursor)
         own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
         # Claims only grow: what was published stays claimed, so nothing depends on keeping old index runs.
         claims = own.merge(state.received, *(() if state.published is None else (state.published,)))

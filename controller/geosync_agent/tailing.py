@@ -66,6 +66,8 @@ class Tail:
     inbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     reader: Any = None
     last: Position | None = None
+    keys: dict[Position, str] = field(default_factory=dict)
+    """Each indexed entry's ordering key (or partition key; "" without one), for Key_Shared order rules."""
     version: int = 0
     """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
     bytes_read: int = 0
@@ -102,6 +104,7 @@ class Tail:
             self.bytes_read += len(msg.data())
             if self.last is not None and position <= self.last:
                 continue  # another message of the same batch entry, or a redelivery after reconnect
+            self.keys[position] = msg.ordering_key() or msg.partition_key() or ""
             stamp = msg.properties().get(REPL_SOURCE_POSITION)
             if stamp is None:
                 origin = Origin(resolver.local, position)
@@ -121,6 +124,11 @@ class Tail:
         if appended:
             self.version += 1
         return appended
+
+    def forget_keys_up_to(self, floor: Position) -> None:
+        """Drop keys of entries at or below ``floor`` (every tracked subscription acknowledged them)."""
+        if self.keys and next(iter(self.keys)) <= floor:
+            self.keys = {p: k for p, k in self.keys.items() if p > floor}
 
     def positions_above(self, floor: Position) -> list[Position]:
         """Every indexed local entry above ``floor``, in order (what a consumer could be dispatched)."""

@@ -16,14 +16,16 @@ Invariants:
 * MONOTONE: a plan's mark-delete is above the current one or absent; nothing is ever un-acknowledged;
 * IDEMPOTENT: planning again after ``applied`` yields an empty plan;
 * no skip on a guess: an entry of ``log`` that is not indexed (and not acknowledged locally) is never
-  acknowledged and the mark-delete never passes it.
+  acknowledged and the mark-delete never passes it;
+* PER-KEY ORDER: ``key_ordered`` keeps a subset of the cursor in which, for every key, the acknowledged
+  entries above the mark-delete are a prefix of that key's entries.
 """
 
 from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from geosync_core.indexing import OriginIndex, Run
@@ -134,3 +136,32 @@ def applied(local: AckState, plan: ApplyPlan) -> AckState:
     """The cursor state after the broker carried out ``plan``."""
     moved = local if plan.new_mark_delete is None else local.ack_cumulative(plan.new_mark_delete)
     return moved.ack(*plan.individual_acks)
+
+
+def key_ordered(
+    cursor: AckState, log: Iterable[Position], key_of: Callable[[Position], str | None]
+) -> AckState:
+    """What a Key_Shared subscription may claim without breaking per-key order after a failover.
+
+    Above the mark-delete, an acknowledged entry is kept only if no earlier entry of the same key in ``log``
+    is unacknowledged: otherwise the region taking over would deliver the earlier entry after the later one
+    had been acknowledged. Dropping such acknowledgements trades duplicates for order. Entries that are not
+    in ``log`` are not claimed either (a subset is always safe to claim). A key that is not known
+    (``key_of`` returns None) could be any key: an unacknowledged entry with an unknown key blocks every
+    later entry, and an acknowledged one is kept only while no key is blocked.
+    """
+    blocked: set[str] = set()
+    block_all = False
+    kept: list[Position] = []
+    for p in log:
+        if p <= cursor.mark_delete:
+            continue
+        key = key_of(p)
+        if p not in cursor:
+            if key is None:
+                block_all = True
+            else:
+                blocked.add(key)
+        elif not block_all and (key not in blocked if key is not None else not blocked):
+            kept.append(p)
+    return AckState.of(cursor.mark_delete).ack(*kept)

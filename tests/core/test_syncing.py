@@ -14,6 +14,7 @@ from geosync_core.syncing import (
     Translation,
     Untranslatable,
     applied,
+    key_ordered,
     plan_apply,
     to_origin_acks,
 )
@@ -185,3 +186,46 @@ def test_sync_between_two_regions_acks_the_same_messages(data: st.DataObject) ->
     after = applied(local_y, plan_apply(index_y, local_y, remote=remote, log=[p for p, _ in log_y]))
     acked_x = {o for p, o in log_x if p in cursor_x}
     assert {o for p, o in log_y if p in after} == acked_x
+
+
+def test_key_ordered_drops_acks_behind_an_unacked_entry_of_the_same_key() -> None:
+    log = [P(f"3:{e}") for e in range(1, 7)]
+    keys = {P("3:1"): "k", P("3:2"): "j", P("3:3"): "k", P("3:4"): "j", P("3:5"): "k", P("3:6"): "x"}
+    # 3:1 (k) is unacknowledged; the later k entries 3:3 and 3:5 must not be claimed; j and x are fine.
+    cursor = AckState.of(P("3:0")).ack(P("3:2"), P("3:3"), P("3:4"), P("3:5"), P("3:6"))
+    kept = key_ordered(cursor, log, keys.__getitem__)
+    assert kept == AckState.of(P("3:0")).ack(P("3:2"), P("3:4"), P("3:6"))
+
+
+@settings(fast, max_examples=60)
+@given(
+    st.lists(st.sampled_from("abc"), min_size=1, max_size=30),
+    st.data(),
+)
+def test_key_ordered_claims_a_per_key_prefix_subset(keys: list[str], data: st.DataObject) -> None:
+    log = [Position(5, e) for e in range(len(keys))]
+    key_of = dict(zip(log, keys, strict=True)).__getitem__
+    acked = [p for p in log if data.draw(st.booleans())]
+    md_index = data.draw(st.integers(-1, len(log) - 1))
+    cursor = AckState.of(Position(5, md_index)).ack(*acked)
+    kept = key_ordered(cursor, log, key_of)
+    assert kept.mark_delete == cursor.mark_delete
+    assert all(p in cursor for p in log if p in kept)  # a subset: never claims what was not acknowledged
+    for key in set(keys):
+        mine = [p for p in log if key_of(p) == key and p > cursor.mark_delete]
+        flags = [p in kept for p in mine]
+        assert flags == sorted(flags, reverse=True), f"claims for {key} are not a prefix: {flags}"
+    assert key_ordered(kept, log, key_of) == kept  # idempotent
+
+
+def test_key_ordered_treats_an_unknown_key_as_any_key() -> None:
+    log = [P(f"3:{e}") for e in range(1, 5)]
+    cursor = AckState.of(P("3:0")).ack(P("3:3"), P("3:4"))
+    keys: dict[Position, str | None] = {P("3:1"): "k", P("3:2"): None, P("3:3"): "j", P("3:4"): "k"}
+    # 3:2's key is unknown and it is unacknowledged: nothing after it may be claimed.
+    assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0"))
+    keys[P("3:2")] = "j"
+    # now 3:3 (j) is behind the unacknowledged 3:2 (j), and 3:4 (k) behind 3:1 (k)
+    assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0"))
+    cursor = cursor.ack(P("3:2"))
+    assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0")).ack(P("3:2"), P("3:3"))
