@@ -1,0 +1,299 @@
+"""GeoSync's broker plugins (``interceptors/``), loaded in real Pulsar regions.
+
+The entry filter hides snapshot markers from application consumers and readers but not from the agents'
+``geosync-*`` subscriptions, in the region that wrote them and in the regions they replicate to, and it
+survives garbage. The interceptor names the origin region of every entry exactly, agreeing with the
+broker's own per-entry ``X-Pulsar-replicated-from`` header that the agent would otherwise fetch once per
+entry. And admin POST/PUT with JSON bodies still work with an interceptor loaded (Pulsar #26185 broke
+that in 4.0.12; 4.0.8 is not affected).
+
+These run against the session lab once the lab loads the plugins (``geosync_lab.plugins``). To run them
+against another lab that loads them, e.g. a two-region one, set ``GEOSYNC_PLUGIN_LAB=DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+import pytest
+import requests
+
+from geosync_adapters import messaging
+from geosync_adapters.admin import AdminClient
+from geosync_agent.tailing import OriginResolver
+from geosync_core import markers
+from geosync_core.envelopes import Rejected
+from geosync_core.positions import Position
+from integration_tests.helpers import Lab
+
+pytestmark = pytest.mark.lab
+
+KEY = secrets.token_bytes(32)
+AGENT_SUB = "geosync-agent"
+
+
+@pytest.fixture(scope="module")
+def plugin_lab(request: pytest.FixtureRequest) -> Lab:
+    given = os.environ.get("GEOSYNC_PLUGIN_LAB")
+    handle: Lab = (
+        Lab(dir=pathlib.Path(given).resolve(), owned=False) if given else request.getfixturevalue("lab")
+    )
+    for name, region in handle.topology.regions.items():
+        try:
+            response = requests.get(f"{region.admin_url}/admin/v2/geosync/status", timeout=10)
+        except requests.RequestException as e:
+            pytest.fail(f"region {name}: admin API unreachable: {e}")
+        if response.status_code != 200 or response.json().get("plugin") != "geosync":
+            pytest.fail(
+                f"region {name}: the GeoSync broker plugins are not loaded (GET /admin/v2/geosync/status "
+                f"answered {response.status_code}); the lab must start regions with "
+                "geosync_lab.plugins.plugin_conf(geosync_lab.plugins.ensure_plugins()) as extra conf"
+            )
+    return handle
+
+
+def status(lab: Lab, region: str) -> dict[str, Any]:
+    url = f"{lab.topology.region(region).admin_url}/admin/v2/geosync/status"
+    body: dict[str, Any] = requests.get(url, timeout=10).json()
+    return body
+
+
+def origins(lab: Lab, region: str, topic: str) -> list[tuple[int, int, int, str]]:
+    url = f"{lab.topology.region(region).admin_url}/admin/v2/geosync/origins"
+    body = requests.get(url, params={"topic": topic}, timeout=10).json()
+    assert body["version"] == 1
+    assert body["region"] == region
+    return [
+        (int(ledger), int(first), int(count), str(origin)) for ledger, first, count, origin in body["runs"]
+    ]
+
+
+def origin_of(runs: list[tuple[int, int, int, str]], position: Position) -> str | None:
+    for ledger, first, count, origin in runs:
+        if ledger == position.ledger and first <= position.entry < first + count:
+            return origin
+    return None
+
+
+def publish(service_url: str, topic: str, items: list[tuple[bytes, dict[str, str]]], **producer: Any) -> None:
+    with messaging.client(service_url) as c:
+        p = c.create_producer(topic, batching_enabled=False, **producer)
+        for data, props in items:
+            p.send(data, properties=props)
+        p.close()
+
+
+def drain(
+    service_url: str, topic: str, *, subscription: str | None, quiet_s: float = 3.0, limit_s: float = 60.0
+) -> list[messaging.Received]:
+    """Everything a consumer on ``subscription`` (or a reader, if None) gets until ``quiet_s`` of silence."""
+    got: list[messaging.Received] = []
+    with messaging.client(service_url) as c:
+        if subscription is None:
+            source: Any = c.create_reader(topic, pulsar.MessageId.earliest)
+            receive: Callable[[int], Any] = lambda ms: source.read_next(timeout_millis=ms)  # noqa: E731
+        else:
+            source = c.subscribe(
+                topic,
+                subscription,
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            receive = lambda ms: source.receive(timeout_millis=ms)  # noqa: E731
+        deadline = time.monotonic() + limit_s
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    msg = receive(int(quiet_s * 1000))
+                except pulsar.Timeout:
+                    break
+                got.append(messaging.received(msg))
+                if subscription is not None:
+                    source.acknowledge(msg)
+        finally:
+            source.close()
+    return got
+
+
+def marker_messages(region: str, n: int) -> list[tuple[bytes, dict[str, str]]]:
+    out = []
+    for i in range(n):
+        marker = markers.SnapshotRequest(snapshot_id=f"snap-{i}", source_region=region, round=1 + i % 2)
+        props, data = markers.encode_marker(KEY, marker, seq=i + 1, sent_at_ms=int(time.time() * 1000))
+        out.append((data, props))
+    return out
+
+
+def wait_for_copies(service_url: str, topic: str, count: int, timeout_s: float = 45.0) -> None:
+    """Wait until ``count`` entries reached a region (counted on a fresh geosync-* subscription)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = drain(service_url, topic, subscription=f"{AGENT_SUB}-probe-{secrets.token_hex(3)}", quiet_s=1)
+        if len(got) >= count:
+            return
+    raise AssertionError(f"{count} entries did not replicate to {service_url} within {timeout_s:.0f} s")
+
+
+# --- the entry filter ---------------------------------------------------------------------------------
+
+
+def test_plugins_are_loaded_in_every_region(plugin_lab: Lab) -> None:
+    for name in plugin_lab.topology.regions:
+        s = status(plugin_lab, name)
+        assert s["region"] == name
+        assert "geosync" in s["configuration"]["entryFilterNames"].split(",")
+        assert s["errors"] == 0
+
+
+def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: Lab, unique: str) -> None:
+    ns = "geo/ab"
+    topic = f"persistent://{ns}/markers-{unique}"
+    data = [(f"m{i}".encode(), {"app": "yes"}) for i in range(5)]
+    marks = marker_messages("a", 3)
+    interleaved = [data[0], marks[0], data[1], data[2], marks[1], data[3], marks[2], data[4]]
+    # Create the subscriptions first, so they exist before anything is written.
+    admin_a = plugin_lab.admin("a")
+    for sub in (f"app-{unique}", f"{AGENT_SUB}-{unique}"):
+        admin_a.create_subscription(topic, sub)
+    publish(plugin_lab.service_url("a"), topic, interleaved)
+    wait_for_copies(plugin_lab.service_url("b"), topic, len(interleaved))
+
+    for region in plugin_lab.topology.namespaces[ns].regions:
+        url = plugin_lab.service_url(region)
+        app = drain(url, topic, subscription=f"app-{unique}")
+        reader = drain(url, topic, subscription=None)
+        agent = drain(url, topic, subscription=f"{AGENT_SUB}-{unique}")
+        assert [m.data for m in app] == [d for d, _ in data], region
+        assert [m.data for m in reader] == [d for d, _ in data], region
+        assert not any(markers.is_marker(m.properties) for m in app + reader)
+        assert len(agent) == len(interleaved), region
+        decoded = [
+            markers.decode_marker(KEY, m.properties, m.data) for m in agent if markers.is_marker(m.properties)
+        ]
+        assert [d.snapshot_id for d in decoded if isinstance(d, markers.SnapshotRequest)] == [
+            "snap-0",
+            "snap-1",
+            "snap-2",
+        ], region
+    # Hidden markers are acknowledged for the application: nothing is left in its backlog.
+    stats = admin_a.topic_stats(topic)
+    assert stats["subscriptions"][f"app-{unique}"]["msgBacklog"] == 0
+
+
+def test_filter_survives_garbage(plugin_lab: Lab, unique: str) -> None:
+    topic = f"persistent://geo/ab/garbage-{unique}"
+    rnd = random.Random(unique)
+    plain: list[tuple[bytes, dict[str, str]]] = [
+        (rnd.randbytes(rnd.randrange(0, 300)), {}) for _ in range(10)
+    ]
+    weird_props = [(rnd.randbytes(50), {"x": rnd.randbytes(20).decode("latin-1")}) for _ in range(5)]
+    fake_markers = [
+        (
+            rnd.randbytes(rnd.randrange(0, 300)),
+            {markers.PROPERTY: rnd.randbytes(rnd.randrange(0, 40)).decode("latin-1")},
+        )
+        for _ in range(10)
+    ] + [(b"", {markers.PROPERTY: ""}), (b"{}", {markers.PROPERTY: "snapshot", "other": "\x00"})]
+    items = plain + fake_markers + weird_props
+    rnd.shuffle(items)
+    publish(plugin_lab.service_url("a"), topic, items)
+    visible = sorted(d for d, p in items if markers.PROPERTY not in p)
+    app = drain(plugin_lab.service_url("a"), topic, subscription=f"app-{unique}")
+    assert sorted(m.data for m in app) == visible
+    agent = drain(plugin_lab.service_url("a"), topic, subscription=f"{AGENT_SUB}-{unique}")
+    assert sorted(m.data for m in agent) == sorted(d for d, _ in items)
+    assert all(isinstance(markers.decode_marker(KEY, m.properties, m.data), Rejected) for m in agent)
+    assert status(plugin_lab, "a")["errors"] == 0
+    assert plugin_lab.admin("a").clusters()
+
+
+# --- admin JSON bodies with an interceptor loaded (#26185) ------------------------------------------
+
+
+def test_admin_post_and_put_with_json_bodies_work_with_the_interceptor_loaded(
+    plugin_lab: Lab, unique: str
+) -> None:
+    admin = plugin_lab.admin("a")
+    topic = f"persistent://geo/ab/json-{unique}"
+    path = f"/admin/v2/persistent/geo/ab/json-{unique}"
+    admin.put(path, {"owner": "geosync-test"})  # PUT: create a topic with properties (JSON object body)
+    assert admin.get(f"{path}/properties") == {"owner": "geosync-test"}
+    publish(plugin_lab.service_url("a"), topic, [(b"x", {}), (b"y", {})])
+    assert admin.create_subscription(topic, f"s-{unique}")  # PUT with a message-id body
+    admin.expire_messages(topic, f"s-{unique}", ledger=-1, entry=-1)  # POST with a message-id body
+    admin.post(f"{path}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1})
+    deadline = time.monotonic() + 20
+    while admin.get(f"{path}/retention") != {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}:
+        assert time.monotonic() < deadline, "topic retention set by POST never showed up"
+        time.sleep(0.5)
+    key = f"geosync-check-{unique}"
+    admin.put("/admin/v2/namespaces/geo/ab/properties", {key: "1"})  # PUT on a namespace
+    try:
+        assert admin.get("/admin/v2/namespaces/geo/ab/properties").get(key) == "1"
+    finally:
+        admin.delete(f"/admin/v2/namespaces/geo/ab/property/{key}")
+
+
+# --- the origin index ----------------------------------------------------------------------------------
+
+
+def header_lookup(admin: AdminClient) -> Callable[[str, Position], str | None]:
+    def lookup(topic: str, position: Position) -> str | None:
+        return admin.replicated_from(topic, ledger=position.ledger, entry=position.entry)
+
+    return lookup
+
+
+def test_origin_index_names_every_entrys_origin_region(plugin_lab: Lab, unique: str) -> None:
+    topology = plugin_lab.topology
+    ns = "geo/abc" if "geo/abc" in topology.namespaces else "geo/ab"
+    members = topology.namespaces[ns].regions
+    topic = f"persistent://{ns}/origins-{unique}"
+    per_producer = 6
+    for region in members:
+        # One broker-named producer and one named by the application (the resolver cannot trust its name).
+        publish(
+            plugin_lab.service_url(region),
+            topic,
+            [(f"{region}-gen-{i}".encode(), {}) for i in range(per_producer)],
+        )
+        publish(
+            plugin_lab.service_url(region),
+            topic,
+            [(f"{region}-app-{i}".encode(), {}) for i in range(per_producer)],
+            producer_name=f"orders-{region}-{unique}",
+        )
+    total = 2 * per_producer * len(members)
+    for region in members:
+        wait_for_copies(plugin_lab.service_url(region), topic, total)
+    lookups_fallback = 0
+    for region in members:
+        got = drain(plugin_lab.service_url(region), topic, subscription=None)
+        assert len(got) == total, region
+        runs = origins(plugin_lab, region, topic)  # one HTTP call for the whole topic
+        admin = plugin_lab.admin(region)
+        # The fallback the agent uses without the plugin, forced to name regions as with three or more.
+        resolver = OriginResolver(local=region, lookup=header_lookup(admin))
+        for m in got:
+            produced_in = m.data.decode().split("-")[0]
+            assert origin_of(runs, m.position) == produced_in, (region, m.position, m.data)
+            if m.source_position is not None:
+                header = resolver.resolve(
+                    topic,
+                    m.position,
+                    producer=f"{produced_in}-0-0" if b"-gen-" in m.data else "orders",
+                    candidates=frozenset({*members, "z"}),
+                )
+                assert header == produced_in, (region, m.position)
+        lookups_fallback += resolver.lookups
+        print(f"region {region}: {len(runs)} runs for {total} entries; fallback: {resolver.lookups} calls")
+    replicated = total * (len(members) - 1)
+    print(f"origin lookups avoided: {lookups_fallback} admin calls for {replicated} replicated entries")
+    assert lookups_fallback >= per_producer * (len(members) - 1) * len(members)
