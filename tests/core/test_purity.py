@@ -14,9 +14,33 @@ import pytest
 CORE = pathlib.Path(__file__).resolve().parents[2] / "controller" / "geosync_core"
 
 ALLOWED = {
-    "__future__", "abc", "base64", "bisect", "collections", "dataclasses", "datetime", "enum",
-    "functools", "hashlib", "hmac", "heapq", "itertools", "json", "math", "operator", "re", "struct",
-    "typing", "fnmatch", "string", "uuid", "zlib", "geosync_core", "types", "copy", "decimal",
+    "__future__",
+    "abc",
+    "base64",
+    "bisect",
+    "collections",
+    "dataclasses",
+    "datetime",
+    "enum",
+    "functools",
+    "hashlib",
+    "hmac",
+    "heapq",
+    "itertools",
+    "json",
+    "math",
+    "operator",
+    "re",
+    "struct",
+    "typing",
+    "fnmatch",
+    "string",
+    "uuid",
+    "zlib",
+    "geosync_core",
+    "types",
+    "copy",
+    "decimal",
 }
 
 
