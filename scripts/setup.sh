@@ -33,3 +33,5 @@ fi
 
 echo "setup: Pulsar distribution"
 .venv/bin/python -c 'from geosync_lab import distribution as d; d.check_java(); print("  ", d.ensure_pulsar())'
+echo "setup: GeoSync broker plugins (Maven build of interceptors/, cached by source hash)"
+.venv/bin/python -c 'from geosync_lab import plugins; print("  ", plugins.ensure_plugins())'

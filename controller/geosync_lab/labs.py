@@ -28,7 +28,7 @@ import yaml
 
 from geosync_adapters.admin import NO_RETRY, AdminClient, AdminError
 from geosync_core import topology as topo
-from geosync_lab import distribution, regions
+from geosync_lab import distribution, plugins, regions
 from geosync_lab.errors import LabError
 
 TENANT = "geo"
@@ -104,13 +104,14 @@ def _boot_region(
     *,
     deadline_s: float,
     attempts: int = 3,
+    extra_conf: dict[str, str] | None = None,
 ) -> tuple[regions.RegionProcess, int, RegionBoot]:
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
         proc = regions.RegionProcess(name=name, root=root, ports=regions.pick_ports(taken))
         taken.update(proc.ports.as_dict().values())
         started = time.monotonic()
-        pid = regions.start(home, proc)
+        pid = regions.start(home, proc, extra_conf=extra_conf)
         try:
             regions.wait_ready(proc, pid, deadline_s=deadline_s)
         except regions.RegionDied as e:
@@ -216,6 +217,8 @@ def up(
             )
     distribution.check_java()
     home = distribution.ensure_pulsar()
+    # Built (or taken from the cache) once, before the parallel boots; every region loads the same NAR.
+    extra = plugins.plugin_conf(plugins.ensure_plugins())
     shutil.rmtree(lab_dir / "regions", ignore_errors=True)
     lab_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -227,7 +230,9 @@ def up(
     )
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(region_names)) as pool:
         futures = {
-            pool.submit(_boot_region, home, lab_dir / "regions" / n, n, taken, deadline_s=deadline_s): n
+            pool.submit(
+                _boot_region, home, lab_dir / "regions" / n, n, taken, deadline_s=deadline_s, extra_conf=extra
+            ): n
             for n in region_names
         }
         errors: list[str] = []
@@ -422,7 +427,8 @@ def start_region(lab_dir: pathlib.Path, name: str, *, deadline_s: float = 240.0)
     proc = region_process(lab_dir, region)
     if any(regions.owns(pid, regions.region_marker(proc)) for pid in region.pids):
         return topology
-    pid = regions.start(distribution.ensure_pulsar(topology.pulsar_version), proc)
+    extra = plugins.plugin_conf(plugins.ensure_plugins())
+    pid = regions.start(distribution.ensure_pulsar(topology.pulsar_version), proc, extra_conf=extra)
     topology = replace(topology, regions={**topology.regions, name: replace(region, pids=(pid,))})
     save(lab_dir, topology)
     regions.wait_ready(proc, pid, deadline_s=deadline_s)
