@@ -24,10 +24,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.geosync-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
   echo "setup: installing Python packages into .venv (first time: a few minutes, pyspark is large)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev,spark,containers]"
+  # constraints.txt pins the tools and libraries the checks were last green with (CI installs the same).
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,spark,containers]"
   touch "$stamp"
 fi
 

@@ -42,4 +42,5 @@ class GeoctlError(click.ClickException):
     def __init__(self, message: str, *, exit_code: int | None = None) -> None:
         super().__init__(message)
         if exit_code is not None:
-            self.exit_code = exit_code
+            # click declares exit_code on the class; an instance entry overrides it for this error only.
+            self.__dict__["exit_code"] = exit_code

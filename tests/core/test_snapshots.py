@@ -83,7 +83,7 @@ def test_a_region_that_never_answers_aborts_the_snapshot() -> None:
 def test_completion_needs_every_region_in_every_round(first: list[str], second: list[str]) -> None:
     b, _ = start("s5", source="a", remotes=frozenset(first), now_ms=0)
     builder: Builder | None = b
-    completed = []
+    completed: list[Completed] = []
     local = 0
     for order in (first, second):
         for i, region in enumerate(order):
@@ -138,3 +138,14 @@ def test_cache_never_returns_a_snapshot_above_the_mark_delete(ats: list[int], md
             assert all(s.local_position > Position(5, md) for s in cache.snapshots)
             handed.append(got.local_position)
     assert handed == sorted(set(handed))
+
+
+def test_shared_cache_serves_each_subscription_without_consuming() -> None:
+    cache = SnapshotCache().add(snap("5:2")).add(snap("5:10")).add(snap("5:30"))
+    assert cache.latest_at_or_below(P("5:1")) is None
+    assert cache.latest_at_or_below(P("5:10")) == snap("5:10")
+    assert cache.latest_at_or_below(P("5:29")) == snap("5:10")
+    assert len(cache) == 3
+    pruned = cache.without_below(P("5:12"))
+    assert pruned.snapshots == (snap("5:10"), snap("5:30"))
+    assert pruned.latest_at_or_below(P("5:12")) == snap("5:10")
