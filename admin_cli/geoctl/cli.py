@@ -289,3 +289,12 @@ from geoctl import policies as _policies  # noqa: E402
 
 main.add_command(_namespaces.namespaces)
 main.add_command(_policies.policies_group)
+from geoctl import status as _status  # noqa: E402
+
+main.add_command(_status.status)
+
+from geoctl import failover as _failover  # noqa: E402
+from geoctl import tenants as _tenants  # noqa: E402
+
+main.add_command(_failover.failover_group)
+main.add_command(_tenants.tenants_group)

@@ -39,11 +39,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    components = serving.start(agent)
     mirror: Mirror | None = None
     if config.zookeeper and config.mirror_policies:
         mirror = Mirror(config, agent.key)
         mirror.start()
+    components = serving.start(agent, mirror)
     worker = threading.Thread(target=agent.run, name="sync-loop", daemon=True)
     worker.start()
     try:

@@ -75,6 +75,8 @@ class Subscription:
     key_shared: bool = False
     """Seen with Key_Shared consumers here: claims keep per-key order (see syncing.key_ordered)."""
     last_applied_at: float = 0.0
+    behind_since: float | None = None
+    """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
 
 
 @dataclass(frozen=True)
@@ -491,7 +493,10 @@ class Agent:
             if plan.is_empty:
                 state.pending_holes = 0
                 state.pending_mark_delete = None
+                state.behind_since = None
                 continue
+            if state.behind_since is None:
+                state.behind_since = time.time()
             work.append((state, tail, plan))
         # Admin calls for different subscriptions go out in parallel (bounded by the pool's size).
         for failure in self.pool.map(self._carry_out_safely, work):
@@ -600,6 +605,20 @@ class Agent:
             else 0,
             "round_seconds_max": max(self.round_seconds, default=0),
             "guard": {t: dict(g.highest) for t, g in self.guards.items()},
+            "synced": [
+                {
+                    "topic": s.topic,
+                    "subscription": s.name,
+                    "mark_delete": None if s.cursor is None else str(s.cursor.mark_delete),
+                    "pending_holes": s.pending_holes,
+                    "behind_since": s.behind_since,
+                    "last_applied_at": s.last_applied_at or None,
+                    "received_from": dict(s.received_from),
+                    "consumers": s.consumers,
+                }
+                for s in list(self.subs.values())
+                if s.exists
+            ],
         }
 
 

@@ -2,6 +2,18 @@
 
 Runs on its own thread and only reads the agent's counters and snapshot, so a slow scrape never delays
 syncing.
+
+Metrics (every one labelled with ``region``):
+
+* ``geosync_sync_lag_seconds{topic,subscription}``: how long remote acknowledgements have waited to be
+  applied here (0 when in step); ``geosync_sync_lag_max_seconds`` over all subscriptions;
+* ``geosync_pending_holes``: holes held back because application consumers are connected;
+* ``geosync_applied_updates_total{kind}``: mark-delete moves and holes acknowledged;
+* ``geosync_control_rejected_total{reason}``: control messages refused (unsigned, bad signature, replayed,
+  stale, malformed);
+* ``geosync_admin_errors_total{operation}``: failed admin API work (apply, discovery, sync round, publish);
+* ``geosync_policy_events_total{event}`` and ``geosync_policy_mirror_leader``: the policy mirror;
+* ``geosync_agent_events_total{event}`` (every raw counter) and ``geosync_agent_{topics,...}`` gauges.
 """
 
 from __future__ import annotations
@@ -9,6 +21,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,17 +31,85 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from geosync_agent.runtime import Agent
 
+ADMIN_ERRORS = {
+    "apply_errors": "apply",
+    "discovery_errors": "discovery",
+    "loop_errors": "round",
+    "publish_errors": "publish",
+}
+REJECTED_PREFIX = "control_rejected_"
+
 
 class Component(Protocol):
     def stop(self) -> None: ...
 
 
 class _AgentCollector:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, mirror: Any = None) -> None:
         self.agent = agent
+        self.mirror = mirror
 
     def collect(self) -> Iterator[Any]:
         snap = self.agent.snapshot()
+        region = snap["region"]
+        counts = snap["counters"]
+        now = time.time()
+        lag = GaugeMetricFamily(
+            "geosync_sync_lag_seconds",
+            "Seconds remote acknowledgements have waited to be applied here (0: in step)",
+            labels=["region", "topic", "subscription"],
+        )
+        lags = []
+        for sub in snap.get("synced", []):
+            value = max(0.0, now - sub["behind_since"]) if sub.get("behind_since") else 0.0
+            lags.append(value)
+            lag.add_metric([region, sub["topic"], sub["subscription"]], value)
+        yield lag
+        yield _gauge(
+            "geosync_sync_lag_max_seconds",
+            "Largest sync lag over all subscriptions",
+            region,
+            max(lags, default=0.0),
+        )
+        yield _gauge(
+            "geosync_pending_holes",
+            "Holes held back while application consumers are connected",
+            region,
+            float(sum(s.get("pending_holes") or 0 for s in snap.get("synced", []))),
+        )
+        applied = CounterMetricFamily(
+            "geosync_applied_updates", "Cursor updates applied here", labels=["region", "kind"]
+        )
+        applied.add_metric([region, "mark_delete"], counts.get("mark_delete_moves", 0))
+        applied.add_metric([region, "holes"], counts.get("holes_acked", 0))
+        yield applied
+        rejected = CounterMetricFamily(
+            "geosync_control_rejected", "Control messages refused, by reason", labels=["region", "reason"]
+        )
+        for name, value in sorted(counts.items()):
+            if name.startswith(REJECTED_PREFIX):
+                rejected.add_metric([region, name[len(REJECTED_PREFIX) :]], value)
+        yield rejected
+        errors = CounterMetricFamily(
+            "geosync_admin_errors", "Failed admin API work, by operation", labels=["region", "operation"]
+        )
+        for name, operation in ADMIN_ERRORS.items():
+            errors.add_metric([region, operation], counts.get(name, 0))
+        yield errors
+        if self.mirror is not None:
+            mirror = self.mirror.snapshot()
+            events = CounterMetricFamily(
+                "geosync_policy_events", "Policy mirror events, by kind", labels=["region", "event"]
+            )
+            for name, value in sorted((mirror.get("counters") or {}).items()):
+                events.add_metric([region, name], value)
+            yield events
+            yield _gauge(
+                "geosync_policy_mirror_leader",
+                "1 while this agent leads the policy mirror",
+                region,
+                1.0 if mirror.get("leader") else 0.0,
+            )
         counters = CounterMetricFamily(
             "geosync_agent_events", "Agent events by kind", labels=["region", "event"]
         )
@@ -43,6 +124,12 @@ class _AgentCollector:
             yield gauge
 
 
+def _gauge(name: str, documentation: str, region: str, value: float) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(name, documentation, labels=["region"])
+    gauge.add_metric([region], value)
+    return gauge
+
+
 @dataclass
 class HttpEndpoint:
     server: http.server.ThreadingHTTPServer
@@ -53,12 +140,14 @@ class HttpEndpoint:
         self.server.server_close()
 
 
-def start(agent: Agent) -> list[Component]:
+def start(agent: Agent, mirror: Any = None) -> list[Component]:
+    """Serve /metrics, /healthz, /readyz and /state on ``metrics_port`` (nothing when it is 0); ``mirror``
+    (the policy mirror, if running) adds its counters to the metrics."""
     port = agent.config.metrics_port
     if not port:
         return []
     registry = CollectorRegistry()
-    registry.register(_AgentCollector(agent))
+    registry.register(_AgentCollector(agent, mirror))
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *_: Any) -> None:

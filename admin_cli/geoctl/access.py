@@ -1,0 +1,198 @@
+"""How operator commands reach every region: admin API, brokers and the region's agent, with credentials.
+
+Builds on ``geoctl.endpoints`` (``--topology`` or ``--config``) and adds what ``status``, ``failover`` and
+``tenants`` need besides the admin URL:
+
+* the agent of each region (its HTTP endpoint serving ``/state``, ``/healthz``, ``/readyz``): from a lab's
+  topology (each agent's config names its metrics port) or ``agent_url`` per region in ``--config``;
+* a token for brokers and admin APIs: ``GEOCTL_TOKEN`` in the environment, or a file named by
+  ``--token-file`` (env ``GEOCTL_TOKEN_FILE``), or ``token_file`` in ``--config`` (top level or per region).
+  There is deliberately no option that takes a token itself: command lines end up in shell histories and
+  ``ps`` listings. Tokens are never printed;
+* TLS: ``ca_file`` in ``--config`` (top level or per region) is handed to the admin client as the CA bundle
+  for ``https://`` admin URLs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import requests
+import yaml
+
+from geoctl import endpoints
+from geoctl.errors import GeoctlError
+from geosync_adapters import admin as adm
+from geosync_core import topology as topo
+
+
+@dataclass(frozen=True)
+class Site:
+    """One region as an operator command sees it."""
+
+    name: str
+    region: topo.Region
+    token: str | None = field(default=None, repr=False)
+    agent_url: str | None = None
+    ca_file: str | None = None
+
+    def admin(self, *, timeout: float = 10.0, retry: adm.RetryPolicy | None = None) -> adm.AdminClient:
+        return adm.AdminClient(
+            self.region.admin_url,
+            token=self.token,
+            timeout=timeout,
+            retry=retry or adm.RetryPolicy(attempts=3, deadline=10.0),
+            verify=self.ca_file or True,
+        )
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What a region's agent said about itself; ``error`` when it could not be reached."""
+
+    url: str | None
+    alive: bool = False
+    ready: bool = False
+    state: dict[str, Any] | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "alive": self.alive, "ready": self.ready, "error": self.error}
+
+
+def options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--topology``, ``--config`` and ``--token-file``; the command receives ``sites``."""
+
+    @click.option(
+        "--topology",
+        "topology_path",
+        type=click.Path(path_type=pathlib.Path),
+        default=None,
+        envvar="GEOCTL_TOPOLOGY",
+        help="A lab's topology.json or its directory (env GEOCTL_TOPOLOGY; default ./lab/topology.json).",
+    )
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=pathlib.Path),
+        default=None,
+        envvar="GEOCTL_CONFIG",
+        help="YAML with a 'regions:' mapping (name -> admin_url, service_url, agent_url, token_file).",
+    )
+    @click.option(
+        "--token-file",
+        type=click.Path(dir_okay=False, path_type=pathlib.Path),
+        default=None,
+        envvar="GEOCTL_TOKEN_FILE",
+        help="File with the token for brokers and admin APIs (or env GEOCTL_TOKEN; never a command line).",
+    )
+    @functools.wraps(fn)
+    def wrapper(
+        *args: Any,
+        topology_path: pathlib.Path | None,
+        config_path: pathlib.Path | None,
+        token_file: pathlib.Path | None,
+        **kw: Any,
+    ) -> Any:
+        return fn(*args, sites=load(topology_path, config_path, token_file), **kw)
+
+    return wrapper
+
+
+def _read_token(path: pathlib.Path | str, where: str) -> str:
+    try:
+        token = pathlib.Path(path).read_text().strip()
+    except OSError as e:
+        raise GeoctlError(f"{where}: cannot read the token file {path}: {e.strerror}") from e
+    if not token:
+        raise GeoctlError(f"{where}: the token file {path} is empty")
+    return token
+
+
+def load(
+    topology_path: pathlib.Path | None,
+    config_path: pathlib.Path | None,
+    token_file: pathlib.Path | None = None,
+) -> dict[str, Site]:
+    regions = endpoints.load(topology_path, config_path)
+    token = os.environ.get("GEOCTL_TOKEN") or None
+    if token is None and token_file is not None:
+        token = _read_token(token_file, "--token-file")
+    extra: dict[str, dict[str, Any]] = {name: {} for name in regions}
+    top: dict[str, Any] = {}
+    if config_path is not None:
+        raw = yaml.safe_load(config_path.read_text()) or {}
+        top = {k: v for k, v in raw.items() if k != "regions"}
+        for name, entry in (raw.get("regions") or {}).items():
+            extra[str(name)] = dict(entry)
+    else:
+        extra = _lab_agents(topology_path, regions)
+    sites = {}
+    for name, region in regions.items():
+        entry = extra.get(name, {})
+        site_token = token
+        file = entry.get("token_file") or top.get("token_file")
+        if site_token is None and file:
+            site_token = _read_token(file, f"regions.{name}.token_file")
+        sites[name] = Site(
+            name=name,
+            region=region,
+            token=site_token,
+            agent_url=entry.get("agent_url"),
+            ca_file=entry.get("ca_file") or top.get("ca_file"),
+        )
+    return sites
+
+
+def _lab_agents(
+    topology_path: pathlib.Path | None, regions: dict[str, topo.Region]
+) -> dict[str, dict[str, Any]]:
+    """Each lab agent's HTTP endpoint, from the agent config the topology names."""
+    path = topology_path or endpoints.DEFAULT_TOPOLOGY
+    if path.is_dir():
+        path = path / "topology.json"
+    out: dict[str, dict[str, Any]] = {name: {} for name in regions}
+    try:
+        agents = json.loads(path.read_text()).get("agents") or {}
+    except (OSError, ValueError):
+        return out
+    for name, agent in agents.items():
+        try:
+            conf = yaml.safe_load(pathlib.Path(agent["config"]).read_text()) or {}
+        except (OSError, KeyError, TypeError, yaml.YAMLError):
+            continue
+        port = conf.get("metrics_port")
+        if port and agent.get("pid") and name in out:
+            host = conf.get("metrics_host") or "127.0.0.1"
+            out[name]["agent_url"] = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
+    return out
+
+
+def pick(sites: dict[str, Site], name: str) -> Site:
+    try:
+        return sites[name]
+    except KeyError:
+        known = ", ".join(sorted(sites)) or "none"
+        raise GeoctlError(f"unknown region {name!r}; known regions: {known}") from None
+
+
+def probe_agent(site: Site, *, timeout: float = 3.0) -> AgentView:
+    """Ask a region's agent for liveness, readiness and its state; never raises."""
+    if not site.agent_url:
+        return AgentView(url=None, error="no agent endpoint known for this region")
+    base = site.agent_url.rstrip("/")
+    try:
+        alive = requests.get(f"{base}/healthz", timeout=timeout).status_code == 200
+        ready = requests.get(f"{base}/readyz", timeout=timeout).status_code == 200
+        response = requests.get(f"{base}/state", timeout=timeout)
+        state = response.json() if response.status_code == 200 else None
+    except (requests.RequestException, ValueError) as e:
+        return AgentView(url=base, error=f"{type(e).__name__}: {e}")
+    return AgentView(url=base, alive=alive, ready=ready, state=state)

@@ -1,0 +1,368 @@
+"""Observing replicated subscriptions from the outside: what each region acknowledged, in origin terms.
+
+``geoctl status``, ``failover check`` and ``tenants migrate`` need, per subscription and region, what the
+other regions acknowledged that this region has not (yet) applied: those messages would be delivered again
+if consumers moved here now. The agents know it, but an operator's tool should not take the agents' word
+for what it is checking, so this module computes it itself, with the same core functions the agents use:
+
+1. per region, read the topic partition from its earliest retained entry (a short-lived reader) into an
+   ``OriginIndex``: a local message's origin is itself; a replicated copy's origin position is its
+   ``__MSG_PROP_REPL_SOURCE_POSITION`` stamp, and its origin region is the only other region of the
+   namespace, or (three or more regions) the entry's ``X-Pulsar-replicated-from`` header from the admin
+   API, remembered per broker-generated producer name; ledger ids collide between regions, so positions
+   alone never decide;
+2. per region, read the cursor (``internalStats``: mark-delete and individually deleted ranges) and
+   translate it with ``syncing.to_origin_acks``;
+3. for region Y and another region X, count Y's entries above Y's mark-delete that Y has not acknowledged
+   and whose origin X acknowledged: the duplicates a failover from X to Y would deliver now. Over every
+   other region at once, that is what Y has not applied (its sync lag in messages).
+
+Topic partitions on which every region reports an empty backlog for every subscription are not read: there
+is nothing above any mark-delete that could differ. The agents' ``/state`` adds what only they know
+(when they last applied, since when they are behind, holes held back while consumers are connected).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulsar
+
+from geoctl.access import AgentView, Site, probe_agent
+from geosync_adapters import admin as adm
+from geosync_adapters import messaging
+from geosync_core import syncing
+from geosync_core.indexing import OriginIndex
+from geosync_core.origins import Origin, OriginAcks
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+
+INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
+INTERNAL_TOPICS = ("geosync-control", "geosync-policy-events")
+BROKER_GENERATED = re.compile(r"^(?P<cluster>.+)-\d+-\d+$")
+Report = Callable[[str], None]
+
+
+@dataclass
+class Log:
+    """One region's copy of a topic partition, as read now."""
+
+    index: OriginIndex = field(default_factory=OriginIndex)
+    positions: list[Position] = field(default_factory=list)
+    publish_ms: dict[Position, int] = field(default_factory=dict)
+    unresolved: int = 0
+
+
+@dataclass
+class Cell:
+    """One subscription in one region."""
+
+    region: str
+    exists: bool
+    mark_delete: str = "-"
+    holes: int = 0
+    backlog: int = 0
+    consumers: int = 0
+    unapplied: int = 0
+    """Entries here whose origin another region acknowledged and this one has not: its lag in messages."""
+    duplicates_from: dict[str, int] = field(default_factory=dict)
+    """Per other region X: what consumers failing over from X to here would be given again now."""
+    oldest_unapplied_age_s: float | None = None
+    lag_s: float | None = None
+    """Since when the agent has had something to apply (its sync lag in time); None if not behind/unknown."""
+    last_applied_at: float | None = None
+    pending_holes: int | None = None
+    received_from: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exists": self.exists,
+            "mark_delete": self.mark_delete,
+            "holes": self.holes,
+            "backlog": self.backlog,
+            "consumers": self.consumers,
+            "unapplied": self.unapplied,
+            "duplicates_from": dict(self.duplicates_from),
+            "oldest_unapplied_age_s": _round(self.oldest_unapplied_age_s),
+            "lag_s": _round(self.lag_s),
+            "last_applied_at": self.last_applied_at,
+            "pending_holes": self.pending_holes,
+            "received_from": dict(self.received_from),
+        }
+
+
+@dataclass
+class Row:
+    namespace: str
+    topic: str
+    subscription: str
+    cells: dict[str, Cell]
+    read: bool
+    """False when no region had a backlog, so nothing was read (all cells trivially in sync)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "topic": self.topic,
+            "subscription": self.subscription,
+            "read": self.read,
+            "regions": {name: c.as_dict() for name, c in self.cells.items()},
+        }
+
+
+@dataclass
+class Observation:
+    rows: list[Row]
+    agents: dict[str, AgentView]
+    namespaces: dict[str, list[str]]
+    replication_backlog: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """(topic, from region, to region) -> messages not yet replicated."""
+    errors: list[str] = field(default_factory=list)
+    taken_at: float = field(default_factory=time.time)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def synced_namespaces(sites: dict[str, Site], wanted: list[str] | None) -> dict[str, list[str]]:
+    """Namespace -> regions it is replicated to (among the known sites, at least two)."""
+    found: dict[str, set[str]] = {}
+    for name, site in sites.items():
+        admin = site.admin(timeout=5.0)
+        try:
+            names = wanted or [ns for t in admin.tenants() if t != "pulsar" for ns in admin.namespaces(t)]
+        except adm.AdminError:
+            continue
+        for ns in names:
+            try:
+                clusters = set(admin.replication_clusters(ns))
+            except adm.AdminError:
+                continue
+            if name in clusters:
+                found.setdefault(ns, set()).update(c for c in clusters if c in sites)
+    return {ns: sorted(rs) for ns, rs in sorted(found.items()) if len(rs) > 1}
+
+
+class _Resolver:
+    def __init__(self, region: str, candidates: list[str], admin: adm.AdminClient) -> None:
+        self.region = region
+        self.others = [c for c in candidates if c != region]
+        self.admin = admin
+        self.by_producer: dict[str, str] = {}
+
+    def __call__(self, topic: str, local: Position, producer: str) -> str | None:
+        if len(self.others) == 1:
+            return self.others[0]
+        if producer in self.by_producer:
+            return self.by_producer[producer]
+        try:
+            region = self.admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
+        except adm.AdminError:
+            return None
+        match = BROKER_GENERATED.match(producer)
+        if region is not None and match is not None and match["cluster"] == region:
+            self.by_producer[producer] = region
+        return region
+
+
+def read_log(site: Site, topic: str, resolver: _Resolver, *, max_entries: int) -> Log:
+    """Read ``topic`` in ``site`` from the earliest retained entry to the end (bounded by ``max_entries``)."""
+    log = Log()
+    last: Position | None = None
+    with messaging.client(site.region.service_url, token=site.token, timeout_s=10) as client:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=1000)
+        try:
+            while len(log.positions) < max_entries and reader.has_message_available():
+                try:
+                    msg = reader.read_next(timeout_millis=5000)
+                except pulsar.Timeout:
+                    break
+                mid = msg.message_id()
+                position = Position(mid.ledger_id(), mid.entry_id())
+                if last is not None and position <= last:
+                    continue  # another message of the same batch entry
+                last = position
+                log.positions.append(position)
+                log.publish_ms[position] = msg.publish_timestamp()
+                stamp = msg.properties().get(messaging.REPL_SOURCE_POSITION)
+                if stamp is None:
+                    log.index.append(position, Origin(site.name, position))
+                    continue
+                region = resolver(topic, position, msg.producer_name())
+                if region is None:
+                    log.unresolved += 1
+                    continue
+                log.index.append(position, Origin(region, Position.parse(stamp)))
+        finally:
+            reader.close()
+    return log
+
+
+def _claims(log: Log, cursor: AckState) -> OriginAcks:
+    translated = syncing.to_origin_acks(log.index, cursor)
+    return translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
+
+
+def _missing_here(log: Log, cursor: AckState, claims: OriginAcks) -> list[Position]:
+    out = []
+    for p in log.positions:
+        if p <= cursor.mark_delete or p in cursor:
+            continue
+        origin = log.index.origin_of(p)
+        if origin is not None and origin in claims:
+            out.append(p)
+    return out
+
+
+def observe(
+    sites: dict[str, Site],
+    *,
+    namespaces: list[str] | None = None,
+    tenant: str | None = None,
+    max_entries: int = 200_000,
+    report: Report = lambda _m: None,
+) -> Observation:
+    """Observe every replicated subscription of ``namespaces`` (default: every namespace replicated to at
+    least two known regions, optionally only those of ``tenant``)."""
+    spread = synced_namespaces(sites, namespaces)
+    if tenant is not None:
+        spread = {ns: rs for ns, rs in spread.items() if ns.split("/")[0] == tenant}
+    agents = {name: probe_agent(site) for name, site in sites.items()}
+    obs = Observation(rows=[], agents=agents, namespaces=spread)
+    synced = _agent_subscriptions(agents)
+    now = time.time()
+    for ns, members in spread.items():
+        stats: dict[str, dict[str, dict[str, Any]]] = {}  # topic -> region -> stats
+        for region in members:
+            admin = sites[region].admin(timeout=5.0)
+            try:
+                topics = [
+                    t
+                    for t in admin.topics(ns)
+                    if t.startswith("persistent://") and t.split("/")[-1] not in INTERNAL_TOPICS
+                ]
+            except adm.AdminError as e:
+                obs.errors.append(f"region {region}: cannot list topics of {ns}: {e}")
+                continue
+            for topic in topics:
+                try:
+                    stats.setdefault(topic, {})[region] = admin.topic_stats(topic)
+                except adm.AdminError as e:
+                    obs.errors.append(f"region {region}: no stats for {topic}: {e}")
+        for topic, per_region in sorted(stats.items()):
+            for src, st in per_region.items():
+                for dst, repl in (st.get("replication") or {}).items():
+                    obs.replication_backlog[(topic, src, dst)] = int(repl.get("replicationBacklog") or 0)
+            subs = sorted(
+                {
+                    name
+                    for st in per_region.values()
+                    for name, sub in (st.get("subscriptions") or {}).items()
+                    if sub.get("isDurable", True) and not name.startswith(INTERNAL_CURSORS)
+                }
+            )
+            if not subs:
+                continue
+            report(f"{topic}: {len(subs)} subscription(s)")
+            busy = any(
+                int((st.get("subscriptions") or {}).get(s, {}).get("msgBacklog") or 0) > 0
+                for st in per_region.values()
+                for s in subs
+            ) or any(s not in (st.get("subscriptions") or {}) for st in per_region.values() for s in subs)
+            logs: dict[str, Log] = {}
+            cursors: dict[str, dict[str, AckState]] = {}
+            if busy:
+                for region in per_region:
+                    site = sites[region]
+                    try:
+                        logs[region] = read_log(
+                            site,
+                            topic,
+                            _Resolver(region, members, site.admin(timeout=5.0)),
+                            max_entries=max_entries,
+                        )
+                        raw = site.admin(timeout=5.0).internal_stats(topic).get("cursors") or {}
+                    except (adm.AdminError, pulsar.PulsarException, messaging.MessagingUnavailable) as e:
+                        obs.errors.append(f"region {region}: cannot read {topic}: {e}")
+                        continue
+                    cursors[region] = {
+                        name: AckState.parse(
+                            c["markDeletePosition"], c.get("individuallyDeletedMessages") or "[]"
+                        )
+                        for name, c in raw.items()
+                        if name in subs
+                    }
+            for sub in subs:
+                obs.rows.append(_row(ns, topic, sub, per_region, logs, cursors, synced, now=now, read=busy))
+    return obs
+
+
+def _agent_subscriptions(agents: dict[str, AgentView]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(region, topic, subscription) -> what that region's agent reports (agents that publish it)."""
+    out = {}
+    for region, view in agents.items():
+        for entry in (view.state or {}).get("synced") or []:
+            out[(region, entry["topic"], entry["subscription"])] = entry
+    return out
+
+
+def _row(  # noqa: PLR0917
+    ns: str,
+    topic: str,
+    sub: str,
+    per_region: dict[str, dict[str, Any]],
+    logs: dict[str, Log],
+    cursors: dict[str, dict[str, AckState]],
+    synced: dict[tuple[str, str, str], dict[str, Any]],
+    *,
+    now: float,
+    read: bool,
+) -> Row:
+    cells: dict[str, Cell] = {}
+    claims: dict[str, OriginAcks] = {}
+    for region in per_region:
+        cursor = cursors.get(region, {}).get(sub)
+        if cursor is not None and region in logs:
+            claims[region] = _claims(logs[region], cursor)
+    for region, st in per_region.items():
+        raw = (st.get("subscriptions") or {}).get(sub)
+        cell = Cell(region=region, exists=raw is not None)
+        if raw is not None:
+            cell.backlog = int(raw.get("msgBacklog") or 0)
+            cell.consumers = sum(
+                1
+                for c in raw.get("consumers") or []
+                if not str(c.get("consumerName", "")).startswith("geosync-")
+            )
+        agent = synced.get((region, topic, sub))
+        if agent is not None:
+            cell.last_applied_at = agent.get("last_applied_at") or None
+            cell.pending_holes = agent.get("pending_holes")
+            cell.received_from = dict(agent.get("received_from") or {})
+            since = agent.get("behind_since")
+            cell.lag_s = (now - since) if since else 0.0
+        log = logs.get(region)
+        cursor = cursors.get(region, {}).get(sub)
+        if cursor is not None:
+            cell.mark_delete = str(cursor.mark_delete)
+        if log is not None:
+            here = cursor if cursor is not None else AckState.of(Position(-1, -1))
+            if cursor is not None:
+                cell.holes = len(cursor.holes(log.positions))
+            others = [claims[r] for r in claims if r != region]
+            for other, acks in claims.items():
+                if other != region:
+                    cell.duplicates_from[other] = len(_missing_here(log, here, acks))
+            missing = _missing_here(log, here, OriginAcks.of({}).merge(*others)) if others else []
+            cell.unapplied = len(missing)
+            if missing:
+                cell.oldest_unapplied_age_s = max(0.0, now - log.publish_ms[missing[0]] / 1000)
+        elif not read:
+            cell.duplicates_from = {r: 0 for r in per_region if r != region}
+        cells[region] = cell
+    return Row(namespace=ns, topic=topic, subscription=sub, cells=cells, read=read)

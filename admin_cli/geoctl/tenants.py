@@ -1,0 +1,413 @@
+"""``geoctl tenants migrate``: move a tenant from one region to another with consumers keeping their place.
+
+The five steps of Tencent Cloud's migration, each idempotent, with progress kept in a state file so an
+interrupted migration resumes where it stopped (``--resume``):
+
+1. copy-metadata: the tenant (allowed clusters widened to both regions), its namespaces with their simple
+   policies (TTL, retention, backlog quotas, deduplication, schema rules) and partitioned topics, created
+   in the target; the source namespaces' allowed clusters widened to the target;
+2. replicate: replication clusters of every namespace set to both regions, in both regions; each source
+   partition's last entry is recorded, because Pulsar's replicators start at the end of the log: what was
+   published before exists only in the source and must be consumed there before the switch;
+3. sync: the agents carry every subscription's consumption state, holes included, to the target; this
+   step waits (bounded by ``--timeout``) until the target has applied everything the source acknowledged,
+   nothing is in flight, and the pre-replication backlog is consumed;
+4. switch: checks once more that moving is safe with no consumer left in the source, records the moment,
+   and reports what clients must do;
+5. cleanup: replication back to the target alone, in both regions (the source's brokers then delete the
+   tenant's topics there).
+
+``--dry-run`` shows what each remaining step would do without writing anything; ``--until STEP`` stops
+after a step (e.g. to move producers by hand before the switch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from geoctl import access, failover, observing
+from geoctl.errors import EXIT_REFUSED, EXIT_UNHEALTHY, GeoctlError
+from geoctl.output import emit, output_option
+from geosync_adapters import admin as adm
+
+STEPS = ("copy-metadata", "replicate", "sync", "switch", "cleanup")
+COPIED_POLICIES = (
+    "message_ttl_in_seconds",
+    "retention_policies",
+    "backlog_quota_map",
+    "deduplicationEnabled",
+    "schema_compatibility_strategy",
+    "is_allow_auto_update_schema",
+    "schema_validation_enforced",
+)
+err = Console(stderr=True, highlight=False, log_path=False)
+Say = Callable[[str], None]
+
+
+class Migration:
+    """One migration's progress, persisted after every step (atomically: write, then rename)."""
+
+    def __init__(self, path: pathlib.Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def open(
+        cls, path: pathlib.Path, *, tenant: str, source: str, target: str, resume: bool, dry: bool = False
+    ) -> Migration:
+        if path.exists():
+            data = json.loads(path.read_text())
+            if (data.get("tenant"), data.get("from"), data.get("to")) != (tenant, source, target):
+                raise GeoctlError(
+                    f"{path} belongs to the migration of {data.get('tenant')} from {data.get('from')} to "
+                    f"{data.get('to')}; pass another --state-file"
+                )
+            if not resume and not dry and data.get("done"):
+                raise GeoctlError(
+                    f"a migration of {tenant} from {source} to {target} is in progress ({path}: done "
+                    f"{', '.join(data['done'])}); continue it with --resume, or delete the file to start over"
+                )
+            return cls(path, data)
+        if resume and not dry:
+            raise GeoctlError(f"nothing to resume: {path} does not exist; run without --resume to start")
+        return cls(
+            path, {"tenant": tenant, "from": source, "to": target, "done": [], "started_at": time.time()}
+        )
+
+    def done(self, step: str) -> bool:
+        return step in self.data["done"]
+
+    def finish(self, step: str, **facts: Any) -> None:
+        self.data["done"].append(step)
+        self.data.setdefault("facts", {})[step] = {"at": time.time(), **facts}
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+def _namespaces(admin: adm.AdminClient, tenant: str) -> list[str]:
+    try:
+        return sorted(admin.namespaces(tenant))
+    except adm.AdminNotFound as e:
+        raise GeoctlError(f"tenant {tenant!r} does not exist in the source region", exit_code=12) from e
+
+
+def _partitioned(admin: adm.AdminClient, ns: str) -> dict[str, int]:
+    names = admin.get(f"/admin/v2/persistent/{ns}/partitioned") or []
+    return {t: admin.partitioned_metadata(t) for t in names}
+
+
+def copy_metadata(src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say) -> dict[str, Any]:
+    s, d = src.admin(), dst.admin()
+    info = s.tenant(tenant)
+    allowed = sorted({*info.get("allowedClusters", []), src.name, dst.name})
+    roles = list(info.get("adminRoles") or [])
+    say(f"tenant {tenant}: allowed clusters {allowed} in {src.name} and {dst.name}")
+    if not dry:
+        s.upsert_tenant(tenant, allowed_clusters=allowed, admin_roles=roles)
+        d.upsert_tenant(tenant, allowed_clusters=allowed, admin_roles=roles)
+    created = []
+    for ns in _namespaces(s, tenant):
+        policies = s.namespace_policies(ns)
+        ns_allowed = sorted({*(policies.get("allowed_clusters") or []), src.name, dst.name})
+        body = {k: policies[k] for k in COPIED_POLICIES if policies.get(k) not in (None, {}, [])}
+        body.update(replication_clusters=[dst.name], allowed_clusters=ns_allowed)
+        say(f"namespace {ns}: create in {dst.name} with {sorted(body)}; allowed clusters {ns_allowed}")
+        if dry:
+            continue
+        s.set_allowed_clusters(ns, ns_allowed)
+        try:
+            d.create_namespace_with_policies(ns, body)
+            created.append(ns)
+        except adm.AdminConflict:
+            d.set_allowed_clusters(ns, ns_allowed)
+        for topic, partitions in _partitioned(s, ns).items():
+            if partitions and not d.partitioned_metadata(topic):
+                say(f"partitioned topic {topic}: {partitions} partitions in {dst.name}")
+                d.create_partitioned_topic(topic, partitions)
+    return {"created": created}
+
+
+def replicate(src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say) -> dict[str, Any]:
+    s, d = src.admin(), dst.admin()
+    start: dict[str, str] = {}
+    for ns in _namespaces(s, tenant):
+        say(f"namespace {ns}: replication clusters [{src.name}, {dst.name}] in both regions")
+        if dry:
+            continue
+        s.set_replication_clusters(ns, [src.name, dst.name])
+        d.set_replication_clusters(ns, [src.name, dst.name])
+        for topic in s.topics(ns):
+            if topic.startswith("persistent://") and topic.split("/")[-1] not in observing.INTERNAL_TOPICS:
+                start[topic] = str(s.internal_stats(topic).get("lastConfirmedEntry", "-1:-1"))
+    return {"replication_start": start}
+
+
+def _pre_replication_backlog(src: access.Site, start: dict[str, str]) -> list[str]:
+    """Source subscriptions whose mark-delete is still below where replication started."""
+    from geosync_core.positions import Position
+
+    out = []
+    admin = src.admin()
+    for topic, last in start.items():
+        floor = Position.parse(last)
+        try:
+            cursors = admin.internal_stats(topic).get("cursors") or {}
+        except adm.AdminNotFound:
+            continue
+        for name, c in cursors.items():
+            if name.startswith(observing.INTERNAL_CURSORS):
+                continue
+            if floor.entry >= 0 and Position.parse(c["markDeletePosition"]) < floor:
+                out.append(
+                    f"{topic} / {name}: entries up to {last} were published before replication was enabled "
+                    f"and exist only in {src.name}: consume them there first"
+                )
+    return out
+
+
+def sync(
+    sites: dict[str, access.Site],
+    src: access.Site,
+    dst: access.Site,
+    tenant: str,
+    start: dict[str, str],
+    *,
+    timeout: float,
+    interval: float,
+    show: bool,
+) -> failover.Verdict:
+    pair = {src.name: src, dst.name: dst}
+    deadline = time.monotonic() + timeout
+    with Progress(
+        TextColumn("sync"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} subscriptions in step"),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not show,
+    ) as progress:
+        task = progress.add_task("", total=1)
+        while True:
+            obs = observing.observe(pair, tenant=tenant)
+            verdict = failover.judge(obs, src.name, dst.name)
+            pending = _pre_replication_backlog(src, start)
+            rows = [r for r in obs.rows if src.name in r.cells and r.cells[src.name].exists]
+            behind = {(s["topic"], s["subscription"]) for s in verdict.subscriptions if s["duplicates"]}
+            progress.update(
+                task,
+                total=max(1, len(rows)),
+                completed=len(rows) - len(behind),
+                description=f"{verdict.duplicates} acknowledgement(s) to apply",
+            )
+            blocked = [w for w in verdict.wait_for if "consumer(s) still connected" not in w]
+            if not blocked and not pending and verdict.safe:
+                return verdict
+            if time.monotonic() > deadline:
+                verdict.wait_for = [*pending, *verdict.wait_for]
+                verdict.safe = False
+                return verdict
+            time.sleep(interval)
+
+
+def client_report(src: access.Site, dst: access.Site, tenant: str, duplicates: int | None) -> dict[str, Any]:
+    return {
+        "producers": f"point producers of tenant {tenant} at {dst.region.service_url} (was "
+        f"{src.region.service_url}); messages keep their order per producer; enable producer deduplication "
+        "or idempotent handling for messages resent around the switch",
+        "consumers": f"start consumers with the same subscription names against {dst.region.service_url}; "
+        f"they resume where they stopped in {src.name}, holes included: every message acknowledged in "
+        f"{src.name} stays acknowledged"
+        + ("" if duplicates is None else f" ({duplicates} duplicate(s) at the switch)"),
+        "order": "Key_Shared subscriptions keep per-key order (acknowledgements behind an unacknowledged "
+        "message of the same key are delivered again rather than out of order)",
+        "admin": f"admin tools for tenant {tenant} must use {dst.region.admin_url} from now on",
+    }
+
+
+@click.group("tenants")
+def tenants_group() -> None:
+    """Tenants across regions."""
+
+
+@tenants_group.command("migrate")
+@click.argument("tenant")
+@click.option("--from", "source", required=True, help="Region the tenant lives in now.")
+@click.option("--to", "target", required=True, help="Region the tenant moves to.")
+@click.option("--dry-run", is_flag=True, help="Show what each remaining step would do; write nothing.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted migration from its state file.")
+@click.option(
+    "--until", type=click.Choice(STEPS), default="cleanup", show_default=True, help="Stop after this step."
+)
+@click.option(
+    "--state-file",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    default=None,
+    help="Where progress is kept (default ./geoctl-migrate-TENANT-FROM-TO.json).",
+)
+@click.option(
+    "--timeout", type=float, default=300.0, show_default=True, help="Seconds the sync step may wait."
+)
+@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between sync checks.")
+@access.options
+@output_option
+def migrate(  # noqa: PLR0917
+    sites: dict[str, access.Site],
+    tenant: str,
+    source: str,
+    target: str,
+    dry_run: bool,
+    resume: bool,
+    until: str,
+    state_file: pathlib.Path | None,
+    timeout: float,
+    interval: float,
+    output: str,
+) -> None:
+    """Move TENANT from --from to --to in five resumable steps: copy-metadata, replicate, sync, switch,
+    cleanup (Tencent Cloud's migration, with holes synced by the GeoSync agents).
+
+    \b
+    Before the switch step, stop the tenant's consumers in the source: the switch refuses while any is
+    connected there, because they could still acknowledge. The report at the end says what producers,
+    consumers and admin tools must change. Progress is saved after every step; after an interruption or
+    a failure run the same command with --resume. Exit codes: 6 sync not reached within --timeout or
+    consumers still connected at the switch (resume later), 4 an admin API refused a change.
+    """
+    src, dst = access.pick(sites, source), access.pick(sites, target)
+    if source == target:
+        raise GeoctlError("--from and --to name the same region")
+    path = state_file or pathlib.Path(f"geoctl-migrate-{tenant}-{source}-{target}.json")
+    state = Migration.open(path, tenant=tenant, source=source, target=target, resume=resume, dry=dry_run)
+    text_out = output == "text"
+    log: list[str] = []
+
+    def say(line: str) -> None:
+        log.append(line)
+        if text_out:
+            err.log(("(dry run) " if dry_run else "") + line, markup=False)
+
+    last = STEPS.index(until)
+    verdict: failover.Verdict | None = None
+    try:
+        for i, step in enumerate(STEPS[: last + 1], start=1):
+            if state.done(step):
+                say(f"{i}/5 {step}: done earlier, skipped")
+                continue
+            say(f"{i}/5 {step}")
+            if step == "copy-metadata":
+                facts = copy_metadata(src, dst, tenant, dry=dry_run, say=say)
+            elif step == "replicate":
+                facts = replicate(src, dst, tenant, dry=dry_run, say=say)
+            elif step == "sync":
+                if dry_run:
+                    say(f"wait until {target} has applied every acknowledgement of {source} (holes included)")
+                    continue
+                start = state.data.get("facts", {}).get("replicate", {}).get("replication_start", {})
+                verdict = sync(
+                    sites, src, dst, tenant, start, timeout=timeout, interval=interval, show=text_out
+                )
+                if not verdict.safe:
+                    raise _NotYet(f"not in step after {timeout:.0f} s", verdict)
+                facts = {"duplicates": verdict.duplicates}
+            elif step == "switch":
+                verdict = failover.check({source: src, target: dst}, source, target, None)
+                verdict.subscriptions = [
+                    s
+                    for s in verdict.subscriptions
+                    if s["topic"].split("://", 1)[-1].startswith(f"{tenant}/")
+                ]
+                connected = [w for w in verdict.wait_for if "still connected" in w and f"{tenant}/" in w]
+                if dry_run:
+                    say(f"check: 0 duplicates and no consumer in {source}, then report what clients must do")
+                    continue
+                tenant_wait = [w for w in verdict.wait_for if f"{tenant}/" in w]
+                if tenant_wait:
+                    raise _NotYet(
+                        "consumers still connected in the source" if connected else "not in step", verdict
+                    )
+                facts = {"duplicates": sum(s["duplicates"] for s in verdict.subscriptions)}
+            else:
+                facts = cleanup(src, dst, tenant, dry=dry_run, say=say)
+            if not dry_run:
+                state.finish(step, **facts)
+    except _NotYet as stop:
+        data = {
+            "tenant": tenant,
+            "done": state.data["done"],
+            "stopped": stop.args[0],
+            "wait_for": stop.verdict.wait_for,
+            "state_file": str(path),
+        }
+        emit(data, output, _stopped_text)
+        raise SystemExit(EXIT_UNHEALTHY) from None
+    except adm.AdminError as e:
+        raise GeoctlError(
+            f"{e}; progress is saved in {path}: fix the cause and run again with --resume",
+            exit_code=EXIT_REFUSED,
+        ) from e
+    report = (
+        client_report(src, dst, tenant, None if verdict is None else verdict.duplicates)
+        if state.done("switch") or dry_run
+        else None
+    )
+    data = {
+        "tenant": tenant,
+        "from": source,
+        "to": target,
+        "dry_run": dry_run,
+        "done": state.data["done"],
+        "steps": log,
+        "clients": report,
+        "state_file": str(path),
+    }
+
+    def text(d: dict[str, Any]) -> None:
+        click.echo(f"done: {', '.join(d['done']) or 'nothing yet'}" + (" (dry run)" if dry_run else ""))
+        if d["clients"]:
+            click.echo("what clients must do at the switch:")
+            for who, what in d["clients"].items():
+                click.echo(f"  {who}: {what}")
+
+    emit(data, output, text)
+
+
+def cleanup(src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say) -> dict[str, Any]:
+    s, d = src.admin(), dst.admin()
+    warnings = []
+    for ns in _namespaces(d, tenant):
+        say(f"namespace {ns}: replication back to [{dst.name}] in both regions ({src.name} drops its copies)")
+        if dry:
+            continue
+        d.set_replication_clusters(ns, [dst.name])
+        try:
+            s.set_replication_clusters(ns, [dst.name])
+        except adm.AdminError as e:
+            warnings.append(f"{src.name}: {ns}: {e}")
+    return {"warnings": warnings}
+
+
+class _NotYet(Exception):
+    def __init__(self, message: str, verdict: failover.Verdict) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+
+
+def _stopped_text(d: dict[str, Any]) -> None:
+    click.echo(f"stopped: {d['stopped']}; done so far: {', '.join(d['done']) or 'nothing'}")
+    for w in d["wait_for"]:
+        click.echo(f"  wait for: {w}")
+    click.echo(f"progress is saved in {d['state_file']}; run the same command with --resume to continue")

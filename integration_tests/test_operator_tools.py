@@ -1,0 +1,167 @@
+"""``geoctl status``, ``failover check`` and ``tenants migrate`` against the real lab and its agents."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import uuid
+
+import pulsar
+from click.testing import CliRunner
+
+from geoctl.cli import main
+from geoctl.errors import EXIT_UNHEALTHY
+from geosync_adapters import admin as adm
+from geosync_adapters import messaging
+from integration_tests.helpers import Lab, produce, read_all, wait_for
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout
+
+
+def _consume_some(
+    service_url: str, topic: str, sub: str, *, take: int, skip: int
+) -> tuple[list[str], list[str]]:
+    """Receive ``take`` messages, acknowledge all but every ``skip``-th (holes); return (acked, unacked)."""
+    acked, held = [], []
+    with messaging.client(service_url) as c:
+        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        try:
+            for i in range(take):
+                msg = consumer.receive(timeout_millis=20_000)
+                if i % skip == skip - 1:
+                    held.append(msg.data().decode())
+                else:
+                    consumer.acknowledge(msg)
+                    acked.append(msg.data().decode())
+        finally:
+            consumer.close()
+    return acked, held
+
+
+def _drain(service_url: str, topic: str, sub: str) -> list[str]:
+    got = []
+    with messaging.client(service_url) as c:
+        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        try:
+            while True:
+                try:
+                    msg = consumer.receive(timeout_millis=4000)
+                except pulsar.Timeout:
+                    break
+                got.append(msg.data().decode())
+                consumer.acknowledge(msg)
+        finally:
+            consumer.close()
+    return got
+
+
+def test_status_and_failover_check_follow_a_subscription_with_holes(lab: Lab, unique: str) -> None:
+    topic = f"persistent://geo/ab/ops-{unique}"
+    sub = f"ops-{unique}"
+    a = lab.admin("a")
+    a.create_subscription(topic, sub)
+    produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(30)])
+    assert len(read_all(lab.service_url("b"), topic, expect=30)) == 30
+    acked, _held = _consume_some(lab.service_url("a"), topic, sub, take=20, skip=5)
+
+    env_topology = ["--topology", str(lab.dir)]
+    code, out = run("status", *env_topology, "--namespace", "geo/ab", "--all", "-o", "json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert set(data["agents"]) == {"a", "b", "c"}
+    assert all(v["alive"] and v["ready"] for v in data["agents"].values())
+    row = next(r for r in data["subscriptions"] if r["subscription"] == sub)
+    assert row["regions"]["a"]["holes"] == 3  # m4, m9, m14 (m19 is above the highest acknowledged)
+    assert row["regions"]["a"]["unapplied"] == 0
+
+    # The agents bring b in step; failover check --wait returns once they have.
+    code, out = run(
+        "failover", "check", *env_topology, "--from", "a", "--to", "b", "--namespace", "geo/ab",
+        "--wait", "--timeout", "60", "--interval", "1", "-o", "json",
+    )  # fmt: skip
+    verdict = json.loads(out)
+    assert [s for s in verdict["subscriptions"] if s["subscription"] == sub and s["duplicates"]] == []
+    code, out = run("status", *env_topology, "--namespace", "geo/ab", "--all", "-o", "json")
+    row = next(r for r in json.loads(out)["subscriptions"] if r["subscription"] == sub)
+    assert row["regions"]["b"]["unapplied"] == 0
+    assert row["regions"]["b"]["duplicates_from"] == {"a": 0}
+    assert row["regions"]["b"]["holes"] == 3  # the holes travelled too
+    assert len(acked) == 16
+
+
+def test_failover_check_reports_the_cost_of_an_unsynced_subscription(lab: Lab, unique: str) -> None:
+    # unsynced-* subscriptions are left alone by the lab's agents: b never applies a's acknowledgements.
+    topic = f"persistent://geo/ab/ops-unsynced-{unique}"
+    sub = f"unsynced-{unique}"
+    for region in ("a", "b"):
+        lab.admin(region).create_subscription(topic, sub)
+    produce(lab.service_url("a"), topic, [f"u{i}".encode() for i in range(12)])
+    assert len(read_all(lab.service_url("b"), topic, expect=12)) == 12
+    _consume_some(lab.service_url("a"), topic, sub, take=12, skip=100)
+    code, out = run(
+        "failover", "check", "--topology", str(lab.dir), "--from", "a", "--to", "b",
+        "--namespace", "geo/ab", "-o", "json",
+    )  # fmt: skip
+    assert code == EXIT_UNHEALTHY
+    data = json.loads(out)
+    assert data["safe"] is False
+    mine = next(s for s in data["subscriptions"] if s["subscription"] == sub)
+    assert mine["duplicates"] == 12
+    assert any("has not applied 12" in w for w in mine["wait_for"])
+
+
+def test_tenant_migration_keeps_consumers_positions(lab: Lab, tmp_path: pathlib.Path) -> None:
+    tenant = f"migrate-{uuid.uuid4().hex[:8]}"
+    ns = f"{tenant}/ns"
+    topic = f"persistent://{ns}/orders"
+    sub = "billing"
+    a, b = lab.admin("a"), lab.admin("b")
+    a.upsert_tenant(tenant, allowed_clusters=["a"])
+    a.create_namespace_with_policies(ns, {"replication_clusters": ["a"], "allowed_clusters": ["a"]})
+    a.set_message_ttl(ns, 3600)
+    a.create_subscription(topic, sub)
+    state = tmp_path / "migration.json"
+    common = ["--topology", str(lab.dir), "--from", "a", "--to", "b", "--state-file", str(state)]
+
+    code, out = run("tenants", "migrate", tenant, *common, "--dry-run")
+    assert code == 0, out
+    assert not state.exists()  # a dry run writes nothing
+    assert tenant not in b.tenants() or b.namespace_policies(ns).get("replication_clusters") != ["a", "b"]
+
+    code, out = run("tenants", "migrate", tenant, *common, "--until", "replicate", "-o", "json")
+    assert code == 0, out
+    assert json.loads(out)["done"] == ["copy-metadata", "replicate"]
+    assert sorted(b.replication_clusters(ns)) == ["a", "b"]
+    assert b.namespace_policies(ns).get("message_ttl_in_seconds") == 3600
+
+    # Without --resume the half-done migration is refused (no accidental restart).
+    refused = CliRunner().invoke(main, ["tenants", "migrate", tenant, *common])
+    assert refused.exit_code != 0
+    assert "--resume" in refused.output
+
+    # Traffic in a while the migration is under way: consumers acknowledge out of order.
+    produce(lab.service_url("a"), topic, [f"o{i}".encode() for i in range(40)])
+    assert len(read_all(lab.service_url("b"), topic, expect=40)) == 40
+    acked, held = _consume_some(lab.service_url("a"), topic, sub, take=30, skip=4)
+
+    code, out = run("tenants", "migrate", tenant, *common, "--resume", "--timeout", "90", "--interval", "1",
+                    "-o", "json")  # fmt: skip
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["done"] == ["copy-metadata", "replicate", "sync", "switch", "cleanup"]
+    assert lab.service_url("b") in data["clients"]["consumers"]
+
+    # Consumers moved to b get exactly what a had not acknowledged: holes and the rest, nothing twice.
+    got = _drain(lab.service_url("b"), topic, sub)
+    expected = set(held) | {f"o{i}" for i in range(30, 40)}
+    assert sorted(got) == sorted(expected)
+    assert not set(got) & set(acked)
+    wait_for(lambda: b.replication_clusters(ns) == ["b"], timeout_s=10, what="cleanup in b")
+    try:
+        b.delete_namespace(ns, force=True)
+        b.delete_tenant(tenant)
+    except adm.AdminError:
+        pass
