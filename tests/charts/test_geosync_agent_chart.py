@@ -1,0 +1,111 @@
+"""The Helm chart rendered by Helm itself (helm-python-sdk bundles the Helm v4 SDK; no cluster needed),
+linted strictly, and every manifest validated offline against Kubernetes' schemas (kubernetes-validate).
+
+Only the ServiceMonitor (a Prometheus Operator CRD) has no bundled schema; its shape is checked here.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (bundles the Helm SDK)")
+kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+
+CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "geosync-agent"
+KUBE = "1.32.0"
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    out = helm.Chart.load(str(CHART)).render(values, name="r1", namespace="pulsar")
+    docs = [d for text in out.values() for d in yaml.safe_load_all(text) if d]
+    for doc in docs:
+        if doc["kind"] != "ServiceMonitor":
+            kv.validate(doc, KUBE, strict=True)
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def agent_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["agent.yaml"]))
+
+
+def test_lint_is_clean() -> None:
+    result = helm.lint(str(CHART), {"agent": {"region": "a"}}, strict=True)
+    assert not result["errors"], result
+
+
+def test_deployment_mode_has_probes_metrics_and_secret_files() -> None:
+    docs = render({"agent": {"region": "a"}})
+    assert {d["kind"] for d in docs} == {"ConfigMap", "Deployment", "Service"}
+    container = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9464}]
+    config = agent_config(docs)
+    assert config["region"] == "a"
+    assert config["key_file"] == "/var/run/secrets/geosync/hmac/hmac.key"
+    assert "token_file" not in config
+    assert config["metrics_host"] == "0.0.0.0"
+    # Secrets are mounted from Secrets, never written into the ConfigMap or the command line.
+    assert "secret" not in str(by_kind(docs, "ConfigMap")[0]["data"]["agent.yaml"]).replace("/secrets/", "")
+    assert all("token" not in arg for arg in container["command"])
+
+
+def test_values_change_what_they_should() -> None:
+    docs = render(
+        {
+            "agent": {"region": "east", "namespaces": ["t/ns"], "exclude": ["*/tmp-*"]},
+            "metrics": {"port": 9100},
+            "token": {"enabled": True, "secretName": "pulsar-token"},
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+            "replicas": 2,
+        }
+    )
+    config = agent_config(docs)
+    assert config["region"] == "east"
+    assert config["namespaces"] == ["t/ns"]
+    assert config["exclude"] == ["*/tmp-*"]
+    assert config["metrics_port"] == 9100
+    assert config["token_file"] == "/var/run/secrets/geosync/token/token"
+    deployment = by_kind(docs, "Deployment")[0]
+    assert deployment["spec"]["replicas"] == 2
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["geosync-token"]["secret"]["secretName"] == "pulsar-token"
+    monitor = by_kind(docs, "ServiceMonitor")[0]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert by_kind(docs, "Service")[0]["spec"]["ports"][0]["port"] == 9100
+
+
+def test_sidecar_mode_renders_the_container_for_the_pulsar_chart() -> None:
+    docs = render({"mode": "sidecar", "agent": {"region": "a", "adminUrl": "http://localhost:8080"}})
+    assert not by_kind(docs, "Deployment")
+    data = by_kind(docs, "ConfigMap")[0]["data"]
+    container = yaml.safe_load(data["sidecar-container.yaml"])
+    volumes = yaml.safe_load(data["sidecar-volumes.yaml"])
+    # What goes into the official chart's broker.extraContainers / extraVolumes validates as a pod spec.
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "broker-0"},
+           "spec": {"containers": [container], "volumes": volumes}}  # fmt: skip
+    kv.validate(pod, KUBE, strict=True)
+    assert agent_config(docs)["admin_url"] == "http://localhost:8080"
+    assert by_kind(docs, "Service")[0]["spec"]["selector"] == {"component": "broker"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"agent": {"region": ""}}, "agent.region is required"),
+        ({"agent": {"region": "a"}, "mode": "x"}, "mode"),
+    ],
+)
+def test_bad_values_are_refused(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        helm.Chart.load(str(CHART)).render(values, name="r1", namespace="pulsar")
