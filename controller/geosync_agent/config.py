@@ -55,6 +55,15 @@ class AgentConfig:
     """Address the metrics endpoint binds (0.0.0.0 in a pod, so the kubelet and Prometheus reach it)."""
     zookeeper: str = ""
     """The region's ZooKeeper (policy mirror)."""
+    snapshot_namespaces: tuple[str, ...] = ()
+    """fnmatch patterns of namespaces synced in snapshot mode (PIP-33 markers; mark-delete only), for
+    brokers that do not stamp __MSG_PROP_REPL_SOURCE_POSITION (before 3.0.11 / 3.3.6 / 4.0.4).
+    Needs the broker plugins' entry filter."""
+    snapshot_interval_s: float = 1.0
+    """How often a snapshot of a topic with new data is started (PIP-33's default frequency)."""
+    snapshot_timeout_s: float = 30.0
+    """A snapshot not complete by then is aborted (PIP-33's default): none completes while a region is
+    down."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     mirror_policies: bool = True
     """Run the policy mirror (needs ``zookeeper``): tenant and namespace policies kept equal everywhere."""
@@ -115,7 +124,14 @@ def load(path: str | pathlib.Path) -> AgentConfig:
             raise ConfigError(f"{path}: '{required}' is required")
     values: dict[str, Any] = {}
     for name, value in raw.items():
-        if name in ("namespaces", "include", "exclude", "mirror_tenants", "mirror_exclude_tenants"):
+        if name in (
+            "namespaces",
+            "include",
+            "exclude",
+            "mirror_tenants",
+            "mirror_exclude_tenants",
+            "snapshot_namespaces",
+        ):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: '{name}' must be a list of strings")
             values[name] = tuple(value)
@@ -130,6 +146,13 @@ def load(path: str | pathlib.Path) -> AgentConfig:
 
 def dump(config: AgentConfig) -> str:
     data = {f.name: getattr(config, f.name) for f in fields(AgentConfig) if f.name != "extra"}
-    for name in ("namespaces", "include", "exclude", "mirror_tenants", "mirror_exclude_tenants"):
+    for name in (
+        "namespaces",
+        "include",
+        "exclude",
+        "mirror_tenants",
+        "mirror_exclude_tenants",
+        "snapshot_namespaces",
+    ):
         data[name] = list(data[name])
     return yaml.safe_dump(data, sort_keys=True)

@@ -38,9 +38,10 @@ import pulsar
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
+from geosync_agent import snapshotting
 from geosync_agent.config import AgentConfig
 from geosync_agent.tailing import OriginResolver, Tail
-from geosync_core import envelopes, syncing
+from geosync_core import envelopes, markers, syncing
 from geosync_core.origins import OriginAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -125,6 +126,14 @@ class Agent:
         self.guards: dict[str, envelopes.ReplayGuard] = {}
         self.seq = time.time_ns() // 1000  # strictly increasing across restarts
         self.stats = Stats()
+        self.snapshotting = snapshotting.Snapshotting(
+            region=config.region,
+            key=self.key,
+            interval_s=config.snapshot_interval_s,
+            timeout_s=config.snapshot_timeout_s,
+        )
+        self.filter_ok: bool | None = None
+        self.marker_producers: dict[str, Any] = {}
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="admin")
         self._thread_admin = threading.local()
         self.stop_event = threading.Event()
@@ -176,7 +185,7 @@ class Agent:
         self.pool.shutdown(wait=True, cancel_futures=True)
         for tail in [*self.tails.values(), *self.control_readers.values()]:
             tail.close()
-        for producer in self.producers.values():
+        for producer in [*self.producers.values(), *self.marker_producers.values()]:
             with contextlib.suppress(pulsar.PulsarException):
                 producer.flush()
                 producer.close()
@@ -195,6 +204,7 @@ class Agent:
             self._next_resync = now + self.config.resync_interval_s
         self.observe_and_publish(force=resync)
         self.apply()
+        self.snapshot_round()
         self.ready = True
 
     # -- 1. discover -------------------------------------------------------------------------------
@@ -300,6 +310,98 @@ class Agent:
                 # New messages: consumers will acknowledge soon, so watch this topic's cursors closely again.
                 self.topic_poll_interval[topic] = self.config.poll_interval_s
                 self.topic_next_poll[topic] = min(self.topic_next_poll.get(topic, 0.0), time.monotonic())
+            if tail.markers:
+                found, tail.markers = tail.markers, []
+                for position, properties, data in found:
+                    self._on_marker(tail, position, properties, data)
+
+    # -- snapshot mode ---------------------------------------------------------------------------------
+
+    def snapshot_mode(self, topic: str) -> bool:
+        ns = _namespace(topic)
+        return any(fnmatch.fnmatchcase(ns, p) for p in self.config.snapshot_namespaces)
+
+    def _markers_allowed(self) -> bool:
+        """Markers may be injected only where the entry filter hides them from applications (checked once)."""
+        if self.filter_ok is None:
+            try:
+                snapshotting.check_entry_filter(
+                    self.admin.get("/admin/v2/brokers/configuration/runtime") or {}
+                )
+                self.filter_ok = True
+            except snapshotting.FilterMissing as e:
+                self.filter_ok = False
+                self.stats.inc("snapshot_mode_refused")
+                log.error("refusing snapshot mode for %s: %s", ", ".join(self.config.snapshot_namespaces), e)
+        return self.filter_ok
+
+    def _on_marker(self, tail: Tail, position: Position, properties: dict[str, str], data: bytes) -> None:
+        if not self.snapshot_mode(tail.topic):
+            self.stats.inc("markers_ignored")
+            return
+        marker = markers.decode_marker(self.key, properties, data)
+        if isinstance(marker, envelopes.Rejected):
+            self._reject(marker)
+            return
+        if isinstance(marker, markers.Update):
+            if marker.region != self.config.region:
+                self._apply_update(tail, marker)
+            return
+        if not self._markers_allowed():
+            return
+        self._publish_markers(tail, self.snapshotting.on_marker(tail.topic, position, marker))
+
+    def _publish_markers(self, tail: Tail, outgoing: list[tuple[markers.Marker, list[str] | None]]) -> None:
+        assert self.client is not None
+        for marker, replicate_to in outgoing:
+            producer = self.marker_producers.get(tail.topic)
+            if producer is None:
+                producer = self.client.create_producer(tail.topic, batching_enabled=False)
+                self.marker_producers[tail.topic] = producer
+            properties, data = self.snapshotting.seal(marker)
+            kwargs: dict[str, Any] = {"properties": properties}
+            if replicate_to is not None:
+                kwargs["replication_clusters"] = replicate_to
+            producer.send_async(data, self._sent, **kwargs)
+            self.stats.inc(f"markers_sent_{markers.kind_of(marker)}")
+
+    def snapshot_round(self) -> None:
+        if not self.config.snapshot_namespaces:
+            return
+        now = time.time()
+        for topic, tail in self.tails.items():
+            if not self.snapshot_mode(topic) or not self._markers_allowed():
+                continue
+            regions = self.namespaces.get(_namespace(topic), frozenset())
+            self._publish_markers(
+                tail, self.snapshotting.due(topic, version=tail.version, regions=regions, now=now)
+            )
+
+    def _apply_update(self, tail: Tail, update: markers.Update) -> None:
+        """Another region's subscription passed a snapshot: move ours forward to the matching position."""
+        target = dict(update.positions).get(self.config.region)
+        if target is None:
+            return
+        state = self.subs.setdefault(
+            (tail.topic, update.subscription), Subscription(tail.topic, update.subscription)
+        )
+        if not state.exists and self._admin().create_subscription(tail.topic, update.subscription):
+            self.stats.inc("subscriptions_created")
+            state.cursor = None
+        state.exists = True
+        if state.cursor is not None and target <= state.cursor.mark_delete:
+            return
+        try:
+            self._admin().expire_messages(
+                tail.topic,
+                update.subscription,
+                ledger=target.ledger,
+                entry=target.entry,
+                partition=tail.partition,
+            )
+            self.stats.inc("snapshot_updates_applied")
+        except adm.AdminConflict:
+            self.stats.inc("expire_busy")
 
     def _lookup_origin(self, topic: str, local: Position) -> str | None:
         self.stats.inc("origin_lookups")
@@ -430,6 +532,20 @@ class Agent:
         tail = self.tails.get(state.topic)
         if tail is None or state.cursor is None:
             return
+        if self.snapshot_mode(state.topic):
+            # Marker entries are acknowledged only when a consumer's dispatcher passes them, so the cursor's
+            # mark-delete can stay below a snapshot although every message before it was acknowledged.
+            # What counts is the first unacknowledged *message*: everything below it is consumed.
+            cursor = state.cursor
+            first_open = next((p for p in tail.positions_above(cursor.mark_delete) if p not in cursor), None)
+            if first_open is None:
+                consumed = tail.last if tail.last is not None else cursor.mark_delete
+            else:
+                consumed = Position(first_open.ledger, first_open.entry - 1)
+            update = self.snapshotting.on_cursor(state.topic, state.name, max(consumed, cursor.mark_delete))
+            if update is not None and self._markers_allowed():
+                self._publish_markers(tail, [(update, None)])
+            return
         if state.cursor == state.translated and state.published is not None and not force:
             return
         cursor = state.cursor
@@ -470,7 +586,7 @@ class Agent:
     def apply(self) -> None:
         work: list[tuple[Subscription, Tail, syncing.ApplyPlan]] = []
         for state in list(self.subs.values()):
-            if not state.announced:
+            if not state.announced or self.snapshot_mode(state.topic):
                 continue
             tail = self.tails.get(state.topic)
             if tail is None:
@@ -605,6 +721,7 @@ class Agent:
             else 0,
             "round_seconds_max": max(self.round_seconds, default=0),
             "guard": {t: dict(g.highest) for t, g in self.guards.items()},
+            "snapshots": self.snapshotting.snapshot(),
             "synced": [
                 {
                     "topic": s.topic,

@@ -22,6 +22,7 @@ import pulsar
 
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
 from geosync_core.indexing import OriginIndex
+from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
@@ -66,6 +67,8 @@ class Tail:
     inbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     reader: Any = None
     last: Position | None = None
+    markers: list[tuple[Position, dict[str, str], bytes]] = field(default_factory=list)
+    """Snapshot markers read since the runtime last took them."""
     keys: dict[Position, str] = field(default_factory=dict)
     """Each indexed entry's ordering key (or partition key; "" without one), for Key_Shared order rules."""
     version: int = 0
@@ -80,8 +83,13 @@ class Tail:
         self.inbox.put(msg)
 
     def open(self, client: pulsar.Client) -> None:
+        # The "geosync-" subscription prefix lets the broker plugins' entry filter show us snapshot markers.
         self.reader = client.create_reader(
-            self.topic, pulsar.MessageId.earliest, reader_listener=self.listener, receiver_queue_size=1000
+            self.topic,
+            pulsar.MessageId.earliest,
+            reader_listener=self.listener,
+            receiver_queue_size=1000,
+            subscription_role_prefix="geosync-tail",
         )
 
     def close(self) -> None:
@@ -104,8 +112,15 @@ class Tail:
             self.bytes_read += len(msg.data())
             if self.last is not None and position <= self.last:
                 continue  # another message of the same batch entry, or a redelivery after reconnect
+            properties = msg.properties()
+            if MARKER_PROPERTY in properties:
+                # Snapshot markers are never dispatched to applications (the entry filter acknowledges them):
+                # not indexed, not in any log a plan walks; handed to snapshot mode instead.
+                self.markers.append((position, dict(properties), msg.data()))
+                self.last = position
+                continue
             self.keys[position] = msg.ordering_key() or msg.partition_key() or ""
-            stamp = msg.properties().get(REPL_SOURCE_POSITION)
+            stamp = properties.get(REPL_SOURCE_POSITION)
             if stamp is None:
                 origin = Origin(resolver.local, position)
             else:

@@ -153,5 +153,16 @@ class SnapshotCache:
             return self, None
         return SnapshotCache(self.snapshots[i:]), self.snapshots[i - 1]
 
+    def latest_at_or_below(self, position: Position) -> Snapshot | None:
+        """The highest snapshot at or below ``position``, without consuming anything (one cache per topic
+        partition can then serve every subscription, each remembering what it was last given)."""
+        i = bisect.bisect_right([s.local_position for s in self.snapshots], position)
+        return self.snapshots[i - 1] if i else None
+
+    def without_below(self, position: Position) -> SnapshotCache:
+        """Drop snapshots below the highest one at or below ``position`` (every subscription passed them)."""
+        i = bisect.bisect_right([s.local_position for s in self.snapshots], position)
+        return SnapshotCache(self.snapshots[max(0, i - 1) :])
+
     def __len__(self) -> int:
         return len(self.snapshots)

@@ -152,11 +152,18 @@ def from_json(text: str) -> Topology:
     return from_dict(data)
 
 
+SNAPSHOT_NAMESPACE_PATTERN = "geo/snap-*"
+"""Lab namespaces the agents sync in snapshot mode (PIP-33 markers) instead of exact mode."""
+
+
 def lab_namespaces(region_names: list[str]) -> dict[str, tuple[str, ...]]:
-    """The lab's namespaces: ``geo/ab`` over the first two regions, ``geo/abc`` over all (3+ regions)."""
+    """The lab's namespaces: ``geo/ab`` over the first two regions, ``geo/abc`` over all (3+ regions), and
+    their snapshot-mode twins ``geo/snap-ab`` and ``geo/snap-abc``."""
     out: dict[str, tuple[str, ...]] = {}
     if len(region_names) >= 2:
         out["geo/ab"] = tuple(region_names[:2])
     if len(region_names) >= 3:
         out["geo/abc"] = tuple(region_names)
+    for name, members in list(out.items()):
+        out[name.replace("geo/", "geo/snap-")] = members
     return out

@@ -330,6 +330,7 @@ def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.
                 "exclude": list(UNSYNCED_PATTERNS),
                 # Tenants that tests and benchmarks mirror with their own in-process mirrors.
                 "mirror_exclude_tenants": ["public", "pulsar", "mirror-*", "bench-*"],
+                "snapshot_namespaces": [topo.SNAPSHOT_NAMESPACE_PATTERN],
             },
             sort_keys=True,
         )

@@ -1,0 +1,135 @@
+"""Snapshot mode (PIP-33 from outside the brokers) on the real lab with the broker plugins loaded.
+
+The lab's agents sync ``geo/snap-*`` namespaces in snapshot mode: mark-delete only, at snapshot granularity,
+through signed marker messages that the entry filter hides from applications.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pulsar
+import pytest
+import requests
+
+from geosync_adapters import messaging
+from geosync_agent import snapshotting
+from geosync_core.positions import Position
+from geosync_lab import labs
+from integration_tests.helpers import Lab, consume_all, cursor, produce, read_all, wait_for
+from integration_tests.test_exact_sync import consume_some, subscribe_first
+
+
+def agent_state(lab: Lab, region: str) -> dict[str, Any]:
+    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
+    return state
+
+
+def completed(lab: Lab, region: str) -> int:
+    return int(agent_state(lab, region)["snapshots"]["completed"])
+
+
+def mark_delete(lab: Lab, region: str, topic: str, sub: str) -> Position | None:
+    raw = cursor(lab.admin(region), topic, sub)
+    return None if raw is None else Position.parse(raw[0])
+
+
+def position_in(lab: Lab, region: str, topic: str, payload: str) -> Position:
+    """Where the copy of ``payload`` sits in ``region``'s log (markers make backlogs useless as a measure)."""
+    found = read_all(lab.service_url(region), topic, expect=1, match=lambda m: m.data.decode() == payload)
+    assert found, f"{payload} not found in {region}"
+    return found[0].position
+
+
+def produce_and_snapshot(lab: Lab, topic: str, payloads: list[bytes]) -> None:
+    """Publish in a, then wait until a's agent completed one more snapshot (it covers these messages)."""
+    before = completed(lab, "a")
+    produce(lab.service_url("a"), topic, payloads)
+    wait_for(lambda: completed(lab, "a") > before, timeout_s=40, what="a snapshot to complete in a")
+
+
+def test_entry_filter_is_loaded_everywhere(lab: Lab) -> None:
+    for region in lab.topology.regions:
+        snapshotting.check_entry_filter(lab.admin(region).get("/admin/v2/brokers/configuration/runtime"))
+    with pytest.raises(snapshotting.FilterMissing, match="entryFilterNames=geosync"):
+        snapshotting.check_entry_filter({"entryFilterNames": "[]"})
+
+
+def test_markers_never_reach_applications(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/snap-ab/hidden-{unique}", f"app-{unique}"
+    subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Shared)
+    produce_and_snapshot(lab, topic, [f"m{i}".encode() for i in range(20)])
+    got = consume_all(lab.service_url("a"), topic, sub)
+    assert sorted(got) == sorted(f"m{i}" for i in range(20))
+    for region in ("a", "b"):
+        seen = read_all(lab.service_url(region), topic, expect=21, timeout_s=5)
+        assert sorted(m.data.decode() for m in seen) == sorted(f"m{i}" for i in range(20)), region
+        assert not any("__geosync_marker" in m.properties for m in seen)
+
+
+@pytest.mark.parametrize("namespace", ["geo/snap-ab", "geo/snap-abc"])
+def test_mark_delete_follows_at_snapshot_granularity(lab: Lab, unique: str, namespace: str) -> None:
+    members = lab.topology.namespaces[namespace].regions
+    topic, sub = f"persistent://{namespace}/md-{unique}", f"md-{unique}"
+    for region in members:
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Exclusive)
+    produce_and_snapshot(lab, topic, [f"m{i:03d}".encode() for i in range(50)])
+    produce_and_snapshot(lab, topic, [f"m{i:03d}".encode() for i in range(50, 100)])
+    acked = consume_some(
+        lab,
+        "a",
+        topic,
+        sub,
+        total=60,
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        choose=lambda _i: False,
+        cumulative_upto=59,
+    )
+    assert len(acked) == 60
+    # a's mark-delete passed the snapshot taken after m049: every other region moves to where that
+    # snapshot's request landed there, just past its copy of m049; m050..m059 come again (granularity).
+    for region in members[1:]:
+        floor = position_in(lab, region, topic, "m049")
+        ceiling = position_in(lab, region, topic, "m050")
+
+        def followed(r: str = region, f: Position = floor) -> bool:
+            md = mark_delete(lab, r, topic, sub)
+            return md is not None and md > f
+
+        wait_for(followed, timeout_s=30, what=f"{region} to follow a's mark-delete to the snapshot")
+        md = mark_delete(lab, region, topic, sub)
+        assert md is not None
+        assert md < ceiling, "moved past an unacknowledged message"
+    got = consume_all(lab.service_url(members[1]), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
+    assert sorted(got) == [f"m{i:03d}" for i in range(50, 100)]
+
+
+def test_no_snapshot_completes_and_no_cursor_moves_while_a_region_is_down(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/snap-abc/down-{unique}", f"down-{unique}"
+    for region in ("a", "b", "c"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
+    labs.freeze_region(lab.dir, "c", frozen=True)
+    try:
+        before = completed(lab, "a")
+        produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(30)])
+        with messaging.client(lab.service_url("a")) as c:
+            consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+            for _ in range(30):
+                consumer.acknowledge(consumer.receive(timeout_millis=30000))
+            time.sleep(0.5)
+            consumer.close()
+        last = position_in(lab, "b", topic, "m29")
+        held = mark_delete(lab, "b", topic, sub)
+        time.sleep(6)
+        assert completed(lab, "a") == before, "a snapshot completed although c never answered"
+        assert mark_delete(lab, "b", topic, sub) == held, "b's cursor moved without a complete snapshot"
+    finally:
+        labs.freeze_region(lab.dir, "c", frozen=False)
+
+    def past_all() -> bool:
+        md = mark_delete(lab, "b", topic, sub)
+        return md is not None and md > last
+
+    # Once c answers again, the snapshot completes and b follows a past all 30 messages.
+    wait_for(past_all, timeout_s=60, what="b to follow a once c is back")
