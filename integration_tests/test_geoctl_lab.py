@@ -30,7 +30,9 @@ def test_status_reports_a_healthy_lab(lab: Lab) -> None:
     data = json.loads(out)
     assert data["healthy"] is True
     assert sorted(data["regions"]) == ["a", "b", "c"]
-    assert data["regions"]["c"]["replication"] == {"geo/abc": {"a": True, "b": True}}
+    assert data["regions"]["c"]["replication"] == {
+        ns: {"a": True, "b": True} for ns in ("geo/abc", "geo/snap-abc")
+    }
     assert all(r["rss_mb"] > 50 for r in data["regions"].values())
 
 
