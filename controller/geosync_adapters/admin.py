@@ -334,6 +334,20 @@ class AdminClient:
         body = {"type": "messageId", "messageIds": [{"ledgerId": lg, "entryId": e} for lg, e in positions]}
         self.post(f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/skipByMessageIds", body)
 
+    def plugin_origins(
+        self, topic: str, *, start: tuple[int, int] | None = None
+    ) -> list[tuple[int, int, int, str]]:
+        """Runs ``(ledger, first entry, count, origin region)`` from the GeoSync broker interceptor's origin
+        index (``/admin/v2/geosync/origins``). Raises AdminNotFound where the plugin is not loaded."""
+        params = {"topic": topic}
+        if start is not None:
+            params["from"] = f"{start[0]}:{start[1]}"
+        body = self.get("/admin/v2/geosync/origins", params=params) or {}
+        return [
+            (int(lg), int(first), int(count), str(origin))
+            for lg, first, count, origin in body.get("runs", [])
+        ]
+
     def replicated_from(self, topic: str, *, ledger: int, entry: int) -> str | None:
         """The region a stored entry was replicated from (None for a local one), from the entry's headers."""
         path = f"/admin/v2/{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"
