@@ -293,6 +293,10 @@ from geoctl import status as _status  # noqa: E402
 
 main.add_command(_status.status)
 
+from geoctl import audit as _audit  # noqa: E402
+
+main.add_command(_audit.audit)
+
 from geoctl import failover as _failover  # noqa: E402
 from geoctl import tenants as _tenants  # noqa: E402
 
