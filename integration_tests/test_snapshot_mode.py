@@ -43,10 +43,13 @@ def position_in(lab: Lab, region: str, topic: str, payload: str) -> Position:
 
 
 def produce_and_snapshot(lab: Lab, topic: str, payloads: list[bytes]) -> None:
-    """Publish in a, then wait until a's agent completed one more snapshot (it covers these messages)."""
-    before = completed(lab, "a")
+    """Publish in a, then wait until a's agent holds a completed snapshot of ``topic``."""
     produce(lab.service_url("a"), topic, payloads)
-    wait_for(lambda: completed(lab, "a") > before, timeout_s=40, what="a snapshot to complete in a")
+    wait_for(
+        lambda: bool(agent_state(lab, "a")["snapshots"]["latest"].get(topic)),
+        timeout_s=60,
+        what=f"a snapshot of {topic} to complete in a",
+    )
 
 
 def test_entry_filter_is_loaded_everywhere(lab: Lab) -> None:
@@ -68,14 +71,24 @@ def test_markers_never_reach_applications(lab: Lab, unique: str) -> None:
         assert not any("__geosync_marker" in m.properties for m in seen)
 
 
+def snapshot_past(lab: Lab, topic: str, floors: dict[str, Position]) -> bool:
+    """Whether a's agent holds a snapshot of ``topic`` whose position in every region is past ``floors``."""
+    latest = agent_state(lab, "a")["snapshots"]["latest"].get(topic, [])
+    return any(all(Position.parse(s["positions"][r]) > f for r, f in floors.items()) for s in latest)
+
+
 @pytest.mark.parametrize("namespace", ["geo/snap-ab", "geo/snap-abc"])
 def test_mark_delete_follows_at_snapshot_granularity(lab: Lab, unique: str, namespace: str) -> None:
     members = lab.topology.namespaces[namespace].regions
+    others = members[1:]
     topic, sub = f"persistent://{namespace}/md-{unique}", f"md-{unique}"
     for region in members:
         subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Exclusive)
-    produce_and_snapshot(lab, topic, [f"m{i:03d}".encode() for i in range(50)])
-    produce_and_snapshot(lab, topic, [f"m{i:03d}".encode() for i in range(50, 100)])
+    produce(lab.service_url("a"), topic, [f"m{i:03d}".encode() for i in range(50)])
+    # Wait for a snapshot taken after m049 everywhere; the next messages then land after it in a.
+    floors = {r: position_in(lab, r, topic, "m049") for r in others}
+    wait_for(lambda: snapshot_past(lab, topic, floors), timeout_s=60, what="a snapshot after m049")
+    produce(lab.service_url("a"), topic, [f"m{i:03d}".encode() for i in range(50, 100)])
     acked = consume_some(
         lab,
         "a",
@@ -87,13 +100,12 @@ def test_mark_delete_follows_at_snapshot_granularity(lab: Lab, unique: str, name
         cumulative_upto=59,
     )
     assert len(acked) == 60
-    # a's mark-delete passed the snapshot taken after m049: every other region moves to where that
-    # snapshot's request landed there, just past its copy of m049; m050..m059 come again (granularity).
-    for region in members[1:]:
-        floor = position_in(lab, region, topic, "m049")
+    # a's consumption passed that snapshot: every other region moves to where its request landed there,
+    # past its copy of m049 and before m050; m050..m059 come again (snapshot granularity).
+    for region in others:
         ceiling = position_in(lab, region, topic, "m050")
 
-        def followed(r: str = region, f: Position = floor) -> bool:
+        def followed(r: str = region, f: Position = floors[region]) -> bool:
             md = mark_delete(lab, r, topic, sub)
             return md is not None and md > f
 
@@ -101,7 +113,7 @@ def test_mark_delete_follows_at_snapshot_granularity(lab: Lab, unique: str, name
         md = mark_delete(lab, region, topic, sub)
         assert md is not None
         assert md < ceiling, "moved past an unacknowledged message"
-    got = consume_all(lab.service_url(members[1]), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
+    got = consume_all(lab.service_url(others[0]), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
     assert sorted(got) == [f"m{i:03d}" for i in range(50, 100)]
 
 

@@ -163,4 +163,12 @@ class Snapshotting:
             "responded": sum(t.responded for t in self.topics.values()),
             "cached": sum(len(t.cache) for t in self.topics.values()),
             "in_flight": sum(1 for t in self.topics.values() if t.builder is not None),
+            "latest": {
+                topic: [
+                    {"local": str(s.local_position), "positions": {r: str(p) for r, p in s.positions}}
+                    for s in t.cache.snapshots[-3:]
+                ]
+                for topic, t in self.topics.items()
+                if len(t.cache)
+            },
         }
