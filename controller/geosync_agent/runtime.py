@@ -50,6 +50,8 @@ log = logging.getLogger("geosync.agent")
 PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
 MAX_IDLE_POLL_S = 2.0
+ACTIVE_WINDOW_S = 10.0
+"""After new messages, a topic's cursors are polled every round for this long before backing off."""
 
 
 @dataclass
@@ -148,6 +150,7 @@ class Agent:
         # Cursor polling backs off on idle topics (up to MAX_IDLE_POLL_S) and is immediate on active ones.
         self.topic_next_poll: dict[str, float] = {}
         self.topic_poll_interval: dict[str, float] = {}
+        self.topic_active_until: dict[str, float] = {}
         self.ready = False
         self.round_seconds: list[float] = []
 
@@ -309,9 +312,11 @@ class Agent:
         for topic, tail in self.tails.items():
             candidates = self.namespaces.get(_namespace(topic), frozenset())
             if tail.drain(self.resolver, candidates):
-                # New messages: consumers will acknowledge soon, so watch this topic's cursors closely again.
+                # New messages: consumers will acknowledge soon, so watch these cursors closely a while.
+                now = time.monotonic()
+                self.topic_active_until[topic] = now + ACTIVE_WINDOW_S
                 self.topic_poll_interval[topic] = self.config.poll_interval_s
-                self.topic_next_poll[topic] = min(self.topic_next_poll.get(topic, 0.0), time.monotonic())
+                self.topic_next_poll[topic] = min(self.topic_next_poll.get(topic, 0.0), now)
             if tail.markers:
                 found, tail.markers = tail.markers, []
                 for position, properties, data in found:
@@ -523,7 +528,8 @@ class Agent:
             for state in states:
                 if state.cursor is not None:
                     self._publish(state, force=force)
-            if changed or any(s.pending_mark_delete for s in states):
+            busy = now < self.topic_active_until.get(topic, 0.0)
+            if changed or busy or any(s.pending_mark_delete for s in states):
                 interval = self.config.poll_interval_s
             else:
                 interval = min(
