@@ -142,6 +142,8 @@ class AdminClient:
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
+        # Credentials and proxies come from our own settings only: no ~/.netrc look-up on every call.
+        self.session.trust_env = False
 
     # -- transport ---------------------------------------------------------------------------------
 

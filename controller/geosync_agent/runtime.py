@@ -50,6 +50,7 @@ log = logging.getLogger("geosync.agent")
 PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
 MAX_IDLE_POLL_S = 2.0
+UNCONSUMED_POLL_S = 5.0
 ACTIVE_WINDOW_S = 10.0
 """After new messages, a topic's cursors are polled every round for this long before backing off."""
 
@@ -532,9 +533,9 @@ class Agent:
             if changed or busy or any(s.pending_mark_delete for s in states):
                 interval = self.config.poll_interval_s
             else:
-                interval = min(
-                    MAX_IDLE_POLL_S, 2 * self.topic_poll_interval.get(topic, self.config.poll_interval_s)
-                )
+                # Without consumers (at the last discovery) only admin operations move cursors: poll rarely.
+                cap = MAX_IDLE_POLL_S if any(s.consumers for s in states) else UNCONSUMED_POLL_S
+                interval = min(cap, 2 * self.topic_poll_interval.get(topic, self.config.poll_interval_s))
             self.topic_poll_interval[topic] = interval
             tail = self.tails.get(topic)
             if tail is not None and all(s.cursor is not None for s in states):
