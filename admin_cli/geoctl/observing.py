@@ -33,6 +33,7 @@ from typing import Any
 import pulsar
 
 from geoctl.access import AgentView, Site, probe_agent
+from geoctl.errors import EXIT_REFUSED, GeoctlError
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_core import syncing
@@ -136,6 +137,13 @@ def synced_namespaces(sites: dict[str, Site], wanted: list[str] | None) -> dict[
         admin = site.admin(timeout=5.0)
         try:
             names = wanted or [ns for t in admin.tenants() if t != "pulsar" for ns in admin.namespaces(t)]
+        except (adm.AdminUnauthorized, adm.AdminForbidden) as e:
+            # A region that refuses our credentials must not look like a region with nothing to sync.
+            raise GeoctlError(
+                f"region {name} refused the request ({e.status}): {e}\n  -> give geoctl a token with "
+                "GEOCTL_TOKEN, --token-file or token_file in --config",
+                exit_code=EXIT_REFUSED,
+            ) from e
         except adm.AdminError:
             continue
         for ns in names:

@@ -105,6 +105,7 @@ def _boot_region(
     deadline_s: float,
     attempts: int = 3,
     extra_conf: dict[str, str] | None = None,
+    token: str | None = None,
 ) -> tuple[regions.RegionProcess, int, RegionBoot]:
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
@@ -113,7 +114,7 @@ def _boot_region(
         started = time.monotonic()
         pid = regions.start(home, proc, extra_conf=extra_conf)
         try:
-            regions.wait_ready(proc, pid, deadline_s=deadline_s)
+            regions.wait_ready(proc, pid, deadline_s=deadline_s, token=token)
         except regions.RegionDied as e:
             last = e
             regions.stop(pid, regions.region_marker(proc), grace_s=5)

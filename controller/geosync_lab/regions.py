@@ -253,11 +253,16 @@ class RegionDied(LabError):
 
 
 def wait_ready(
-    region: RegionProcess, pid: int, *, deadline_s: float, sleep: Callable[[float], None] = time.sleep
+    region: RegionProcess,
+    pid: int,
+    *,
+    deadline_s: float,
+    token: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> float:
     """Block until the region's admin API lists its own cluster; return seconds waited."""
     started = time.monotonic()
-    admin = region.admin()
+    admin = AdminClient(region.admin_url, token=token)
     while True:
         if is_ready(admin, region.name):
             return time.monotonic() - started

@@ -1,0 +1,136 @@
+"""Token authentication towards a real region: the admin adapter, the Pulsar client, the agent and geoctl.
+
+Boots one extra region with JWT token authentication (HS256, a random secret) and checks that every GeoSync
+client is refused without the token and works with it, and that the token is never printed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import pathlib
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from geoctl.cli import main
+from geoctl.errors import EXIT_REFUSED
+from geosync_adapters import admin as adm
+from geosync_adapters import messaging
+from geosync_agent.config import AgentConfig
+from geosync_agent.runtime import Agent
+from geosync_lab import distribution, labs, regions
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def hs256_token(secret: bytes, subject: str) -> str:
+    """A Pulsar token: a JWT signed with HS256 whose subject is the role."""
+    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    claims = _b64(json.dumps({"sub": subject}).encode())
+    signature = hmac.new(secret, f"{header}.{claims}".encode(), hashlib.sha256).digest()
+    return f"{header}.{claims}.{_b64(signature)}"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[regions.RegionProcess, str]]:
+    secret = os.urandom(32)
+    token = hs256_token(secret, "geosync-admin")
+    conf = {
+        "authenticationEnabled": "true",
+        "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        "tokenSecretKey": "data:;base64," + base64.b64encode(secret).decode(),
+        "superUserRoles": "geosync-admin",
+        "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        "brokerClientAuthenticationParameters": json.dumps({"token": token}),
+    }
+    root = tmp_path_factory.mktemp("secured")
+    proc, pid, _ = labs._boot_region(
+        distribution.ensure_pulsar(), root / "sec", "sec", set(), deadline_s=240, extra_conf=conf, token=token
+    )
+    try:
+        yield proc, token
+    finally:
+        regions.stop(pid, regions.region_marker(proc), grace_s=10)
+
+
+def test_admin_api_requires_the_token(secured: tuple[regions.RegionProcess, str]) -> None:
+    proc, token = secured
+    fast = adm.RetryPolicy(attempts=1)
+    with pytest.raises(adm.AdminUnauthorized):
+        adm.AdminClient(proc.admin_url, retry=fast).clusters()
+    with pytest.raises(adm.AdminUnauthorized):
+        adm.AdminClient(
+            proc.admin_url, token=hs256_token(b"another secret" * 3, "geosync-admin"), retry=fast
+        ).clusters()
+    assert adm.AdminClient(proc.admin_url, token=token, retry=fast).clusters() == ["sec"]
+
+
+def test_brokers_require_the_token(secured: tuple[regions.RegionProcess, str]) -> None:
+    proc, token = secured
+    topic = "persistent://public/default/secured"
+    with (
+        pytest.raises((pulsar.PulsarException, messaging.MessagingUnavailable)),
+        messaging.client(proc.service_url, timeout_s=5) as c,
+    ):
+        c.create_producer(topic).send(b"x")
+    with messaging.client(proc.service_url, token=token) as c:
+        reader = c.create_reader(topic, pulsar.MessageId.latest)
+        c.create_producer(topic).send(b"with token")
+        assert reader.read_next(timeout_millis=10000).data() == b"with token"
+
+
+def test_agent_reads_its_token_from_a_file_and_never_logs_it(
+    secured: tuple[regions.RegionProcess, str], tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proc, token = secured
+    key = tmp_path / "hmac.key"
+    key.write_text(os.urandom(32).hex())
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+
+    def config(token_file: str = "") -> AgentConfig:
+        return AgentConfig(
+            region="sec",
+            admin_url=proc.admin_url,
+            service_url=proc.service_url,
+            key_file=str(key),
+            token_file=token_file,
+        )
+
+    with pytest.raises(adm.AdminUnauthorized):
+        Agent(config()).scan()
+    found = Agent(config(str(token_file))).scan()
+    assert found.namespaces == {}  # one region: nothing replicated, but every call was authorized
+    assert token not in caplog.text
+
+
+def test_geoctl_uses_a_token_file_and_never_prints_it(
+    secured: tuple[regions.RegionProcess, str], tmp_path: pathlib.Path
+) -> None:
+    proc, token = secured
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    config = tmp_path / "regions.yaml"
+    region = {"admin_url": proc.admin_url, "service_url": proc.service_url, "zookeeper": proc.zookeeper}
+    config.write_text(yaml.safe_dump({"regions": {"sec": region}}))
+    runner = CliRunner()
+    refused = runner.invoke(main, ["status", "--config", str(config), "-o", "json"], env={"GEOCTL_TOKEN": ""})
+    assert refused.exit_code == EXIT_REFUSED, refused.output
+    assert "refused" in refused.output
+    ok = runner.invoke(
+        main,
+        ["status", "--config", str(config), "--token-file", str(token_file), "-o", "json"],
+        env={"GEOCTL_TOKEN": ""},
+    )
+    assert ok.exit_code == 0, ok.output
+    assert token not in ok.output
+    assert token not in refused.output
