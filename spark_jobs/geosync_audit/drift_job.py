@@ -116,8 +116,9 @@ def run(
     counts = messages.groupBy("region").agg(
         F.count("*").alias("n"), F.count(F.when(F.col("origin_region").isNull(), 1)).alias("unresolved")
     )
-    per_region = {r.region: int(r.n) for r in counts.collect()}
-    unresolved = sum(int(r.unresolved) for r in counts.collect())
+    per_region_rows = counts.collect()
+    per_region = {r.region: int(r.n) for r in per_region_rows}
+    unresolved = sum(int(r.unresolved) for r in per_region_rows)
     delivered = None
     if deliveries is not None:
         raw = spark.read.schema(findings.RAW_DELIVERIES_SCHEMA).json(str(deliveries))

@@ -100,6 +100,7 @@ def scenario(
     duplicate: float = 0.01,
     undelivered: float = 0.05,
     disorder: float = 0.03,
+    holes: float = 0.3,
     with_properties: bool = True,
 ) -> Scenario:
     rnd = random.Random(seed)
@@ -149,8 +150,8 @@ def scenario(
                 for r in regions:
                     log = logs[r]
                     md = rnd.randrange(-1, len(log))
-                    holes = [e for e in range(md + 1, len(log)) if rnd.random() < 0.3]
-                    state = AckState.of(Position(20, md)).ack(*(Position(20, e) for e in holes))
+                    above = [e for e in range(md + 1, len(log)) if rnd.random() < holes]
+                    state = AckState.of(Position(20, md)).ack(*(Position(20, e) for e in above))
                     out.cursors.append(
                         (
                             r,

@@ -27,17 +27,23 @@ def frames(spark: SparkSession, s: Scenario) -> tuple[Any, Any, Any]:
     )
 
 
-def run(spark: SparkSession, s: Scenario) -> dict[str, list[tuple[Any, ...]]]:
+def run(
+    spark: SparkSession, s: Scenario, only: tuple[str, ...] = ("pairs", "loss", "replication", "order")
+) -> dict[str, list[tuple[Any, ...]]]:
+    """The summaries the Spark transforms compute (only those asked for: each costs Spark jobs)."""
     messages, cursors, deliveries = frames(spark, s)
     st = findings.states(messages, cursors)
     subs = findings.subscriptions(cursors)
-    return {
-        "pairs": [tuple(r) for r in findings.pairs(st, subs).summary.collect()],
-        "loss": [tuple(r) for r in findings.losses(st, subs, deliveries).summary.collect()],
-        "replication": [
-            tuple(r) for r in findings.replication(spark, messages, s.expected, s.as_of_ms).summary.collect()
-        ],
-        "order": sorted(
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    if "pairs" in only:
+        out["pairs"] = [tuple(r) for r in findings.pairs(st, subs).summary.collect()]
+    if "loss" in only:
+        out["loss"] = [tuple(r) for r in findings.losses(st, subs, deliveries).summary.collect()]
+    if "replication" in only:
+        rep = findings.replication(spark, messages, s.expected, s.as_of_ms)
+        out["replication"] = [tuple(r) for r in rep.summary.collect()]
+    if "order" in only:
+        out["order"] = sorted(
             (
                 r.topic,
                 r.subscription,
@@ -49,8 +55,8 @@ def run(spark: SparkSession, s: Scenario) -> dict[str, list[tuple[Any, ...]]]:
                 r.delivered_at,
             )
             for r in findings.order_violations(deliveries).collect()
-        ),
-    }
+        )
+    return out
 
 
 def oracle(s: Scenario) -> dict[str, list[tuple[Any, ...]]]:
@@ -89,7 +95,7 @@ def oracle(s: Scenario) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def test_spark_matches_the_oracle_on_a_synthetic_scenario(spark: SparkSession) -> None:
-    s = scenario(seed=2, topics=2, partitions=2, per_origin=30)
+    s = scenario(seed=2, partitions=2, per_origin=20, gap=0.1, disorder=0.1)
     got, want = run(spark, s), oracle(s)
     assert got == want
     # the scenario exercises every count, so agreement is not agreement on zeros
@@ -112,9 +118,9 @@ def test_acks_in_one_region_only_are_unsynced_toward_the_others(spark: SparkSess
         ("b", T, -1, "s", 7, 0, []),
     ]
     s = Scenario(messages=messages, cursors=cursors, expected={"geo/abc": ["a", "b"]}, as_of_ms=5000)
-    got = run(spark, s)
+    got = run(spark, s, only=("pairs",))
     assert got["pairs"] == [(T, "s", "a", "b", 2, 1), (T, "s", "b", "a", 0, 0)]
-    assert got == oracle(s)
+    assert got["pairs"] == oracle(s)["pairs"]
 
 
 def test_a_hand_moved_cursor_is_loss_and_a_synced_one_is_not(spark: SparkSession) -> None:
@@ -123,9 +129,9 @@ def test_a_hand_moved_cursor_is_loss_and_a_synced_one_is_not(spark: SparkSession
     cursors: list[tuple[Any, ...]] = [("a", T, -1, "s", 7, 4, []), ("b", T, -1, "s", 7, 1, [])]
     deliveries = [("a", T, -1, "s", "k", "a", 7, e, None, 10 + e) for e in range(2)]
     s = Scenario(messages=messages, cursors=cursors, deliveries=deliveries, expected={"geo/abc": ["a", "b"]})
-    got = run(spark, s)
+    got = run(spark, s, only=("loss",))
     assert got["loss"] == [(T, "s", "a", 5, 3), (T, "s", "b", 2, 0)]
-    assert got == oracle(s)
+    assert got["loss"] == oracle(s)["loss"]
 
 
 def test_key_order_violation_across_a_failover(spark: SparkSession) -> None:
@@ -137,7 +143,7 @@ def test_key_order_violation_across_a_failover(spark: SparkSession) -> None:
         ("b", T, -1, "s", "k2", "a", 7, 3, None, 50),
     ]
     s = Scenario(deliveries=deliveries)
-    got = run(spark, s)
+    got = run(spark, s, only=("order",))
     assert got["order"] == [(T, "s", "k1", "b", "a", 7, 1, 200)]
     assert got["order"] == oracle(s)["order"]
 
@@ -147,6 +153,6 @@ def test_replication_classes(spark: SparkSession) -> None:
     messages = [msg("a", e, "a", e, pt=1000 + e) for e in range(10)]
     messages += [msg("b", i, "a", e, pt=1000 + e) for i, e in enumerate([1, 2, 3, 5, 6, 7])]
     s = Scenario(messages=messages, expected={"geo/abc": ["a", "b"]}, as_of_ms=2000)
-    got = run(spark, s)
+    got = run(spark, s, only=("replication",))
     assert got["replication"] == [(T, "a", "b", 1, 1, 2, 2000 - 1008, 0)]
-    assert got == oracle(s)
+    assert got["replication"] == oracle(s)["replication"]
