@@ -1,0 +1,104 @@
+"""geoctl status / failover check / tenants migrate / demo / lab: bad input gets a clear error and a stable
+exit code before anything is changed. (Their behaviour on real regions is in integration_tests.)"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+from click.testing import CliRunner
+
+from geoctl.cli import main
+from geoctl.errors import EXIT_LAB
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), env={"GEOCTL_TOKEN": "", "GEOSYNC_LAB_DIR": ""})
+    return result.exit_code, result.output
+
+
+def topology(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "topology.json"
+    # Two regions whose admin APIs nobody listens on (port 9 on loopback).
+    region = {
+        "service_url": "pulsar://127.0.0.1:9",
+        "admin_url": "http://127.0.0.1:9",
+        "zookeeper": "127.0.0.1:9",
+    }
+    path.write_text(json.dumps({"pulsar_version": "4.0.8", "regions": {"a": region, "b": region}}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--help"],
+        ["failover", "check", "--help"],
+        ["tenants", "migrate", "--help"],
+        ["demo", "failover", "--help"],
+        ["lab", "up", "--help"],
+    ],
+)
+def test_every_command_explains_itself(args: list[str]) -> None:
+    code, out = run(*args)
+    assert code == 0
+    assert "Usage:" in out
+    assert "--help" in out
+
+
+def test_failover_check_needs_both_regions() -> None:
+    code, out = run("failover", "check", "--from", "a")
+    assert code == 2
+    assert "--to" in out
+
+
+def test_failover_check_refuses_unknown_regions(tmp_path: pathlib.Path) -> None:
+    code, out = run("failover", "check", "--from", "a", "--to", "zz", "--topology", str(topology(tmp_path)))
+    assert code != 0
+    assert "unknown region 'zz'" in out
+    assert "a, b" in out
+
+
+def test_failover_check_to_the_same_region_is_refused(tmp_path: pathlib.Path) -> None:
+    code, out = run("failover", "check", "--from", "a", "--to", "a", "--topology", str(topology(tmp_path)))
+    assert code != 0
+    assert "same region" in out
+
+
+def test_migrate_refuses_unknown_regions(tmp_path: pathlib.Path) -> None:
+    code, out = run(
+        "tenants",
+        "migrate",
+        "t",
+        "--from",
+        "a",
+        "--to",
+        "zz",
+        "--topology",
+        str(topology(tmp_path)),
+        "--state-file",
+        str(tmp_path / "state.json"),
+    )
+    assert code != 0
+    assert "zz" in out
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_missing_topology_says_where_it_looked(tmp_path: pathlib.Path) -> None:
+    code, out = run("status", "--topology", str(tmp_path / "nowhere.json"))
+    assert code != 0
+    assert "nowhere" in out
+
+
+def test_demo_needs_a_lab(tmp_path: pathlib.Path) -> None:
+    code, out = run("demo", "failover", "--dir", str(tmp_path))
+    assert code == EXIT_LAB
+    assert "geoctl lab up" in out
+
+
+@pytest.mark.parametrize("flag", ["--messages", "--holes"])
+def test_demo_rejects_out_of_range_values(tmp_path: pathlib.Path, flag: str) -> None:
+    code, out = run("demo", "failover", "--dir", str(tmp_path), flag, "-5")
+    assert code == 2
+    assert flag in out
