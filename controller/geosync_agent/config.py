@@ -43,6 +43,8 @@ class AgentConfig:
     """fnmatch patterns to leave alone; checked after ``include``."""
     poll_interval_s: float = 0.25
     """How often cursors are read and remote state applied. Sets the floor of the sync lag."""
+    min_apply_interval_s: float = 0.5
+    """Least time between two mark-delete moves of one subscription (batches moves under load)."""
     discover_interval_s: float = 10.0
     """How often namespaces, topics and subscriptions are listed."""
     resync_interval_s: float = 30.0

@@ -594,9 +594,13 @@ class Agent:
         translated = syncing.to_origin_acks(tail.index, cursor)
         own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
         # Claims only grow: what was published stays claimed, so nothing depends on keeping old index runs.
-        claims = own.merge(state.received, *(() if state.published is None else (state.published,)))
+        known = state.received if state.published is None else state.received.merge(state.published)
+        claims = own.merge(known)
         state.translated = state.cursor
-        if claims == state.published and not force:
+        if not force and state.published is not None and claims == known:
+            # Nothing beyond what others told us (typically: our cursor just caught up with their claims).
+            # Echoing it would only cost every region a message; the periodic resync still gossips it.
+            state.published = claims
             return
         namespace = _namespace(state.topic)
         producer = self.producers.get(namespace)
@@ -684,7 +688,20 @@ class Agent:
         target = plan.new_mark_delete
         if target is not None:
             pending = state.pending_mark_delete
-            if pending is None or pending[0] != target or now - pending[1] > 2.0:
+            in_flight = (
+                pending is not None
+                and state.cursor is not None
+                and state.cursor.mark_delete < pending[0]
+                and now - pending[1] < 2.0
+            )
+            # One move in flight per subscription, and at most one per min_apply_interval_s: every
+            # expireMessages costs the broker a read, and under load fewer, larger moves sync sooner.
+            recent = pending is not None and now - pending[1] < self.config.min_apply_interval_s
+            if (
+                not in_flight
+                and not recent
+                and (pending is None or pending[0] != target or now - pending[1] > 2.0)
+            ):
                 try:
                     self._admin().expire_messages(
                         state.topic,

@@ -64,7 +64,7 @@ def run(
     hole_ratio: float = 0.1,
     cumulative: bool = False,
     settle_s: float = 2.0,
-    warmup_s: float = 3.0,
+    warmup_s: float = 6.0,
     seed: int = 7,
     report: Callable[[str], None] = lambda _m: None,
 ) -> Outcome:
