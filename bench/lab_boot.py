@@ -13,6 +13,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -22,7 +23,14 @@ from rich.table import Table
 from geosync_lab import labs, regions
 
 
-def one(region_names: list[str]) -> dict[str, object]:
+@dataclass
+class Boot:
+    lab_ready_s: float
+    boot_s: dict[str, float]
+    rss_wired_mb: dict[str, float]
+
+
+def one(region_names: list[str]) -> Boot:
     with tempfile.TemporaryDirectory(prefix="geosync-bench-") as tmp:
         started = time.monotonic()
         result = labs.up(Path(tmp), region_names)
@@ -33,13 +41,11 @@ def one(region_names: list[str]) -> dict[str, object]:
             }
         finally:
             labs.down(Path(tmp))
-    return {
-        "regions": len(region_names),
-        "lab_ready_s": ready,
-        "boot_s": {b.name: b.seconds for b in result.boots},
-        "rss_at_boot_mb": {b.name: b.rss_mb for b in result.boots},
-        "rss_wired_mb": wired_rss,
-    }
+    return Boot(
+        lab_ready_s=ready,
+        boot_s={b.name: b.seconds for b in result.boots},
+        rss_wired_mb=wired_rss,
+    )
 
 
 def main() -> None:
@@ -53,11 +59,11 @@ def main() -> None:
     )
     for names in (["a", "b"], ["a", "b", "c"]):
         runs = [one(names) for _ in range(args.repeat)]
-        boots = [v for r in runs for v in r["boot_s"].values()]  # type: ignore[attr-defined]
-        rss = [v for r in runs for v in r["rss_wired_mb"].values()]  # type: ignore[attr-defined]
+        boots = [v for r in runs for v in r.boot_s.values()]
+        rss = [v for r in runs for v in r.rss_wired_mb.values()]
         table.add_row(
             str(len(names)),
-            f"{statistics.median(r['lab_ready_s'] for r in runs):.1f}",  # type: ignore[misc]
+            f"{statistics.median(r.lab_ready_s for r in runs):.1f}",
             f"{statistics.median(boots):.1f} / {max(boots):.1f}",
             f"{statistics.median(rss):.0f} / {max(rss):.0f}",
         )

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check . && ruff format --check .
-echo "== mypy"; mypy controller admin_cli integration_tests tests
+echo "== mypy"; mypy controller admin_cli spark_jobs integration_tests tests bench
 echo "== import-linter"; lint-imports
 echo "== pytest"
 pytest -q -p no:cacheprovider "$@"

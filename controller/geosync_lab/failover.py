@@ -6,9 +6,10 @@ sync, then connects a consumer on the same subscription in the target region and
 is given. Lost = published but acknowledged nowhere and never delivered in the target; duplicates =
 acknowledged in the source and delivered again in the target.
 
-Two modes run on the same regions: ``geosync`` (a plain subscription, synced by the agents) and
-``builtin`` (Pulsar's replicated subscriptions, PIP-33: ``replicate_subscription_state_enabled``; the
-lab's agents leave subscriptions named ``pip33-*`` alone).
+Three modes run on the same regions: ``geosync`` (a plain subscription, synced by the agents in exact
+mode), ``snapshot`` (the same in the lab's ``geo/snap-*`` namespaces, synced by the agents in snapshot
+mode), and ``builtin`` (Pulsar's replicated subscriptions, PIP-33: ``replicate_subscription_state_enabled``;
+the lab's agents leave subscriptions named ``pip33-*`` alone).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def run(
 ) -> Outcome:
     """Run one failover and count what the target region delivers."""
     suffix = uuid.uuid4().hex[:8]
+    if mode == "snapshot":
+        # The same workload in the snapshot-mode twin of the namespace (geo/ab -> geo/snap-ab).
+        namespace = namespace.replace("geo/", "geo/snap-", 1)
     topic = f"persistent://{namespace}/failover-{suffix}"
     sub = f"{BUILTIN_PREFIX if mode == 'builtin' else 'orders-'}{suffix}"
     builtin = mode == "builtin"
