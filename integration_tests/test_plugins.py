@@ -158,16 +158,17 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
     data = [(f"m{i}".encode(), {"app": "yes"}) for i in range(5)]
     marks = marker_messages("a", 3)
     interleaved = [data[0], marks[0], data[1], data[2], marks[1], data[3], marks[2], data[4]]
-    # Create the subscriptions first, so they exist before anything is written.
+    # Create the subscriptions first, so they exist before anything is written. The application's is named
+    # unsynced-*: the lab's agents leave it alone, so each region's copy is drained independently.
     admin_a = plugin_lab.admin("a")
-    for sub in (f"app-{unique}", f"{AGENT_SUB}-{unique}"):
+    for sub in (f"unsynced-app-{unique}", f"{AGENT_SUB}-{unique}"):
         admin_a.create_subscription(topic, sub)
     publish(plugin_lab.service_url("a"), topic, interleaved)
     wait_for_copies(plugin_lab.service_url("b"), topic, len(interleaved))
 
     for region in plugin_lab.topology.namespaces[ns].regions:
         url = plugin_lab.service_url(region)
-        app = drain(url, topic, subscription=f"app-{unique}")
+        app = drain(url, topic, subscription=f"unsynced-app-{unique}")
         reader = drain(url, topic, subscription=None)
         agent = drain(url, topic, subscription=f"{AGENT_SUB}-{unique}")
         assert [m.data for m in app] == [d for d, _ in data], region
@@ -184,7 +185,7 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
         ], region
     # Hidden markers are acknowledged for the application: nothing is left in its backlog.
     stats = admin_a.topic_stats(topic)
-    assert stats["subscriptions"][f"app-{unique}"]["msgBacklog"] == 0
+    assert stats["subscriptions"][f"unsynced-app-{unique}"]["msgBacklog"] == 0
 
 
 def test_filter_survives_garbage(plugin_lab: Lab, unique: str) -> None:
@@ -205,7 +206,7 @@ def test_filter_survives_garbage(plugin_lab: Lab, unique: str) -> None:
     rnd.shuffle(items)
     publish(plugin_lab.service_url("a"), topic, items)
     visible = sorted(d for d, p in items if markers.PROPERTY not in p)
-    app = drain(plugin_lab.service_url("a"), topic, subscription=f"app-{unique}")
+    app = drain(plugin_lab.service_url("a"), topic, subscription=f"unsynced-app-{unique}")
     assert sorted(m.data for m in app) == visible
     agent = drain(plugin_lab.service_url("a"), topic, subscription=f"{AGENT_SUB}-{unique}")
     assert sorted(m.data for m in agent) == sorted(d for d, _ in items)
