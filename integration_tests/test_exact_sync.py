@@ -141,27 +141,36 @@ def test_producers_in_two_regions_at_once(lab: Lab, unique: str) -> None:
     assert sorted(got) == sorted(everything - acked)
 
 
-def test_three_regions_with_colliding_ledgers(lab: Lab, unique: str) -> None:
-    topic, sub = f"persistent://geo/abc/three-{unique}", f"three-{unique}"
-    for region in ("a", "b", "c"):
-        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
-    for region in ("a", "b", "c"):
-        produce(lab.service_url(region), topic, [f"{region}{i}".encode() for i in range(30)])
-    wait_backlog(lab, "c", topic, sub, 90)
+def ack_half_in_c_then_fail_over(
+    lab: Lab, unique: str, topic: str, sub: str, *, per_region: int, to: str
+) -> None:
+    """Messages ``{region}{i}`` from a, b and c: c acknowledges about half at random; a and b must hold
+    exactly the rest, and a consumer failing over to ``to`` gets exactly those."""
+    total = 3 * per_region
+    wait_backlog(lab, "c", topic, sub, total)
     rng = random.Random(unique)
     acked = consume_some(
         lab,
         "c",
         topic,
         sub,
-        total=90,
+        total=total,
         consumer_type=pulsar.ConsumerType.Shared,
         choose=lambda _i: rng.random() < 0.5,
     )
-    expected = sorted({f"{r}{i}" for r in "abc" for i in range(30)} - acked)
+    expected = sorted({f"{r}{i}" for r in "abc" for i in range(per_region)} - acked)
     wait_backlog(lab, "a", topic, sub, len(expected))
     wait_backlog(lab, "b", topic, sub, len(expected))
-    assert sorted(consume_all(lab.service_url("a"), topic, sub)) == expected
+    assert sorted(consume_all(lab.service_url(to), topic, sub)) == expected
+
+
+def test_three_regions_with_colliding_ledgers(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/abc/three-{unique}", f"three-{unique}"
+    for region in ("a", "b", "c"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
+    for region in ("a", "b", "c"):
+        produce(lab.service_url(region), topic, [f"{region}{i}".encode() for i in range(30)])
+    ack_half_in_c_then_fail_over(lab, unique, topic, sub, per_region=30, to="a")
 
 
 def test_two_live_regions_keep_syncing_while_a_third_is_frozen(lab: Lab, unique: str) -> None:
@@ -327,21 +336,7 @@ def test_same_producer_name_in_three_regions_is_resolved_by_the_interceptor(lab:
             for i in range(20):
                 producer.send(f"{region}{i}".encode())
             producer.close()
-    wait_backlog(lab, "c", topic, sub, 60)
-    rng = random.Random(unique)
-    acked = consume_some(
-        lab,
-        "c",
-        topic,
-        sub,
-        total=60,
-        consumer_type=pulsar.ConsumerType.Shared,
-        choose=lambda _i: rng.random() < 0.5,
-    )
-    expected = sorted({f"{r}{i}" for r in "abc" for i in range(20)} - acked)
-    wait_backlog(lab, "a", topic, sub, len(expected))
-    wait_backlog(lab, "b", topic, sub, len(expected))
-    assert sorted(consume_all(lab.service_url("b"), topic, sub)) == expected
+    ack_half_in_c_then_fail_over(lab, unique, topic, sub, per_region=20, to="b")
     after = {r: _agent_state(lab, r)["counters"] for r in ("a", "b", "c")}
     hits = sum(after[r].get("origin_plugin_hits", 0) - before[r].get("origin_plugin_hits", 0) for r in after)
     lookups = sum(after[r].get("origin_lookups", 0) - before[r].get("origin_lookups", 0) for r in after)

@@ -70,22 +70,8 @@ class AgentView:
 def options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--topology``, ``--config`` and ``--token-file``; the command receives ``sites``."""
 
-    @click.option(
-        "--topology",
-        "topology_path",
-        type=click.Path(path_type=pathlib.Path),
-        default=None,
-        envvar="GEOCTL_TOPOLOGY",
-        help="A lab's topology.json or its directory (env GEOCTL_TOPOLOGY; default ./lab/topology.json).",
-    )
-    @click.option(
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False, path_type=pathlib.Path),
-        default=None,
-        envvar="GEOCTL_CONFIG",
-        help="YAML with a 'regions:' mapping (name -> admin_url, service_url, agent_url, token_file).",
-    )
+    @endpoints.topology_option
+    @endpoints.config_option("admin_url, service_url, agent_url, token_file")
     @click.option(
         "--token-file",
         type=click.Path(dir_okay=False, path_type=pathlib.Path),

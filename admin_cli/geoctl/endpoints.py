@@ -21,25 +21,33 @@ from geosync_core import topology as topo
 DEFAULT_TOPOLOGY = pathlib.Path("lab") / "topology.json"
 
 
-def options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--topology`` and ``--config``; the command receives ``regions: dict[str, topo.Region]``."""
+topology_option = click.option(
+    "--topology",
+    "topology_path",
+    type=click.Path(path_type=pathlib.Path),
+    default=None,
+    envvar="GEOCTL_TOPOLOGY",
+    help="A lab's topology.json or its directory (env GEOCTL_TOPOLOGY; default ./lab/topology.json).",
+)
 
-    @click.option(
-        "--topology",
-        "topology_path",
-        type=click.Path(path_type=pathlib.Path),
-        default=None,
-        envvar="GEOCTL_TOPOLOGY",
-        help="A lab's topology.json or its directory (env GEOCTL_TOPOLOGY; default ./lab/topology.json).",
-    )
-    @click.option(
+
+def config_option(fields: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--config FILE``: a YAML ``regions:`` mapping; ``fields`` names what a region entry may hold."""
+    return click.option(
         "--config",
         "config_path",
         type=click.Path(dir_okay=False, path_type=pathlib.Path),
         default=None,
         envvar="GEOCTL_CONFIG",
-        help="YAML with a 'regions:' mapping (name -> admin_url, zookeeper, service_url).",
+        help=f"YAML with a 'regions:' mapping (name -> {fields}).",
     )
+
+
+def options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--topology`` and ``--config``; the command receives ``regions: dict[str, topo.Region]``."""
+
+    @topology_option
+    @config_option("admin_url, zookeeper, service_url")
     @functools.wraps(fn)
     def wrapper(
         *args: Any, topology_path: pathlib.Path | None, config_path: pathlib.Path | None, **kw: Any
