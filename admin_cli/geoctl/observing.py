@@ -24,7 +24,6 @@ is nothing above any mark-delete that could differ. The agents' ``/state`` adds 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from geoctl.access import AgentView, Site, probe_agent
 from geoctl.errors import EXIT_REFUSED, GeoctlError
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
-from geosync_core import syncing
+from geosync_core import drift, syncing
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin, OriginAcks
 from geosync_core.positions import Position
@@ -44,7 +43,6 @@ from geosync_core.rangesets import AckState
 
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
 INTERNAL_TOPICS = ("geosync-control", "geosync-policy-events")
-BROKER_GENERATED = re.compile(r"^(?P<cluster>.+)-\d+-\d+$")
 Report = Callable[[str], None]
 
 
@@ -164,16 +162,16 @@ class _Resolver:
         self.by_producer: dict[str, str] = {}
 
     def __call__(self, topic: str, local: Position, producer: str) -> str | None:
-        if len(self.others) == 1:
-            return self.others[0]
-        if producer in self.by_producer:
-            return self.by_producer[producer]
+        named = drift.origin_without_lookup(
+            self.region, [self.region, *self.others], producer=producer, verified=self.by_producer
+        )
+        if named is not None:
+            return named
         try:
             region = self.admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
         except adm.AdminError:
             return None
-        match = BROKER_GENERATED.match(producer)
-        if region is not None and match is not None and match["cluster"] == region:
+        if region is not None and drift.producer_cluster(producer) == region:
             self.by_producer[producer] = region
         return region
 

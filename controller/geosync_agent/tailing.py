@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +20,12 @@ from typing import Any
 import pulsar
 
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
+from geosync_core import drift
 from geosync_core.indexing import OriginIndex
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
-BROKER_GENERATED = re.compile(r"^(?P<cluster>.+)-\d+-\d+$")
 Lookup = Callable[[str, Position], "str | None"]
 
 
@@ -42,16 +41,14 @@ class OriginResolver:
     def resolve(
         self, topic: str, local: Position, *, producer: str, candidates: frozenset[str]
     ) -> str | None:
-        others = candidates - {self.local}
-        if len(others) == 1:
-            return next(iter(others))
-        known = self._by_producer.get(producer)
-        if known is not None:
-            return known
+        named = drift.origin_without_lookup(
+            self.local, candidates, producer=producer, verified=self._by_producer
+        )
+        if named is not None:
+            return named
         self.lookups += 1
         region = self.lookup(topic, local)
-        match = BROKER_GENERATED.match(producer)
-        if region is not None and match is not None and match["cluster"] == region:
+        if region is not None and drift.producer_cluster(producer) == region:
             # A broker-generated name is unique to the cluster that generated it: remember it.
             self._by_producer[producer] = region
         return region
