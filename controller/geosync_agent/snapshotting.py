@@ -171,4 +171,5 @@ class Snapshotting:
                 for topic, t in self.topics.items()
                 if len(t.cache)
             },
+            "completed_by_topic": {topic: t.completed for topic, t in self.topics.items() if t.completed},
         }
