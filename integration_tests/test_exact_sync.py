@@ -7,13 +7,16 @@ messages arrive there: nothing lost, nothing acknowledged delivered again, ack h
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulsar
+import pytest
 import requests
 
 from geosync_adapters import messaging
@@ -81,7 +84,54 @@ def subscribe_first(lab: Lab, region: str, topic: str, sub: str, consumer_type: 
         ).close()
 
 
-def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str) -> None:
+def _agent_ready(lab: Lab, region: str) -> bool:
+    try:
+        return requests.get(labs.agent_metrics_url(lab.dir, region) + "/readyz", timeout=2).ok
+    except (requests.RequestException, KeyError):
+        return False
+
+
+def _restart_agents(lab: Lab, *, plugin_cursors: bool) -> None:
+    for region in lab.topology.regions:
+        labs.stop_agent(lab.dir, region)
+    for region in lab.topology.regions:
+        labs.start_agent(lab.dir, region, plugin_cursors=plugin_cursors)
+    for region in lab.topology.regions:
+        wait_for(functools.partial(_agent_ready, lab, region), timeout_s=60, what=f"agent {region} ready")
+
+
+@pytest.fixture(scope="module", params=["plugin", "admin-api"])
+def cursor_path(request: pytest.FixtureRequest, lab: Lab) -> Iterator[str]:
+    """Which way the agents read and move cursors: the broker plugin's feed and writes (the lab's
+    default), or the admin API alone (internalStats polls, expireMessages, a shadow consumer for holes), as
+    with brokers that do not load the plugin."""
+    path = str(request.param)
+    if path == "admin-api":
+        _restart_agents(lab, plugin_cursors=False)
+    try:
+        yield path
+    finally:
+        if path == "admin-api":
+            _restart_agents(lab, plugin_cursors=True)
+
+
+def _applied_by(lab: Lab, region: str) -> Counter[str]:
+    counters = _agent_state(lab, region)["counters"]
+    return Counter({k: int(counters.get(k, 0)) for k in ("plugin_acks", "mark_delete_moves", "holes_acked")})
+
+
+def _check_path(cursor_path: str, before: Counter[str], after: Counter[str], *, holes: bool) -> None:
+    moved = after - before
+    if cursor_path == "plugin":
+        assert moved["plugin_acks"] > 0, f"b's agent applied nothing through the plugin: {moved}"
+    else:
+        assert moved["plugin_acks"] == 0, f"b's agent used the plugin although told not to: {moved}"
+        assert moved["mark_delete_moves"] > 0, moved
+        assert moved["holes_acked"] > 0 or not holes, moved
+
+
+def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str, cursor_path: str) -> None:
+    before = _applied_by(lab, "b")
     topic, sub = f"persistent://geo/ab/excl-{unique}", f"excl-{unique}"
     subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Exclusive)
     payloads = [f"m{i}" for i in range(100)]
@@ -98,11 +148,13 @@ def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str) -> None
     )
     assert len(acked) == 60
     wait_backlog(lab, "b", topic, sub, 40)
+    _check_path(cursor_path, before, _applied_by(lab, "b"), holes=False)
     got = consume_all(lab.service_url("b"), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
     assert sorted(got) == sorted(set(payloads) - acked)
 
 
-def test_shared_random_holes_and_unacked_tail(lab: Lab, unique: str) -> None:
+def test_shared_random_holes_and_unacked_tail(lab: Lab, unique: str, cursor_path: str) -> None:
+    before = _applied_by(lab, "b")
     topic, sub = f"persistent://geo/ab/shared-{unique}", f"shared-{unique}"
     subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Shared)
     payloads = [f"m{i}" for i in range(120)]
@@ -121,6 +173,7 @@ def test_shared_random_holes_and_unacked_tail(lab: Lab, unique: str) -> None:
     expected = sorted(set(payloads) - acked)
     wait_backlog(lab, "a", topic, sub, len(expected))
     wait_backlog(lab, "b", topic, sub, len(expected))
+    _check_path(cursor_path, before, _applied_by(lab, "b"), holes=True)
     got = consume_all(lab.service_url("b"), topic, sub)
     assert sorted(got) == expected
 

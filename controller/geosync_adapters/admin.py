@@ -350,6 +350,23 @@ class AdminClient:
             for lg, first, count, origin in body.get("runs", [])
         ]
 
+    def plugin_cursors(self, *, since: int) -> tuple[str, int, list[dict[str, str]]]:
+        """The GeoSync interceptor's acknowledgement feed (``/admin/v2/geosync/cursors``): its epoch (new at
+        each broker start), its current sequence number, and the cursor state (``topic``, ``subscription``,
+        ``mark_delete``, ``individually_deleted``) of every subscription consumers acknowledged on since
+        ``since``. Raises AdminNotFound where the plugin is not loaded."""
+        body = self.get("/admin/v2/geosync/cursors", params={"since": since}) or {}
+        return str(body.get("epoch", "")), int(body.get("seq", 0)), list(body.get("cursors") or [])
+
+    def plugin_acks(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Acknowledge through the GeoSync interceptor (``POST /admin/v2/geosync/acks``): per item ``topic``,
+        ``subscription``, ``mark_delete`` ("L:E" or None) and ``positions`` (["L:E", ...]). Returns one
+        result per item: ``status`` ("ok" with the cursor's ``mark_delete`` and ``individually_deleted``
+        afterwards, "not_loaded", "no_subscription" or "bad_request"). Raises AdminNotFound without the
+        plugin and AdminForbidden where the broker keeps cursor writes off."""
+        body = self.post("/admin/v2/geosync/acks", {"acks": items}) or {}
+        return list(body.get("results") or [])
+
     def replicated_from(self, topic: str, *, ledger: int, entry: int) -> str | None:
         """The region a stored entry was replicated from (None for a local one), from the entry's headers."""
         path = f"/admin/v2/{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"

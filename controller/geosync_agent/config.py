@@ -43,6 +43,12 @@ class AgentConfig:
     """fnmatch patterns to leave alone; checked after ``include``."""
     poll_interval_s: float = 0.25
     """How often cursors are read and remote state applied. Sets the floor of the sync lag."""
+    plugin_cursors: bool = True
+    """Read cursors from the broker plugin's acknowledgement feed and move them with its cursor writes
+    where the broker loads GeoSync's interceptor (detected; false: the admin API only)."""
+    feed_interval_s: float = 0.1
+    """Round interval while the broker plugin's acknowledgement feed answers (a round then costs one cheap
+    call instead of a cursor poll per topic, so it can run more often)."""
     min_apply_interval_s: float = 0.5
     """Least time between two mark-delete moves of one subscription (batches moves under load)."""
     discover_interval_s: float = 10.0
@@ -141,6 +147,8 @@ def load(path: str | pathlib.Path) -> AgentConfig:
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{path}: '{name}' must be a positive number of seconds")
             values[name] = float(value)
+        elif isinstance(known[name].default, bool) and not isinstance(value, bool):
+            raise ConfigError(f"{path}: '{name}' must be true or false, not {value!r}")
         else:
             values[name] = value
     return AgentConfig(**values)

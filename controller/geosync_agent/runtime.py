@@ -1,6 +1,7 @@
 """The agent's runtime: one process, one loop, talking only to its own region.
 
-Every ``poll_interval_s`` the loop does bounded work in a fixed order, so each step sees a consistent
+Every ``poll_interval_s`` (``feed_interval_s`` with the broker plugin's acknowledgement feed, and at once
+when a control message arrives) the loop does bounded work in a fixed order, so each step sees a consistent
 picture and nothing runs concurrently with anything else that touches the same state:
 
 1. discover (every ``discover_interval_s``): synced namespaces, their topic partitions, durable
@@ -8,11 +9,14 @@ picture and nothing runs concurrently with anything else that touches the same s
 2. index: drain every partition's reader queue into its ``OriginIndex`` (readers' listener threads only
    ``put``);
 3. receive: drain the control topic, verify and de-duplicate envelopes, merge claims per subscription;
-4. observe and publish: read cursors (``internalStats``), translate each subscription's acknowledgements
+4. observe and publish: read cursors (the plugin's feed of just-acknowledged subscriptions where the
+   broker loads GeoSync's interceptor, ``internalStats`` polls otherwise and as a slower safety net),
+   translate each subscription's acknowledgements
    to origin coordinates and publish them (with everything received, so any live region carries the
    history) when they changed, and everything again every ``resync_interval_s``;
-5. apply: plan each subscription's cursor change from the merged claims and carry it out: mark-delete
-   with ``expireMessages``; holes with ``skipByMessageIds`` where the broker has it, else a shadow
+5. apply: plan each subscription's cursor change from the merged claims and carry it out: with the
+   plugin's cursor writes, every subscription's mark-delete and holes in one call; otherwise mark-delete
+   with ``expireMessages`` and holes with ``skipByMessageIds`` where the broker has it, else a shadow
    consumer's individual acks, only while no application consumer is connected.
 
 Invariants (the core proves the planning; tests against the lab prove the whole): a cursor only moves
@@ -52,6 +56,12 @@ INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
 MAX_IDLE_POLL_S = 2.0
 UNCONSUMED_POLL_S = 5.0
 ACTIVE_WINDOW_S = 10.0
+ACK_BATCH = 200
+"""Subscriptions per plugin acknowledgement call."""
+STATES_PER_ENVELOPE = 64
+"""Subscription states per control message (a round's states for one namespace are batched)."""
+ROUND_GAP_S = 0.02
+"""Least pause between rounds, so a burst of control messages is taken in one round."""
 """After new messages, a topic's cursors are polled every round for this long before backing off."""
 
 
@@ -154,6 +164,17 @@ class Agent:
         self.topic_active_until: dict[str, float] = {}
         self.ready = False
         self.round_seconds: list[float] = []
+        self.started_ms = int(time.time() * 1000)
+        self.transit_ms: list[int] = []
+        """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
+        self.wake = threading.Event()
+        # The broker plugin's acknowledgement feed and cursor writes (None: not tried yet).
+        self.feed_ok: bool | None = None if config.plugin_cursors else False
+        self.feed_epoch = ""
+        self.feed_seq = 0
+        self.plugin_acks_ok: bool | None = None if config.plugin_cursors else False
+        self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
+        """States to publish at the end of the round, per namespace."""
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -181,7 +202,11 @@ class Agent:
                 elapsed = time.monotonic() - started
                 self.round_seconds.append(elapsed)
                 del self.round_seconds[:-200]
-                self.stop_event.wait(max(0.0, self.config.poll_interval_s - elapsed))
+                interval = self.config.feed_interval_s if self.feed_ok else self.config.poll_interval_s
+                self.stop_event.wait(ROUND_GAP_S)
+                # A control message ends the wait: remote acknowledgements are applied as they arrive.
+                self.wake.wait(max(0.0, interval - elapsed - ROUND_GAP_S))
+                self.wake.clear()
         finally:
             self._rediscover.set()
             discovery.join(timeout=15)
@@ -285,7 +310,7 @@ class Agent:
         for ns in self.namespaces:
             control = f"persistent://{ns}/{self.config.control_topic}"
             if control not in self.control_readers:
-                tail = Tail(control, -1)
+                tail = Tail(control, -1, wake=self.wake)
                 tail.open(self.client)
                 self.control_readers[control] = tail
                 self.producers[ns] = self.client.create_producer(control, batching_enabled=False)
@@ -312,7 +337,7 @@ class Agent:
     def index(self) -> None:
         for topic, tail in self.tails.items():
             candidates = self.namespaces.get(_namespace(topic), frozenset())
-            if tail.drain(self.resolver, candidates):
+            if tail.drain(self.resolver, candidates) and not self.feed_ok:
                 # New messages: consumers will acknowledge soon, so watch these cursors closely a while.
                 now = time.monotonic()
                 self.topic_active_until[topic] = now + ACTIVE_WINDOW_S
@@ -468,27 +493,36 @@ class Agent:
             return
         if opened.region == self.config.region:
             return  # our own message, replicated back to us through the local log
+        if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
+            self.transit_ms.append(int(time.time() * 1000) - opened.sent_at_ms)
+            del self.transit_ms[:-1000]
         self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)
             return
-        decoded = envelopes.decode_ack_state(admitted)
+        decoded = envelopes.decode_ack_states(admitted)
         if isinstance(decoded, envelopes.Rejected):
             self._reject(decoded)
             return
-        if not self._wanted(decoded.topic, decoded.subscription):
+        for message in decoded:
+            self._take_claims(message)
+
+    def _take_claims(self, message: envelopes.AckStateMessage) -> None:
+        if not self._wanted(message.topic, message.subscription):
             return
         state = self.subs.setdefault(
-            (decoded.topic, decoded.subscription),
-            Subscription(decoded.topic, decoded.subscription, exists=False),
+            (message.topic, message.subscription),
+            Subscription(message.topic, message.subscription, exists=False),
         )
-        merged = state.received.merge(decoded.acks)
-        state.received_from[decoded.region] = time.time()
+        merged = state.received.merge(message.acks)
+        state.received_from[message.region] = time.time()
         state.announced = True
         if merged != state.received:
             state.received = merged
             self.stats.inc("claims_received")
-            self.topic_next_poll[decoded.topic] = 0.0
+            if not self.plugin_acks_ok:
+                # Plugin writes answer the cursor's state; admin calls need a fresh read to plan from.
+                self.topic_next_poll[message.topic] = 0.0
 
     def _reject(self, rejected: envelopes.Rejected) -> None:
         self.stats.inc(f"control_rejected_{rejected.reason.value}")
@@ -502,46 +536,103 @@ class Agent:
             if state.exists:
                 by_topic.setdefault(state.topic, []).append(state)
         now = time.monotonic()
+        for topic, cursors in self._read_feed(by_topic).items():
+            self._observe(topic, by_topic[topic], cursors, force=force, now=now, polled=False)
         due = [t for t in by_topic if force or now >= self.topic_next_poll.get(t, 0.0)]
         for topic, internal in zip(due, self.pool.map(self._internal_stats, due), strict=True):
             if internal is None:
                 continue
-            states = by_topic[topic]
             self.stats.inc("cursor_polls")
-            cursors = internal.get("cursors") or {}
-            changed = False
-            moved: list[Subscription] = []
-            for state in states:
-                raw = cursors.get(state.name)
-                if raw is None:
-                    continue
-                cursor = AckState.parse(
-                    raw["markDeletePosition"], raw.get("individuallyDeletedMessages") or "[]"
+            cursors = {
+                name: (str(raw["markDeletePosition"]), str(raw.get("individuallyDeletedMessages") or "[]"))
+                for name, raw in (internal.get("cursors") or {}).items()
+            }
+            self._observe(topic, by_topic[topic], cursors, force=force, now=now, polled=True)
+        self._flush_states()
+
+    def _read_feed(self, by_topic: dict[str, list[Subscription]]) -> dict[str, dict[str, tuple[str, str]]]:
+        """Cursor states of the tracked subscriptions consumers acknowledged on since the last read, from
+        the broker plugin's feed (empty where the plugin is absent: polling then does all the work)."""
+        if self.feed_ok is False:
+            return {}
+        try:
+            epoch, seq, changed = self._admin().plugin_cursors(since=self.feed_seq)
+        except (adm.AdminNotFound, adm.AdminForbidden) as e:
+            self.feed_ok = False
+            log.info("no acknowledgement feed from the broker plugin (%s); polling cursors instead", e)
+            return {}
+        except adm.AdminError as e:
+            self.stats.inc("feed_errors")
+            log.warning("acknowledgement feed failed, polling meanwhile: %s", e)
+            return {}
+        if epoch != self.feed_epoch:
+            # The broker (re)started: what was acknowledged before it is only known to a poll.
+            self.feed_epoch = epoch
+            self.topic_next_poll.clear()
+        self.feed_ok = True
+        self.feed_seq = seq
+        self.stats.inc("feed_reads")
+        out: dict[str, dict[str, tuple[str, str]]] = {}
+        for item in changed:
+            topic = str(item.get("topic", ""))
+            if topic in by_topic:
+                out.setdefault(topic, {})[str(item.get("subscription", ""))] = (
+                    str(item.get("mark_delete")),
+                    str(item.get("individually_deleted") or "[]"),
                 )
-                if cursor != state.cursor:
-                    changed = True
-                    moved.append(state)
-                state.cursor = cursor
-            if any(not s.kind for s in moved):
-                # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
-                # per-key order) before the first claim, while the consumer that acknowledged is still there.
-                self._learn_kinds(topic, states)
-            for state in states:
-                if state.cursor is not None:
-                    self._publish(state, force=force)
-            busy = now < self.topic_active_until.get(topic, 0.0)
-            if changed or busy or any(s.pending_mark_delete for s in states):
-                interval = self.config.poll_interval_s
-            else:
-                # Without consumers (at the last discovery) only admin operations move cursors: poll rarely.
-                cap = MAX_IDLE_POLL_S if any(s.consumers for s in states) else UNCONSUMED_POLL_S
-                interval = min(cap, 2 * self.topic_poll_interval.get(topic, self.config.poll_interval_s))
-            self.topic_poll_interval[topic] = interval
-            tail = self.tails.get(topic)
-            if tail is not None and all(s.cursor is not None for s in states):
-                tail.forget_keys_up_to(min(s.cursor.mark_delete for s in states if s.cursor is not None))
-            # due half a round early, so a topic with the base interval is polled every round
-            self.topic_next_poll[topic] = now + interval - self.config.poll_interval_s / 2
+        return out
+
+    def _observe(
+        self,
+        topic: str,
+        states: list[Subscription],
+        cursors: dict[str, tuple[str, str]],
+        *,
+        force: bool,
+        now: float,
+        polled: bool,
+    ) -> None:
+        """Take ``topic``'s cursors (name -> (mark-delete, individually deleted ranges)) and publish what
+        changed; after a poll, schedule the next one."""
+        changed = False
+        moved: list[Subscription] = []
+        for state in states:
+            raw = cursors.get(state.name)
+            if raw is None:
+                continue
+            cursor = AckState.parse(*raw)
+            if cursor != state.cursor:
+                changed = True
+                moved.append(state)
+            state.cursor = cursor
+        if any(not s.kind for s in moved):
+            # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
+            # per-key order) before the first claim, while the consumer that acknowledged is still there.
+            self._learn_kinds(topic, states)
+        for state in states:
+            if state.cursor is not None and (polled or state in moved):
+                self._publish(state, force=force and polled)
+        tail = self.tails.get(topic)
+        if tail is not None and all(s.cursor is not None for s in states):
+            tail.forget_keys_up_to(min(s.cursor.mark_delete for s in states if s.cursor is not None))
+        if not polled:
+            return
+        if self.feed_ok:
+            # The feed reports consumers' acknowledgements; polls only catch what else moves cursors
+            # (admin operations, a broker restart), so they back off regardless of traffic.
+            busy = any(s.pending_mark_delete for s in states)
+        else:
+            busy = changed or now < self.topic_active_until.get(topic, 0.0)
+            busy = busy or any(s.pending_mark_delete for s in states)
+        if busy:
+            interval = self.config.poll_interval_s
+        else:
+            # Without consumers (at the last discovery) only admin operations move cursors: poll rarely.
+            cap = MAX_IDLE_POLL_S if any(s.consumers for s in states) else UNCONSUMED_POLL_S
+            interval = min(cap, 2 * self.topic_poll_interval.get(topic, self.config.poll_interval_s))
+        self.topic_poll_interval[topic] = interval
+        # due half a round early, so a topic with the base interval is polled every round
+        self.topic_next_poll[topic] = now + interval - self.config.poll_interval_s / 2
 
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
         try:
@@ -603,22 +694,31 @@ class Agent:
             state.published = claims
             return
         namespace = _namespace(state.topic)
-        producer = self.producers.get(namespace)
-        if producer is None:
+        if namespace not in self.producers:
             return
-        self.seq += 1
-        envelope = envelopes.Envelope(
-            kind=envelopes.ACK_STATE,
-            region=self.config.region,
-            seq=self.seq,
-            sent_at_ms=int(time.time() * 1000),
-            payload=envelopes.encode_ack_state(
-                state.topic, state.name, region=self.config.region, acks=claims
-            ),
+        self.outgoing.setdefault(namespace, []).append(
+            envelopes.AckStateMessage(state.topic, state.name, self.config.region, claims)
         )
-        producer.send_async(envelopes.seal(self.key, envelope), self._sent)
         state.published = claims
-        self.stats.inc("states_published")
+
+    def _flush_states(self) -> None:
+        """Send the round's states: per namespace, one signed envelope for up to STATES_PER_ENVELOPE."""
+        outgoing, self.outgoing = self.outgoing, {}
+        for namespace, states in outgoing.items():
+            producer = self.producers[namespace]
+            for start in range(0, len(states), STATES_PER_ENVELOPE):
+                batch = states[start : start + STATES_PER_ENVELOPE]
+                self.seq += 1
+                envelope = envelopes.Envelope(
+                    kind=envelopes.ACK_STATES,
+                    region=self.config.region,
+                    seq=self.seq,
+                    sent_at_ms=int(time.time() * 1000),
+                    payload=envelopes.encode_ack_states(batch, region=self.config.region),
+                )
+                producer.send_async(envelopes.seal(self.key, envelope), self._sent)
+                self.stats.inc("states_published", len(batch))
+                self.stats.inc("envelopes_published")
 
     def _sent(self, result: Any, _msg_id: Any) -> None:
         # On the client's thread: only count. A lost state goes out again at the next change or resync.
@@ -658,11 +758,66 @@ class Agent:
             if state.behind_since is None:
                 state.behind_since = time.time()
             work.append((state, tail, plan))
+        if work and self.plugin_acks_ok is not False:
+            work = self._apply_by_plugin(work)
         # Admin calls for different subscriptions go out in parallel (bounded by the pool's size).
         for failure in self.pool.map(self._carry_out_safely, work):
             if failure is not None:
                 self.stats.inc("apply_errors")
                 log.warning("applying failed, will retry: %s", failure)
+
+    def _apply_by_plugin(
+        self, work: list[tuple[Subscription, Tail, syncing.ApplyPlan]]
+    ) -> list[tuple[Subscription, Tail, syncing.ApplyPlan]]:
+        """Carry out the plans through the broker plugin's cursor writes, a batch per call; return those
+        it could not take (topic owned by another broker, plugin absent or writes off) for the admin API."""
+        leftover: list[tuple[Subscription, Tail, syncing.ApplyPlan]] = []
+        for start in range(0, len(work), ACK_BATCH):
+            batch = work[start : start + ACK_BATCH]
+            holes = [
+                [p for p in plan.individual_acks if plan.new_mark_delete is None or p > plan.new_mark_delete]
+                for _state, _tail, plan in batch
+            ]
+            items = [
+                {
+                    "topic": state.topic,
+                    "subscription": state.name,
+                    "mark_delete": None if plan.new_mark_delete is None else str(plan.new_mark_delete),
+                    "positions": [str(p) for p in above],
+                }
+                for (state, _tail, plan), above in zip(batch, holes, strict=True)
+            ]
+            try:
+                results = self._admin().plugin_acks(items)
+            except (adm.AdminNotFound, adm.AdminForbidden) as e:
+                self.plugin_acks_ok = False
+                log.info("no cursor writes through the broker plugin (%s); using the admin API", e)
+                return leftover + work[start:]
+            except adm.AdminError as e:
+                self.stats.inc("apply_errors")
+                log.warning("acknowledging through the broker plugin failed, will retry: %s", e)
+                for state, _tail, _plan in work[start:]:
+                    state.planned = None
+                return leftover
+            self.plugin_acks_ok = True
+            for (state, tail, plan), above, result in zip(batch, holes, results, strict=True):
+                status = result.get("status")
+                if status != "ok":
+                    if status == "bad_request":
+                        self.stats.inc("apply_errors")
+                        log.warning("plugin refused acks for %s %s: %s", state.topic, state.name, result)
+                    else:
+                        leftover.append((state, tail, plan))
+                    continue
+                state.cursor = AckState.parse(str(result["mark_delete"]), str(result["individually_deleted"]))
+                state.pending_mark_delete = None
+                state.pending_holes = 0
+                state.last_applied_at = time.time()
+                self.stats.inc("plugin_acks")
+                if plan.new_mark_delete is not None:
+                    self.stats.inc("mark_delete_moves")
+                self.stats.inc("holes_acked", len(above))
+        return leftover
 
     def _carry_out_safely(self, item: tuple[Subscription, Tail, syncing.ApplyPlan]) -> Exception | None:
         try:
@@ -777,6 +932,7 @@ class Agent:
             if self.round_seconds
             else 0,
             "round_seconds_max": max(self.round_seconds, default=0),
+            "control_transit_ms": _percentiles(self.transit_ms),
             "guard": {t: dict(g.highest) for t, g in self.guards.items()},
             "snapshots": self.snapshotting.snapshot(),
             "synced": [
@@ -800,3 +956,10 @@ def _namespace(topic: str) -> str:
     rest = topic.split("://", 1)[-1]
     tenant, ns = rest.split("/")[:2]
     return f"{tenant}/{ns}"
+
+
+def _percentiles(values: list[int]) -> dict[str, int]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {f"p{q}": ordered[min(len(ordered) - 1, len(ordered) * q // 100)] for q in (50, 90, 99)}

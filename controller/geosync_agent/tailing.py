@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,10 +75,14 @@ class Tail:
     messages_read: int = 0
     unresolved: list[Position] = field(default_factory=list)
     """Local entries whose origin could not be named: kept in the log so mark-delete never passes them."""
+    wake: threading.Event | None = None
+    """Set on every message, to end the runtime's wait between rounds early (control topics)."""
 
     def listener(self, _reader: Any, msg: Any) -> None:
         # Runs on the client's thread: hand over and return at once.
         self.inbox.put(msg)
+        if self.wake is not None:
+            self.wake.set()
 
     def open(self, client: pulsar.Client) -> None:
         # The "geosync-" subscription prefix lets the broker plugins' entry filter show us snapshot markers.

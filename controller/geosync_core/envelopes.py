@@ -22,8 +22,10 @@ Invariants:
   (comparison with ``hmac.compare_digest``); unknown versions are refused before interpretation;
 * ``ReplayGuard.admit`` accepts a sender's message only if its ``seq`` is above every ``seq`` accepted
   from that sender before; a refused message leaves the guard unchanged;
-* ``decode_ack_state`` returns what ``encode_ack_state`` encoded; malformed payloads are values, and a
-  payload speaking for another region than its envelope's sender is malformed.
+* ``decode_ack_state`` returns what ``encode_ack_state`` encoded, and ``decode_ack_states`` what
+  ``encode_ack_states`` encoded (the states of several subscriptions, in order); malformed payloads are
+  values, and a payload speaking for another region than its envelope's sender is malformed (a batch is
+  accepted or refused whole).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from geosync_core.origins import OriginAcks, Span
 VERSION = 1
 ACK_STATE = "ack-state"
 ACK_STATE_VERSION = 1
+ACK_STATES = "ack-states"
+"""Several subscriptions' states in one envelope: what an agent sends per namespace and round."""
 
 _FIELDS = frozenset({"version", "kind", "region", "seq", "sent_at_ms", "payload"})
 _LIMIT = 2**63
@@ -180,21 +184,60 @@ def encode_ack_state(topic: str, subscription: str, *, region: str, acks: Origin
     }
 
 
+def encode_ack_states(states: list[AckStateMessage], *, region: str) -> JsonObject:
+    """The payload of an ``ack-states`` envelope: each state as ``encode_ack_state`` writes it, in order."""
+    if any(m.region != region for m in states):
+        raise ValueError(f"a batch from {region} may only carry {region}'s own states")
+    return {
+        "version": ACK_STATE_VERSION,
+        "region": region,
+        "states": [encode_ack_state(m.topic, m.subscription, region=region, acks=m.acks) for m in states],
+    }
+
+
 def decode_ack_state(envelope: Envelope) -> AckStateMessage | Rejected:
     """Decode the payload of an opened ``ack-state`` envelope; never raises.
 
     The payload's ``region`` must be the envelope's sender: a region only speaks for its own cursors.
     """
+    if envelope.kind != ACK_STATE:
+        return Rejected(Reason.MALFORMED)
+    return _decode_state(envelope.payload, envelope.region)
+
+
+def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
+    """Decode an opened ``ack-state`` or ``ack-states`` envelope into its states; never raises."""
+    if envelope.kind == ACK_STATE:
+        one = _decode_state(envelope.payload, envelope.region)
+        return one if isinstance(one, Rejected) else [one]
     payload = envelope.payload
     version = payload.get("version")
-    if envelope.kind != ACK_STATE or not _is_count(version):
+    if envelope.kind != ACK_STATES or not _is_count(version):
+        return Rejected(Reason.MALFORMED)
+    if version != ACK_STATE_VERSION:
+        return Rejected(Reason.UNSUPPORTED_VERSION)
+    states = payload.get("states")
+    if payload.get("region") != envelope.region or not isinstance(states, list):
+        return Rejected(Reason.MALFORMED)
+    out: list[AckStateMessage] = []
+    for item in states:
+        decoded = (
+            _decode_state(item, envelope.region) if isinstance(item, dict) else Rejected(Reason.MALFORMED)
+        )
+        if isinstance(decoded, Rejected):
+            return decoded
+        out.append(decoded)
+    return out
+
+
+def _decode_state(payload: JsonObject, sender: str) -> AckStateMessage | Rejected:
+    version = payload.get("version")
+    if not _is_count(version):
         return Rejected(Reason.MALFORMED)
     if version != ACK_STATE_VERSION:
         return Rejected(Reason.UNSUPPORTED_VERSION)
     topic, subscription, region, acks = (payload.get(k) for k in ("topic", "subscription", "region", "acks"))
-    if not (
-        _is_text(topic) and _is_text(subscription) and region == envelope.region and isinstance(acks, dict)
-    ):
+    if not (_is_text(topic) and _is_text(subscription) and region == sender and isinstance(acks, dict)):
         return Rejected(Reason.MALFORMED)
     if not all(map(_is_text, acks)):
         return Rejected(Reason.MALFORMED)
@@ -202,7 +245,7 @@ def decode_ack_state(envelope: Envelope) -> AckStateMessage | Rejected:
         decoded = OriginAcks.of((origin, map(_span, spans)) for origin, spans in acks.items())
     except (ValueError, TypeError):
         return Rejected(Reason.MALFORMED)
-    return AckStateMessage(str(topic), str(subscription), envelope.region, decoded)
+    return AckStateMessage(str(topic), str(subscription), sender, decoded)
 
 
 def _span(pair: Any) -> Span:

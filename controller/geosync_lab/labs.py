@@ -298,8 +298,11 @@ def _agent_paths(lab_dir: pathlib.Path, name: str) -> tuple[pathlib.Path, pathli
     return lab_dir / "agents" / f"{name}.yaml", lab_dir / "agents" / f"{name}.log"
 
 
-def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.25) -> topo.Topology:
-    """Start (or restart) the agent of region ``name`` as a process; its config names only its region."""
+def start_agent(
+    lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.25, plugin_cursors: bool = True
+) -> topo.Topology:
+    """Start (or restart) the agent of region ``name`` as a process; its config names only its region.
+    ``plugin_cursors=False`` makes it use the admin API only (the path for brokers without the plugin)."""
     lab_dir = lab_dir.resolve()
     topology = load(lab_dir)
     region = topology.region(name)
@@ -324,6 +327,7 @@ def start_agent(lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.
                 "key_file": str(key),
                 "metrics_port": metrics_port,
                 "poll_interval_s": poll_interval_s,
+                "plugin_cursors": plugin_cursors,
                 "discover_interval_s": 5.0,
                 "control_topic": CONTROL_TOPIC,
                 # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's

@@ -114,4 +114,7 @@ def plugin_conf(nar_dir: pathlib.Path) -> dict[str, str]:
         "brokerInterceptorsDirectory": str(nar_dir),
         # Namespace/topic entry-filter policies must not switch ours off.
         "allowOverrideEntryFilters": "false",
+        # The agent is a sidecar on loopback: let it acknowledge through the interceptor (one call per
+        # round for every subscription instead of an expireMessages each, and holes without PIP-423).
+        "geosyncAllowCursorWrites": "true",
     }

@@ -12,13 +12,16 @@ from hypothesis import strategies as st
 
 from geosync_core.envelopes import (
     ACK_STATE,
+    ACK_STATES,
     AckStateMessage,
     Envelope,
     Reason,
     Rejected,
     ReplayGuard,
     decode_ack_state,
+    decode_ack_states,
     encode_ack_state,
+    encode_ack_states,
     open_envelope,
     seal,
 )
@@ -259,4 +262,51 @@ def test_decode_never_raises(payload: dict[str, Any]) -> None:
     assert isinstance(
         decode_ack_state(Envelope(kind=ACK_STATE, region="eu", seq=1, sent_at_ms=0, payload=payload)),
         AckStateMessage | Rejected,
+    )
+
+
+@fast
+@given(st.lists(st.tuples(st.sampled_from(["s1", "s2", "billing"]), origin_acks()), max_size=5))
+def test_ack_states_batch_round_trips_in_order(states: list[tuple[str, OriginAcks]]) -> None:
+    batch = [AckStateMessage(f"{TOPIC}-{i}", name, "eu", acks) for i, (name, acks) in enumerate(states)]
+    payload = encode_ack_states(batch, region="eu")
+    opened = open_envelope(
+        KEY, seal(KEY, Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
+    )
+    assert isinstance(opened, Envelope)
+    assert decode_ack_states(opened) == batch
+
+
+def test_a_single_ack_state_decodes_as_a_batch_of_one() -> None:
+    env = Envelope(kind=ACK_STATE, region="eu", seq=1, sent_at_ms=0, payload=_payload())
+    assert decode_ack_states(env) == [decode_ack_state(env)]
+
+
+def test_a_batch_cannot_speak_for_another_region() -> None:
+    with pytest.raises(ValueError, match="only carry eu's own"):
+        encode_ack_states([AckStateMessage(TOPIC, "s", "us", OriginAcks.of({}))], region="eu")
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ({"version": 1, "region": "eu", "states": [_payload()]}, None),
+        ({"version": 2, "region": "eu", "states": []}, Reason.UNSUPPORTED_VERSION),
+        ({"version": 1, "region": "us", "states": []}, Reason.MALFORMED),
+        ({"version": 1, "region": "eu", "states": {}}, Reason.MALFORMED),
+        ({"version": 1, "region": "eu", "states": [_payload(), 5]}, Reason.MALFORMED),
+        # One state speaking for another region spoils the whole batch.
+        ({"version": 1, "region": "eu", "states": [_payload(), _payload(region="us")]}, Reason.MALFORMED),
+        ({"version": 1, "region": "eu", "states": [_payload(version=2)]}, Reason.UNSUPPORTED_VERSION),
+    ],
+)
+def test_bad_ack_states_batches_are_refused_whole(payload: dict[str, Any], reason: Reason | None) -> None:
+    decoded = decode_ack_states(Envelope(kind=ACK_STATES, region="eu", seq=1, sent_at_ms=0, payload=payload))
+    if reason is None:
+        assert isinstance(decoded, list)
+        assert len(decoded) == 1
+    else:
+        assert decoded == Rejected(reason)
+    assert decode_ack_states(Envelope(kind="other", region="eu", seq=1, sent_at_ms=0, payload=payload)) == (
+        Rejected(Reason.MALFORMED)
     )

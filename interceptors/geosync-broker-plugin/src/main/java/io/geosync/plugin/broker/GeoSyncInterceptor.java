@@ -1,15 +1,18 @@
 package io.geosync.plugin.broker;
 
+import io.geosync.plugin.common.AckFeed;
 import io.geosync.plugin.common.Json;
 import io.geosync.plugin.common.OriginIndex;
 import io.netty.buffer.ByteBuf;
 import java.io.IOException;
 import java.math.BigInteger;
 import java.net.InetAddress;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.UUID;
 import java.util.concurrent.atomic.AtomicLong;
 import javax.servlet.FilterChain;
 import javax.servlet.ServletException;
@@ -25,6 +28,7 @@ import org.apache.pulsar.broker.service.Producer;
 import org.apache.pulsar.broker.service.ServerCnx;
 import org.apache.pulsar.broker.service.Subscription;
 import org.apache.pulsar.broker.service.Topic;
+import org.apache.pulsar.broker.service.persistent.PersistentSubscription;
 import org.apache.pulsar.common.api.proto.BaseCommand;
 import org.apache.pulsar.common.api.proto.CommandAck;
 import org.apache.pulsar.common.api.proto.MessageMetadata;
@@ -50,20 +54,40 @@ import org.slf4j.LoggerFactory;
  * hold (written before this broker owned the topic, evicted, or broker-written PIP-33 markers) are simply
  * absent: the agent falls back to its own resolution for them.
  *
+ * <p>It also gives the agent a change feed of acknowledgements: {@code messageAcked} records which durable
+ * subscription a consumer acknowledged on ({@link AckFeed}), and {@code GET
+ * /admin/v2/geosync/cursors?since=N} answers the cursor state of the subscriptions acknowledged since the
+ * feed's sequence number {@code N} (plus those acknowledged within the last {@code
+ * geosyncAckFeedSettleMillis}), with the feed's {@code epoch} (new at each broker start) and current {@code
+ * seq}: one cheap call per agent round instead of polling every topic's internal stats. With {@code
+ * geosyncAllowCursorWrites=true}, {@code POST /admin/v2/geosync/acks} acknowledges on subscriptions of
+ * topics this broker has loaded ({@link CursorDesk}): a batch of mark-delete moves and individual
+ * acknowledgements in one call, where the admin API has one {@code expireMessages} per subscription and,
+ * before PIP-423, no way at all to acknowledge one message.
+ *
  * <p>Every hook is implemented and none throws into the broker: our own work is wrapped and counted; the
  * broker's own filter chain is called outside that wrapping so its errors stay its own.
  *
  * <p>standalone.conf / broker.conf keys (all optional): {@code geosyncOriginIndexMaxTopics} (1000),
- * {@code geosyncOriginIndexMaxRunsPerTopic} (1024), {@code geosyncOriginIndexAllowRemoteReads} (false).
+ * {@code geosyncOriginIndexMaxRunsPerTopic} (1024), {@code geosyncOriginIndexAllowRemoteReads} (false, also
+ * governs the cursor feed and acks), {@code geosyncAckFeedMaxSubscriptions} (100000),
+ * {@code geosyncAckFeedSettleMillis} (500), {@code geosyncAllowCursorWrites} (false).
  */
 public class GeoSyncInterceptor implements BrokerInterceptor {
     static final String PREFIX = "/admin/v2/geosync/";
+    static final int MAX_ACKS_BODY = 4 * 1024 * 1024;
     private static final Logger log = LoggerFactory.getLogger(GeoSyncInterceptor.class);
 
     private volatile OriginIndex index = new OriginIndex(1000, 1024);
     private volatile String region = "unknown";
     private volatile boolean allowRemoteReads;
     private volatile Map<String, Object> configuration = Map.of();
+    private volatile AckFeed feed = new AckFeed(100_000);
+    private volatile CursorDesk desk;
+    private volatile boolean allowCursorWrites;
+    private volatile long settleNanos = 500_000_000L;
+    private final String epoch = UUID.randomUUID().toString();
+    private final AtomicLong cursorWrites = new AtomicLong();
     private final AtomicLong replicatedRecorded = new AtomicLong();
     private final AtomicLong requestsServed = new AtomicLong();
     private final AtomicLong requestsRefused = new AtomicLong();
@@ -79,11 +103,17 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             allowRemoteReads = Boolean.parseBoolean(props.getProperty("geosyncOriginIndexAllowRemoteReads", "false")
                     .trim());
             index = new OriginIndex(maxTopics, maxRuns);
+            feed = new AckFeed(intProperty(props, "geosyncAckFeedMaxSubscriptions", 100_000));
+            settleNanos = intProperty(props, "geosyncAckFeedSettleMillis", 500) * 1_000_000L;
+            allowCursorWrites = Boolean.parseBoolean(props.getProperty("geosyncAllowCursorWrites", "false").trim());
+            desk = new CursorDesk(pulsar);
             region = pulsar.getConfiguration().getClusterName();
             Map<String, Object> conf = new HashMap<>();
             conf.put("geosyncOriginIndexMaxTopics", BigInteger.valueOf(maxTopics));
             conf.put("geosyncOriginIndexMaxRunsPerTopic", BigInteger.valueOf(maxRuns));
             conf.put("geosyncOriginIndexAllowRemoteReads", allowRemoteReads);
+            conf.put("geosyncAllowCursorWrites", allowCursorWrites);
+            conf.put("geosyncAckFeedSettleMillis", BigInteger.valueOf(settleNanos / 1_000_000L));
             conf.put("entryFilterNames", String.join(",", pulsar.getConfiguration().getEntryFilterNames()));
             configuration = conf;
             log.info("GeoSync interceptor loaded in region '{}': origin index of at most {} topics x {} runs; "
@@ -109,7 +139,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
         }
     }
 
-    // -- the hook that pays its way ---------------------------------------------------------------------
+    // -- the hooks that pay their way --------------------------------------------------------------------
 
     @Override
     public void messageProduced(ServerCnx cnx, Producer producer, long startTimeNs, long ledgerId, long entryId,
@@ -131,6 +161,20 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             index.record(producer.getTopic().getName(), ledgerId, entryId, origin, startTimeNs);
         } catch (Throwable t) {
             error("messageProduced", t);
+        }
+    }
+
+    @Override
+    public void messageAcked(ServerCnx cnx, Consumer consumer, CommandAck ackCmd) {
+        // Called once the acknowledgement was applied to the cursor. ackCmd is the connection's reusable
+        // command object: not read here.
+        try {
+            if (consumer != null && consumer.getSubscription() instanceof PersistentSubscription ps
+                    && ps.getCursor().isDurable()) {
+                feed.record(ps.getTopicName(), ps.getName(), System.nanoTime());
+            }
+        } catch (Throwable t) {
+            error("messageAcked", t);
         }
     }
 
@@ -164,12 +208,27 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                     + "(geosyncOriginIndexAllowRemoteReads=true opens it)"));
             return;
         }
-        if (!"GET".equals(request.getMethod())) {
-            reply(response, 405, Map.of("error", "GET only"));
+        String what = request.getRequestURI().substring(PREFIX.length());
+        String method = "acks".equals(what) ? "POST" : "GET";
+        if (!method.equals(request.getMethod())) {
+            reply(response, 405, Map.of("error", PREFIX + what + " answers " + method + " only"));
             return;
         }
-        String what = request.getRequestURI().substring(PREFIX.length());
         switch (what) {
+            case "cursors" -> {
+                long since = 0;
+                String given = request.getParameter("since");
+                if (given != null) {
+                    try {
+                        since = Long.parseLong(given.trim());
+                    } catch (NumberFormatException e) {
+                        reply(response, 400, Map.of("error", "'since' must be an integer (the seq of the last read)"));
+                        return;
+                    }
+                }
+                reply(response, 200, cursors(since));
+            }
+            case "acks" -> acks(request, response);
             case "status" -> reply(response, 200, status());
             case "origins" -> {
                 String topic = request.getParameter("topic");
@@ -186,9 +245,62 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                 }
                 reply(response, 200, index.toJson(region, topic, from[0], from[1]));
             }
-            default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins or status"));
+            default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins, cursors, acks or status"));
         }
         requestsServed.incrementAndGet();
+    }
+
+    Map<String, Object> cursors(long since) {
+        long seq = feed.seq();
+        List<Object> out = new ArrayList<>();
+        CursorDesk d = desk;
+        if (d != null) {
+            for (AckFeed.Mark m : feed.since(since, System.nanoTime(), settleNanos)) {
+                Map<String, Object> state = d.read(m.topic(), m.subscription());
+                if ("ok".equals(state.get("status"))) {
+                    out.add(state);
+                }
+            }
+        }
+        Map<String, Object> body = new HashMap<>();
+        body.put("epoch", epoch);
+        body.put("seq", BigInteger.valueOf(seq));
+        body.put("cursors", out);
+        return body;
+    }
+
+    private void acks(HttpServletRequest request, HttpServletResponse response) throws Exception {
+        CursorDesk d = desk;
+        if (!allowCursorWrites || d == null) {
+            reply(response, 403, Map.of("error", "cursor writes are off in this broker "
+                    + "(geosyncAllowCursorWrites=true turns them on)"));
+            return;
+        }
+        byte[] body = request.getInputStream().readNBytes(MAX_ACKS_BODY + 1);
+        Object parsed;
+        try {
+            if (body.length > MAX_ACKS_BODY) {
+                throw new Json.JsonException("body larger than " + MAX_ACKS_BODY + " bytes; send smaller batches");
+            }
+            parsed = Json.parse(body);
+        } catch (Json.JsonException e) {
+            reply(response, 400, Map.of("error", "the body must be JSON {\"acks\": [...]}: " + e.getMessage()));
+            return;
+        }
+        if (!(parsed instanceof Map<?, ?> m) || !(m.get("acks") instanceof List<?> items)) {
+            reply(response, 400, Map.of("error", "the body must be a JSON object with a list 'acks'"));
+            return;
+        }
+        List<Object> results = new ArrayList<>();
+        for (Object item : items) {
+            if (item instanceof Map<?, ?> one) {
+                results.add(d.acknowledge(one));
+            } else {
+                results.add(Map.of("status", "bad_request", "error", "each item must be an object"));
+            }
+        }
+        cursorWrites.addAndGet(items.size());
+        reply(response, 200, Map.of("results", results));
     }
 
     static boolean parsePosition(String text, long[] out) {
@@ -216,6 +328,9 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
         out.put("requests_served", BigInteger.valueOf(requestsServed.get()));
         out.put("requests_refused", BigInteger.valueOf(requestsRefused.get()));
         out.put("errors", BigInteger.valueOf(errors.get()));
+        out.put("ack_feed", Map.of("seq", BigInteger.valueOf(feed.seq()), "tracked", BigInteger.valueOf(feed.tracked()),
+                "recorded", BigInteger.valueOf(feed.recorded()), "forgotten", BigInteger.valueOf(feed.forgotten())));
+        out.put("cursor_writes", BigInteger.valueOf(cursorWrites.get()));
         return out;
     }
 
@@ -282,10 +397,6 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     }
 
     @Override
-    public void messageAcked(ServerCnx cnx, Consumer consumer, CommandAck ackCmd) {
-    }
-
-    @Override
     public void txnOpened(long tcId, String txnID) {
     }
 
@@ -315,6 +426,6 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     }
 
     static List<String> paths() {
-        return List.of(PREFIX + "origins", PREFIX + "status");
+        return List.of(PREFIX + "origins", PREFIX + "cursors", PREFIX + "acks", PREFIX + "status");
     }
 }
