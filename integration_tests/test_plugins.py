@@ -31,7 +31,7 @@ from geosync_agent.tailing import OriginResolver
 from geosync_core import markers
 from geosync_core.envelopes import Rejected
 from geosync_core.positions import Position
-from integration_tests.helpers import Lab
+from integration_tests.helpers import Lab, produce, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -298,3 +298,86 @@ def test_origin_index_names_every_entrys_origin_region(plugin_lab: Lab, unique: 
     replicated = total * (len(members) - 1)
     print(f"origin lookups avoided: {lookups_fallback} admin calls for {replicated} replicated entries")
     assert lookups_fallback >= per_producer * (len(members) - 1) * len(members)
+
+
+# --- the acknowledgement feed and cursor writes ---------------------------------------------------------
+
+
+def test_ack_feed_and_cursor_writes_agree_with_the_broker(plugin_lab: Lab, unique: str) -> None:
+    """The feed reports a consumer's acknowledgements as internalStats shows them; writes move the mark-delete
+    and ack holes like a consumer would, never backwards; bad calls are refused with reasons."""
+    region = plugin_lab.topology.region("a")
+    admin = AdminClient(region.admin_url)
+    topic, sub = f"persistent://geo/ab/desk-{unique}", f"unsynced-desk-{unique}"  # the agents leave it alone
+    with messaging.client(region.service_url) as c:
+        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        produce(region.service_url, topic, [f"m{i}".encode() for i in range(10)])
+        _epoch, seen, _ = admin.plugin_cursors(since=2**62)
+        positions: dict[str, Position] = {}
+        for _ in range(10):
+            msg = consumer.receive(timeout_millis=20000)
+            payload = msg.data().decode()
+            positions[payload] = Position(msg.message_id().ledger_id(), msg.message_id().entry_id())
+            if payload in ("m0", "m1", "m2", "m3", "m4", "m7"):
+                consumer.acknowledge(msg)
+        pos = [positions[f"m{i}"] for i in range(10)]
+
+        def fed() -> dict[str, str] | None:
+            _e, _s, cursors = admin.plugin_cursors(since=seen)
+            mine = [x for x in cursors if x["topic"] == topic and x["subscription"] == sub]
+            if mine and mine[-1]["mark_delete"] == str(pos[4]):
+                return mine[-1]
+            return None
+
+        wait_for(lambda: fed() is not None, timeout_s=20, what="the feed to report the acknowledgements")
+        reported = fed()
+        assert reported is not None
+        internal = admin.internal_stats(topic)["cursors"][sub]
+        assert reported["mark_delete"] == internal["markDeletePosition"]
+        assert reported["individually_deleted"] == internal["individuallyDeletedMessages"]
+        assert str(pos[7]) in reported["individually_deleted"]
+        consumer.close()
+
+    # Mark-delete to m5 and ack m8 (and m2, already below the mark-delete: nothing to do for it).
+    [moved] = admin.plugin_acks(
+        [
+            {
+                "topic": topic,
+                "subscription": sub,
+                "mark_delete": str(pos[5]),
+                "positions": [str(pos[8]), str(pos[2])],
+            }
+        ]
+    )
+    assert moved["status"] == "ok", moved
+    internal = admin.internal_stats(topic)["cursors"][sub]
+    assert moved["mark_delete"] == internal["markDeletePosition"] == str(pos[5])
+    assert moved["individually_deleted"] == internal["individuallyDeletedMessages"]
+    assert int(moved["acknowledged"]) == 2
+    # Never backwards.
+    [back] = admin.plugin_acks(
+        [{"topic": topic, "subscription": sub, "mark_delete": str(pos[1]), "positions": []}]
+    )
+    assert (back["status"], back["mark_delete"], int(back["acknowledged"])) == ("ok", str(pos[5]), 0)
+    # What is refused, with reasons.
+    missing, nosub, bad = admin.plugin_acks(
+        [
+            {"topic": f"{topic}-absent", "subscription": sub, "mark_delete": str(pos[9])},
+            {"topic": topic, "subscription": f"{sub}-absent", "mark_delete": str(pos[9])},
+            {"topic": topic, "subscription": sub, "mark_delete": "x:y"},
+        ]
+    )
+    assert (missing["status"], nosub["status"], bad["status"]) == (
+        "not_loaded",
+        "no_subscription",
+        "bad_request",
+    )
+    assert "L:E" in bad["error"]
+    url = f"{region.admin_url}/admin/v2/geosync/acks"
+    assert requests.post(url, data=b"{not json", timeout=10).status_code == 400
+    assert requests.post(url, json={"acks": 5}, timeout=10).status_code == 400
+    assert requests.get(url, timeout=10).status_code == 405
+    assert requests.get(f"{region.admin_url}/admin/v2/geosync/cursors?since=x", timeout=10).status_code == 400
+    # The application sees exactly what nobody acknowledged: m6 and m9.
+    assert sorted(m.data.decode() for m in drain(region.service_url, topic, subscription=sub)) == ["m6", "m9"]
+    assert int(status(plugin_lab, "a")["cursor_writes"]) >= 5
