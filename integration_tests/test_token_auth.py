@@ -1,7 +1,10 @@
-"""Token authentication towards a real region: the admin adapter, the Pulsar client, the agent and geoctl.
+"""Token authentication and TLS towards a real region: the admin adapter, the Pulsar client, the agent and
+geoctl.
 
-Boots one extra region with JWT token authentication (HS256, a random secret) and checks that every GeoSync
-client is refused without the token and works with it, and that the token is never printed.
+Boots one extra region with JWT token authentication (HS256, a random secret) and TLS listeners (a throw-away
+CA, ``geosync_lab.certs``) beside the plain ones, and checks that every GeoSync client is refused without the
+token and works with it, that the token is never printed, and that over TLS every client verifies the
+brokers' certificate against the CA it is given and refuses without it, with a message that says what to set.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import pathlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pulsar
 import pytest
@@ -20,12 +24,12 @@ import yaml
 from click.testing import CliRunner
 
 from geoctl.cli import main
-from geoctl.errors import EXIT_REFUSED
+from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import Agent
-from geosync_lab import distribution, labs, regions
+from geosync_lab import certs, distribution, labs, regions
 
 
 def _b64(data: bytes) -> str:
@@ -40,8 +44,20 @@ def hs256_token(secret: bytes, subject: str) -> str:
     return f"{header}.{claims}.{_b64(signature)}"
 
 
+@dataclass(frozen=True)
+class Secured:
+    proc: regions.RegionProcess
+    token: str
+    tls: certs.TlsFiles
+    https_admin_url: str
+    ssl_service_url: str
+
+
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[regions.RegionProcess, str]]:
+def secured_region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    root = tmp_path_factory.mktemp("secured")
+    tls = certs.self_signed(root / "tls")
+    web_tls, broker_tls = regions.free_ports(2)
     secret = os.urandom(32)
     token = hs256_token(secret, "geosync-admin")
     conf = {
@@ -51,15 +67,28 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[regions.
         "superUserRoles": "geosync-admin",
         "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
         "brokerClientAuthenticationParameters": json.dumps({"token": token}),
+        **tls.broker_conf(web_port=web_tls, broker_port=broker_tls),
     }
-    root = tmp_path_factory.mktemp("secured")
     proc, pid, _ = labs._boot_region(
-        distribution.ensure_pulsar(), root / "sec", "sec", set(), deadline_s=240, extra_conf=conf, token=token
+        distribution.ensure_pulsar(),
+        root / "sec",
+        "sec",
+        {web_tls, broker_tls},
+        deadline_s=240,
+        extra_conf=conf,
+        token=token,
     )
     try:
-        yield proc, token
+        yield Secured(
+            proc, token, tls, f"https://localhost:{web_tls}", f"pulsar+ssl://localhost:{broker_tls}"
+        )
     finally:
         regions.stop(pid, regions.region_marker(proc), grace_s=10)
+
+
+@pytest.fixture(scope="module")
+def secured(secured_region: Secured) -> tuple[regions.RegionProcess, str]:
+    return secured_region.proc, secured_region.token
 
 
 def test_admin_api_requires_the_token(secured: tuple[regions.RegionProcess, str]) -> None:
@@ -134,3 +163,86 @@ def test_geoctl_uses_a_token_file_and_never_prints_it(
     assert ok.exit_code == 0, ok.output
     assert token not in ok.output
     assert token not in refused.output
+
+
+def test_admin_api_over_tls_verifies_the_brokers_certificate(secured_region: Secured) -> None:
+    sec = secured_region
+    trusted = adm.AdminClient(
+        sec.https_admin_url, token=sec.token, retry=adm.NO_RETRY, verify=str(sec.tls.ca)
+    )
+    assert trusted.clusters() == ["sec"]
+    with pytest.raises(adm.AdminTlsError, match="tls_trust_certs_file") as refused:
+        adm.AdminClient(sec.https_admin_url, token=sec.token, retry=adm.NO_RETRY).clusters()
+    assert sec.token not in str(refused.value)
+
+
+def test_brokers_over_tls_verify_the_certificate(secured_region: Secured) -> None:
+    sec = secured_region
+    topic = "persistent://public/default/over-tls"
+    with (
+        pytest.raises((pulsar.PulsarException, messaging.MessagingUnavailable)),
+        messaging.client(sec.ssl_service_url, token=sec.token, timeout_s=5) as c,
+    ):
+        c.create_producer(topic).send(b"without the CA")
+    with messaging.client(sec.ssl_service_url, token=sec.token, tls_trust_certs_file=str(sec.tls.ca)) as c:
+        reader = c.create_reader(topic, pulsar.MessageId.latest)
+        c.create_producer(topic).send(b"over TLS")
+        assert reader.read_next(timeout_millis=10000).data() == b"over TLS"
+
+
+def test_agent_talks_tls_to_admin_api_and_brokers(secured_region: Secured, tmp_path: pathlib.Path) -> None:
+    sec = secured_region
+    key = tmp_path / "hmac.key"
+    key.write_text(os.urandom(32).hex())
+    token_file = tmp_path / "token"
+    token_file.write_text(sec.token)
+
+    def config(ca: str) -> AgentConfig:
+        return AgentConfig(
+            region="sec",
+            admin_url=sec.https_admin_url,
+            service_url=sec.ssl_service_url,
+            key_file=str(key),
+            token_file=str(token_file),
+            tls_trust_certs_file=ca,
+        )
+
+    with pytest.raises(adm.AdminTlsError):
+        Agent(config("")).scan()
+    agent = Agent(config(str(sec.tls.ca)))
+    assert agent.scan().namespaces == {}
+    topic = "persistent://public/default/agent-over-tls"
+    try:
+        producer = agent.connect().create_producer(topic)
+        producer.send(b"from the agent")
+    finally:
+        agent.close()
+    with messaging.client(sec.ssl_service_url, token=sec.token, tls_trust_certs_file=str(sec.tls.ca)) as c:
+        reader = c.create_reader(topic, pulsar.MessageId.earliest)
+        assert reader.read_next(timeout_millis=10000).data() == b"from the agent"
+
+
+def test_geoctl_status_over_tls_with_a_ca_file(secured_region: Secured, tmp_path: pathlib.Path) -> None:
+    sec = secured_region
+    token_file = tmp_path / "token"
+    token_file.write_text(sec.token)
+    region = {
+        "admin_url": sec.https_admin_url,
+        "service_url": sec.ssl_service_url,
+        "zookeeper": sec.proc.zookeeper,
+    }
+    config = tmp_path / "regions.yaml"
+    config.write_text(yaml.safe_dump({"regions": {"sec": region}, "token_file": str(token_file)}))
+    runner = CliRunner()
+    refused = runner.invoke(main, ["status", "--config", str(config), "-o", "json"], env={"GEOCTL_TOKEN": ""})
+    assert refused.exit_code == EXIT_UNREACHABLE, refused.output
+    assert "ca_file" in refused.output
+    assert sec.token not in refused.output
+    config.write_text(
+        yaml.safe_dump(
+            {"regions": {"sec": region}, "token_file": str(token_file), "ca_file": str(sec.tls.ca)}
+        )
+    )
+    ok = runner.invoke(main, ["status", "--config", str(config), "-o", "json"], env={"GEOCTL_TOKEN": ""})
+    assert ok.exit_code == 0, ok.output
+    assert not json.loads(ok.output)["errors"]

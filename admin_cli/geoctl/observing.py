@@ -32,7 +32,7 @@ from typing import Any
 import pulsar
 
 from geoctl.access import AgentView, Site, probe_agent
-from geoctl.errors import EXIT_REFUSED, GeoctlError
+from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_core import drift, syncing
@@ -142,6 +142,12 @@ def synced_namespaces(sites: dict[str, Site], wanted: list[str] | None) -> dict[
                 "GEOCTL_TOKEN, --token-file or token_file in --config",
                 exit_code=EXIT_REFUSED,
             ) from e
+        except adm.AdminTlsError as e:
+            # A configuration problem, not an outage: say so instead of showing a region with nothing.
+            raise GeoctlError(
+                f"region {name}: {e}\n  -> set ca_file in --config (top level or for this region)",
+                exit_code=EXIT_UNREACHABLE,
+            ) from e
         except adm.AdminError:
             continue
         for ns in names:
@@ -180,7 +186,9 @@ def read_log(site: Site, topic: str, resolver: _Resolver, *, max_entries: int) -
     """Read ``topic`` in ``site`` from the earliest retained entry to the end (bounded by ``max_entries``)."""
     log = Log()
     last: Position | None = None
-    with messaging.client(site.region.service_url, token=site.token, timeout_s=10) as client:
+    with messaging.client(
+        site.region.service_url, token=site.token, timeout_s=10, tls_trust_certs_file=site.ca_file
+    ) as client:
         reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=1000)
         try:
             while len(log.positions) < max_entries and reader.has_message_available():

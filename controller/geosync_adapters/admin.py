@@ -42,6 +42,10 @@ class AdminPermanent(AdminError, PermanentError):
     """A 4xx answer: the request itself is wrong or not allowed."""
 
 
+class AdminTlsError(AdminPermanent):
+    """The server's TLS certificate could not be verified: retrying cannot help."""
+
+
 class AdminBadRequest(AdminPermanent):
     """400."""
 
@@ -171,6 +175,14 @@ class AdminClient:
                     allow_redirects=False,
                     verify=self.verify,
                 )
+            except requests.exceptions.SSLError as e:
+                raise AdminTlsError(
+                    f"{method} {url}: TLS verification failed ({e.__class__.__name__}: {e}); give the CA "
+                    "bundle that signed the server's certificate (agent: tls_trust_certs_file; geoctl: "
+                    "ca_file in --config)",
+                    method=method,
+                    url=url,
+                ) from e
             except (requests.ConnectionError, requests.Timeout) as e:
                 raise AdminTemporary(
                     f"{method} {url}: {e.__class__.__name__}: {e}", method=method, url=url

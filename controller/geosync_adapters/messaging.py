@@ -30,15 +30,26 @@ class MessagingUnavailable(TemporaryError):
 
 
 @contextlib.contextmanager
-def client(service_url: str, *, timeout_s: int = 15, token: str | None = None) -> Iterator[pulsar.Client]:
-    """A short-lived client; closed on exit even when the body raises."""
-    auth = pulsar.AuthenticationToken(token) if token else None
+def client(
+    service_url: str,
+    *,
+    timeout_s: int = 15,
+    token: str | None = None,
+    tls_trust_certs_file: str | None = None,
+    tls_validate_hostname: bool = True,
+) -> Iterator[pulsar.Client]:
+    """A short-lived client; closed on exit even when the body raises. ``pulsar+ssl://`` URLs are verified
+    against ``tls_trust_certs_file`` (the system's CAs without it)."""
     c = pulsar.Client(
         service_url,
         operation_timeout_seconds=timeout_s,
         connection_timeout_ms=timeout_s * 1000,
-        authentication=auth,
         logger=_QUIET,
+        **client_options(
+            token=token,
+            tls_trust_certs_file=tls_trust_certs_file,
+            tls_validate_hostname=tls_validate_hostname,
+        ),
     )
     try:
         yield c
@@ -46,6 +57,17 @@ def client(service_url: str, *, timeout_s: int = 15, token: str | None = None) -
         raise MessagingUnavailable(f"{service_url}: no answer within {timeout_s} s", delay=1.0) from e
     finally:
         c.close()
+
+
+def client_options(
+    *, token: str | None, tls_trust_certs_file: str | None, tls_validate_hostname: bool = True
+) -> dict[str, Any]:
+    """``pulsar.Client`` keyword arguments for token authentication and TLS verification."""
+    options: dict[str, Any] = {"authentication": pulsar.AuthenticationToken(token) if token else None}
+    if tls_trust_certs_file:
+        options["tls_trust_certs_file_path"] = tls_trust_certs_file
+    options["tls_validate_hostname"] = tls_validate_hostname
+    return options
 
 
 @dataclass(frozen=True)

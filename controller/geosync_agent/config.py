@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from geosync_adapters import admin as adm
+from geosync_adapters import messaging
 from geosync_core.errors import PermanentError
 
 CONTROL_TOPIC = "geosync-control"
@@ -46,6 +48,9 @@ class AgentConfig:
     plugin_cursors: bool = True
     """Read cursors from the broker plugin's acknowledgement feed and move them with its cursor writes
     where the broker loads GeoSync's interceptor (detected; false: the admin API only)."""
+    tls_trust_certs_file: str = ""
+    """CA bundle (PEM) that signed the brokers' certificates, for https:// admin and pulsar+ssl:// service
+    URLs ("": the system's CAs). Certificates are always verified, host names included."""
     feed_interval_s: float = 0.1
     """Round interval while the broker plugin's acknowledgement feed answers (a round then costs one cheap
     call instead of a cursor poll per topic, so it can run more often)."""
@@ -104,6 +109,18 @@ class AgentConfig:
                 f"key_file {self.key_file!r} holds {len(data)} bytes; use at least 16 random bytes"
             )
         return data
+
+    def admin_client(self, *, timeout: float) -> adm.AdminClient:
+        """An admin client for this region with the configured token and CA bundle."""
+        return adm.AdminClient(
+            self.admin_url, token=self.token(), timeout=timeout, verify=self.tls_trust_certs_file or True
+        )
+
+    def pulsar_options(self) -> dict[str, Any]:
+        """``pulsar.Client`` keyword arguments for the configured token and CA bundle."""
+        return messaging.client_options(
+            token=self.token(), tls_trust_certs_file=self.tls_trust_certs_file or None
+        )
 
     def token(self) -> str | None:
         env = os.environ.get("GEOSYNC_TOKEN")

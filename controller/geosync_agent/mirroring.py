@@ -54,6 +54,7 @@ import pulsar
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
+from geosync_agent.recent import Recent
 from geosync_core import allowedclusters, clocks, envelopes, policies
 from geosync_core.errors import TemporaryError
 from geosync_core.policies import Decision, Record
@@ -152,6 +153,9 @@ class Mirror:
         self._dirty = False
         self._state_node: zk.Node | None = None
         self._have_checkpoint = False
+        self._started_ms = _now_ms()
+        # Recent remote events: ms from the sender's publish to our read, and from our read to applied.
+        self.timings = {"transit_ms": Recent(), "apply_ms": Recent()}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -180,6 +184,7 @@ class Mirror:
                 "queue": self._queue.qsize(),
                 "counters": dict(self.counters),
                 "last_error": self.last_error,
+                "timings": {name: recent.percentiles() for name, recent in self.timings.items()},
             }
 
     def replica(self) -> dict[str, Record]:
@@ -238,8 +243,8 @@ class Mirror:
             client = pulsar.Client(
                 self.config.service_url,
                 operation_timeout_seconds=15,
-                authentication=pulsar.AuthenticationToken(t) if (t := self.config.token()) else None,
                 logger=logging.getLogger("geosync.pulsar-client"),
+                **self.config.pulsar_options(),
             )
             self._load_checkpoint()
             self._producer = client.create_producer(
@@ -502,7 +507,11 @@ class Mirror:
         if not self.in_scope(record.path):
             self._count("out_of_scope")
             return
-        self._apply(record, bootstrap=bootstrap)
+        read_ms = _now_ms()
+        outcome = self._apply(record, bootstrap=bootstrap)
+        if outcome == "applied" and opened.sent_at_ms >= self._started_ms and opened.region != self.region:
+            self.timings["transit_ms"].add(read_ms - opened.sent_at_ms)
+            self.timings["apply_ms"].add(_now_ms() - read_ms)
 
     def _apply(self, event: Record, *, bootstrap: bool = False) -> str:
         """Fold ``event`` into the replica and the store (compare-and-set); the outcome, for counting."""

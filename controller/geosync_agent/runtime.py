@@ -44,6 +44,7 @@ from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_agent import snapshotting
 from geosync_agent.config import AgentConfig
+from geosync_agent.recent import Recent
 from geosync_agent.tailing import OriginResolver, Tail
 from geosync_core import envelopes, markers, syncing
 from geosync_core.origins import OriginAcks
@@ -126,7 +127,7 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.key = config.key()
-        self.admin = adm.AdminClient(config.admin_url, token=config.token(), timeout=5.0)
+        self.admin = config.admin_client(timeout=5.0)
         self.client: pulsar.Client | None = None
         self.resolver = OriginResolver(local=config.region, lookup=self._lookup_origin)
         self.tails: dict[str, Tail] = {}
@@ -153,7 +154,7 @@ class Agent:
         self._thread_admin = threading.local()
         self.stop_event = threading.Event()
         self.skip_by_ids_supported: bool | None = None
-        self.discovery_admin = adm.AdminClient(config.admin_url, token=config.token(), timeout=10.0)
+        self.discovery_admin = config.admin_client(timeout=10.0)
         self._discovery_lock = threading.Lock()
         self._discovered: Discovered | None = None
         self._rediscover = threading.Event()
@@ -165,7 +166,7 @@ class Agent:
         self.ready = False
         self.round_seconds: list[float] = []
         self.started_ms = int(time.time() * 1000)
-        self.transit_ms: list[int] = []
+        self.transit_ms = Recent()
         """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
         self.wake = threading.Event()
         # The broker plugin's acknowledgement feed and cursor writes (None: not tried yet).
@@ -180,14 +181,7 @@ class Agent:
 
     def run(self) -> None:
         log.info("agent for region %s starting (admin %s)", self.config.region, self.config.admin_url)
-        token = self.config.token()
-        auth = pulsar.AuthenticationToken(token) if token else None
-        self.client = pulsar.Client(
-            self.config.service_url,
-            operation_timeout_seconds=10,
-            authentication=auth,
-            logger=logging.getLogger("geosync.pulsar-client"),
-        )
+        self.connect()
         discovery = threading.Thread(target=self.discovery_loop, name="discovery", daemon=True)
         discovery.start()
         try:
@@ -211,6 +205,17 @@ class Agent:
             self._rediscover.set()
             discovery.join(timeout=15)
             self.close()
+
+    def connect(self) -> pulsar.Client:
+        """Create the agent's Pulsar client (token and CA bundle from the config)."""
+        if self.client is None:
+            self.client = pulsar.Client(
+                self.config.service_url,
+                operation_timeout_seconds=10,
+                logger=logging.getLogger("geosync.pulsar-client"),
+                **self.config.pulsar_options(),
+            )
+        return self.client
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -494,8 +499,7 @@ class Agent:
         if opened.region == self.config.region:
             return  # our own message, replicated back to us through the local log
         if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
-            self.transit_ms.append(int(time.time() * 1000) - opened.sent_at_ms)
-            del self.transit_ms[:-1000]
+            self.transit_ms.add(int(time.time() * 1000) - opened.sent_at_ms)
         self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)
@@ -655,7 +659,7 @@ class Agent:
         """An admin client for the calling thread (the sync loop or one of the pool's workers)."""
         client: adm.AdminClient | None = getattr(self._thread_admin, "client", None)
         if client is None:
-            client = adm.AdminClient(self.config.admin_url, token=self.config.token(), timeout=5.0)
+            client = self.config.admin_client(timeout=5.0)
             self._thread_admin.client = client
         return client
 
@@ -932,7 +936,7 @@ class Agent:
             if self.round_seconds
             else 0,
             "round_seconds_max": max(self.round_seconds, default=0),
-            "control_transit_ms": _percentiles(self.transit_ms),
+            "control_transit_ms": self.transit_ms.percentiles(),
             "guard": {t: dict(g.highest) for t, g in self.guards.items()},
             "snapshots": self.snapshotting.snapshot(),
             "synced": [
@@ -956,10 +960,3 @@ def _namespace(topic: str) -> str:
     rest = topic.split("://", 1)[-1]
     tenant, ns = rest.split("/")[:2]
     return f"{tenant}/{ns}"
-
-
-def _percentiles(values: list[int]) -> dict[str, int]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-    return {f"p{q}": ordered[min(len(ordered) - 1, len(ordered) * q // 100)] for q in (50, 90, 99)}

@@ -136,3 +136,38 @@ def test_topic_path_quotes_segments() -> None:
     assert adm.AdminClient.topic_path("persistent://geo/ab/my topic") == "persistent/geo/ab/my%20topic"
     with pytest.raises(adm.AdminBadRequest):
         adm.AdminClient.topic_path("geo/ab/x")
+
+
+def test_plugin_feed_and_writes_are_read_and_sent_as_documented(server: tuple[str, type[_Handler]]) -> None:
+    url, handler = server
+    cursor = {
+        "topic": "persistent://t/n/x",
+        "subscription": "s",
+        "mark_delete": "3:4",
+        "individually_deleted": "[]",
+    }
+    handler.routes["GET /admin/v2/geosync/cursors?since=5"] = [
+        (200, {}, {"epoch": "e1", "seq": 9, "cursors": [cursor]})
+    ]
+    handler.routes["POST /admin/v2/geosync/acks"] = [
+        (200, {}, {"results": [{"status": "ok"}]}),
+        (403, {}, {"error": "off"}),
+    ]
+    client = adm.AdminClient(url, retry=FAST)
+    assert client.plugin_cursors(since=5) == ("e1", 9, [cursor])
+    item = {"topic": "persistent://t/n/x", "subscription": "s", "mark_delete": "3:5", "positions": ["3:7"]}
+    assert client.plugin_acks([item]) == [{"status": "ok"}]
+    assert json.loads(handler.seen[-1][3]) == {"acks": [item]}
+    with pytest.raises(adm.AdminForbidden):
+        client.plugin_acks([item])
+
+
+def test_a_certificate_that_cannot_be_verified_is_a_permanent_error_that_says_what_to_set(
+    server: tuple[str, type[_Handler]],
+) -> None:
+    url, handler = server  # plain HTTP: a TLS handshake against it fails
+    client = adm.AdminClient(url.replace("http://", "https://"), retry=FAST)
+    with pytest.raises(adm.AdminTlsError, match="tls_trust_certs_file") as info:
+        client.clusters()
+    assert isinstance(info.value, adm.AdminPermanent)
+    assert not handler.seen
