@@ -182,7 +182,8 @@ def _table(latencies: list[float], per_hop: dict[str, list[float]], mirrors: lis
         print(
             f"mirror {snap['region']}: published={c.get('published', 0)} applied={c.get('applied', 0)} "
             f"cas_conflicts={c.get('cas_conflicts', 0)} parked={len(snap['parked'])} "
-            f"event transit ms {snap['timings']['transit_ms']} apply ms {snap['timings']['apply_ms']}"
+            f"ms: event transit {snap['timings']['transit_ms']} queued {snap['timings']['queued_ms']} "
+            f"apply {snap['timings']['apply_ms']}"
         )
 
 

@@ -25,6 +25,7 @@ from kazoo.client import KazooClient
 from geoctl import errors
 from geoctl.cli import main
 from geosync_adapters import admin as adm
+from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
 from integration_tests.helpers import Lab, wait_for
@@ -281,3 +282,23 @@ def test_geoctl_namespaces_pip321_errors(lab: Lab, mirrors: Mirrors, no_check: b
     _everywhere(lab, ns, lambda p: p is not None and p["replication_clusters"] == ["b"])
     shown = _geoctl(lab, "namespaces", "get-allowed-clusters", ns, "-o", "json")
     assert json.loads(shown.output)["regions"] == {r: ["a", "b"] for r in REGIONS}
+
+
+def test_reading_a_watched_path_again_does_not_multiply_its_notifications(lab: Lab) -> None:
+    """Each read with a watch re-arms the same watch: one change, one notification, however many reads."""
+    fired: list[zk.Fired] = []
+    store = zk.Store(lab.topology.region("a").zookeeper, notify=fired.append)
+    store.start()
+    path = f"/geosync/watch-{uuid.uuid4().hex[:8]}"
+    try:
+        store.ensure_path(path)
+        for _ in range(5):
+            node = store.read(path, watch=True)
+        assert node is not None
+        store.write(path, b"changed", expected=node)
+        wait_for(lambda: bool(fired), timeout_s=10, what="the watch to fire")
+        time.sleep(1.0)  # any further notifications would have arrived by now
+        assert [f.path for f in fired] == [path]
+    finally:
+        store.client.delete(path, recursive=True)
+        store.stop()

@@ -129,6 +129,7 @@ class Store:
     ) -> None:
         self.hosts = hosts
         self.notify = notify
+        self._watchers: dict[str, Callable[[WatchedEvent], None]] = {}
         self.client: Any = client or KazooClient(hosts=hosts, timeout=session_timeout_s, logger=log)
 
     # -- session -----------------------------------------------------------------------------------
@@ -166,14 +167,21 @@ class Store:
     # -- reads -------------------------------------------------------------------------------------
 
     def _watcher(self, kind: str) -> Callable[[WatchedEvent], None] | None:
+        # One function per kind, reused: kazoo keeps a path's watchers in a set until the next change fires
+        # them, so a new closure per read would add one more watcher (and one more notification, and one
+        # more read) every time a path is read again before it changes.
         notify = self.notify
         if notify is None:
             return None
+        cached = self._watchers.get(kind)
+        if cached is not None:
+            return cached
 
         def fired(event: WatchedEvent) -> None:
             if event.path:
                 notify(Fired(event.path, kind, str(event.type)))
 
+        self._watchers[kind] = fired
         return fired
 
     def read(self, path: str, *, watch: bool = False) -> Node | None:

@@ -155,7 +155,7 @@ class Mirror:
         self._have_checkpoint = False
         self._started_ms = _now_ms()
         # Recent remote events: ms from the sender's publish to our read, and from our read to applied.
-        self.timings = {"transit_ms": Recent(), "apply_ms": Recent()}
+        self.timings = {"transit_ms": Recent(), "queued_ms": Recent(), "apply_ms": Recent()}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -313,7 +313,7 @@ class Mirror:
             except Exception as e:  # the loop notices a dead reader through this item
                 q.put(("reader-failed", e))
                 return
-            q.put(("event", msg))
+            q.put(("event", (msg, _now_ms())))
 
     def _loop(self) -> None:
         interval = self.config.mirror_recheck_interval_s
@@ -327,7 +327,8 @@ class Mirror:
             if kind == "zk":
                 self._on_fired(item)
             elif kind == "event":
-                self._on_message(item)
+                msg, read_ms = item
+                self._on_message(msg, read_ms=read_ms)
             elif kind == "state":
                 if item == "LOST":
                     raise SessionLost("zookeeper session lost: leadership and watches are gone")
@@ -485,7 +486,8 @@ class Mirror:
         self._count("drained", drained)
         self._dirty = True
 
-    def _on_message(self, msg: Any, *, bootstrap: bool = False) -> None:
+    def _on_message(self, msg: Any, *, bootstrap: bool = False, read_ms: int | None = None) -> None:
+        """One event from the topic; ``read_ms``: when the reader thread got it (for the timings)."""
         opened = envelopes.open_envelope(self.key, msg.data())
         self.cp.reader = msg.message_id().serialize()
         self._dirty = True
@@ -507,11 +509,13 @@ class Mirror:
         if not self.in_scope(record.path):
             self._count("out_of_scope")
             return
-        read_ms = _now_ms()
+        taken_ms = _now_ms()
+        read_ms = taken_ms if read_ms is None else read_ms
         outcome = self._apply(record, bootstrap=bootstrap)
         if outcome == "applied" and opened.sent_at_ms >= self._started_ms and opened.region != self.region:
             self.timings["transit_ms"].add(read_ms - opened.sent_at_ms)
-            self.timings["apply_ms"].add(_now_ms() - read_ms)
+            self.timings["queued_ms"].add(taken_ms - read_ms)
+            self.timings["apply_ms"].add(_now_ms() - taken_ms)
 
     def _apply(self, event: Record, *, bootstrap: bool = False) -> str:
         """Fold ``event`` into the replica and the store (compare-and-set); the outcome, for counting."""
