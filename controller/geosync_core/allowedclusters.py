@@ -67,7 +67,9 @@ _STATUS = {
     Rule.REPLICATION_NOT_ALLOWED: 400,
     Rule.UNKNOWN_CLUSTER: 403,  # PIP-321 says 412; the code answers 403 "Invalid cluster id"
     Rule.PEER_CONFLICT: 409,
-    Rule.NOT_ALLOWED_FOR_NAMESPACE: 403,
+    # 4.0.8 (the lab's version; read from its NamespacesBase bytecode) answers 400 "Cluster [x] is not in the
+    # list of allowed clusters list for namespace"; later 4.x sources answer 403 for the same check.
+    Rule.NOT_ALLOWED_FOR_NAMESPACE: 400,
 }
 
 

@@ -100,7 +100,7 @@ def _run(*args: str) -> Any:
         ("set-allowed-clusters", "b", errors.EXIT_BAD_REQUEST, "do not contain replication cluster(s) a"),
         ("set-allowed-clusters", "a,x", errors.EXIT_FORBIDDEN, "not registered"),
         ("set-allowed-clusters", "a,b,c", errors.EXIT_CONFLICT, "peer cluster(s) c"),
-        ("set-clusters", "a,c", errors.EXIT_FORBIDDEN, "not in the namespace's allowed clusters"),
+        ("set-clusters", "a,c", errors.EXIT_BAD_REQUEST, "not in the namespace's allowed clusters"),
         ("set-clusters", "global", errors.EXIT_PRECONDITION, "'global'"),
     ],
 )

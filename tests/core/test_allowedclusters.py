@@ -82,7 +82,7 @@ def test_set_allowed_clusters_table(
         ({"global"}, set(), {"a"}, ABC, [412, 403, 403]),
         ({"a", "x"}, set(), {"a", "x"}, ABC, [403]),
         ({"a", "b"}, set(), {"a", "b"}, PEERED, [409, 409]),
-        ({"a", "b"}, {"a"}, {"a", "b"}, ABC, [403]),
+        ({"a", "b"}, {"a"}, {"a", "b"}, ABC, [400]),  # not in the namespace's allowed clusters
         ({"a", "b"}, set(), {"a"}, ABC, [403]),
         ({"a"}, set(), None, ABC, [404]),
     ],
@@ -112,7 +112,7 @@ def test_statuses_are_the_brokers() -> None:
         Rule.REPLICATION_NOT_ALLOWED: 400,
         Rule.UNKNOWN_CLUSTER: 403,
         Rule.PEER_CONFLICT: 409,
-        Rule.NOT_ALLOWED_FOR_NAMESPACE: 403,
+        Rule.NOT_ALLOWED_FOR_NAMESPACE: 400,
     }
 
 
