@@ -30,6 +30,7 @@ import contextlib
 import fnmatch
 import logging
 import queue
+import random
 import re
 import threading
 import time
@@ -61,6 +62,10 @@ ACK_BATCH = 200
 """Subscriptions per plugin acknowledgement call."""
 STATES_PER_ENVELOPE = 64
 """Subscription states per control message (a round's states for one namespace are batched)."""
+FEED_SAFETY_POLL_S = 30.0
+"""With the plugin's feed, an idle topic's cursors are still polled this often (admin operations)."""
+ACTIVE_FEED_S = 2.0
+"""After the feed reported acknowledgements, rounds run every feed_interval_s for this long."""
 ROUND_GAP_S = 0.02
 """Least pause between rounds, so a burst of control messages is taken in one round."""
 """After new messages, a topic's cursors are polled every round for this long before backing off."""
@@ -158,7 +163,9 @@ class Agent:
         self._discovery_lock = threading.Lock()
         self._discovered: Discovered | None = None
         self._rediscover = threading.Event()
-        self._next_resync = 0.0
+        # Each topic is republished in full every resync_interval_s, at its own (random) phase, so the
+        # resync of many subscriptions is spread over the interval instead of one burst for all.
+        self.topic_resync_at: dict[str, float] = {}
         # Cursor polling backs off on idle topics (up to MAX_IDLE_POLL_S) and is immediate on active ones.
         self.topic_next_poll: dict[str, float] = {}
         self.topic_poll_interval: dict[str, float] = {}
@@ -173,6 +180,7 @@ class Agent:
         self.feed_ok: bool | None = None if config.plugin_cursors else False
         self.feed_epoch = ""
         self.feed_seq = 0
+        self.feed_busy_until = 0.0
         self.plugin_acks_ok: bool | None = None if config.plugin_cursors else False
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
         """States to publish at the end of the round, per namespace."""
@@ -196,7 +204,9 @@ class Agent:
                 elapsed = time.monotonic() - started
                 self.round_seconds.append(elapsed)
                 del self.round_seconds[:-200]
-                interval = self.config.feed_interval_s if self.feed_ok else self.config.poll_interval_s
+                # The feed's short interval only while consumers acknowledge: an idle agent wakes less often.
+                busy = self.feed_ok and time.monotonic() < self.feed_busy_until
+                interval = self.config.feed_interval_s if busy else self.config.poll_interval_s
                 self.stop_event.wait(ROUND_GAP_S)
                 # A control message ends the wait: remote acknowledgements are applied as they arrive.
                 self.wake.wait(max(0.0, interval - elapsed - ROUND_GAP_S))
@@ -235,10 +245,7 @@ class Agent:
         self.adopt()
         self.index()
         self.receive()
-        resync = now >= self._next_resync
-        if resync:
-            self._next_resync = now + self.config.resync_interval_s
-        self.observe_and_publish(force=resync)
+        self.observe_and_publish(now=now)
         self.apply()
         self.snapshot_round()
         self.ready = True
@@ -534,15 +541,22 @@ class Agent:
 
     # -- 4. observe and publish ------------------------------------------------------------------
 
-    def observe_and_publish(self, *, force: bool) -> None:
+    def observe_and_publish(self, *, now: float) -> None:
         by_topic: dict[str, list[Subscription]] = {}
         for state in self.subs.values():
             if state.exists:
                 by_topic.setdefault(state.topic, []).append(state)
-        now = time.monotonic()
+        period = self.config.resync_interval_s
+        resync = {
+            t
+            for t in by_topic
+            if now >= self.topic_resync_at.setdefault(t, now + random.uniform(0.0, period))
+        }
+        for topic in resync:
+            self.topic_resync_at[topic] = now + period
         for topic, cursors in self._read_feed(by_topic).items():
-            self._observe(topic, by_topic[topic], cursors, force=force, now=now, polled=False)
-        due = [t for t in by_topic if force or now >= self.topic_next_poll.get(t, 0.0)]
+            self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
+        due = [t for t in by_topic if t in resync or now >= self.topic_next_poll.get(t, 0.0)]
         for topic, internal in zip(due, self.pool.map(self._internal_stats, due), strict=True):
             if internal is None:
                 continue
@@ -551,7 +565,7 @@ class Agent:
                 name: (str(raw["markDeletePosition"]), str(raw.get("individuallyDeletedMessages") or "[]"))
                 for name, raw in (internal.get("cursors") or {}).items()
             }
-            self._observe(topic, by_topic[topic], cursors, force=force, now=now, polled=True)
+            self._observe(topic, by_topic[topic], cursors, force=topic in resync, now=now, polled=True)
         self._flush_states()
 
     def _read_feed(self, by_topic: dict[str, list[Subscription]]) -> dict[str, dict[str, tuple[str, str]]]:
@@ -576,6 +590,8 @@ class Agent:
         self.feed_ok = True
         self.feed_seq = seq
         self.stats.inc("feed_reads")
+        if changed:
+            self.feed_busy_until = time.monotonic() + ACTIVE_FEED_S
         out: dict[str, dict[str, tuple[str, str]]] = {}
         for item in changed:
             topic = str(item.get("topic", ""))
@@ -632,7 +648,9 @@ class Agent:
             interval = self.config.poll_interval_s
         else:
             # Without consumers (at the last discovery) only admin operations move cursors: poll rarely.
+            # With the feed, polls only catch admin operations and restarts: rarer still.
             cap = MAX_IDLE_POLL_S if any(s.consumers for s in states) else UNCONSUMED_POLL_S
+            cap = FEED_SAFETY_POLL_S if self.feed_ok else cap
             interval = min(cap, 2 * self.topic_poll_interval.get(topic, self.config.poll_interval_s))
         self.topic_poll_interval[topic] = interval
         # due half a round early, so a topic with the base interval is polled every round

@@ -80,7 +80,11 @@ class Envelope:
             raise ValueError("kind and region must be non-empty strings")
         if not all(_is_count(n) for n in (self.seq, self.sent_at_ms, self.version)):
             raise ValueError("seq, sent_at_ms and version must be integers in [0, 2**63)")
-        if not isinstance(self.payload, dict) or not _is_json(self.payload):
+        # A payload parsed by open_envelope is JSON by construction (floats and constants refused by the
+        # parser): only payloads built in Python are walked, which matters for large batched payloads.
+        if not isinstance(self.payload, dict) or not (
+            isinstance(self.payload, _Parsed) or _is_json(self.payload)
+        ):
             raise ValueError("payload must be a JSON object without floats")
 
     def fields(self) -> JsonObject:
@@ -271,8 +275,14 @@ def _is_json(value: object) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and _is_json(v) for k, v in value.items())
 
 
+class _Parsed(dict[str, Any]):
+    """A JSON object as ``open_envelope``'s parser built it (so known to hold JSON values only)."""
+
+    __slots__ = ()
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> JsonObject:
-    result = dict(pairs)
+    result = _Parsed(pairs)
     if len(result) != len(pairs):
         raise ValueError("duplicate key")
     return result
