@@ -126,8 +126,9 @@ def _check_path(cursor_path: str, before: Counter[str], after: Counter[str], *, 
         assert moved["plugin_acks"] > 0, f"b's agent applied nothing through the plugin: {moved}"
     else:
         assert moved["plugin_acks"] == 0, f"b's agent used the plugin although told not to: {moved}"
-        assert moved["mark_delete_moves"] > 0, moved
-        assert moved["holes_acked"] > 0 or not holes, moved
+        # Cumulative acks move the mark-delete; with random holes the first message may be one of them, so
+        # only the shadow consumer's acknowledgements are certain.
+        assert moved["holes_acked" if holes else "mark_delete_moves"] > 0, moved
 
 
 def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str, cursor_path: str) -> None:
