@@ -215,6 +215,17 @@ def owns(pid: int, marker: str) -> bool:
         return False
 
 
+def _starting(pid: int, *, since: float, grace_s: float = 5.0) -> bool:
+    """Alive but not (yet) showing its marker shortly after the start: between fork and exec the child still
+    carries the parent's command line, so an early check would report a live region as dead."""
+    if time.monotonic() - since > grace_s:
+        return False
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
 def region_marker(region: RegionProcess) -> str:
     """What identifies a region's JVM on its command line: its own config file path (unique per lab)."""
     return str(region.conf_path)
@@ -266,7 +277,7 @@ def wait_ready(
     while True:
         if is_ready(admin, region.name):
             return time.monotonic() - started
-        if not owns(pid, region_marker(region)):
+        if not owns(pid, region_marker(region)) and not _starting(pid, since=started):
             raise RegionDied(
                 f"region {region.name!r} exited during start-up\n{log_tail(region)}",
                 hint="read the log above; a port taken by another program is retried automatically",
