@@ -36,20 +36,15 @@ def client(
     timeout_s: int = 15,
     token: str | None = None,
     tls_trust_certs_file: str | None = None,
-    tls_validate_hostname: bool = True,
 ) -> Iterator[pulsar.Client]:
-    """A short-lived client; closed on exit even when the body raises. ``pulsar+ssl://`` URLs are verified
-    against ``tls_trust_certs_file`` (the system's CAs without it)."""
+    """A short-lived client; closed on exit even when the body raises. ``pulsar+ssl://`` URLs are verified,
+    host names included, against ``tls_trust_certs_file`` (the system's CAs without it)."""
     c = pulsar.Client(
         service_url,
         operation_timeout_seconds=timeout_s,
         connection_timeout_ms=timeout_s * 1000,
         logger=_QUIET,
-        **client_options(
-            token=token,
-            tls_trust_certs_file=tls_trust_certs_file,
-            tls_validate_hostname=tls_validate_hostname,
-        ),
+        **client_options(token=token, tls_trust_certs_file=tls_trust_certs_file),
     )
     try:
         yield c
@@ -59,14 +54,15 @@ def client(
         c.close()
 
 
-def client_options(
-    *, token: str | None, tls_trust_certs_file: str | None, tls_validate_hostname: bool = True
-) -> dict[str, Any]:
-    """``pulsar.Client`` keyword arguments for token authentication and TLS verification."""
-    options: dict[str, Any] = {"authentication": pulsar.AuthenticationToken(token) if token else None}
+def client_options(*, token: str | None, tls_trust_certs_file: str | None) -> dict[str, Any]:
+    """``pulsar.Client`` keyword arguments for token authentication and TLS verification (host names are
+    always checked; the client library's default is not to)."""
+    options: dict[str, Any] = {
+        "authentication": pulsar.AuthenticationToken(token) if token else None,
+        "tls_validate_hostname": True,
+    }
     if tls_trust_certs_file:
         options["tls_trust_certs_file_path"] = tls_trust_certs_file
-    options["tls_validate_hostname"] = tls_validate_hostname
     return options
 
 

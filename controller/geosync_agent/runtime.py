@@ -58,6 +58,7 @@ INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
 MAX_IDLE_POLL_S = 2.0
 UNCONSUMED_POLL_S = 5.0
 ACTIVE_WINDOW_S = 10.0
+"""After new messages, a topic's cursors are polled every round for this long before backing off."""
 ACK_BATCH = 200
 """Subscriptions per plugin acknowledgement call."""
 STATES_PER_ENVELOPE = 64
@@ -68,7 +69,6 @@ ACTIVE_FEED_S = 2.0
 """After the feed reported acknowledgements, rounds run every feed_interval_s for this long."""
 ROUND_GAP_S = 0.02
 """Least pause between rounds, so a burst of control messages is taken in one round."""
-"""After new messages, a topic's cursors are polled every round for this long before backing off."""
 
 
 @dataclass
@@ -629,9 +629,10 @@ class Agent:
             # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
             # per-key order) before the first claim, while the consumer that acknowledged is still there.
             self._learn_kinds(topic, states)
-        for state in states:
-            if state.cursor is not None and (polled or state in moved):
-                self._publish(state, force=force and polled)
+        # A poll publishes every state it read (a resync forces it); the feed only the states it moved.
+        for state in states if polled else moved:
+            if state.cursor is not None:
+                self._publish(state, force=force)
         tail = self.tails.get(topic)
         if tail is not None and all(s.cursor is not None for s in states):
             tail.forget_keys_up_to(min(s.cursor.mark_delete for s in states if s.cursor is not None))
@@ -796,18 +797,15 @@ class Agent:
         leftover: list[tuple[Subscription, Tail, syncing.ApplyPlan]] = []
         for start in range(0, len(work), ACK_BATCH):
             batch = work[start : start + ACK_BATCH]
-            holes = [
-                [p for p in plan.individual_acks if plan.new_mark_delete is None or p > plan.new_mark_delete]
-                for _state, _tail, plan in batch
-            ]
+            # plan_apply puts every individual ack above the new mark-delete (a core invariant, tested).
             items = [
                 {
                     "topic": state.topic,
                     "subscription": state.name,
                     "mark_delete": None if plan.new_mark_delete is None else str(plan.new_mark_delete),
-                    "positions": [str(p) for p in above],
+                    "positions": [str(p) for p in plan.individual_acks],
                 }
-                for (state, _tail, plan), above in zip(batch, holes, strict=True)
+                for state, _tail, plan in batch
             ]
             try:
                 results = self._admin().plugin_acks(items)
@@ -822,7 +820,7 @@ class Agent:
                     state.planned = None
                 return leftover
             self.plugin_acks_ok = True
-            for (state, tail, plan), above, result in zip(batch, holes, results, strict=True):
+            for (state, tail, plan), result in zip(batch, results, strict=True):
                 status = result.get("status")
                 if status != "ok":
                     if status == "bad_request":
@@ -838,7 +836,7 @@ class Agent:
                 self.stats.inc("plugin_acks")
                 if plan.new_mark_delete is not None:
                     self.stats.inc("mark_delete_moves")
-                self.stats.inc("holes_acked", len(above))
+                self.stats.inc("holes_acked", len(plan.individual_acks))
         return leftover
 
     def _carry_out_safely(self, item: tuple[Subscription, Tail, syncing.ApplyPlan]) -> Exception | None:
@@ -892,7 +890,7 @@ class Agent:
                     self.stats.inc("mark_delete_moves")
                 except adm.AdminConflict:
                     self.stats.inc("expire_busy")
-        holes = [p for p in plan.individual_acks if target is None or p > target]
+        holes = list(plan.individual_acks)  # all above the new mark-delete (plan_apply's invariant)
         if not holes:
             state.pending_holes = 0
             return
