@@ -3,6 +3,7 @@ package io.geosync.plugin.broker;
 import io.geosync.plugin.common.AckFeed;
 import io.geosync.plugin.common.Json;
 import io.geosync.plugin.common.OriginIndex;
+import io.geosync.plugin.common.PluginApi;
 import io.netty.buffer.ByteBuf;
 import java.io.IOException;
 import java.math.BigInteger;
@@ -59,10 +60,12 @@ import org.slf4j.LoggerFactory;
  * /admin/v2/geosync/cursors?since=N} answers the cursor state of the subscriptions acknowledged since the
  * feed's sequence number {@code N} (plus those acknowledged within the last {@code
  * geosyncAckFeedSettleMillis}), with the feed's {@code epoch} (new at each broker start) and current {@code
- * seq}: one cheap call per agent round instead of polling every topic's internal stats. With {@code
+ * seq}: one cheap call per agent round instead of polling every topic's internal stats. Each cursor state
+ * includes its partly acknowledged batch entries ({@code batches}: position and the indexes still
+ * unacknowledged) when the broker runs with {@code acknowledgmentAtBatchIndexLevelEnabled=true}. With {@code
  * geosyncAllowCursorWrites=true}, {@code POST /admin/v2/geosync/acks} acknowledges on subscriptions of
- * topics this broker has loaded ({@link CursorDesk}): a batch of mark-delete moves and individual
- * acknowledgements in one call, where the admin API has one {@code expireMessages} per subscription and,
+ * topics this broker has loaded ({@link CursorDesk}): a batch of mark-delete moves, individual
+ * acknowledgements and batch-index acknowledgements in one call (shapes and rules: {@link PluginApi}), where the admin API has one {@code expireMessages} per subscription and,
  * before PIP-423, no way at all to acknowledge one message.
  *
  * <p>Every hook is implemented and none throws into the broker: our own work is wrapped and counted; the
@@ -114,6 +117,8 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             conf.put("geosyncOriginIndexAllowRemoteReads", allowRemoteReads);
             conf.put("geosyncAllowCursorWrites", allowCursorWrites);
             conf.put("geosyncAckFeedSettleMillis", BigInteger.valueOf(settleNanos / 1_000_000L));
+            conf.put("acknowledgmentAtBatchIndexLevelEnabled",
+                    pulsar.getConfiguration().isAcknowledgmentAtBatchIndexLevelEnabled());
             conf.put("entryFilterNames", String.join(",", pulsar.getConfiguration().getEntryFilterNames()));
             configuration = conf;
             log.info("GeoSync interceptor loaded in region '{}': origin index of at most {} topics x {} runs; "
@@ -252,21 +257,17 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
 
     Map<String, Object> cursors(long since) {
         long seq = feed.seq();
-        List<Object> out = new ArrayList<>();
+        List<Map<String, Object>> out = new ArrayList<>();
         CursorDesk d = desk;
         if (d != null) {
             for (AckFeed.Mark m : feed.since(since, System.nanoTime(), settleNanos)) {
                 Map<String, Object> state = d.read(m.topic(), m.subscription());
-                if ("ok".equals(state.get("status"))) {
+                if (PluginApi.Status.OK.wire().equals(state.get("status"))) {
                     out.add(state);
                 }
             }
         }
-        Map<String, Object> body = new HashMap<>();
-        body.put("epoch", epoch);
-        body.put("seq", BigInteger.valueOf(seq));
-        body.put("cursors", out);
-        return body;
+        return PluginApi.feed(epoch, seq, out);
     }
 
     private void acks(HttpServletRequest request, HttpServletResponse response) throws Exception {
@@ -276,28 +277,16 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                     + "(geosyncAllowCursorWrites=true turns them on)"));
             return;
         }
-        byte[] body = request.getInputStream().readNBytes(MAX_ACKS_BODY + 1);
-        Object parsed;
+        List<?> items;
         try {
-            if (body.length > MAX_ACKS_BODY) {
-                throw new Json.JsonException("body larger than " + MAX_ACKS_BODY + " bytes; send smaller batches");
-            }
-            parsed = Json.parse(body);
-        } catch (Json.JsonException e) {
-            reply(response, 400, Map.of("error", "the body must be JSON {\"acks\": [...]}: " + e.getMessage()));
-            return;
-        }
-        if (!(parsed instanceof Map<?, ?> m) || !(m.get("acks") instanceof List<?> items)) {
-            reply(response, 400, Map.of("error", "the body must be a JSON object with a list 'acks'"));
+            items = PluginApi.parseRequest(request.getInputStream().readNBytes(MAX_ACKS_BODY + 1), MAX_ACKS_BODY);
+        } catch (PluginApi.BadRequest e) {
+            reply(response, 400, Map.of("error", e.getMessage()));
             return;
         }
         List<Object> results = new ArrayList<>();
         for (Object item : items) {
-            if (item instanceof Map<?, ?> one) {
-                results.add(d.acknowledge(one));
-            } else {
-                results.add(Map.of("status", "bad_request", "error", "each item must be an object"));
-            }
+            results.add(d.acknowledge(item));
         }
         cursorWrites.addAndGet(items.size());
         reply(response, 200, Map.of("results", results));
