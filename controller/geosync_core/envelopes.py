@@ -25,7 +25,14 @@ Invariants:
 * ``decode_ack_state`` returns what ``encode_ack_state`` encoded, and ``decode_ack_states`` what
   ``encode_ack_states`` encoded (the states of several subscriptions, in order); malformed payloads are
   values, and a payload speaking for another region than its envelope's sender is malformed (a batch is
-  accepted or refused whole).
+  accepted or refused whole);
+* ack-state payloads are written in the lowest version that carries them: version 1 when no state claims
+  part of a batch (so agents that only read version 1 keep syncing unbatched topics), version 2 otherwise;
+  both are read. A version 2 state adds ``"partials": {origin region: [[ledger, entry, size, bits], ...]}``,
+  ``bits`` the acknowledged batch indexes as ``BatchAcks.hex`` spells them (lowercase hex, no leading
+  zeros, bit ``i`` = index ``i``). A partial that is empty, full, beyond its size, repeated, inside one of
+  the region's spans, or of a size outside ``1..MAX_BATCH_SIZE`` is malformed: what was encoded from a
+  canonical ``OriginAcks`` never is. All states of a batch have the batch's version.
 """
 
 from __future__ import annotations
@@ -37,11 +44,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from geosync_core.origins import OriginAcks, Span
+from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
+from geosync_core.origins import Origin, OriginAcks, Span
+from geosync_core.positions import Position
 
 VERSION = 1
 ACK_STATE = "ack-state"
 ACK_STATE_VERSION = 1
+"""The ack-state payload version without partly acknowledged batches (still written when it suffices)."""
+ACK_STATE_PARTIALS_VERSION = 2
+"""The ack-state payload version that adds ``partials`` (batch-index acknowledgements)."""
+_ACK_STATE_VERSIONS = (ACK_STATE_VERSION, ACK_STATE_PARTIALS_VERSION)
 ACK_STATES = "ack-states"
 """Several subscriptions' states in one envelope: what an agent sends per namespace and round."""
 
@@ -175,9 +188,31 @@ class AckStateMessage:
 
 
 def encode_ack_state(topic: str, subscription: str, *, region: str, acks: OriginAcks) -> JsonObject:
-    """The payload of an ``ack-state`` envelope; spans are ``[[ledger, first], [ledger, last]]`` pairs."""
+    """The payload of an ``ack-state`` envelope; spans are ``[[ledger, first], [ledger, last]]`` pairs,
+    partials (version 2 only) ``[ledger, entry, size, hex bits]``."""
+    return _encode_state(topic, subscription, region, acks, _version_for([acks]))
+
+
+def encode_ack_states(states: list[AckStateMessage], *, region: str) -> JsonObject:
+    """The payload of an ``ack-states`` envelope: each state as ``encode_ack_state`` writes it, in order,
+    all in one version."""
+    if any(m.region != region for m in states):
+        raise ValueError(f"a batch from {region} may only carry {region}'s own states")
+    version = _version_for([m.acks for m in states])
     return {
-        "version": ACK_STATE_VERSION,
+        "version": version,
+        "region": region,
+        "states": [_encode_state(m.topic, m.subscription, region, m.acks, version) for m in states],
+    }
+
+
+def _version_for(acks: list[OriginAcks]) -> int:
+    return ACK_STATE_PARTIALS_VERSION if any(a.partials for a in acks) else ACK_STATE_VERSION
+
+
+def _encode_state(topic: str, subscription: str, region: str, acks: OriginAcks, version: int) -> JsonObject:
+    payload: JsonObject = {
+        "version": version,
         "topic": topic,
         "subscription": subscription,
         "region": region,
@@ -186,17 +221,12 @@ def encode_ack_state(topic: str, subscription: str, *, region: str, acks: Origin
             for origin, spans in acks.by_region
         },
     }
-
-
-def encode_ack_states(states: list[AckStateMessage], *, region: str) -> JsonObject:
-    """The payload of an ``ack-states`` envelope: each state as ``encode_ack_state`` writes it, in order."""
-    if any(m.region != region for m in states):
-        raise ValueError(f"a batch from {region} may only carry {region}'s own states")
-    return {
-        "version": ACK_STATE_VERSION,
-        "region": region,
-        "states": [encode_ack_state(m.topic, m.subscription, region=region, acks=m.acks) for m in states],
-    }
+    if version >= ACK_STATE_PARTIALS_VERSION:
+        payload["partials"] = {
+            origin: [[p.ledger, p.entry, b.size, b.hex()] for p, b in batches]
+            for origin, batches in acks.partials
+        }
+    return payload
 
 
 def decode_ack_state(envelope: Envelope) -> AckStateMessage | Rejected:
@@ -218,7 +248,7 @@ def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
     version = payload.get("version")
     if envelope.kind != ACK_STATES or not _is_count(version):
         return Rejected(Reason.MALFORMED)
-    if version != ACK_STATE_VERSION:
+    if version not in _ACK_STATE_VERSIONS:
         return Rejected(Reason.UNSUPPORTED_VERSION)
     states = payload.get("states")
     if payload.get("region") != envelope.region or not isinstance(states, list):
@@ -226,7 +256,9 @@ def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
     out: list[AckStateMessage] = []
     for item in states:
         decoded = (
-            _decode_state(item, envelope.region) if isinstance(item, dict) else Rejected(Reason.MALFORMED)
+            _decode_state(item, envelope.region, version)
+            if isinstance(item, dict)
+            else Rejected(Reason.MALFORMED)
         )
         if isinstance(decoded, Rejected):
             return decoded
@@ -234,19 +266,31 @@ def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
     return out
 
 
-def _decode_state(payload: JsonObject, sender: str) -> AckStateMessage | Rejected:
+def _decode_state(
+    payload: JsonObject, sender: str, batch_version: int | None = None
+) -> AckStateMessage | Rejected:
     version = payload.get("version")
     if not _is_count(version):
         return Rejected(Reason.MALFORMED)
-    if version != ACK_STATE_VERSION:
+    if version not in _ACK_STATE_VERSIONS:
         return Rejected(Reason.UNSUPPORTED_VERSION)
+    if batch_version is not None and version != batch_version:
+        return Rejected(Reason.MALFORMED)
     topic, subscription, region, acks = (payload.get(k) for k in ("topic", "subscription", "region", "acks"))
     if not (_is_text(topic) and _is_text(subscription) and region == sender and isinstance(acks, dict)):
         return Rejected(Reason.MALFORMED)
-    if not all(map(_is_text, acks)):
+    partials = payload.get("partials", {}) if version >= ACK_STATE_PARTIALS_VERSION else {}
+    if not (isinstance(partials, dict) and all(map(_is_text, acks)) and all(map(_is_text, partials))):
+        return Rejected(Reason.MALFORMED)
+    if version >= ACK_STATE_PARTIALS_VERSION and "partials" not in payload:
         return Rejected(Reason.MALFORMED)
     try:
-        decoded = OriginAcks.of((origin, map(_span, spans)) for origin, spans in acks.items())
+        whole = OriginAcks.of((origin, map(_span, spans)) for origin, spans in acks.items())
+        decoded = whole.merge(
+            OriginAcks.of(
+                (), ((origin, _partials(whole, origin, items)) for origin, items in partials.items())
+            )
+        )
     except (ValueError, TypeError):
         return Rejected(Reason.MALFORMED)
     return AckStateMessage(str(topic), str(subscription), sender, decoded)
@@ -257,6 +301,24 @@ def _span(pair: Any) -> Span:
     if not all(_is_count(n) for n in (ledger, first, other_ledger, last)) or ledger != other_ledger:
         raise ValueError(f"not a span: {pair!r}")
     return Span(ledger, first, last)
+
+
+def _partials(whole: OriginAcks, origin: str, items: Any) -> list[tuple[Position, BatchAcks]]:
+    """One origin region's partials, refused (``ValueError``) unless exactly as a canonical value has them."""
+    if not isinstance(items, list):
+        raise ValueError(f"not a list of partials: {items!r}")
+    out: dict[Position, BatchAcks] = {}
+    for item in items:
+        ledger, entry, size, bits = item
+        if not (all(_is_count(n) for n in (ledger, entry, size)) and isinstance(bits, str)):
+            raise ValueError(f"not a partial: {item!r}")
+        if not 1 <= size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch size out of range: {size}")
+        position, acks = Position(ledger, entry), BatchAcks.from_hex(size, bits)
+        if not acks.is_partial or position in out or Origin(origin, position) in whole:
+            raise ValueError(f"not a canonical partial: {item!r}")
+        out[position] = acks
+    return list(out.items())
 
 
 def _is_text(value: object) -> bool:

@@ -13,14 +13,21 @@ replication clusters), and claiming a prefix or a cross-ledger range would ackno
 region although no consumer received them. Within one origin ledger a claimant only builds a span from
 consecutive entry ids it actually saw, so a span never covers an entry the claimant lacked.
 
+Batched entries may be claimed in part: ``partials`` holds, per origin region, origin entries of which
+some batch indexes were acknowledged (``BatchAcks``), only for entries not covered by that region's spans.
+Batch layout survives replication, so ``(origin, index)`` names one message everywhere.
+
 Invariants:
 
 * a ``Span`` is non-empty (``0 <= first <= last``);
 * an ``OriginAcks`` is canonical: regions sorted, none empty, spans per region sorted, disjoint and not
-  adjacent (``[a, b]`` and ``[b+1, c]`` in one ledger are stored as ``[a, c]``), so equal sets are equal
-  values;
-* ``merge`` is the set union: commutative, associative, idempotent and monotone (it never drops a
-  claim).
+  adjacent (``[a, b]`` and ``[b+1, c]`` in one ledger are stored as ``[a, c]``); partials per region
+  sorted, partial (neither empty nor full) and outside the region's spans: a partial that becomes full is
+  a one-entry span at once (whole entries merge into spans as soon as they complete), so equal sets of
+  claimed messages are equal values;
+* ``merge`` is the set union at message level: spans united, bitsets OR'ed, commutative, associative,
+  idempotent and monotone (it never drops a claim);
+* ``origin in acks`` and ``count()`` speak of whole entries; ``acks_message(origin, index)`` of messages.
 """
 
 from __future__ import annotations
@@ -28,8 +35,16 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
+from geosync_core.batches import BatchAcks, Batches, check_canonical, gather
 from geosync_core.positions import Position
+
+T = TypeVar("T")
+PartialsArg = (
+    Mapping[str, Iterable[tuple[Position, BatchAcks]]]
+    | Iterable[tuple[str, Iterable[tuple[Position, BatchAcks]]]]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,23 +93,49 @@ class OriginAcks:
     """Acknowledged messages in origin coordinates; build it with ``OriginAcks.of``."""
 
     by_region: tuple[tuple[str, tuple[Span, ...]], ...] = ()
+    partials: tuple[tuple[str, Batches], ...] = ()
 
     def __post_init__(self) -> None:
-        regions = [region for region, _ in self.by_region]
-        if regions != sorted(set(regions)):
-            raise ValueError(f"regions not canonical: {regions}")
+        for what, items in (("regions", self.by_region), ("partial regions", self.partials)):
+            regions = [region for region, _ in items]
+            if regions != sorted(set(regions)):
+                raise ValueError(f"{what} not canonical: {regions}")
         for region, spans in self.by_region:
             if not spans or _canonical(spans) != spans:
                 raise ValueError(f"spans of {region!r} not canonical: {spans}")
+        for region, batches in self.partials:
+            check_canonical(batches)
+            if not batches or any(_covers(self.spans(region), p) for p, _ in batches):
+                raise ValueError(f"partials of {region!r} not canonical: {batches}")
 
     @classmethod
-    def of(cls, spans: Mapping[str, Iterable[Span]] | Iterable[tuple[str, Iterable[Span]]]) -> OriginAcks:
-        """The union of any spans per region, in canonical form (a region may appear more than once)."""
-        items = spans.items() if isinstance(spans, Mapping) else spans
+    def of(
+        cls,
+        spans: Mapping[str, Iterable[Span]] | Iterable[tuple[str, Iterable[Span]]],
+        partials: PartialsArg = (),
+    ) -> OriginAcks:
+        """The union of any spans and partial claims per region, in canonical form (a region may appear
+        more than once; a partial that is full becomes a span, one covered by a span is dropped)."""
         gathered: dict[str, list[Span]] = {}
-        for region, region_spans in items:
+        for region, region_spans in _items(spans):
             gathered.setdefault(region, []).extend(region_spans)
-        return cls(tuple((r, _canonical(s)) for r, s in sorted(gathered.items()) if s))
+        pairs: dict[str, list[tuple[Position, BatchAcks]]] = {}
+        for region, region_partials in _items(partials):
+            pairs.setdefault(region, []).extend(region_partials)
+        kept: dict[str, Batches] = {}
+        for region, items in pairs.items():
+            united = gather(items)
+            gathered.setdefault(region, []).extend(
+                Span(p.ledger, p.entry, p.entry) for p, acks in united.items() if acks.is_full
+            )
+            canonical = _canonical(gathered[region])
+            kept[region] = tuple(
+                sorted((p, a) for p, a in united.items() if a.is_partial and not _covers(canonical, p))
+            )
+        return cls(
+            tuple((r, _canonical(s)) for r, s in sorted(gathered.items()) if s),
+            tuple((r, b) for r, b in sorted(kept.items()) if b),
+        )
 
     def spans(self, region: str) -> tuple[Span, ...]:
         for r, spans in self.by_region:
@@ -102,23 +143,68 @@ class OriginAcks:
                 return spans
         return ()
 
+    def partials_of(self, region: str) -> Batches:
+        """``region``'s partly claimed origin entries."""
+        for r, batches in self.partials:
+            if r == region:
+                return batches
+        return ()
+
     @property
     def regions(self) -> tuple[str, ...]:
+        """The regions with whole-entry claims (see ``partials`` for the others)."""
         return tuple(r for r, _ in self.by_region)
 
     def __contains__(self, origin: Origin) -> bool:
-        spans = self.spans(origin.region)
-        p = origin.position
-        i = bisect.bisect_left(spans, (p.ledger, p.entry), key=lambda s: (s.ledger, s.last))
-        return i < len(spans) and p in spans[i]
+        """Whether every message of the origin entry is claimed."""
+        return _covers(self.spans(origin.region), origin.position)
+
+    def batch(self, origin: Origin) -> BatchAcks | None:
+        """The claimed indexes of ``origin`` if it is claimed in part, else ``None``."""
+        batches = self.partials_of(origin.region)
+        i = bisect.bisect_left(batches, origin.position, key=lambda item: item[0])
+        return batches[i][1] if i < len(batches) and batches[i][0] == origin.position else None
+
+    def acked_indexes(self, origin: Origin, size: int) -> BatchAcks:
+        """The claimed messages of the origin entry, read as a batch of ``size``."""
+        if origin in self:
+            return BatchAcks.whole(size)
+        partial = self.batch(origin)
+        return BatchAcks(size, 0) if partial is None else partial.within(size)
+
+    def acks_message(self, origin: Origin, index: int) -> bool:
+        """Whether message ``index`` of the batch at ``origin`` is claimed (index 0 if not batched)."""
+        if origin in self:
+            return True
+        partial = self.batch(origin)
+        return partial is not None and index in partial
 
     def __bool__(self) -> bool:
-        return bool(self.by_region)
+        return bool(self.by_region or self.partials)
 
     def merge(self, *others: OriginAcks) -> OriginAcks:
         """The union of this and other regions' claims."""
-        return OriginAcks.of(item for acks in (self, *others) for item in acks.by_region)
+        every = (self, *others)
+        return OriginAcks.of(
+            (item for acks in every for item in acks.by_region),
+            (item for acks in every for item in acks.partials),
+        )
 
     def count(self) -> int:
-        """How many messages are claimed."""
+        """How many whole entries are claimed."""
         return sum(len(s) for _, spans in self.by_region for s in spans)
+
+    def count_partial(self) -> int:
+        """How many messages of partly claimed entries are claimed."""
+        return sum(len(acks) for _, batches in self.partials for _, acks in batches)
+
+
+def _covers(spans: tuple[Span, ...], p: Position) -> bool:
+    i = bisect.bisect_left(spans, (p.ledger, p.entry), key=lambda s: (s.ledger, s.last))
+    return i < len(spans) and p in spans[i]
+
+
+def _items(
+    values: Mapping[str, Iterable[T]] | Iterable[tuple[str, Iterable[T]]],
+) -> Iterable[tuple[str, Iterable[T]]]:
+    return values.items() if isinstance(values, Mapping) else values

@@ -17,17 +17,24 @@ Invariants:
   stored as ``(a..c]``), so equal sets are equal values and ``parse(format(s)) == s``;
 * an ``AckState`` is normalized: every range lies strictly above the mark-delete (a range starting at
   or below it is absorbed and advances the mark-delete);
-* every operation is monotone: acknowledging, cumulative acks and ``merge`` never un-acknowledge a
-  position, and ``merge`` is the set union (commutative, associative, idempotent).
+* its ``batches`` (entries with some but not all batch indexes acknowledged) are sorted, partial, strictly
+  above the mark-delete and outside the ranges: an entry whose last index is acknowledged becomes a
+  whole-entry range at once (which may advance the mark-delete), and a whole-entry ack drops its partial,
+  so equal sets of acknowledged messages are equal values;
+* every operation is monotone at message level: acknowledging, cumulative acks and ``merge`` never
+  un-acknowledge a message, and ``merge`` is the set union (commutative, associative, idempotent);
+* ``position in state`` means the whole entry is acknowledged; a partly acknowledged entry is a hole
+  (``holes``) until its last message is.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from geosync_core.batches import BatchAcks, Batches, check_canonical, gather
 from geosync_core.positions import Position
 
 _RANGE = re.compile(r"\s*\(([^.\]]+)\.\.([^\]]+)\]\s*")
@@ -130,35 +137,78 @@ class RangeSet:
 
 @dataclass(frozen=True, slots=True)
 class AckState:
-    """What a cursor acknowledged: everything up to ``mark_delete`` plus ``ranges`` above it."""
+    """What a cursor acknowledged: everything up to ``mark_delete``, whole entries in ``ranges`` above
+    it, and the acknowledged batch indexes of partly acknowledged entries in ``batches``."""
 
     mark_delete: Position
     ranges: RangeSet = RangeSet()
+    batches: Batches = ()
 
     def __post_init__(self) -> None:
         if self.ranges and self.ranges.ranges[0].lower <= self.mark_delete:
             raise ValueError(f"not normalized: {self.ranges} at mark-delete {self.mark_delete}")
+        check_canonical(self.batches)
+        for position, _ in self.batches:
+            if position <= self.mark_delete or position in self.ranges:
+                raise ValueError(f"not normalized: partial ack of {position} already acknowledged whole")
 
     @classmethod
-    def of(cls, mark_delete: Position, ranges: Iterable[Range] = ()) -> AckState:
-        """The normalized state: ranges starting at or below the mark-delete advance it."""
-        rest = RangeSet.of(ranges).above(mark_delete)
+    def of(
+        cls,
+        mark_delete: Position,
+        ranges: Iterable[Range] = (),
+        batches: Mapping[Position, BatchAcks] | Iterable[tuple[Position, BatchAcks]] = (),
+    ) -> AckState:
+        """The normalized state: ranges starting at or below the mark-delete advance it, full batches
+        become whole-entry ranges, partial batches already acknowledged whole are dropped."""
+        partial = gather(batches)
+        whole = [Range.single(p) for p, acks in partial.items() if acks.is_full]
+        rest = RangeSet.of((*ranges, *whole)).above(mark_delete)
         if rest and rest.ranges[0].lower == mark_delete:
-            return cls(rest.ranges[0].upper, RangeSet(rest.ranges[1:]))
-        return cls(mark_delete, rest)
+            mark_delete, rest = rest.ranges[0].upper, RangeSet(rest.ranges[1:])
+        kept = sorted(
+            (p, acks) for p, acks in partial.items() if acks.is_partial and p > mark_delete and p not in rest
+        )
+        return cls(mark_delete, rest, tuple(kept))
 
     @classmethod
-    def parse(cls, mark_delete: str, individually_deleted: str = "[]") -> AckState:
+    def parse(
+        cls,
+        mark_delete: str,
+        individually_deleted: str = "[]",
+        batches: Mapping[Position, BatchAcks] | Iterable[tuple[Position, BatchAcks]] = (),
+    ) -> AckState:
         """Build from ``internalStats`` cursor fields ``markDeletePosition`` and
-        ``individuallyDeletedMessages``."""
-        return cls.of(Position.parse(mark_delete), RangeSet.parse(individually_deleted))
+        ``individuallyDeletedMessages``, plus the partly acknowledged entries if the broker tracks batch
+        indexes (``BatchAcks.from_unacked`` or ``from_ack_set`` read its convention)."""
+        return cls.of(Position.parse(mark_delete), RangeSet.parse(individually_deleted), batches)
 
     def __contains__(self, position: Position) -> bool:
+        """Whether the whole entry is acknowledged."""
         return position <= self.mark_delete or position in self.ranges
+
+    def batch(self, position: Position) -> BatchAcks | None:
+        """The acknowledged indexes of ``position`` if it is partly acknowledged, else ``None``."""
+        i = bisect.bisect_left(self.batches, position, key=lambda item: item[0])
+        return self.batches[i][1] if i < len(self.batches) and self.batches[i][0] == position else None
+
+    def acked_indexes(self, position: Position, size: int) -> BatchAcks:
+        """The acknowledged messages of entry ``position`` read as a batch of ``size``."""
+        if position in self:
+            return BatchAcks.whole(size)
+        partial = self.batch(position)
+        return BatchAcks(size, 0) if partial is None else partial.within(size)
+
+    def acks_message(self, position: Position, index: int) -> bool:
+        """Whether batch index ``index`` of entry ``position`` is acknowledged (0 for an unbatched one)."""
+        if position in self:
+            return True
+        partial = self.batch(position)
+        return partial is not None and index in partial
 
     @property
     def highest(self) -> Position:
-        """The highest acknowledged position (the mark-delete when there are no ranges)."""
+        """The highest wholly acknowledged position (the mark-delete when there are no ranges)."""
         return self.ranges.ranges[-1].upper if self.ranges else self.mark_delete
 
     def ack(self, *positions: Position) -> AckState:
@@ -166,17 +216,34 @@ class AckState:
         return self.ack_ranges(map(Range.single, positions))
 
     def ack_ranges(self, ranges: Iterable[Range]) -> AckState:
-        return AckState.of(self.mark_delete, self.ranges.union(ranges))
+        return AckState.of(self.mark_delete, self.ranges.union(ranges), self.batches)
+
+    def ack_batches(
+        self, batches: Mapping[Position, BatchAcks] | Iterable[tuple[Position, BatchAcks]]
+    ) -> AckState:
+        """Acknowledge batch indexes of entries (an entry all of whose indexes are then acknowledged
+        becomes a whole-entry ack)."""
+        items = batches.items() if isinstance(batches, Mapping) else batches
+        return AckState.of(self.mark_delete, self.ranges, (*self.batches, *items))
+
+    def ack_indexes(self, position: Position, size: int, indexes: Iterable[int]) -> AckState:
+        """Acknowledge ``indexes`` of the batch of ``size`` messages at ``position``."""
+        return self.ack_batches([(position, BatchAcks.of(size, indexes))])
 
     def ack_cumulative(self, position: Position) -> AckState:
         """Acknowledge everything up to ``position``; never moves the mark-delete back."""
-        return AckState.of(max(self.mark_delete, position), self.ranges)
+        return AckState.of(max(self.mark_delete, position), self.ranges, self.batches)
 
     def merge(self, other: AckState) -> AckState:
         """The union of two states."""
-        return AckState.of(max(self.mark_delete, other.mark_delete), self.ranges.union(other.ranges))
+        return AckState.of(
+            max(self.mark_delete, other.mark_delete),
+            self.ranges.union(other.ranges),
+            (*self.batches, *other.batches),
+        )
 
     def holes(self, existing: Iterable[Position]) -> list[Position]:
-        """The unacknowledged positions among ``existing`` between the mark-delete and ``highest``."""
+        """The positions among ``existing`` between the mark-delete and ``highest`` that are not wholly
+        acknowledged (partly acknowledged entries included)."""
         top = self.highest
         return [p for p in existing if self.mark_delete < p < top and p not in self]

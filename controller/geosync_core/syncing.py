@@ -6,19 +6,29 @@ the change to its own cursor that makes it acknowledge exactly the same messages
 Both steps are pure; the runtime applies a plan with ``expireMessages`` (mark-delete) and
 ``skipByMessageIds`` or a shadow consumer (individual acks).
 
+Acknowledgement is tracked down to the message: an entry may be a batch of ``size`` messages, some of
+them acknowledged (``AckState.batches``, ``OriginAcks.partials``). Replication keeps batch layout, so batch
+index ``i`` of a local entry is batch index ``i`` of its origin entry. Only the runtime knows batch sizes
+(it read the entries); it passes them as ``size_of``, and without them every entry counts as one message
+(what the cursor says about partly acknowledged entries is still kept and translated).
+
 Invariants:
 
-* translation claims exactly what the cursor acknowledged among indexed entries: an origin is in
-  ``to_origin_acks(index, cursor).acks`` iff a local entry indexed with that origin is in ``cursor``;
-  entries the index does not cover are never claimed;
-* NO LOSS: a plan acknowledges a local entry only if it is already acknowledged locally or it is indexed
-  and its origin is in ``remote``; after ``applied`` the listed entries acknowledged are exactly those;
+* translation claims exactly what the cursor acknowledged among indexed entries, message by message:
+  ``to_origin_acks(index, cursor).acks`` claims ``(origin, i)`` iff a local entry indexed with that origin
+  has message ``i`` acknowledged in ``cursor`` (whole entries as spans, partly acknowledged ones as
+  partials); entries the index does not cover are never claimed;
+* NO LOSS: a plan acknowledges a local message only if it is already acknowledged locally or the entry is
+  indexed and ``remote`` claims the same message of its origin; a whole entry is acknowledged only if
+  each of its ``size`` messages is, and the mark-delete never passes an entry with an unacknowledged
+  message; after ``applied`` the log's acknowledged messages are exactly those;
 * MONOTONE: a plan's mark-delete is above the current one or absent; nothing is ever un-acknowledged;
 * IDEMPOTENT: planning again after ``applied`` yields an empty plan;
 * no skip on a guess: an entry of ``log`` that is not indexed (and not acknowledged locally) is never
   acknowledged and the mark-delete never passes it;
-* PER-KEY ORDER: ``key_ordered`` keeps a subset of the cursor in which, for every key, the acknowledged
-  entries above the mark-delete are a prefix of that key's entries.
+* PER-KEY ORDER: ``key_ordered`` keeps a subset of the cursor's messages in which, for every key, the
+  acknowledged messages above the mark-delete are a prefix of that key's messages in log order (entry,
+  then batch index).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from geosync_core.batches import BatchAcks, Batches
 from geosync_core.indexing import OriginIndex, Run
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
@@ -63,7 +74,12 @@ def to_origin_acks(index: OriginIndex, cursor: AckState) -> Translation | Untran
     prefix = (Range(_BEFORE_ALL, cursor.mark_delete),) if cursor.mark_delete > _BEFORE_ALL else ()
     acked = (*prefix, *cursor.ranges)
     spans = [(run.region, span) for run in index for span in _acked_spans(run, acked)]
-    return Translation(OriginAcks.of((region, [span]) for region, span in spans), first, last)
+    partials = []
+    for p, acks in cursor.batches:
+        origin = index.origin_of(p)
+        if origin is not None:
+            partials.append((origin.region, [(origin.position, acks)]))
+    return Translation(OriginAcks.of(((region, [span]) for region, span in spans), partials), first, last)
 
 
 def _acked_spans(run: Run, acked: tuple[Range, ...]) -> list[Span]:
@@ -85,30 +101,45 @@ def _acked_spans(run: Run, acked: tuple[Range, ...]) -> list[Span]:
 @dataclass(frozen=True, slots=True)
 class ApplyPlan:
     """The local cursor change: move the mark-delete to ``new_mark_delete`` (if set), then acknowledge
-    ``individual_acks`` (all above it). ``blocked_by`` is the first entry the mark-delete could not pass
+    ``individual_acks`` (whole entries, all above it) and the batch indexes in ``batch_acks`` (for each
+    partly acknowledged entry, all above it, the whole set of acknowledged indexes to reach: it includes
+    what the cursor already has). ``blocked_by`` is the first entry the mark-delete could not pass
     because it is not indexed yet (``None`` if it stopped at an entry known to be unacknowledged, or at
     the end of the log)."""
 
     new_mark_delete: Position | None
     individual_acks: tuple[Position, ...]
     blocked_by: Position | None = None
+    batch_acks: Batches = ()
 
     @property
     def is_empty(self) -> bool:
-        return self.new_mark_delete is None and not self.individual_acks
+        return self.new_mark_delete is None and not self.individual_acks and not self.batch_acks
 
 
 def plan_apply(
-    index: OriginIndex, local: AckState, *, remote: OriginAcks, log: Iterable[Position]
+    index: OriginIndex,
+    local: AckState,
+    *,
+    remote: OriginAcks,
+    log: Iterable[Position],
+    size_of: Callable[[Position], int | None] | None = None,
 ) -> ApplyPlan:
     """Plan the change that makes ``local`` acknowledge what ``remote`` claims, entry by entry of ``log``.
 
     ``log`` lists, in increasing order, every local entry above the local mark-delete that a consumer
     could be dispatched (entries the broker never dispatches, such as markers, may be left out and are
     then passed over, as brokers do). Entries listed but not indexed block the mark-delete.
+
+    ``size_of(p)`` is the number of messages in local entry ``p`` (``None`` or 1: not batched; an entry the
+    cursor holds in part is read with the size the cursor gives if ``size_of`` does not know it). An entry
+    is acknowledged whole if it is locally, if ``remote`` claims its origin whole, or if the local and
+    remote acknowledged indexes together cover its size; otherwise remote indexes the cursor lacks are
+    planned in ``batch_acks``. Without sizes, remote partial claims are left unused (never guessed at).
     """
     mark_delete: Position | None = None
     individual: list[Position] = []
+    batches: list[tuple[Position, BatchAcks]] = []
     blocked_by: Position | None = None
     advancing = True
     previous: Position | None = None
@@ -121,47 +152,87 @@ def plan_apply(
         origin = index.origin_of(p)
         acked_here = p in local
         acked = acked_here or (origin is not None and origin in remote)
+        grown: BatchAcks | None = None
+        size = _size(p, local, size_of)
+        if not acked and origin is not None and size > 1:
+            mine = local.acked_indexes(p, size)
+            grown = mine.union(remote.acked_indexes(origin, size))
+            acked = grown.is_full
+            if grown == mine:
+                grown = None
         if advancing and acked:
             mark_delete = p
         elif acked:
             if not acked_here:
                 individual.append(p)
-        elif advancing:
-            advancing = False
-            blocked_by = p if origin is None else None
-    return ApplyPlan(mark_delete, tuple(individual), blocked_by)
+        else:
+            if grown is not None:
+                batches.append((p, grown))
+            if advancing:
+                advancing = False
+                blocked_by = p if origin is None else None
+    return ApplyPlan(mark_delete, tuple(individual), blocked_by, tuple(batches))
+
+
+def _size(p: Position, local: AckState, size_of: Callable[[Position], int | None] | None) -> int:
+    """How many messages entry ``p`` holds, as far as anyone here knows (1 when nobody does)."""
+    known = size_of(p) if size_of is not None else None
+    if known is None or known <= 1:
+        partial = local.batch(p)
+        return partial.size if partial is not None else 1
+    return known
 
 
 def applied(local: AckState, plan: ApplyPlan) -> AckState:
     """The cursor state after the broker carried out ``plan``."""
     moved = local if plan.new_mark_delete is None else local.ack_cumulative(plan.new_mark_delete)
-    return moved.ack(*plan.individual_acks)
+    return moved.ack(*plan.individual_acks).ack_batches(plan.batch_acks)
 
 
 def key_ordered(
-    cursor: AckState, log: Iterable[Position], key_of: Callable[[Position], str | None]
+    cursor: AckState,
+    log: Iterable[Position],
+    key_of: Callable[[Position], str | None],
+    *,
+    size_of: Callable[[Position], int | None] | None = None,
+    key_of_message: Callable[[Position, int], str | None] | None = None,
 ) -> AckState:
     """What a Key_Shared subscription may claim without breaking per-key order after a failover.
 
-    Above the mark-delete, an acknowledged entry is kept only if no earlier entry of the same key in ``log``
-    is unacknowledged: otherwise the region taking over would deliver the earlier entry after the later one
-    had been acknowledged. Dropping such acknowledgements trades duplicates for order. Entries that are not
-    in ``log`` are not claimed either (a subset is always safe to claim). A key that is not known
-    (``key_of`` returns None) could be any key: an unacknowledged entry with an unknown key blocks every
-    later entry, and an acknowledged one is kept only while no key is blocked.
+    Above the mark-delete, an acknowledged message is kept only if no earlier message of the same key
+    (an earlier entry of ``log``, or a lower batch index of the same entry) is unacknowledged: otherwise
+    the region taking over would deliver the earlier message after the later one had been acknowledged.
+    Dropping such acknowledgements trades duplicates for order. Entries that are not in ``log`` are not
+    claimed either (a subset is always safe to claim). A key that is not known (``None``) could be any
+    key: an unacknowledged message with an unknown key blocks every later message, and an acknowledged one
+    is kept only while no key is blocked.
+
+    Batched entries: ``size_of(p)`` gives entry ``p``'s number of messages (as for ``plan_apply``) and
+    ``key_of_message(p, i)`` the key of its message ``i`` (default: ``key_of(p)`` for every message).
+    Without sizes an entry is one message of key ``key_of(p)``, as before batches were tracked; a batch
+    whose messages have different keys then needs ``size_of`` and ``key_of_message`` to be judged right.
     """
     blocked: set[str] = set()
     block_all = False
     kept: list[Position] = []
+    kept_batches: list[tuple[Position, BatchAcks]] = []
     for p in log:
         if p <= cursor.mark_delete:
             continue
-        key = key_of(p)
-        if p not in cursor:
-            if key is None:
-                block_all = True
-            else:
-                blocked.add(key)
-        elif not block_all and (key not in blocked if key is not None else not blocked):
+        size = _size(p, cursor, size_of)
+        bits = 0
+        for i in range(size):
+            key = key_of_message(p, i) if key_of_message is not None else key_of(p)
+            if not cursor.acks_message(p, i):
+                if key is None:
+                    block_all = True
+                else:
+                    blocked.add(key)
+            elif not block_all and (key not in blocked if key is not None else not blocked):
+                bits |= 1 << i
+        acks = BatchAcks(size, bits)
+        if acks.is_full:
             kept.append(p)
-    return AckState.of(cursor.mark_delete).ack(*kept)
+        elif not acks.is_empty:
+            kept_batches.append((p, acks))
+    return AckState.of(cursor.mark_delete).ack(*kept).ack_batches(kept_batches)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from geosync_core.batches import BatchAcks
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range
@@ -63,3 +64,40 @@ def local_logs(
             log.append((Position(ledger, entry), Origin(region, streams[region].pop(0))))
             entry += 1
     return log
+
+
+# --- batched entries --------------------------------------------------------------------------------
+
+
+def size_of(position: Position) -> int:
+    """The number of messages in entry ``position`` of the small universe: 1 (unbatched) to 4."""
+    return 1 + (position.ledger + position.entry) % 4
+
+
+def size_of_origin(origin: Origin) -> int:
+    """An origin entry's batch size; replication keeps it, so a local copy has the same."""
+    return 1 + (ord(origin.region) + origin.position.entry) % 4
+
+
+@st.composite
+def batch_acks(draw: st.DrawFn, size: int | None = None) -> BatchAcks:
+    """Any set of acknowledged indexes (empty and full included) of a batch of ``size`` (or any size)."""
+    n = size if size is not None else draw(st.integers(1, 6))
+    return BatchAcks(n, draw(st.integers(0, (1 << n) - 1)))
+
+
+@st.composite
+def partial_batches(draw: st.DrawFn) -> list[tuple[Position, BatchAcks]]:
+    """Batch acks on entries of the small universe, sized by ``size_of``, repeats allowed."""
+    picked = draw(st.lists(entries, max_size=5))
+    return [(p, draw(batch_acks(size_of(p)))) for p in picked]
+
+
+batched_ack_states = st.builds(AckState.of, positions, st.lists(ranges(), max_size=4), partial_batches())
+
+
+def messages(state: AckState) -> frozenset[tuple[Position, int]]:
+    """The acknowledged messages of ``state`` among the universe's entries (sized by ``size_of``)."""
+    return frozenset(
+        (p, i) for p in UNIVERSE if p.entry >= 0 for i in range(size_of(p)) if state.acks_message(p, i)
+    )

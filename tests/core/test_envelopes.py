@@ -235,7 +235,7 @@ def _payload(**changes: Any) -> dict[str, Any]:
     ("kind", "payload", "reason"),
     [
         ("other", _payload(), Reason.MALFORMED),
-        (ACK_STATE, _payload(version=2), Reason.UNSUPPORTED_VERSION),
+        (ACK_STATE, _payload(version=3), Reason.UNSUPPORTED_VERSION),
         (ACK_STATE, _payload(version="1"), Reason.MALFORMED),
         (ACK_STATE, _payload(region="us"), Reason.MALFORMED),
         (ACK_STATE, _payload(topic=""), Reason.MALFORMED),
@@ -291,13 +291,13 @@ def test_a_batch_cannot_speak_for_another_region() -> None:
     ("payload", "reason"),
     [
         ({"version": 1, "region": "eu", "states": [_payload()]}, None),
-        ({"version": 2, "region": "eu", "states": []}, Reason.UNSUPPORTED_VERSION),
+        ({"version": 3, "region": "eu", "states": []}, Reason.UNSUPPORTED_VERSION),
         ({"version": 1, "region": "us", "states": []}, Reason.MALFORMED),
         ({"version": 1, "region": "eu", "states": {}}, Reason.MALFORMED),
         ({"version": 1, "region": "eu", "states": [_payload(), 5]}, Reason.MALFORMED),
         # One state speaking for another region spoils the whole batch.
         ({"version": 1, "region": "eu", "states": [_payload(), _payload(region="us")]}, Reason.MALFORMED),
-        ({"version": 1, "region": "eu", "states": [_payload(version=2)]}, Reason.UNSUPPORTED_VERSION),
+        ({"version": 1, "region": "eu", "states": [_payload(version=3)]}, Reason.UNSUPPORTED_VERSION),
     ],
 )
 def test_bad_ack_states_batches_are_refused_whole(payload: dict[str, Any], reason: Reason | None) -> None:

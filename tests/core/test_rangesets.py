@@ -4,10 +4,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from geosync_core.batches import BatchAcks, gather
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range, RangeSet
 
-from .strategies import UNIVERSE, ack_states, entries, fast, positions, ranges
+from .strategies import (
+    UNIVERSE,
+    ack_states,
+    batched_ack_states,
+    entries,
+    fast,
+    messages,
+    partial_batches,
+    positions,
+    ranges,
+    size_of,
+)
 
 
 def P(text: str) -> Position:
@@ -182,3 +194,116 @@ def test_holes_table() -> None:
     log = [P(f"3:{e}") for e in range(12)]
     assert state.holes(log) == [P("3:4"), P("3:6"), P("3:7")]
     assert state.highest == P("3:10")
+
+
+# --- AckState with partly acknowledged batches --------------------------------------------------------
+
+
+def B(size: int, *indexes: int) -> BatchAcks:
+    return BatchAcks.of(size, indexes)
+
+
+def test_partial_batch_is_kept_and_is_a_hole() -> None:
+    state = AckState.parse("3:3", "[(3:5..3:6]]", batches=[(P("3:4"), B(3, 0, 2))])
+    assert state.batches == ((P("3:4"), B(3, 0, 2)),)
+    assert P("3:4") not in state
+    assert [state.acks_message(P("3:4"), i) for i in range(4)] == [True, False, True, False]
+    assert state.acked_indexes(P("3:4"), 3) == B(3, 0, 2)
+    assert state.acked_indexes(P("3:3"), 3) == BatchAcks.whole(3)
+    assert state.acked_indexes(P("3:9"), 3) == B(3)
+    assert state.holes([P(f"3:{e}") for e in range(8)]) == [P("3:4"), P("3:5")]
+
+
+def test_completing_a_batch_makes_it_whole_and_advances_the_mark_delete() -> None:
+    state = AckState.parse("3:3", "[(3:4..3:6]]", batches=[(P("3:4"), B(3, 0, 2))])
+    assert state.ack_indexes(P("3:4"), 3, [1]) == AckState.parse("3:6")
+    # A whole-entry ack drops the partial; so does a cumulative ack past it.
+    assert state.ack(P("3:4")) == AckState.parse("3:6")
+    assert state.ack_cumulative(P("3:5")) == AckState.parse("3:6")
+
+
+def test_partials_covered_by_ranges_or_mark_delete_are_dropped_and_empty_ones_ignored() -> None:
+    state = AckState.of(
+        P("3:3"),
+        RangeSet.parse("[(3:5..3:7]]"),
+        [(P("3:2"), B(2, 0)), (P("3:6"), B(2, 1)), (P("3:9"), B(2)), (P("3:8"), B(2, 1))],
+    )
+    assert state == AckState(P("3:3"), RangeSet.parse("[(3:5..3:7]]"), ((P("3:8"), B(2, 1)),))
+
+
+@pytest.mark.parametrize(
+    "batches",
+    [
+        ((P("3:3"), BatchAcks(2, 1)),),  # at the mark-delete
+        ((P("3:6"), BatchAcks(2, 1)),),  # inside a range
+        ((P("3:9"), BatchAcks(2, 3)),),  # full
+        ((P("3:9"), BatchAcks(2, 0)),),  # empty
+        ((P("3:9"), BatchAcks(2, 1)), (P("3:8"), BatchAcks(2, 1))),  # unsorted
+    ],
+)
+def test_unnormalized_partials_are_refused(batches: tuple[tuple[Position, BatchAcks], ...]) -> None:
+    with pytest.raises(ValueError, match=r"not normalized|not canonical|not a partial"):
+        AckState(P("3:3"), RangeSet.parse("[(3:5..3:7]]"), batches)
+
+
+@fast
+@given(batched_ack_states)
+def test_batched_states_are_normalized(state: AckState) -> None:
+    assert AckState(state.mark_delete, state.ranges, state.batches) == state
+    assert all(p > state.mark_delete and p not in state and b.is_partial for p, b in state.batches)
+
+
+@fast
+@given(positions, st.lists(ranges(), max_size=4), partial_batches())
+def test_equal_messages_are_equal_values(
+    md: Position, rs: list[Range], batches: list[tuple[Position, BatchAcks]]
+) -> None:
+    state = AckState.of(md, rs, batches)
+    # the same messages one at a time, in another order
+    singles = [(p, BatchAcks.of(b.size, [i])) for p, b in reversed(batches) for i in b.indexes()]
+    assert AckState.of(md, rs, singles) == state
+    # full batches given as whole entries instead
+    full = {p for p, b in gather(batches).items() if b.is_full}
+    assert (
+        AckState.of(md, [*rs, *map(Range.single, full)], [(p, b) for p, b in batches if p not in full])
+        == state
+    )
+    # acknowledged one message at a time
+    stepped = AckState.of(md, rs)
+    for p, b in singles:
+        stepped = stepped.ack_indexes(p, b.size, b.indexes())
+    assert stepped == state
+
+
+@fast
+@given(positions, st.lists(ranges(), max_size=4), partial_batches())
+def test_of_holds_exactly_the_messages_given(
+    md: Position, rs: list[Range], batches: list[tuple[Position, BatchAcks]]
+) -> None:
+    state = AckState.of(md, rs, batches)
+    whole = {p for p in UNIVERSE if p.entry >= 0 and (p <= md or p in RangeSet.of(rs))}
+    given_ = {(p, i) for p, b in batches for i in b.indexes()}
+    expected = {(p, i) for p in whole for i in range(size_of(p))} | given_
+    assert messages(state) == expected
+    assert AckState.of(md, rs, reversed(batches)) == state
+
+
+@fast
+@given(batched_ack_states, batched_ack_states, batched_ack_states)
+def test_merge_with_batches_is_a_semilattice(a: AckState, b: AckState, c: AckState) -> None:
+    assert messages(a.merge(b)) == messages(a) | messages(b)
+    assert a.merge(b) == b.merge(a)
+    assert a.merge(b).merge(c) == a.merge(b.merge(c))
+    assert a.merge(a) == a
+
+
+@fast
+@given(batched_ack_states, partial_batches(), st.lists(entries, max_size=3), positions)
+def test_every_ack_is_monotone_at_message_level(
+    state: AckState, batches: list[tuple[Position, BatchAcks]], acked: list[Position], position: Position
+) -> None:
+    before = messages(state)
+    after_batches = state.ack_batches(batches)
+    assert messages(after_batches) == before | {(p, i) for p, b in batches for i in b.indexes()}
+    assert messages(state.ack(*acked)) >= before
+    assert messages(state.ack_cumulative(position)) >= before
