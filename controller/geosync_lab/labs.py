@@ -195,9 +195,14 @@ def up(
     *,
     deadline_s: float = 240.0,
     agents: bool = True,
+    batch_index_acks: bool | None = None,
     report: Report = _silent,
 ) -> UpResult:
-    """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there."""
+    """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there.
+
+    ``batch_index_acks`` sets the brokers' ``acknowledgmentAtBatchIndexLevelEnabled`` (None: on, unless
+    ``GEOSYNC_BATCH_INDEX_ACKS=0``); the choice is recorded per region in the topology (``lab``
+    ``batch_index_acks``) and kept when a region is restarted."""
     topo.validate_region_names(region_names)
     if len(region_names) < 2:
         raise LabError(
@@ -219,7 +224,9 @@ def up(
     distribution.check_java()
     home = distribution.ensure_pulsar()
     # Built (or taken from the cache) once, before the parallel boots; every region loads the same NAR.
-    extra = plugins.plugin_conf(plugins.ensure_plugins())
+    if batch_index_acks is None:
+        batch_index_acks = regions.batch_index_acks_default()
+    extra = {**plugins.plugin_conf(plugins.ensure_plugins()), **regions.batch_index_conf(batch_index_acks)}
     shutil.rmtree(lab_dir / "regions", ignore_errors=True)
     lab_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -261,7 +268,7 @@ def up(
                 zookeeper=p.zookeeper,
                 pids=(booted[n][1],),
                 log_dir=str(p.log_dir),
-                lab={"ports": p.ports.as_dict(), "root": str(p.root)},
+                lab={"ports": p.ports.as_dict(), "root": str(p.root), "batch_index_acks": batch_index_acks},
             )
             for n, p in procs.items()
         },
@@ -433,7 +440,9 @@ def start_region(lab_dir: pathlib.Path, name: str, *, deadline_s: float = 240.0)
     proc = region_process(lab_dir, region)
     if any(regions.owns(pid, regions.region_marker(proc)) for pid in region.pids):
         return topology
-    extra = plugins.plugin_conf(plugins.ensure_plugins())
+    # Labs written before the setting was recorded ran with Pulsar 4.0's default (off).
+    batch_index_acks = bool(region.lab.get("batch_index_acks", False))
+    extra = {**plugins.plugin_conf(plugins.ensure_plugins()), **regions.batch_index_conf(batch_index_acks)}
     pid = regions.start(distribution.ensure_pulsar(topology.pulsar_version), proc, extra_conf=extra)
     topology = replace(topology, regions={**topology.regions, name: replace(region, pids=(pid,))})
     save(lab_dir, topology)

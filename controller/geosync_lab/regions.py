@@ -126,6 +126,23 @@ class RegionProcess:
         return AdminClient(self.admin_url)
 
 
+BATCH_INDEX_ACKS_ENV = "GEOSYNC_BATCH_INDEX_ACKS"
+"""``0`` (or ``false``/``no``/``off``) boots lab brokers without batch-index acknowledgements."""
+
+
+def batch_index_acks_default() -> bool:
+    """The lab's default for batch-index acknowledgements: on (as Pulsar 4.1 brokers are by default),
+    unless ``GEOSYNC_BATCH_INDEX_ACKS`` turns it off."""
+    value = os.environ.get(BATCH_INDEX_ACKS_ENV, "").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def batch_index_conf(enabled: bool) -> dict[str, str]:
+    """The broker key that tracks acknowledgements per message inside a batched entry (4.0 defaults to
+    off; consumers also need batch-index acks enabled client-side to send them)."""
+    return {"acknowledgmentAtBatchIndexLevelEnabled": "true" if enabled else "false"}
+
+
 def render_conf(pulsar_home: pathlib.Path, region: RegionProcess, extra: dict[str, str] | None = None) -> str:
     """The distribution's standalone.conf with our keys replaced in place (last one wins in Java props)."""
     values = dict(_CONF_OVERRIDES)

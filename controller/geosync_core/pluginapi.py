@@ -1,0 +1,376 @@
+"""The wire shapes of the broker plugin's cursor endpoints, as typed values.
+
+Why: the agent reads the interceptor's acknowledgement feed (``GET /admin/v2/geosync/cursors?since=N``) and
+writes cursors through it (``POST /admin/v2/geosync/acks``). The Java side builds and parses these shapes
+in ``PluginApi`` (``interceptors/geosync-plugin-common``); both are checked against the shared vectors in
+``testdata/plugin-api/vectors.json``, so a change on one side that the other does not know fails a test.
+
+Shapes (version 1):
+
+* feed: ``{"epoch", "seq", "cursors": [report]}``;
+* report: ``{"topic", "subscription", "status": "ok", "mark_delete": "L:E", "individually_deleted":
+  "[(L:E..L:E]]", "batches": [{"position": "L:E", "unacked": [i, ...]}]}``, plus ``"batches_truncated":
+  true`` when the cursor has more partly acknowledged entries than one answer carries;
+* write item: ``{"topic", "subscription", "mark_delete": "L:E" | null, "positions": ["L:E"], "batches":
+  [{"position": "L:E", "size": n, "acked": [i, ...]}]}``;
+* write result: a report plus ``"acknowledged"`` (count), or ``{"status", "error"?}`` with topic and
+  subscription when known.
+
+Invariants (each a test in ``tests/core/test_pluginapi.py``):
+
+* ``X.from_wire(x.to_wire()) == x`` for every value, and the vectors' answers re-encode to themselves;
+* an ack set has bit ``i`` set while message ``i`` of the batch is NOT acknowledged (Pulsar's convention),
+  in signed 64-bit words; ``unacked(ack_set(n, acked)) == [0, n) - acked``;
+* a batch whose every index is acknowledged is ``whole``: the broker acknowledges the entry itself;
+* an entry at or below a report's ``mark_delete`` or inside its ``individually_deleted`` is fully
+  acknowledged whatever ``batches`` says (the broker reads batches first, so they may be a little stale
+  but never claim more than was acknowledged); ``batches`` lists only entries above ``mark_delete``;
+* an item that is not exactly the documented shape is refused with ``BadRequest`` naming what is wrong,
+  as the broker refuses it with status ``bad_request``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from geosync_core.errors import PermanentError
+from geosync_core.positions import Position
+
+VERSION = 1
+MAX_BATCH_SIZE = 1 << 20
+"""The largest batch an item may describe (Pulsar clients default to 1000 messages per batch)."""
+
+_ITEM_KEYS = ("topic", "subscription", "mark_delete", "positions", "batches")
+_WORD = 1 << 64
+
+
+class Status(enum.Enum):
+    """Per-item outcome of a cursor read or write."""
+
+    OK = "ok"
+    NOT_LOADED = "not_loaded"
+    """The topic is not loaded on this broker: use the admin API, which finds its owner."""
+    NO_SUBSCRIPTION = "no_subscription"
+    BAD_REQUEST = "bad_request"
+    BATCH_ACKS_OFF = "batch_acks_off"
+    """The broker runs without batch-index acknowledgements: send whole entries only."""
+
+
+class PluginApiError(PermanentError):
+    """An answer of the plugin is not the documented shape."""
+
+
+class BadRequest(PluginApiError):
+    """A write item is not the documented shape (the broker answers it ``bad_request``)."""
+
+
+def ack_set(size: int, acked: frozenset[int] | set[int] | list[int]) -> tuple[int, ...]:
+    """Pulsar's ack set for a batch of ``size``: bits ``0..size-1`` set except the acknowledged ones, as
+    signed 64-bit words (at least one)."""
+    bits = (1 << size) - 1
+    for i in acked:
+        bits &= ~(1 << i)
+    words = []
+    for w in range(max(1, (size + 63) // 64)):
+        word = (bits >> (64 * w)) & (_WORD - 1)
+        words.append(word - _WORD if word >= 1 << 63 else word)
+    return tuple(words)
+
+
+def unacked(words: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """The indexes an ack set leaves unacknowledged (its set bits), ascending."""
+    out: list[int] = []
+    for w, word in enumerate(words):
+        unsigned = word % _WORD
+        out.extend(64 * w + i for i in range(64) if unsigned >> i & 1)
+    return tuple(out)
+
+
+def _position(text: Any, *, floor: bool = False) -> Position:
+    """A request position ``"L:E"`` with ``L, E >= 0`` (``floor``: also ``E == -1``, as a mark-delete)."""
+    if isinstance(text, str):
+        try:
+            p = Position.parse(text)
+        except ValueError:
+            pass
+        else:
+            if p.ledger >= 0 and (p.entry >= 0 or floor):
+                return p
+    raise BadRequest(f"a position must be a string L:E with L, E >= 0, not {text!r}")
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise PluginApiError(f"{key!r} must be a string, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class BatchState:
+    """A partly acknowledged entry above the mark-delete, and the indexes still unacknowledged in it."""
+
+    position: Position
+    unacked: tuple[int, ...]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"position": str(self.position), "unacked": list(self.unacked)}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> BatchState:
+        if not isinstance(obj, dict) or not isinstance(obj.get("unacked"), list):
+            raise PluginApiError(f"a batch state must be {{'position', 'unacked'}}, not {obj!r}")
+        indexes = [_int(i) for i in obj["unacked"]]
+        if any(i is None or i < 0 for i in indexes):
+            raise PluginApiError(f"unacked indexes must be non-negative integers, not {obj['unacked']!r}")
+        try:
+            position = Position.parse(_str(obj, "position"))
+        except ValueError as e:
+            raise PluginApiError(str(e)) from e
+        return cls(position, tuple(i for i in indexes if i is not None))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAck:
+    """Acknowledge indexes ``acked`` of the batched entry at ``position``, which holds ``size`` messages.
+
+    ``size`` must be the entry's real batch size: the broker checks it and refuses the item otherwise."""
+
+    position: Position
+    size: int
+    acked: frozenset[int]
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.size <= MAX_BATCH_SIZE:
+            raise BadRequest(f"batch {self.position}: 'size' must be an integer in 1..{MAX_BATCH_SIZE}")
+        if any(not 0 <= i < self.size for i in self.acked):
+            raise BadRequest(
+                f"batch {self.position}: an acked index must be an integer in 0..{self.size - 1}, "
+                f"not {sorted(self.acked)!r}"
+            )
+
+    @property
+    def whole(self) -> bool:
+        """Every message acknowledged: the broker acknowledges the entry whole."""
+        return len(self.acked) == self.size
+
+    def ack_set(self) -> tuple[int, ...]:
+        return ack_set(self.size, self.acked)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"position": str(self.position), "size": self.size, "acked": sorted(self.acked)}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> BatchAck:
+        if not isinstance(obj, dict) or set(obj) != {"position", "size", "acked"}:
+            raise BadRequest(
+                'each batch must be an object {"position": "L:E", "size": n, "acked": [indexes]}'
+            )
+        position = _position(obj["position"])
+        size = _int(obj["size"])
+        if size is None or not 1 <= size <= MAX_BATCH_SIZE:
+            raise BadRequest(f"batch {position}: 'size' must be an integer in 1..{MAX_BATCH_SIZE}")
+        if not isinstance(obj["acked"], list):
+            raise BadRequest(f"batch {position}: 'acked' must be a list of indexes")
+        acked: set[int] = set()
+        for given in obj["acked"]:
+            i = _int(given)
+            if i is None or not 0 <= i < size:
+                raise BadRequest(
+                    f"batch {position}: an acked index must be an integer in 0..{size - 1}, not {given!r}"
+                )
+            if i in acked:
+                raise BadRequest(f"batch {position}: index {i} is listed twice")
+            acked.add(i)
+        return cls(position, size, frozenset(acked))
+
+
+@dataclass(frozen=True, slots=True)
+class AckItem:
+    """One cursor write: move the mark-delete (forward only), acknowledge entries and batch indexes."""
+
+    topic: str
+    subscription: str
+    mark_delete: Position | None = None
+    positions: tuple[Position, ...] = ()
+    batches: tuple[BatchAck, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "subscription": self.subscription,
+            "mark_delete": None if self.mark_delete is None else str(self.mark_delete),
+            "positions": [str(p) for p in self.positions],
+            "batches": [b.to_wire() for b in self.batches],
+        }
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> AckItem:
+        """Parse an item as the broker does; raise ``BadRequest`` with the broker's reason."""
+        if not isinstance(obj, dict):
+            raise BadRequest("each item must be an object")
+        topic, subscription = obj.get("topic"), obj.get("subscription")
+        if not isinstance(topic, str) or not isinstance(subscription, str) or not topic or not subscription:
+            raise BadRequest("each item needs non-empty string fields 'topic' and 'subscription'")
+        for key in obj:
+            if key not in _ITEM_KEYS:
+                raise BadRequest(f"unknown field '{key}' (known: {', '.join(_ITEM_KEYS)})")
+        mark = obj.get("mark_delete")
+        return cls(
+            topic=topic,
+            subscription=subscription,
+            mark_delete=None if mark is None else _position(mark),
+            positions=tuple(_position(p) for p in _list(obj, "positions")),
+            batches=tuple(BatchAck.from_wire(b) for b in _list(obj, "batches")),
+        )
+
+
+def _list(obj: dict[str, Any], key: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest(f"'{key}' must be a list")
+    return value
+
+
+def decode_ack_request(body: bytes) -> list[Any]:
+    """The raw items of a request body ``{"acks": [...]}``; ``BadRequest`` where the broker answers 400."""
+    try:
+        parsed = json.loads(body, parse_float=_refuse_float)
+    except ValueError as e:
+        raise BadRequest(f'the body must be JSON {{"acks": [...]}}: {e}') from e
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("acks"), list):
+        raise BadRequest("the body must be a JSON object with a list 'acks'")
+    return list(parsed["acks"])
+
+
+def _refuse_float(text: str) -> Any:
+    raise ValueError(f"floats are not part of the format: {text}")
+
+
+def encode_ack_request(items: list[AckItem]) -> dict[str, Any]:
+    return {"acks": [i.to_wire() for i in items]}
+
+
+@dataclass(frozen=True, slots=True)
+class CursorReport:
+    """One cursor's state, as the feed reports it and as a write leaves it."""
+
+    topic: str
+    subscription: str
+    mark_delete: Position
+    individually_deleted: str
+    batches: tuple[BatchState, ...] = ()
+    batches_truncated: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "topic": self.topic,
+            "subscription": self.subscription,
+            "status": Status.OK.value,
+            "mark_delete": str(self.mark_delete),
+            "individually_deleted": self.individually_deleted,
+            "batches": [b.to_wire() for b in self.batches],
+        }
+        if self.batches_truncated:
+            out["batches_truncated"] = True
+        return out
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> CursorReport:
+        if not isinstance(obj, dict):
+            raise PluginApiError(f"a cursor report must be an object, not {obj!r}")
+        if obj.get("status", Status.OK.value) != Status.OK.value:
+            raise PluginApiError(f"not a cursor state: status {obj.get('status')!r}")
+        batches = obj.get("batches") or []  # brokers with an older plugin send no batches
+        if not isinstance(batches, list):
+            raise PluginApiError(f"'batches' must be a list, not {batches!r}")
+        try:
+            mark_delete = Position.parse(_str(obj, "mark_delete"))
+        except ValueError as e:
+            raise PluginApiError(str(e)) from e
+        return cls(
+            topic=_str(obj, "topic"),
+            subscription=_str(obj, "subscription"),
+            mark_delete=mark_delete,
+            individually_deleted=_str(obj, "individually_deleted"),
+            batches=tuple(BatchState.from_wire(b) for b in batches),
+            batches_truncated=obj.get("batches_truncated") is True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """An answer of the acknowledgement feed: ``epoch`` changes at each broker start."""
+
+    epoch: str
+    seq: int
+    cursors: tuple[CursorReport, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "seq": self.seq, "cursors": [c.to_wire() for c in self.cursors]}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> Feed:
+        if not isinstance(obj, dict) or not isinstance(obj.get("cursors", []), list):
+            raise PluginApiError(f"a feed answer must be {{'epoch', 'seq', 'cursors'}}, not {obj!r}")
+        seq = _int(obj.get("seq", 0))
+        if seq is None:
+            raise PluginApiError(f"'seq' must be an integer, not {obj.get('seq')!r}")
+        return cls(
+            epoch=str(obj.get("epoch", "")),
+            seq=seq,
+            cursors=tuple(CursorReport.from_wire(c) for c in obj.get("cursors", [])),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """The answer to one write item: ``cursor`` (the state afterwards) and ``acknowledged`` when ``OK``,
+    else ``error`` where the broker gave a reason."""
+
+    status: Status
+    topic: str | None = None
+    subscription: str | None = None
+    cursor: CursorReport | None = None
+    acknowledged: int = 0
+    error: str | None = field(default=None)
+
+    def to_wire(self) -> dict[str, Any]:
+        if self.cursor is not None:
+            return {**self.cursor.to_wire(), "acknowledged": self.acknowledged}
+        out: dict[str, Any] = {"status": self.status.value}
+        for key, value in (("topic", self.topic), ("subscription", self.subscription), ("error", self.error)):
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> AckResult:
+        if not isinstance(obj, dict):
+            raise PluginApiError(f"a write result must be an object, not {obj!r}")
+        try:
+            status = Status(obj.get("status"))
+        except ValueError as e:
+            raise PluginApiError(f"unknown status {obj.get('status')!r}") from e
+        topic, subscription, error = obj.get("topic"), obj.get("subscription"), obj.get("error")
+        if status is Status.OK:
+            cursor = CursorReport.from_wire(obj)
+            acknowledged = _int(obj.get("acknowledged", 0))
+            if acknowledged is None:
+                raise PluginApiError(f"'acknowledged' must be an integer, not {obj.get('acknowledged')!r}")
+            return cls(status, cursor.topic, cursor.subscription, cursor, acknowledged)
+        return cls(
+            status,
+            topic if isinstance(topic, str) else None,
+            subscription if isinstance(subscription, str) else None,
+            error=error if isinstance(error, str) else None,
+        )
