@@ -18,6 +18,7 @@ from typing import Any
 import requests
 import tenacity
 
+from geosync_core import pluginapi
 from geosync_core.errors import PermanentError, TemporaryError
 
 
@@ -378,6 +379,22 @@ class AdminClient:
         plugin and AdminForbidden where the broker keeps cursor writes off."""
         body = self.post("/admin/v2/geosync/acks", {"acks": items}) or {}
         return list(body.get("results") or [])
+
+    def plugin_feed(self, *, since: int) -> pluginapi.Feed:
+        """``plugin_cursors`` as typed values: each reported cursor with its partly acknowledged batch
+        entries (``CursorReport.batches``). Raises AdminNotFound where the plugin is not loaded and
+        ``PluginApiError`` for an answer that is not the documented shape."""
+        return pluginapi.Feed.from_wire(self.get("/admin/v2/geosync/cursors", params={"since": since}) or {})
+
+    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+        """``plugin_acks`` as typed values, with batch-index acknowledgements (``AckItem.batches``). One
+        result per item, in order. Raises AdminNotFound without the plugin, AdminForbidden where the broker
+        keeps cursor writes off, and ``PluginApiError`` for an answer that is not the documented shape."""
+        body = self.post("/admin/v2/geosync/acks", pluginapi.encode_ack_request(items)) or {}
+        results = [pluginapi.AckResult.from_wire(r) for r in body.get("results") or []]
+        if len(results) != len(items):
+            raise pluginapi.PluginApiError(f"{len(items)} items written but {len(results)} results answered")
+        return results
 
     def replicated_from(self, topic: str, *, ledger: int, entry: int) -> str | None:
         """The region a stored entry was replicated from (None for a local one), from the entry's headers."""
