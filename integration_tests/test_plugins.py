@@ -27,10 +27,10 @@ import requests
 
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient
-from geosync_agent.tailing import OriginResolver
 from geosync_core import markers
 from geosync_core.envelopes import Rejected
 from geosync_core.positions import Position
+from geosync_core.resolving import OriginResolver
 from integration_tests.helpers import Lab, produce, wait_for
 
 pytestmark = pytest.mark.lab
@@ -286,7 +286,7 @@ def test_origin_index_names_every_entrys_origin_region(plugin_lab: Lab, unique: 
             produced_in = m.data.decode().split("-")[0]
             assert origin_of(runs, m.position) == produced_in, (region, m.position, m.data)
             if m.source_position is not None:
-                header = resolver.resolve(
+                header = resolver.region_of(
                     topic,
                     m.position,
                     producer=f"{produced_in}-0-0" if b"-gen-" in m.data else "orders",

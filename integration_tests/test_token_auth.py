@@ -27,8 +27,8 @@ from geoctl.cli import main
 from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
+from geosync_agent import discovering
 from geosync_agent.config import AgentConfig
-from geosync_agent.runtime import Agent
 from geosync_lab import certs, distribution, labs, regions
 
 
@@ -136,8 +136,8 @@ def test_agent_reads_its_token_from_a_file_and_never_logs_it(
         )
 
     with pytest.raises(adm.AdminUnauthorized):
-        Agent(config()).scan()
-    found = Agent(config(str(token_file))).scan()
+        discovering.scan(config().admin_client(timeout=10.0), config())
+    found = discovering.scan(config(str(token_file)).admin_client(timeout=10.0), config(str(token_file)))
     assert found.namespaces == {}  # one region: nothing replicated, but every call was authorized
     assert token not in caplog.text
 
@@ -208,15 +208,19 @@ def test_agent_talks_tls_to_admin_api_and_brokers(secured_region: Secured, tmp_p
         )
 
     with pytest.raises(adm.AdminTlsError):
-        Agent(config("")).scan()
-    agent = Agent(config(str(sec.tls.ca)))
-    assert agent.scan().namespaces == {}
+        discovering.scan(config("").admin_client(timeout=10.0), config(""))
+    trusted = config(str(sec.tls.ca))
+    assert discovering.scan(trusted.admin_client(timeout=10.0), trusted).namespaces == {}
     topic = "persistent://public/default/agent-over-tls"
+    sent: list[bool] = []
+    agent_messaging = trusted.messaging()
     try:
-        producer = agent.connect().create_producer(topic)
-        producer.send(b"from the agent")
+        producer = agent_messaging.producer(topic)
+        producer.send_async(b"from the agent", sent.append)
+        producer.close()  # flushes
     finally:
-        agent.close()
+        agent_messaging.close()
+    assert sent == [True]
     with messaging.client(sec.ssl_service_url, token=sec.token, tls_trust_certs_file=str(sec.tls.ca)) as c:
         reader = c.create_reader(topic, pulsar.MessageId.earliest)
         assert reader.read_next(timeout_millis=10000).data() == b"from the agent"

@@ -35,11 +35,12 @@ from geoctl.access import AgentView, Site, probe_agent
 from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
-from geosync_core import drift, syncing
+from geosync_core import syncing
 from geosync_core.indexing import OriginIndex
-from geosync_core.origins import Origin, OriginAcks
+from geosync_core.origins import OriginAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
+from geosync_core.resolving import Malformed, OriginResolver, Unresolved
 
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
 INTERNAL_TOPICS = ("geosync-control", "geosync-policy-events")
@@ -160,29 +161,21 @@ def synced_namespaces(sites: dict[str, Site], wanted: list[str] | None) -> dict[
     return {ns: sorted(rs) for ns, rs in sorted(found.items()) if len(rs) > 1}
 
 
-class _Resolver:
-    def __init__(self, region: str, candidates: list[str], admin: adm.AdminClient) -> None:
-        self.region = region
-        self.others = [c for c in candidates if c != region]
-        self.admin = admin
-        self.by_producer: dict[str, str] = {}
+def _resolver(region: str, admin: adm.AdminClient) -> OriginResolver:
+    """The shared origin rule, falling back to the entry's header through ``admin``."""
 
-    def __call__(self, topic: str, local: Position, producer: str) -> str | None:
-        named = drift.origin_without_lookup(
-            self.region, [self.region, *self.others], producer=producer, verified=self.by_producer
-        )
-        if named is not None:
-            return named
+    def lookup(topic: str, local: Position) -> str | None:
         try:
-            region = self.admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
+            return admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
         except adm.AdminError:
             return None
-        if region is not None and drift.producer_cluster(producer) == region:
-            self.by_producer[producer] = region
-        return region
+
+    return OriginResolver(local=region, lookup=lookup)
 
 
-def read_log(site: Site, topic: str, resolver: _Resolver, *, max_entries: int) -> Log:
+def read_log(
+    site: Site, topic: str, resolver: OriginResolver, members: list[str], *, max_entries: int
+) -> Log:
     """Read ``topic`` in ``site`` from the earliest retained entry to the end (bounded by ``max_entries``)."""
     log = Log()
     last: Position | None = None
@@ -203,15 +196,17 @@ def read_log(site: Site, topic: str, resolver: _Resolver, *, max_entries: int) -
                 last = position
                 log.positions.append(position)
                 log.publish_ms[position] = msg.publish_timestamp()
-                stamp = msg.properties().get(messaging.REPL_SOURCE_POSITION)
-                if stamp is None:
-                    log.index.append(position, Origin(site.name, position))
-                    continue
-                region = resolver(topic, position, msg.producer_name())
-                if region is None:
+                origin = resolver.origin_of(
+                    topic,
+                    position,
+                    properties=msg.properties(),
+                    producer=msg.producer_name(),
+                    candidates=[site.name, *members],
+                )
+                if isinstance(origin, Unresolved | Malformed):
                     log.unresolved += 1
                     continue
-                log.index.append(position, Origin(region, Position.parse(stamp)))
+                log.index.append(position, origin)
         finally:
             reader.close()
     return log
@@ -297,7 +292,8 @@ def observe(
                         logs[region] = read_log(
                             site,
                             topic,
-                            _Resolver(region, members, site.admin(timeout=5.0)),
+                            _resolver(region, site.admin(timeout=5.0)),
+                            members,
                             max_entries=max_entries,
                         )
                         raw = site.admin(timeout=5.0).internal_stats(topic).get("cursors") or {}

@@ -402,6 +402,10 @@ class AdminClient:
         response: requests.Response = self.retry.retrying()(self._once, "GET", path, None, None)
         return response.headers.get("X-Pulsar-replicated-from") or None
 
+    def runtime_configuration(self) -> dict[str, Any]:
+        """The brokers' runtime configuration (``/admin/v2/brokers/configuration/runtime``)."""
+        return dict(self.get("/admin/v2/brokers/configuration/runtime") or {})
+
     # -- policy mirror and geoctl namespaces -------------------------------------------------------
 
     def tenant(self, tenant: str, **kw: Any) -> dict[str, Any]:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pulsar
 
+from geosync_core import resolving
 from geosync_core.errors import TemporaryError
 from geosync_core.positions import Position
 
-REPL_SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION"
+REPL_SOURCE_POSITION = resolving.REPL_SOURCE_POSITION
 
 _QUIET = logging.getLogger("geosync.pulsar-client")
 _QUIET.setLevel(logging.WARNING)
@@ -78,12 +79,15 @@ class Received:
     key: str
     publish_ms: int
     properties: dict[str, str]
+    producer: str = ""
+    ordering_key: str = ""
 
     @property
     def source_position(self) -> Position | None:
-        """For a replicated copy, the position of the message in the region it came from."""
-        raw = self.properties.get(REPL_SOURCE_POSITION)
-        return Position.parse(raw) if raw else None
+        """For a replicated copy, the position of the message in the region it came from (None for a
+        message published here, or a stamp that is not a position: properties are untrusted input)."""
+        stamp = resolving.stamp_of(self.properties)
+        return stamp if isinstance(stamp, Position) else None
 
 
 def received(msg: Any) -> Received:
@@ -97,8 +101,107 @@ def received(msg: Any) -> Received:
         key=msg.partition_key(),
         publish_ms=msg.publish_timestamp(),
         properties=dict(msg.properties()),
+        producer=msg.producer_name(),
+        ordering_key=msg.ordering_key() or "",
     )
 
 
 def position_of(message_id: Any) -> Position:
     return Position(message_id.ledger_id(), message_id.entry_id())
+
+
+class _Sender:
+    """A producer whose completion callback only reports success (the port's ``Producer``)."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+
+    def send_async(
+        self,
+        data: bytes,
+        callback: Callable[[bool], None],
+        *,
+        properties: dict[str, str] | None = None,
+        replication_clusters: list[str] | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {}
+        if properties:
+            kwargs["properties"] = properties
+        if replication_clusters is not None:
+            kwargs["replication_clusters"] = replication_clusters
+        self._producer.send_async(data, lambda result, _mid: callback(result == pulsar.Result.Ok), **kwargs)
+
+    def close(self) -> None:
+        with contextlib.suppress(pulsar.PulsarException):
+            self._producer.flush()
+            self._producer.close()
+
+
+class _Closing:
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+
+    def close(self) -> None:
+        with contextlib.suppress(pulsar.PulsarException):
+            self._reader.close()
+
+
+class Messaging:
+    """A long-lived client for one region's brokers: readers from the earliest message, unbatched producers
+    and a short-lived shadow consumer. The agent's ``Messaging`` port."""
+
+    def __init__(
+        self,
+        service_url: str,
+        *,
+        token: str | None = None,
+        tls_trust_certs_file: str | None = None,
+        timeout_s: int = 10,
+    ) -> None:
+        self.service_url = service_url
+        self._client = pulsar.Client(
+            service_url,
+            operation_timeout_seconds=timeout_s,
+            logger=_QUIET,
+            **client_options(token=token, tls_trust_certs_file=tls_trust_certs_file),
+        )
+
+    def reader(self, topic: str, on_message: Callable[[Received], None]) -> _Closing:
+        # The "geosync-" subscription prefix lets the broker plugins' entry filter show us snapshot markers.
+        try:
+            reader = self._client.create_reader(
+                topic,
+                pulsar.MessageId.earliest,
+                reader_listener=lambda _reader, msg: on_message(received(msg)),
+                receiver_queue_size=1000,
+                subscription_role_prefix="geosync-tail",
+            )
+        except pulsar.Timeout as e:
+            raise MessagingUnavailable(f"{topic}: no reader within the timeout", delay=1.0) from e
+        return _Closing(reader)
+
+    def producer(self, topic: str) -> _Sender:
+        try:
+            return _Sender(self._client.create_producer(topic, batching_enabled=False))
+        except pulsar.Timeout as e:
+            raise MessagingUnavailable(f"{topic}: no producer within the timeout", delay=1.0) from e
+
+    def shadow_ack(
+        self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
+    ) -> None:
+        consumer = self._client.subscribe(
+            topic,
+            subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            receiver_queue_size=0,
+            consumer_name=name,
+        )
+        try:
+            for p in positions:
+                consumer.acknowledge(pulsar.MessageId(partition, p.ledger, p.entry, -1))
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(pulsar.PulsarException):
+            self._client.close()

@@ -10,9 +10,7 @@ import threading
 from types import FrameType
 
 from geosync_agent import config as cfg
-from geosync_agent import serving
-from geosync_agent.mirroring import Mirror
-from geosync_agent.runtime import Agent
+from geosync_agent import supervising
 from geosync_core.errors import PermanentError
 
 
@@ -26,38 +24,19 @@ def main(argv: list[str] | None = None) -> int:
         format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":%(message)r}',
     )
     logging.getLogger("geosync.pulsar-client").setLevel(logging.WARNING)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("geosync.agent").info("signal %s: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
-        config = cfg.load(args.config)
-        agent = Agent(config)
+        return supervising.run(cfg.load(args.config), stop)
     except PermanentError as e:
         print(f"geosync-agent: {e}", file=sys.stderr)
         return 2
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("geosync.agent").info("signal %s: stopping", signum)
-        agent.stop_event.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    mirror: Mirror | None = None
-    if config.zookeeper and config.mirror_policies:
-        mirror = Mirror(config, agent.key)
-        mirror.start()
-    components = serving.start(agent, mirror)
-    worker = threading.Thread(target=agent.run, name="sync-loop", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(timeout=0.5)
-    finally:
-        # Ordered shutdown: stop the loop first (it closes readers, producers, client), then the rest.
-        agent.stop_event.set()
-        worker.join(timeout=15)
-        if mirror is not None:
-            mirror.stop()
-        for component in reversed(components):
-            component.stop()
-    return 0
 
 
 if __name__ == "__main__":

@@ -116,6 +116,12 @@ class AgentConfig:
             self.admin_url, token=self.token(), timeout=timeout, verify=self.tls_trust_certs_file or True
         )
 
+    def messaging(self) -> messaging.Messaging:
+        """A long-lived client for this region's brokers with the configured token and CA bundle."""
+        return messaging.Messaging(
+            self.service_url, token=self.token(), tls_trust_certs_file=self.tls_trust_certs_file or None
+        )
+
     def pulsar_options(self) -> dict[str, Any]:
         """``pulsar.Client`` keyword arguments for the configured token and CA bundle."""
         return messaging.client_options(

@@ -160,7 +160,9 @@ class Mirror:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"policy-mirror-{self.region}", daemon=True)
+        """Run on a thread of its own (tests and the mirror benchmark; the agent's composition root runs
+        ``run`` as its supervised ``policy-mirror`` task instead)."""
+        self._thread = threading.Thread(target=self.run, name=f"policy-mirror-{self.region}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 15.0) -> None:
@@ -195,7 +197,8 @@ class Mirror:
         with self._lock:
             self.counters[name] += n
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Leadership terms until ``stop()``: the task body."""
         delay = 0.5
         while not self._stop.is_set():
             try:

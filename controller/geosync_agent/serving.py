@@ -1,7 +1,7 @@
 """The agent's HTTP side: Prometheus metrics, liveness and readiness probes, and a JSON state dump.
 
-Runs on its own thread and only reads the agent's counters and snapshot, so a slow scrape never delays
-syncing.
+Served by the composition root's ``http`` task; it only reads the agent's counters and ``status()``, so a
+slow scrape never delays syncing.
 
 Metrics (every one labelled with ``region``):
 
@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -40,17 +38,13 @@ ADMIN_ERRORS = {
 REJECTED_PREFIX = "control_rejected_"
 
 
-class Component(Protocol):
-    def stop(self) -> None: ...
-
-
 class _AgentCollector:
     def __init__(self, agent: Agent, mirror: Any = None) -> None:
         self.agent = agent
         self.mirror = mirror
 
     def collect(self) -> Iterator[Any]:
-        snap = self.agent.snapshot()
+        snap = self.agent.status()
         region = snap["region"]
         counts = snap["counters"]
         now = time.time()
@@ -130,22 +124,15 @@ def _gauge(name: str, documentation: str, region: str, value: float) -> GaugeMet
     return gauge
 
 
-@dataclass
-class HttpEndpoint:
-    server: http.server.ThreadingHTTPServer
-    thread: threading.Thread
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def start(agent: Agent, mirror: Any = None) -> list[Component]:
-    """Serve /metrics, /healthz, /readyz and /state on ``metrics_port`` (nothing when it is 0); ``mirror``
-    (the policy mirror, if running) adds its counters to the metrics."""
+def endpoint(
+    agent: Agent, mirror: Any = None, *, alive: Callable[[], bool]
+) -> http.server.ThreadingHTTPServer | None:
+    """The server for /metrics, /healthz, /readyz and /state on ``metrics_port`` (None when it is 0), not yet
+    serving; ``mirror`` (the policy mirror, if running) adds its counters to the metrics, ``alive`` answers
+    /healthz."""
     port = agent.config.metrics_port
     if not port:
-        return []
+        return None
     registry = CollectorRegistry()
     registry.register(_AgentCollector(agent, mirror))
 
@@ -164,18 +151,15 @@ def start(agent: Agent, mirror: Any = None) -> list[Component]:
             if self.path == "/metrics":
                 self._send(200, generate_latest(registry), "text/plain; version=0.0.4")
             elif self.path == "/healthz":
-                alive = not agent.stop_event.is_set()
-                self._send(200 if alive else 503, b"ok\n" if alive else b"stopping\n", "text/plain")
+                ok = alive()
+                self._send(200 if ok else 503, b"ok\n" if ok else b"stopping\n", "text/plain")
             elif self.path == "/readyz":
                 self._send(
                     200 if agent.ready else 503, b"ready\n" if agent.ready else b"starting\n", "text/plain"
                 )
             elif self.path == "/state":
-                self._send(200, json.dumps(agent.snapshot(), default=str).encode(), "application/json")
+                self._send(200, json.dumps(agent.status(), default=str).encode(), "application/json")
             else:
                 self._send(404, b"not found\n", "text/plain")
 
-    server = http.server.ThreadingHTTPServer((agent.config.metrics_host, port), Handler)
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    thread.start()
-    return [HttpEndpoint(server, thread)]
+    return http.server.ThreadingHTTPServer((agent.config.metrics_host, port), Handler)

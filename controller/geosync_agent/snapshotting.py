@@ -14,18 +14,24 @@ Per topic partition of a snapshot-mode namespace, this region's agent:
 Markers are ordinary messages, so they would reach applications: the broker plugins' entry filter hides them
 from every subscription but the agents' (``geosync-*``). Without that filter the agent refuses to inject
 markers into the namespace and says how to enable it.
+
+Everything snapshot mode does is here: the runtime hands it markers read, cursors observed and the time, and
+carries out the effects it returns (``Publish`` for markers, ``AdminMove`` for updates from other regions).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
-import time
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from geosync_core import markers, snapshots
+from geosync_agent.effects import AdminMove, Publish
+from geosync_core import envelopes, markers, snapshots
 from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent.snapshots")
 ENTRY_FILTER = "geosync"
@@ -62,27 +68,142 @@ def check_entry_filter(runtime_config: dict[str, Any]) -> None:
         )
 
 
+Outgoing = list[tuple[markers.Marker, list[str] | None]]
+"""Markers to write into a topic, each with the regions to replicate it to (None: the namespace's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerWork:
+    """What one marker read in the local log asks for: effects to carry out, or a refusal to count."""
+
+    effects: tuple[AdminMove | Publish, ...] = ()
+    rejected: envelopes.Rejected | None = None
+    update_for: str | None = None
+    """The subscription an applied update concerns (the runtime tracks it)."""
+
+
 class Snapshotting:
     """The snapshot-mode duties of one agent; the runtime calls it from its single loop."""
 
-    def __init__(self, *, region: str, key: bytes, interval_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        region: str,
+        key: bytes,
+        namespaces: Sequence[str],
+        interval_s: float,
+        timeout_s: float,
+        first_seq: int,
+    ) -> None:
         self.region = region
         self.key = key
+        self.namespaces = tuple(namespaces)
         self.interval_s = interval_s
         self.timeout_ms = int(timeout_s * 1000)
         self.topics: dict[str, TopicSnapshots] = {}
-        self.seq = time.time_ns() // 1000
+        self.seq = first_seq
 
-    def seal(self, marker: markers.Marker) -> tuple[dict[str, str], bytes]:
+    def covers(self, topic: str) -> bool:
+        """Whether ``topic`` is in a snapshot-mode namespace."""
+        rest = topic.split("://", 1)[-1]
+        namespace = "/".join(rest.split("/")[:2])
+        return any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+
+    def seal(self, marker: markers.Marker, *, now_ms: int) -> tuple[dict[str, str], bytes]:
         self.seq += 1
-        return markers.encode_marker(self.key, marker, seq=self.seq, sent_at_ms=int(time.time() * 1000))
+        return markers.encode_marker(self.key, marker, seq=self.seq, sent_at_ms=now_ms)
+
+    def publishing(self, topic: str, outgoing: Outgoing, *, now_ms: int) -> list[Publish]:
+        """The effects that write ``outgoing`` markers into ``topic``."""
+        out = []
+        for marker, replicate_to in outgoing:
+            properties, data = self.seal(marker, now_ms=now_ms)
+            counter = f"markers_sent_{markers.kind_of(marker)}"
+            out.append(Publish(topic, data, counter, properties=properties, replicate_to=replicate_to))
+        return out
+
+    # -- the runtime's calls -------------------------------------------------------------------------
+
+    def on_read(
+        self,
+        topic: str,
+        partition: int,
+        position: Position,
+        properties: dict[str, str],
+        data: bytes,
+        *,
+        markers_allowed: bool,
+        subscription_state: Callable[[str], tuple[bool, AckState | None]],
+        now_ms: int,
+    ) -> MarkerWork:
+        """A marker read in the local log of ``topic``; ``subscription_state(name)`` tells whether the
+        subscription an update names exists here and its cursor (None if not read yet)."""
+        marker = markers.decode_marker(self.key, properties, data)
+        if isinstance(marker, envelopes.Rejected):
+            return MarkerWork(rejected=marker)
+        if isinstance(marker, markers.Update):
+            if marker.region == self.region:
+                return MarkerWork()
+            target = dict(marker.positions).get(self.region)
+            exists, cursor = subscription_state(marker.subscription)
+            if target is None or (cursor is not None and target <= cursor.mark_delete):
+                return MarkerWork(update_for=marker.subscription)
+            move = AdminMove(
+                key=(topic, marker.subscription),
+                partition=partition,
+                move=target,
+                holes=(),
+                skip_by_ids=False,
+                consumers=0,
+                shadow_name="",
+                create_first=not exists,
+                counter="snapshot_updates_applied",
+            )
+            return MarkerWork(effects=(move,), update_for=marker.subscription)
+        if not markers_allowed:
+            return MarkerWork()
+        outgoing = self.on_marker(topic, position, marker, now_ms=now_ms)
+        return MarkerWork(effects=tuple(self.publishing(topic, outgoing, now_ms=now_ms)))
+
+    def round(
+        self,
+        tails: Iterable[tuple[str, int]],
+        namespaces: dict[str, frozenset[str]],
+        *,
+        now_s: float,
+        now_ms: int,
+    ) -> list[Publish]:
+        """Start the snapshots that are due: ``tails`` are (topic, index version) of the topics covered."""
+        out: list[Publish] = []
+        for topic, version in tails:
+            rest = topic.split("://", 1)[-1]
+            regions = namespaces.get("/".join(rest.split("/")[:2]), frozenset())
+            due = self.due(topic, version=version, regions=regions, now=now_s)
+            out.extend(self.publishing(topic, due, now_ms=now_ms))
+        return out
+
+    def on_subscription(
+        self, topic: str, subscription: str, cursor: AckState, log: Sequence[Position], last: Position | None
+    ) -> markers.Update | None:
+        """The update to publish for a local subscription whose cursor is ``cursor``; ``log`` lists the
+        local entries above its mark-delete (markers excluded), ``last`` the last entry read.
+
+        Marker entries are acknowledged only when a consumer's dispatcher passes them, so the mark-delete
+        can stay below a snapshot although every message before it was acknowledged: what counts is the
+        first unacknowledged *message*; everything below it is consumed."""
+        first_open = next((p for p in log if p not in cursor), None)
+        if first_open is None:
+            consumed = last if last is not None else cursor.mark_delete
+        else:
+            consumed = Position(first_open.ledger, first_open.entry - 1)
+        return self.on_cursor(topic, subscription, max(consumed, cursor.mark_delete))
 
     # -- source side ---------------------------------------------------------------------------------
 
-    def due(self, topic: str, *, version: int, regions: frozenset[str], now: float) -> list[Any]:
+    def due(self, topic: str, *, version: int, regions: frozenset[str], now: float) -> Outgoing:
         """Start a snapshot of ``topic`` if it is time; returns what to publish (marker, replicate-to)."""
         state = self.topics.setdefault(topic, TopicSnapshots())
-        out: list[Any] = []
+        out: Outgoing = []
         now_ms = int(now * 1000)
         if state.builder is not None:
             expired = snapshots.expire(state.builder, now_ms=now_ms, timeout_ms=self.timeout_ms)
@@ -101,9 +222,9 @@ class Snapshotting:
         )
         state.last_started_version = version
         state.next_start = now + self.interval_s
-        return [(e, None) for e in effects]
+        return [(e, None) for e in effects if isinstance(e, markers.SnapshotRequest)]
 
-    def on_marker(self, topic: str, position: Position, marker: markers.Marker) -> list[Any]:
+    def on_marker(self, topic: str, position: Position, marker: markers.Marker, *, now_ms: int) -> Outgoing:
         """A marker read in this region's own log of ``topic`` at ``position``."""
         state = self.topics.setdefault(topic, TopicSnapshots())
         if isinstance(marker, markers.SnapshotRequest):
@@ -119,11 +240,11 @@ class Snapshotting:
                 state.builder,
                 marker,
                 local=position,
-                now_ms=int(time.time() * 1000),
+                now_ms=now_ms,
                 timeout_ms=self.timeout_ms,
             )
             state.builder = builder
-            out: list[Any] = []
+            out: Outgoing = []
             for effect in effects:
                 if isinstance(effect, markers.SnapshotRequest):
                     out.append((effect, None))
@@ -150,12 +271,7 @@ class Snapshotting:
         state.sent[subscription] = snap.local_position
         return markers.Update(subscription=subscription, region=self.region, positions=snap.positions)
 
-    def forget_below(self, topic: str, floor: Position) -> None:
-        state = self.topics.get(topic)
-        if state is not None:
-            state.cache = state.cache.without_below(floor)
-
-    def snapshot(self) -> dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         return {
             "topics": len(self.topics),
             "completed": sum(t.completed for t in self.topics.values()),

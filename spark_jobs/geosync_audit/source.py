@@ -6,7 +6,7 @@ planner) asks each region's admin API for the topic partitions of the audited na
 partition's ledgers (``internalStats``), bounds the log at its last confirmed entry at plan time, and
 splits it into ranges of at most ``maxEntriesPerSplit`` entries (``geosync_core.drift.read_ranges``).
 Each task reads its range with a pulsar-client reader and names each copy's origin with the agent's
-rule (``geosync_core.drift.origin_without_lookup``, else the entry's ``X-Pulsar-replicated-from`` header).
+rule (``geosync_core.resolving``, else the entry's ``X-Pulsar-replicated-from`` header).
 
 Cursors are small: ``cursor_rows`` reads them on the driver from ``internalStats`` (durable
 subscriptions only, per ``stats``; replicator cursors left out). The job reads cursors *before* planning
@@ -32,6 +32,7 @@ from geosync_core import drift
 from geosync_core import topology as topo
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
+from geosync_core.resolving import Malformed, OriginResolver, Unresolved, stamp_of
 
 MESSAGES_SCHEMA = (
     "region STRING, topic STRING, partition INT, ledger BIGINT, entry BIGINT, batch_index INT, "
@@ -43,7 +44,6 @@ CURSORS_SCHEMA = (
     "mark_delete_entry BIGINT, ranges ARRAY<STRUCT<lower_ledger: BIGINT, lower_entry: BIGINT, "
     "upper_ledger: BIGINT, upper_entry: BIGINT>>"
 )
-REPL_SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION"
 REPLICATOR_CURSOR = "pulsar.repl."
 
 
@@ -192,32 +192,16 @@ def plan(scope: Scope, max_entries: int) -> list[Split]:
     return splits
 
 
-class OriginNamer:
-    """Names the origin region of the replicated copies one task reads (the agent's rule, see
-    ``geosync_core.drift.origin_without_lookup``); asks the admin API at most once per producer whose
-    broker-generated name the header confirms."""
+def origin_resolver(region: str, admin: AdminClient) -> OriginResolver:
+    """The shared origin rule (``geosync_core.resolving``), falling back to the entry's header."""
 
-    def __init__(self, region: str, candidates: frozenset[str], admin: AdminClient) -> None:
-        self.region = region
-        self.candidates = candidates
-        self.admin = admin
-        self.verified: dict[str, str] = {}
-        self.lookups = 0
-
-    def name(self, topic: str, local: Position, producer: str) -> str | None:
-        known = drift.origin_without_lookup(
-            self.region, self.candidates, producer=producer, verified=self.verified
-        )
-        if known is not None:
-            return known
-        self.lookups += 1
+    def lookup(topic: str, local: Position) -> str | None:
         try:
-            region = self.admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
+            return admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
         except AdminError:
             return None
-        if region is not None and drift.producer_cluster(producer) == region:
-            self.verified[producer] = region
-        return region
+
+    return OriginResolver(local=region, lookup=lookup)
 
 
 def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any, ...]]:
@@ -227,7 +211,8 @@ def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any
     from geosync_adapters import messaging
 
     name = drift.partition_name(split.topic, split.partition)
-    namer = OriginNamer(split.region, scope.candidates(split.namespace), scope.admin(split.region))
+    resolver = origin_resolver(split.region, scope.admin(split.region))
+    candidates = scope.candidates(split.namespace)
     last = Position(*split.last)
     with messaging.client(scope.topology.region(split.region).service_url, timeout_s=timeout_s) as c:
         start = pulsar.MessageId(-1, split.first[0], split.first[1], -1)
@@ -243,13 +228,17 @@ def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any
                 if local > last:
                     break
                 props = dict(msg.properties())
-                stamp = props.get(REPL_SOURCE_POSITION)
-                if stamp is None:
-                    origin_region: str | None = split.region
-                    origin = local
+                named = resolver.origin_of(
+                    name, local, properties=props, producer=msg.producer_name(), candidates=candidates
+                )
+                if isinstance(named, Malformed):
+                    continue  # an application's stamp, not a broker's: no origin to join on
+                if isinstance(named, Unresolved):
+                    origin_region: str | None = None
+                    stamped = stamp_of(props)
+                    origin = stamped if isinstance(stamped, Position) else local
                 else:
-                    origin = Position.parse(stamp)
-                    origin_region = namer.name(name, local, msg.producer_name())
+                    origin_region, origin = named.region, named.position
                 yield (
                     split.region,
                     split.topic,

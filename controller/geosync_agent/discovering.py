@@ -1,0 +1,131 @@
+"""Discovery: which namespaces this region syncs, their topic partitions and wanted durable subscriptions.
+
+Admin calls only, on its own task with its own admin client; each pass is handed to the sync loop as one
+``Discovered`` value through a ``Latest`` mailbox (the loop takes the newest pass, older ones are dropped),
+so the loop never waits on per-topic admin calls and nothing is shared but the mailbox.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from geosync_adapters import admin as adm
+from geosync_agent.config import AgentConfig
+from geosync_agent.effects import app_consumers
+from geosync_agent.ports import Admin
+
+PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
+INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """One discovery pass: synced namespaces (with their replication clusters), topic partitions, and per
+    topic the wanted durable subscriptions with their number of application consumers and type."""
+
+    namespaces: dict[str, frozenset[str]]
+    topics: tuple[str, ...]
+    subscriptions: dict[str, dict[str, tuple[int, str]]]
+    """topic -> subscription -> (application consumers, subscription type as the broker reports it)"""
+
+
+class Latest(Generic[T]):
+    """A one-slot mailbox between two tasks: ``put`` replaces, ``take`` empties."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._item: T | None = None
+
+    def put(self, item: T) -> None:
+        with self._lock:
+            self._item = item
+
+    def take(self) -> T | None:
+        with self._lock:
+            item, self._item = self._item, None
+        return item
+
+
+def partition_of(topic: str) -> int:
+    match = PARTITION.match(topic)
+    return int(match["n"]) if match else -1
+
+
+def namespace_of(topic: str) -> str:
+    rest = topic.split("://", 1)[-1]
+    tenant, ns = rest.split("/")[:2]
+    return f"{tenant}/{ns}"
+
+
+def wanted(config: AgentConfig, topic: str, subscription: str) -> bool:
+    """Whether ``subscription`` on ``topic`` is synced (the include/exclude patterns on ``topic/sub``)."""
+    match = PARTITION.match(topic)
+    base = match["base"] if match else topic
+    name = f"{base}/{subscription}"
+    included = any(fnmatch.fnmatchcase(name, p) for p in config.include)
+    return included and not any(fnmatch.fnmatchcase(name, p) for p in config.exclude)
+
+
+def synced_namespaces(admin: Admin, config: AgentConfig) -> dict[str, frozenset[str]]:
+    if config.namespaces:
+        names = list(config.namespaces)
+    else:
+        names = [ns for t in admin.tenants() if t != "pulsar" for ns in admin.namespaces(t)]
+    out: dict[str, frozenset[str]] = {}
+    for ns in names:
+        try:
+            clusters = frozenset(admin.replication_clusters(ns))
+        except adm.AdminNotFound:
+            continue
+        if config.region in clusters and len(clusters) > 1:
+            out[ns] = clusters
+    return out
+
+
+def scan(admin: Admin, config: AgentConfig) -> Discovered:
+    """One discovery pass (see the module docstring)."""
+    namespaces = synced_namespaces(admin, config)
+    topics: list[str] = []
+    subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
+    for ns in namespaces:
+        for topic in admin.topics(ns):
+            if not topic.startswith("persistent://") or topic.split("/")[-1] == config.control_topic:
+                continue
+            topics.append(topic)
+            try:
+                stats = admin.topic_stats(topic)
+            except adm.AdminNotFound:
+                continue
+            subscriptions[topic] = {
+                name: (app_consumers(sub), str(sub.get("type") or ""))
+                for name, sub in (stats.get("subscriptions") or {}).items()
+                if sub.get("isDurable", True)
+                and not name.startswith(INTERNAL_CURSORS)
+                and wanted(config, topic, name)
+            }
+    return Discovered(namespaces=namespaces, topics=tuple(topics), subscriptions=subscriptions)
+
+
+def discover(
+    admin: Admin,
+    config: AgentConfig,
+    out: Latest[Discovered],
+    *,
+    stop: threading.Event,
+    again: threading.Event,
+    on_error: Callable[[Exception], None],
+) -> None:
+    """The discovery task: a pass every ``discover_interval_s`` or when ``again`` is set, until ``stop``."""
+    while not stop.is_set():
+        try:
+            out.put(scan(admin, config))
+        except (adm.AdminError, OSError) as e:
+            on_error(e)
+        again.wait(config.discover_interval_s)
+        again.clear()

@@ -1,0 +1,315 @@
+"""The agent's effects, and the one place that carries them out.
+
+The runtime decides (with the core's pure functions) and describes what must happen as effect values; the
+``Effector`` performs them through the ports, in parallel where they are independent (a bounded pool, one
+admin client per worker thread), and answers with outcome values. It never touches the runtime's state:
+the runtime folds outcomes back in on its own thread, so nothing the runtime owns is written concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from geosync_adapters import admin as adm
+from geosync_adapters import messaging
+from geosync_agent.ports import Admin, Messaging, Producer
+from geosync_core.capabilities import Capability
+from geosync_core.positions import Position
+
+log = logging.getLogger("geosync.agent")
+T = TypeVar("T")
+R = TypeVar("R")
+SHADOW_PREFIX = "geosync-shadow-"
+PLUGIN_ACK_BATCH = 200
+"""Subscriptions per plugin acknowledgement call."""
+
+SubKey = tuple[str, str]
+"""(topic partition, subscription)"""
+
+
+def app_consumers(sub: dict[str, Any]) -> int:
+    """Application consumers of a subscription in ``topic_stats`` (the agents' own ``geosync-*`` excluded)."""
+    return sum(
+        1 for c in sub.get("consumers") or [] if not str(c.get("consumerName", "")).startswith("geosync-")
+    )
+
+
+# -- effects ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PluginAck:
+    """One subscription's change through the broker plugin's cursor writes."""
+
+    key: SubKey
+    mark_delete: Position | None
+    positions: tuple[Position, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AdminMove:
+    """One subscription's change through the admin API: mark-delete with ``expireMessages`` (when ``move``
+    is set), then holes with ``skipByMessageIds`` (``skip_by_ids``) or a shadow consumer, only while no
+    application consumer is connected."""
+
+    key: SubKey
+    partition: int
+    move: Position | None
+    holes: tuple[Position, ...]
+    skip_by_ids: bool
+    consumers: int
+    shadow_name: str
+    create_first: bool = False
+    """Create the subscription (at the earliest message) before moving it (snapshot-mode updates)."""
+    counter: str = "mark_delete_moves"
+    """The counter a successful move adds to."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSubscription:
+    key: SubKey
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Send ``data`` on ``topic`` (a control topic or, for markers, a data topic)."""
+
+    topic: str
+    data: bytes
+    counter: str
+    properties: dict[str, str] = field(default_factory=dict)
+    replicate_to: list[str] | None = None
+
+
+Effect = PluginAck | AdminMove | CreateSubscription | Publish
+
+
+# -- outcomes --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CursorWritten:
+    """The plugin applied a change; ``mark_delete``/``individually_deleted`` are the cursor afterwards."""
+
+    key: SubKey
+    mark_delete: str
+    individually_deleted: str
+    moved: bool
+    holes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotWritten:
+    """The plugin could not take it (topic on another broker, plugin absent, writes off): use the admin
+    API (``fallback``), or plan again next round."""
+
+    key: SubKey
+    fallback: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AdminMoved:
+    key: SubKey
+    counter: str
+    moved_to: Position | None
+    busy: bool
+    holes_acked: int
+    held_back: int
+    consumers: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    key: SubKey
+    created: bool
+    topic_missing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    capability: Capability
+    value: bool
+
+
+Outcome = CursorWritten | NotWritten | AdminMoved | Created | Learned
+
+
+class Effector:
+    """Performs effects and the agent's bulk reads through the ports (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        admin_factory: Callable[[], Admin],
+        messaging: Messaging,
+        pool: Executor,
+        on_sent: Callable[[bool], None] = lambda ok: None,
+    ) -> None:
+        self._admin_factory = admin_factory
+        self._local = threading.local()
+        self.messaging = messaging
+        self.pool = pool
+        self.on_sent = on_sent
+        """Called on the client's thread when a send completed (True) or failed."""
+        self.producers: dict[str, Producer] = {}
+
+    def admin(self) -> Admin:
+        """The calling thread's admin client (the sync loop's or a pool worker's)."""
+        client: Admin | None = getattr(self._local, "client", None)
+        if client is None:
+            client = self._admin_factory()
+            self._local.client = client
+        return client
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``fn`` over ``items`` on the pool, results in order (reads that are independent per item)."""
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        return list(self.pool.map(fn, items))
+
+    def perform(self, effects: Iterable[Effect]) -> list[Outcome]:
+        """Carry out ``effects``: sends in order, plugin writes batched, admin changes in parallel."""
+        plugin: list[PluginAck] = []
+        parallel: list[AdminMove | CreateSubscription] = []
+        for effect in effects:
+            if isinstance(effect, Publish):
+                self._publish(effect)
+            elif isinstance(effect, PluginAck):
+                plugin.append(effect)
+            else:
+                parallel.append(effect)
+        outcomes: list[Outcome] = []
+        for start in range(0, len(plugin), PLUGIN_ACK_BATCH):
+            outcomes.extend(self._plugin_acks(plugin[start : start + PLUGIN_ACK_BATCH]))
+        for result in self.map(self._admin_change, parallel):
+            outcomes.extend(result)
+        return outcomes
+
+    def close(self) -> None:
+        for producer in self.producers.values():
+            producer.close()
+        self.producers.clear()
+
+    # -- the calls -------------------------------------------------------------------------------------
+
+    def _publish(self, effect: Publish) -> None:
+        producer = self.producers.get(effect.topic)
+        if producer is None:
+            producer = self.messaging.producer(effect.topic)
+            self.producers[effect.topic] = producer
+        producer.send_async(
+            effect.data, self.on_sent, properties=effect.properties, replication_clusters=effect.replicate_to
+        )
+
+    def _plugin_acks(self, batch: list[PluginAck]) -> list[Outcome]:
+        items = [
+            {
+                "topic": a.key[0],
+                "subscription": a.key[1],
+                "mark_delete": None if a.mark_delete is None else str(a.mark_delete),
+                "positions": [str(p) for p in a.positions],
+            }
+            for a in batch
+        ]
+        try:
+            results = self.admin().plugin_acks(items)
+        except (adm.AdminNotFound, adm.AdminForbidden) as e:
+            log.info("no cursor writes through the broker plugin (%s); using the admin API", e)
+            return [
+                Learned(Capability.PLUGIN_CURSOR_WRITES, False),
+                *(NotWritten(a.key, fallback=True, reason="no plugin writes") for a in batch),
+            ]
+        except adm.AdminError as e:
+            log.warning("acknowledging through the broker plugin failed, will retry: %s", e)
+            return [NotWritten(a.key, fallback=False, reason=str(e)) for a in batch]
+        out: list[Outcome] = [Learned(Capability.PLUGIN_CURSOR_WRITES, True)]
+        for ack, result in zip(batch, results, strict=True):
+            status = result.get("status")
+            if status == "ok":
+                out.append(
+                    CursorWritten(
+                        ack.key,
+                        mark_delete=str(result["mark_delete"]),
+                        individually_deleted=str(result["individually_deleted"]),
+                        moved=ack.mark_delete is not None,
+                        holes=len(ack.positions),
+                    )
+                )
+            elif status == "bad_request":
+                log.warning("plugin refused acks for %s %s: %s", ack.key[0], ack.key[1], result)
+                out.append(NotWritten(ack.key, fallback=False, reason=f"refused: {result}"))
+            else:
+                out.append(NotWritten(ack.key, fallback=True, reason=str(status)))
+        return out
+
+    def _admin_change(self, effect: AdminMove | CreateSubscription) -> list[Outcome]:
+        if isinstance(effect, CreateSubscription):
+            return [self._create(effect)]
+        try:
+            return self._admin_move(effect)
+        except (adm.AdminError, messaging.MessagingUnavailable) as e:
+            return [AdminMoved(effect.key, effect.counter, None, False, 0, 0, effect.consumers, error=str(e))]
+
+    def _create(self, effect: CreateSubscription) -> Outcome:
+        topic, name = effect.key
+        try:
+            created = self.admin().create_subscription(topic, name)
+        except adm.AdminNotFound:
+            return Created(effect.key, created=False, topic_missing=True)
+        except adm.AdminError as e:
+            log.warning("cannot create %s on %s, will retry: %s", name, topic, e)
+            return Created(effect.key, created=False, topic_missing=True)
+        return Created(effect.key, created=created, topic_missing=False)
+
+    def _admin_move(self, effect: AdminMove) -> list[Outcome]:
+        topic, name = effect.key
+        moved_to: Position | None = None
+        busy = False
+        created: list[Outcome] = []
+        if effect.create_first:
+            created.append(self._create(CreateSubscription(effect.key)))
+        if effect.move is not None:
+            try:
+                self.admin().expire_messages(
+                    topic,
+                    name,
+                    ledger=effect.move.ledger,
+                    entry=effect.move.entry,
+                    partition=effect.partition,
+                )
+                moved_to = effect.move
+            except adm.AdminConflict:
+                busy = True
+        if not effect.holes:
+            return [*created, AdminMoved(effect.key, effect.counter, moved_to, busy, 0, 0, effect.consumers)]
+        consumers = effect.consumers
+        if consumers == 0:
+            # Discovery may be seconds old: check right before a shadow consumer would join.
+            subs = self.admin().topic_stats(topic).get("subscriptions") or {}
+            consumers = app_consumers(subs.get(name) or {})
+        if consumers > 0:
+            # A shadow consumer would join Shared/Key_Shared dispatch or Failover election: hold back.
+            return [AdminMoved(effect.key, effect.counter, moved_to, busy, 0, len(effect.holes), consumers)]
+        out: list[Outcome] = []
+        if effect.skip_by_ids:
+            try:
+                self.admin().skip_by_message_ids(topic, name, [(p.ledger, p.entry) for p in effect.holes])
+                return [
+                    Learned(Capability.SKIP_BY_IDS, True),
+                    AdminMoved(effect.key, effect.counter, moved_to, busy, len(effect.holes), 0, consumers),
+                ]
+            except (adm.AdminNotFound, adm.AdminNotAllowed):
+                log.info("no skipByMessageIds on this broker (PIP-423): holes go through a shadow consumer")
+                out.append(Learned(Capability.SKIP_BY_IDS, False))
+        self.messaging.shadow_ack(
+            topic, name, partition=effect.partition, positions=list(effect.holes), name=effect.shadow_name
+        )
+        out.append(AdminMoved(effect.key, effect.counter, moved_to, busy, len(effect.holes), 0, consumers))
+        return out

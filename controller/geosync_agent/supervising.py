@@ -1,0 +1,150 @@
+"""The agent process's composition root: it builds every part, starts every task by name, supervises them,
+and shuts down in order.
+
+Tasks: ``discovery`` (admin scans into a mailbox), ``sync-loop`` (the agent's rounds), ``policy-mirror``
+(where configured) and ``http`` (metrics, probes, state). Nothing else starts a thread of ours, except the
+policy mirror's event reader during a leadership term. A task that raises is restarted with backoff; one
+that keeps failing (``MAX_RESTARTS`` in a row) stops the process with a non-zero status, so the sidecar is
+restarted by Kubernetes instead of looking alive while doing nothing.
+
+Shutdown, in order: stop and join the sync loop and discovery, then the mirror, then the HTTP endpoint;
+then close readers, producers, the admin pool and the Pulsar client.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from geosync_agent import discovering, serving
+from geosync_agent import effects as fx
+from geosync_agent.config import AgentConfig
+from geosync_agent.mirroring import Mirror
+from geosync_agent.runtime import Agent
+
+log = logging.getLogger("geosync.agent")
+MAX_RESTARTS = 5
+"""Consecutive failures after which a task is given up and the process exits non-zero."""
+FIRST_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 30.0
+JOIN_S = 15.0
+
+
+@dataclass
+class Supervisor:
+    """Runs named tasks on threads until ``stop``; restarts a task that raised (see the module docstring)."""
+
+    stop: threading.Event
+    threads: dict[str, threading.Thread] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    given_up: list[str] = field(default_factory=list)
+
+    def spawn(self, name: str, body: Callable[[], None]) -> None:
+        thread = threading.Thread(target=self._keep, args=(name, body), name=name, daemon=True)
+        self.threads[name] = thread
+        self.restarts[name] = 0
+        thread.start()
+
+    def _keep(self, name: str, body: Callable[[], None]) -> None:
+        failures = 0
+        delay = FIRST_BACKOFF_S
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                body()
+                return
+            except Exception:
+                log.exception("task %s failed", name)
+            if time.monotonic() - started > MAX_BACKOFF_S:
+                failures, delay = 0, FIRST_BACKOFF_S  # it ran a good while: a fresh failure, not a loop
+            failures += 1
+            self.restarts[name] += 1
+            if failures > MAX_RESTARTS:
+                log.error("task %s failed %d times in a row: stopping the agent", name, failures)
+                self.given_up.append(name)
+                self.stop.set()
+                return
+            self.stop.wait(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+
+    def alive(self) -> bool:
+        """Every task still running (or restarting) and none given up."""
+        return not self.given_up and all(t.is_alive() for t in self.threads.values())
+
+    def join(self, *names: str) -> None:
+        for name in names:
+            thread = self.threads.get(name)
+            if thread is not None:
+                thread.join(timeout=JOIN_S)
+
+
+def run(config: AgentConfig, stop: threading.Event) -> int:
+    """Build the agent's parts, run its tasks until ``stop`` is set or a task is given up; the exit status."""
+    key = config.key()
+    messaging = config.messaging()
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="admin")
+    discovered: discovering.Latest[discovering.Discovered] = discovering.Latest()
+    rediscover, wake = threading.Event(), threading.Event()
+    effector = fx.Effector(
+        admin_factory=lambda: config.admin_client(timeout=5.0),
+        messaging=messaging,
+        pool=pool,
+    )
+    agent = Agent(
+        config,
+        key=key,
+        effector=effector,
+        messaging=messaging,
+        discovered=discovered,
+        rediscover=rediscover,
+        wake=wake,
+        first_seq=time.time_ns() // 1000,
+    )
+    effector.on_sent = agent.on_sent
+    mirror = Mirror(config, key) if config.zookeeper and config.mirror_policies else None
+    supervisor = Supervisor(stop)
+    server = serving.endpoint(agent, mirror, alive=lambda: supervisor.alive() and not stop.is_set())
+
+    def discover() -> None:
+        discovering.discover(
+            config.admin_client(timeout=10.0),
+            config,
+            discovered,
+            stop=stop,
+            again=rediscover,
+            on_error=lambda e: _discovery_failed(agent, e),
+        )
+
+    supervisor.spawn("discovery", discover)
+    supervisor.spawn("sync-loop", lambda: agent.run(stop))
+    if mirror is not None:
+        supervisor.spawn("policy-mirror", mirror.run)
+    if server is not None:
+        supervisor.spawn("http", server.serve_forever)
+    try:
+        stop.wait()
+    finally:
+        stop.set()
+        rediscover.set()
+        wake.set()
+        supervisor.join("sync-loop", "discovery")
+        if mirror is not None:
+            mirror.stop()
+            supervisor.join("policy-mirror")
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        agent.close()
+        effector.close()
+        pool.shutdown(wait=True, cancel_futures=True)
+        messaging.close()
+    return 1 if supervisor.given_up else 0
+
+
+def _discovery_failed(agent: Agent, error: Exception) -> None:
+    agent.stats.inc("discovery_errors")
+    log.warning("discovery failed, retrying: %s", error)

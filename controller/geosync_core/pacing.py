@@ -1,0 +1,111 @@
+"""When the agent works: round waits, cursor-poll backoff, resync phases and the mark-delete move gate.
+
+These are the agent's timing decisions as pure functions of what it knows and the time it read (``now``,
+monotonic seconds), so they can be tested as tables.
+
+* Rounds run every ``poll_interval_s``, every ``feed_interval_s`` while the broker plugin's feed reports
+  acknowledgements (and for ``ACTIVE_FEED_S`` after), at least ``ROUND_GAP_S`` apart.
+* A topic's cursors are polled every round while busy (new messages in the last ``ACTIVE_WINDOW_S``, a
+  cursor moved, a mark-delete move pending); otherwise the interval doubles up to a cap: ``MAX_IDLE_POLL_S``
+  with consumers, ``UNCONSUMED_POLL_S`` without (only admin operations move those cursors), and
+  ``FEED_SAFETY_POLL_S`` with the feed (which reports consumers' acknowledgements itself).
+* Each topic is republished in full every resync period at its own phase, so resyncs spread out.
+* Mark-delete moves through the admin API (``expireMessages``, which costs the broker a read) go at most one
+  in flight per subscription, at most one per ``min_apply_interval_s``; a move not seen done within
+  ``MOVE_SETTLE_S`` is retried.
+
+Invariants: an interval never exceeds its cap nor falls below the base interval; a busy topic is due every
+round; the gate never admits two moves to different targets less than ``min_apply_interval_s`` apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from geosync_core.positions import Position
+
+MAX_IDLE_POLL_S = 2.0
+UNCONSUMED_POLL_S = 5.0
+FEED_SAFETY_POLL_S = 30.0
+ACTIVE_WINDOW_S = 10.0
+"""After new messages, a topic's cursors are polled every round for this long before backing off."""
+ACTIVE_FEED_S = 2.0
+"""After the feed reported acknowledgements, rounds run every feed_interval_s for this long."""
+ROUND_GAP_S = 0.02
+"""Least pause between rounds, so a burst of control messages is taken in one round."""
+MOVE_SETTLE_S = 2.0
+"""A mark-delete move the broker accepted is expected to show in the cursor within this long."""
+
+
+def round_wait(*, elapsed: float, busy: bool, feed_interval_s: float, poll_interval_s: float) -> float:
+    """Seconds to wait after a round that took ``elapsed`` (beyond ``ROUND_GAP_S``); ``busy``: the feed
+    reported acknowledgements within ``ACTIVE_FEED_S``."""
+    interval = feed_interval_s if busy else poll_interval_s
+    return max(0.0, interval - elapsed - ROUND_GAP_S)
+
+
+@dataclass(frozen=True, slots=True)
+class PollState:
+    """When a topic's cursors are next polled and the interval that got there."""
+
+    next_at: float = 0.0
+    interval: float = 0.0
+    active_until: float = 0.0
+
+
+def after_new_messages(poll: PollState, *, now: float, base_s: float) -> PollState:
+    """New messages arrived: consumers will acknowledge soon, so poll at once and closely for a while."""
+    return PollState(next_at=min(poll.next_at, now), interval=base_s, active_until=now + ACTIVE_WINDOW_S)
+
+
+def after_poll(
+    poll: PollState,
+    *,
+    now: float,
+    base_s: float,
+    feed: bool,
+    changed: bool,
+    pending_move: bool,
+    consumers: bool,
+) -> PollState:
+    """The schedule after a poll of one topic's cursors (see the module docstring)."""
+    busy = pending_move if feed else changed or pending_move or now < poll.active_until
+    if busy:
+        interval = base_s
+    else:
+        cap = FEED_SAFETY_POLL_S if feed else MAX_IDLE_POLL_S if consumers else UNCONSUMED_POLL_S
+        interval = max(base_s, min(cap, 2 * (poll.interval or base_s)))
+    # due half a round early, so a topic with the base interval is polled every round
+    return PollState(next_at=now + interval - base_s / 2, interval=interval, active_until=poll.active_until)
+
+
+def first_resync(now: float, *, period_s: float, phase: float) -> float:
+    """When a newly seen topic is first republished in full: ``phase`` in [0, 1) spreads topics over the
+    period (the runtime draws it at random)."""
+    return now + phase * period_s
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMove:
+    """A mark-delete move the broker accepted: its target and when it was sent."""
+
+    target: Position
+    at: float
+
+
+def may_move(
+    pending: PendingMove | None,
+    *,
+    current: Position | None,
+    target: Position,
+    now: float,
+    min_interval_s: float,
+) -> bool:
+    """Whether to send a mark-delete move to ``target`` now (see the module docstring)."""
+    if pending is None:
+        return True
+    age = now - pending.at
+    in_flight = current is not None and current < pending.target and age < MOVE_SETTLE_S
+    if in_flight or age < min_interval_s:
+        return False
+    return pending.target != target or age > MOVE_SETTLE_S

@@ -1,0 +1,106 @@
+"""Naming the origin of an entry read in one region: the one rule the agent, geoctl and the audit share.
+
+A message published here is its own origin. A replicated copy carries its origin *position* in the property
+``__MSG_PROP_REPL_SOURCE_POSITION`` but not the origin *region*, and ledger ids of different regions
+collide, so the region is named by rules, cheapest first: with one other candidate region it is that one;
+a producer name this resolver already verified names its region; otherwise the caller's ``lookup`` (the
+entry's ``X-Pulsar-replicated-from`` header from the admin API) answers, and a broker-generated producer
+name (``<cluster>-<n>-<n>``) that agrees with the header is remembered, so each replicator costs one lookup.
+
+Message properties are untrusted input (anyone with produce permission sets them): a stamp that is not a
+position is a value (``Malformed``), never an exception, and the entry is left unindexed (so no cursor
+moves past it on a guess).
+
+Invariants:
+
+* ``origin_of`` never raises on any property value; a well-formed stamp yields ``Origin`` or
+  ``Unresolved``, a malformed one ``Malformed``, no stamp the entry itself;
+* the lookup is called at most once per entry and, for a verified broker-generated producer, never again;
+* a producer name is remembered only when its broker-generated name claims the region the lookup named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from geosync_core import drift
+from geosync_core.origins import Origin
+from geosync_core.positions import Position
+
+REPL_SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION"
+"""The property brokers stamp on a replicated copy (3.0.11 / 3.3.6 / 4.0.4 and later)."""
+
+Lookup = Callable[[str, Position], "str | None"]
+"""(topic partition, local position) -> the origin region the broker recorded, None if it cannot tell."""
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """The entry carries a source-position stamp that is not a position (not from a broker)."""
+
+    stamp: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """A replicated copy whose origin region no rule and no lookup could name (yet)."""
+
+    position: Position
+
+
+def stamp_of(properties: Mapping[str, str]) -> Position | Malformed | None:
+    """The origin position a replicated copy was stamped with; None for a message published here."""
+    raw = properties.get(REPL_SOURCE_POSITION)
+    if raw is None:
+        return None
+    try:
+        position = Position.parse(str(raw))
+    except ValueError:
+        return Malformed(str(raw)[:64])
+    if position.ledger < 0 or position.entry < 0:
+        return Malformed(str(raw)[:64])
+    return position
+
+
+class OriginResolver:
+    """Names origins of the entries one region holds (see the module docstring); keeps what it verified."""
+
+    def __init__(self, *, local: str, lookup: Lookup) -> None:
+        self.local = local
+        self.lookup = lookup
+        self.verified: dict[str, str] = {}
+        self.lookups = 0
+
+    def region_of(
+        self, topic: str, local: Position, *, producer: str, candidates: Iterable[str]
+    ) -> str | None:
+        """The origin region of the replicated copy at ``local``, or None when nothing can name it."""
+        named = drift.origin_without_lookup(self.local, candidates, producer=producer, verified=self.verified)
+        if named is not None:
+            return named
+        self.lookups += 1
+        region = self.lookup(topic, local)
+        if region is not None and drift.producer_cluster(producer) == region:
+            self.verified[producer] = region
+        return region
+
+    def origin_of(
+        self,
+        topic: str,
+        local: Position,
+        *,
+        properties: Mapping[str, str],
+        producer: str,
+        candidates: Iterable[str],
+    ) -> Origin | Unresolved | Malformed:
+        """The origin of the entry at ``local`` given its properties and producer name."""
+        stamp = stamp_of(properties)
+        if stamp is None:
+            return Origin(self.local, local)
+        if isinstance(stamp, Malformed):
+            return stamp
+        region = self.region_of(topic, local, producer=producer, candidates=candidates)
+        if region is None:
+            return Unresolved(local)
+        return Origin(region, stamp)
