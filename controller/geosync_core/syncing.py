@@ -205,7 +205,8 @@ def key_ordered(
     Dropping such acknowledgements trades duplicates for order. Entries that are not in ``log`` are not
     claimed either (a subset is always safe to claim). A key that is not known (``None``) could be any
     key: an unacknowledged message with an unknown key blocks every later message, and an acknowledged one
-    is kept only while no key is blocked.
+    is kept only while no key is blocked (if it is dropped, it is unacknowledged in the claim and blocks
+    every later message too: the claim itself keeps per-key order, so ``key_ordered`` is idempotent).
 
     Batched entries: ``size_of(p)`` gives entry ``p``'s number of messages (as for ``plan_apply``) and
     ``key_of_message(p, i)`` the key of its message ``i`` (default: ``key_of(p)`` for every message).
@@ -223,13 +224,13 @@ def key_ordered(
         bits = 0
         for i in range(size):
             key = key_of_message(p, i) if key_of_message is not None else key_of(p)
-            if not cursor.acks_message(p, i):
-                if key is None:
-                    block_all = True
-                else:
-                    blocked.add(key)
-            elif not block_all and (key not in blocked if key is not None else not blocked):
+            free = not block_all and (key not in blocked if key is not None else not blocked)
+            if free and cursor.acks_message(p, i):
                 bits |= 1 << i
+            elif key is None:  # not claimed: as unacknowledged to whoever takes over, of any key
+                block_all = True
+            else:
+                blocked.add(key)
         acks = BatchAcks(size, bits)
         if acks.is_full:
             kept.append(p)

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from geosync_core.batches import BatchAcks
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 
@@ -78,6 +79,99 @@ def test_of_is_the_union_of_its_spans(items: list[tuple[str, list[Span]]]) -> No
 @given(origin_acks, origin_acks, origin_acks)
 def test_merge_is_a_semilattice(a: OriginAcks, b: OriginAcks, c: OriginAcks) -> None:
     assert members(a.merge(b)) == members(a) | members(b)  # union, hence monotone
+    assert a.merge(b) == b.merge(a)
+    assert a.merge(b).merge(c) == a.merge(b.merge(c)) == a.merge(b, c)
+    assert a.merge(a) == a
+    assert a.merge(OriginAcks()) == a
+
+
+# --- partial claims (batched entries) -----------------------------------------------------------------
+
+
+def size(origin: Origin) -> int:
+    return 1 + (ord(origin.region) + origin.position.entry) % 4
+
+
+@st.composite
+def partials(draw: st.DrawFn) -> list[tuple[str, list[tuple[Position, BatchAcks]]]]:
+    picked = draw(st.lists(st.sampled_from([o for o in ORIGINS if o.position.entry >= 0]), max_size=5))
+    return [
+        (o.region, [(o.position, BatchAcks(size(o), draw(st.integers(0, (1 << size(o)) - 1))))])
+        for o in picked
+    ]
+
+
+span_items = st.lists(st.tuples(st.sampled_from(REGIONS), st.lists(spans(), max_size=2)), max_size=3)
+batched_acks = st.builds(OriginAcks.of, span_items, partials())
+
+
+def messages(acks: OriginAcks) -> frozenset[tuple[Origin, int]]:
+    return frozenset(
+        (o, i) for o in ORIGINS if o.position.entry >= 0 for i in range(size(o)) if acks.acks_message(o, i)
+    )
+
+
+def test_partial_claims_are_messages_not_entries() -> None:
+    o = Origin("a", Position(2, 7))
+    acks = OriginAcks.of({"a": [Span(2, 0, 5)]}, {"a": [(o.position, BatchAcks.of(4, [1, 3]))]})
+    assert o not in acks
+    assert [acks.acks_message(o, i) for i in range(4)] == [False, True, False, True]
+    assert acks.acked_indexes(o, 4) == BatchAcks.of(4, [1, 3])
+    assert acks.acked_indexes(Origin("a", Position(2, 5)), 4) == BatchAcks.whole(4)
+    assert acks.count() == 6
+    assert acks.count_partial() == 2
+    assert acks.regions == ("a",)
+    assert acks.partials_of("a") == ((o.position, BatchAcks.of(4, [1, 3])),)
+    assert OriginAcks.of({}, {"b": [(o.position, BatchAcks.of(2, [0]))]})
+
+
+def test_a_partial_that_completes_becomes_a_span_and_joins_its_neighbours() -> None:
+    p = Position(2, 6)
+    acks = OriginAcks.of({"a": [Span(2, 0, 5), Span(2, 7, 7)]}, {"a": [(p, BatchAcks.of(3, [0, 2]))]})
+    done = acks.merge(OriginAcks.of({}, {"a": [(p, BatchAcks.of(3, [1]))]}))
+    assert done == OriginAcks.of({"a": [Span(2, 0, 7)]})
+    # a whole-entry claim swallows a partial of the same entry
+    assert acks.merge(OriginAcks.of({"a": [Span(2, 6, 6)]})) == done
+
+
+def test_non_canonical_partials_are_refused() -> None:
+    p = Position(1, 3)
+    with pytest.raises(ValueError, match="not canonical"):
+        OriginAcks((("a", (Span(1, 0, 3),)),), (("a", ((p, BatchAcks(2, 1)),)),))  # inside a span
+    with pytest.raises(ValueError, match="not a partial"):
+        OriginAcks((), (("a", ((p, BatchAcks(2, 3)),)),))  # full
+    with pytest.raises(ValueError, match="not canonical"):
+        OriginAcks((), (("b", ((p, BatchAcks(2, 1)),)), ("a", ((p, BatchAcks(2, 1)),))))
+    with pytest.raises(ValueError, match="not canonical"):
+        OriginAcks((), (("a", ()),))
+
+
+@fast
+@given(span_items, partials())
+def test_of_with_partials_is_the_union_of_messages(
+    items: list[tuple[str, list[Span]]], parts: list[tuple[str, list[tuple[Position, BatchAcks]]]]
+) -> None:
+    acks = OriginAcks.of(items, parts)
+    whole = {o for region, ss in items for s in ss for o in ORIGINS if o.region == region and o.position in s}
+    assert messages(acks) == {(o, i) for o in whole if o.position.entry >= 0 for i in range(size(o))} | {
+        (Origin(region, p), i) for region, pairs in parts for p, b in pairs for i in b.indexes()
+    }
+    assert OriginAcks(acks.by_region, acks.partials) == acks
+    # equal messages, equal values: the same claims one message at a time, in reverse
+    singles = [
+        (r, [(p, BatchAcks.of(b.size, [i]))])
+        for r, pairs in reversed(parts)
+        for p, b in pairs
+        for i in b.indexes()
+    ]
+    assert OriginAcks.of(items, singles) == acks
+
+
+@settings(fast, max_examples=40)
+@given(batched_acks, batched_acks, batched_acks)
+def test_merge_with_partials_is_a_semilattice(a: OriginAcks, b: OriginAcks, c: OriginAcks) -> None:
+    assert messages(a.merge(b)) == messages(a) | messages(b)  # union, hence monotone
+    assert members(a.merge(b)) >= members(a) | members(b)
     assert a.merge(b) == b.merge(a)
     assert a.merge(b).merge(c) == a.merge(b.merge(c)) == a.merge(b, c)
     assert a.merge(a) == a

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState
+from geosync_core.rangesets import AckState, Range
 from geosync_core.syncing import (
     ApplyPlan,
     Reason,
@@ -19,7 +22,7 @@ from geosync_core.syncing import (
     to_origin_acks,
 )
 
-from .strategies import fast, local_logs, origin_streams
+from .strategies import batch_acks, fast, local_logs, origin_streams, size_of_origin
 
 Log = list[tuple[Position, Origin]]
 
@@ -229,3 +232,218 @@ def test_key_ordered_treats_an_unknown_key_as_any_key() -> None:
     assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0"))
     cursor = cursor.ack(P("3:2"))
     assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0")).ack(P("3:2"), P("3:3"))
+
+
+# --- batched entries: message granularity --------------------------------------------------------------
+
+
+def sizes(log: Log) -> Callable[[Position], int | None]:
+    """The local batch size of each entry: its origin's (replication keeps batch layout)."""
+    by_local = {local: size_of_origin(origin) for local, origin in log}
+    return by_local.get
+
+
+@st.composite
+def batched_cursors(draw: st.DrawFn, log: Log) -> AckState:
+    """A cursor over ``log`` with some entries acknowledged in part."""
+    cursor = draw(cursors(log))
+    size_of = sizes(log)
+    picked = draw(st.lists(st.sampled_from([p for p, _ in log]), max_size=len(log))) if log else []
+    return cursor.ack_batches((p, draw(batch_acks(size_of(p) or 1))) for p in picked)
+
+
+@st.composite
+def batched_scenarios(draw: st.DrawFn) -> tuple[Log, OriginIndex, AckState, OriginAcks]:
+    """As ``scenarios``, with partly acknowledged entries locally and partial claims remotely (a few of
+    them, wrongly, one index larger than the batch)."""
+    log, index, _, remote = draw(scenarios())
+    local = draw(batched_cursors(log))
+    partials = []
+    for origin in draw(st.lists(st.sampled_from([o for _, o in log]), max_size=len(log))) if log else []:
+        n = size_of_origin(origin) + draw(st.sampled_from((0, 0, 0, 1)))
+        partials.append((origin.region, [(origin.position, draw(batch_acks(n)))]))
+    return log, index, local, remote.merge(OriginAcks.of({}, partials))
+
+
+def message_list(log: Log) -> list[tuple[Position, int]]:
+    size_of = sizes(log)
+    return [(p, i) for p, _ in log for i in range(size_of(p) or 1)]
+
+
+def test_translation_names_batch_indexes_at_the_origin() -> None:
+    index = indexed([(P("5:0"), O("a", "1:0")), (P("5:1"), O("b", "1:7"))])
+    cursor = AckState.of(P("5:0"), batches=[(P("5:1"), BatchAcks.of(4, [0, 3]))])
+    result = to_origin_acks(index, cursor)
+    assert isinstance(result, Translation)
+    assert result.acks == OriginAcks.of({"a": [Span(1, 0, 0)]}, {"b": [(P("1:7"), BatchAcks.of(4, [0, 3]))]})
+
+
+@settings(fast, max_examples=40)
+@given(st.data())
+def test_translation_claims_exactly_the_acked_messages(data: st.DataObject) -> None:
+    log = data.draw(local_logs())
+    cursor = data.draw(batched_cursors(log))
+    result = to_origin_acks(indexed(log), cursor)
+    if not log:
+        return
+    assert isinstance(result, Translation)
+    origin_of = dict(log)
+    for p, i in message_list(log):
+        assert result.acks.acks_message(origin_of[p], i) == cursor.acks_message(p, i)
+    assert result.acks.count() == sum(p in cursor for p, _ in log)
+
+
+def test_plan_table_with_batches() -> None:
+    log = [(P(f"4:{e}"), O("b", f"1:{e}")) for e in range(4)]
+    index = indexed(log)
+    size_of = {P("4:0"): 3, P("4:1"): 3, P("4:2"): None, P("4:3"): 2}.get
+    local = AckState.of(
+        P("4:-1"), batches=[(P("4:0"), BatchAcks.of(3, [0])), (P("4:1"), BatchAcks.of(3, [2]))]
+    )
+    remote = OriginAcks.of(
+        {"b": [Span(1, 2, 2)]},
+        {
+            "b": [
+                (P("1:0"), BatchAcks.of(3, [1, 2])),
+                (P("1:1"), BatchAcks.of(3, [0])),
+                (P("1:3"), BatchAcks.of(2, [1])),
+            ]
+        },
+    )
+    plan = plan_apply(index, local, remote=remote, log=[p for p, _ in log], size_of=size_of)
+    # 4:0 is complete with local {0} and remote {1, 2}; 4:1 grows to {0, 2}; 4:2 is whole remotely but the
+    # mark-delete stops at 4:1 with a message unacknowledged; 4:3 gets index 1.
+    assert plan == ApplyPlan(
+        P("4:0"), (P("4:2"),), None, ((P("4:1"), BatchAcks.of(3, [0, 2])), (P("4:3"), BatchAcks.of(2, [1])))
+    )
+    after = applied(local, plan)
+    assert after == AckState.of(
+        P("4:0"),
+        [Range.single(P("4:2"))],
+        [(P("4:1"), BatchAcks.of(3, [0, 2])), (P("4:3"), BatchAcks.of(2, [1]))],
+    )
+    assert plan_apply(index, after, remote=remote, log=[p for p, _ in log], size_of=size_of).is_empty
+    # Without sizes, remote partial claims are not used; the cursor's own partials keep their size.
+    plain = plan_apply(index, local, remote=remote, log=[p for p, _ in log])
+    assert plain == ApplyPlan(P("4:0"), (P("4:2"),), None, ((P("4:1"), BatchAcks.of(3, [0, 2])),))
+
+
+@settings(fast, max_examples=60)
+@given(batched_scenarios(), st.booleans())
+def test_plan_invariants_at_message_level(
+    scenario: tuple[Log, OriginIndex, AckState, OriginAcks], with_sizes: bool
+) -> None:
+    log, index, local, remote = scenario
+    positions = [p for p, _ in log]
+    size_of = sizes(log) if with_sizes else None
+    plan = plan_apply(index, local, remote=remote, log=positions, size_of=size_of)
+    after = applied(local, plan)
+
+    def allowed(p: Position, i: int) -> bool:
+        origin = index.origin_of(p)
+        return local.acks_message(p, i) or (origin is not None and remote.acks_message(origin, i))
+
+    msgs = message_list(log)
+    # NO LOSS: never a message that neither the cursor nor a remote claim acknowledged.
+    assert all(allowed(p, i) for p, i in msgs if after.acks_message(p, i))
+    assert all(allowed(p, i) for p in plan.individual_acks for i in range(sizes(log)(p) or 1))
+    if with_sizes:  # exactness: every allowed message is acknowledged afterwards
+        assert [m for m in msgs if after.acks_message(*m)] == [m for m in msgs if allowed(*m)]
+    # MONOTONE, and the mark-delete never passes an entry with an unacknowledged message
+    assert all(after.acks_message(p, i) for p, i in msgs if local.acks_message(p, i))
+    assert plan.new_mark_delete is None or plan.new_mark_delete > local.mark_delete
+    if plan.new_mark_delete is not None:
+        assert all(allowed(p, i) for p, i in msgs if p <= plan.new_mark_delete)
+    # batch acks: above the new mark-delete, partial, growing the local set
+    floor = plan.new_mark_delete or local.mark_delete
+    for p, acks in plan.batch_acks:
+        assert p > floor
+        assert acks.is_partial
+        assert acks.union(local.acked_indexes(p, acks.size)) == acks != local.acked_indexes(p, acks.size)
+    # IDEMPOTENT
+    again = plan_apply(index, after, remote=remote, log=positions, size_of=size_of)
+    assert again.is_empty, again
+
+
+@settings(fast, max_examples=30)
+@given(st.data())
+def test_sync_between_two_regions_acks_the_same_messages_in_batches(data: st.DataObject) -> None:
+    streams = data.draw(origin_streams())
+    log_x, log_y = data.draw(local_logs(streams)), data.draw(local_logs(streams))
+    cursor_x = data.draw(batched_cursors(log_x))
+    translation = to_origin_acks(indexed(log_x), cursor_x)
+    remote = translation.acks if isinstance(translation, Translation) else OriginAcks()
+    start = Position(log_y[0][0].ledger, -1) if log_y else P("1:-1")
+    local_y = AckState(start)
+    plan = plan_apply(indexed(log_y), local_y, remote=remote, log=[p for p, _ in log_y], size_of=sizes(log_y))
+    after = applied(local_y, plan)
+    origin_x, origin_y = dict(log_x), dict(log_y)
+    acked_x = {(origin_x[p], i) for p, i in message_list(log_x) if cursor_x.acks_message(p, i)}
+    assert {(origin_y[p], i) for p, i in message_list(log_y) if after.acks_message(p, i)} == acked_x
+
+
+def test_key_ordered_per_message_in_a_batch() -> None:
+    log = [P("3:1"), P("3:2")]
+    size_of = {P("3:1"): 3, P("3:2"): 2}.get
+    keys = {
+        (P("3:1"), 0): "k",
+        (P("3:1"), 1): "j",
+        (P("3:1"), 2): "k",
+        (P("3:2"), 0): "j",
+        (P("3:2"), 1): "x",
+    }
+    # 3:1 index 1 (j) is unacknowledged: 3:2's j message must not be claimed; 3:1's k messages and x are fine.
+    cursor = AckState.of(P("3:0"), batches=[(P("3:1"), BatchAcks.of(3, [0, 2]))]).ack(P("3:2"))
+    kept = key_ordered(cursor, log, lambda p: None, size_of=size_of, key_of_message=lambda p, i: keys[p, i])
+    assert kept == AckState.of(
+        P("3:0"), batches=[(P("3:1"), BatchAcks.of(3, [0, 2])), (P("3:2"), BatchAcks.of(2, [1]))]
+    )
+    # within one entry: a lower index of the same key unacknowledged blocks a higher one
+    cursor = AckState.of(P("3:0"), batches=[(P("3:1"), BatchAcks.of(3, [1, 2]))])
+    kept = key_ordered(cursor, log, lambda p: None, size_of=size_of, key_of_message=lambda p, i: keys[p, i])
+    assert kept == AckState.of(P("3:0"), batches=[(P("3:1"), BatchAcks.of(3, [1]))])
+    # one key per entry (key_of) when no per-message keys are given
+    kept = key_ordered(cursor, log, lambda p: "k", size_of=size_of)
+    assert kept == AckState.of(P("3:0"))
+
+
+@settings(fast, max_examples=60)
+@given(st.lists(st.tuples(st.integers(1, 3), st.sampled_from("abc")), min_size=1, max_size=12), st.data())
+def test_key_ordered_claims_a_per_key_prefix_of_messages(
+    shape: list[tuple[int, str]], data: st.DataObject
+) -> None:
+    log = [Position(5, e) for e in range(len(shape))]
+    size_of = {p: n for p, (n, _) in zip(log, shape, strict=True)}.get
+    keys = {
+        (p, i): data.draw(st.sampled_from([shape[p.entry][1], "a", "b", None]))
+        for p in log
+        for i in range(size_of(p) or 1)
+    }
+    msgs = list(keys)
+    md_index = data.draw(st.integers(-1, len(log) - 1))
+    cursor = AckState.of(Position(5, md_index)).ack_batches(
+        (p, BatchAcks.of(size_of(p) or 1, [i])) for p, i in msgs if data.draw(st.booleans())
+    )
+    kept = key_ordered(cursor, log, lambda p: None, size_of=size_of, key_of_message=lambda p, i: keys[p, i])
+    assert kept.mark_delete == cursor.mark_delete
+    assert all(cursor.acks_message(*m) for m in msgs if kept.acks_message(*m))  # a subset
+    above = [m for m in msgs if m[0] > cursor.mark_delete]
+    for n, (m, key) in enumerate((m, keys[m]) for m in above):
+        if not kept.acks_message(*m):
+            continue
+        # every earlier message of the same key (or of an unknown key) is claimed too
+        earlier = above[:n]
+        assert all(kept.acks_message(*e) for e in earlier if keys[e] is None or key is None or keys[e] == key)
+    assert (
+        key_ordered(kept, log, lambda p: None, size_of=size_of, key_of_message=lambda p, i: keys[p, i])
+        == kept
+    )
+
+
+def test_a_dropped_ack_of_an_unknown_key_blocks_what_follows() -> None:
+    log = [P(f"3:{e}") for e in range(1, 4)]
+    keys: dict[Position, str | None] = {P("3:1"): "a", P("3:2"): None, P("3:3"): "b"}
+    cursor = AckState.of(P("3:0")).ack(P("3:2"), P("3:3"))
+    # 3:2 cannot be claimed (3:1 of key a is unacknowledged and 3:2 could be of key a); unclaimed, it could
+    # be of key b too, so 3:3 cannot be claimed either.
+    assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0"))
