@@ -10,8 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
 from geosync_core.envelopes import (
     ACK_STATE,
+    ACK_STATE_PARTIALS_VERSION,
+    ACK_STATE_VERSION,
     ACK_STATES,
     AckStateMessage,
     Envelope,
@@ -26,6 +29,7 @@ from geosync_core.envelopes import (
     seal,
 )
 from geosync_core.origins import OriginAcks, Span
+from geosync_core.positions import Position
 
 from .strategies import fast
 
@@ -310,3 +314,106 @@ def test_bad_ack_states_batches_are_refused_whole(payload: dict[str, Any], reaso
     assert decode_ack_states(Envelope(kind="other", region="eu", seq=1, sent_at_ms=0, payload=payload)) == (
         Rejected(Reason.MALFORMED)
     )
+
+
+# --- ack-state payloads with partly acknowledged batches (version 2) -----------------------------------
+
+
+@st.composite
+def batched_origin_acks(draw: st.DrawFn) -> OriginAcks:
+    whole = draw(origin_acks())
+    sizes = st.integers(1, 70) | st.sampled_from([MAX_BATCH_SIZE])
+    partial = st.builds(
+        lambda ledger, entry, n, bits: (Position(ledger, entry), BatchAcks(n, bits % (1 << n))),
+        st.integers(0, 9),
+        st.integers(0, 99),
+        sizes,
+        st.integers(0, 2**80),
+    )
+    return whole.merge(
+        OriginAcks.of({}, draw(st.dictionaries(names, st.lists(partial, max_size=3), max_size=3)))
+    )
+
+
+def _expected(state: AckStateMessage) -> dict[str, Any]:
+    return {
+        "spans": {r: [[s.ledger, s.first, s.last] for s in spans] for r, spans in state.acks.by_region},
+        "partials": {
+            r: [[p.ledger, p.entry, b.size, list(b.indexes())] for p, b in bs]
+            for r, bs in state.acks.partials
+        },
+    }
+
+
+@pytest.mark.parametrize("vector", VECTORS["ack_states"]["accepted"], ids=lambda v: v["name"])
+def test_accepted_ack_states_vectors(vector: dict[str, Any]) -> None:
+    env = Envelope(kind=ACK_STATES, region="eu-west", seq=1, sent_at_ms=0, payload=vector["payload"])
+    decoded = decode_ack_states(env)
+    assert isinstance(decoded, list)
+    assert [_expected(s) for s in decoded] == vector["states"]
+    if vector["canonical"]:
+        assert encode_ack_states(decoded, region="eu-west") == vector["payload"]
+
+
+@pytest.mark.parametrize("vector", VECTORS["ack_states"]["refused"], ids=lambda v: v["name"])
+def test_refused_ack_states_vectors(vector: dict[str, Any]) -> None:
+    env = Envelope(kind=ACK_STATES, region="eu-west", seq=1, sent_at_ms=0, payload=vector["payload"])
+    assert decode_ack_states(env) == Rejected(Reason(vector["reason"]))
+    for state in vector["payload"]["states"]:  # the same state alone in an ack-state envelope
+        alone = decode_ack_state(
+            Envelope(kind=ACK_STATE, region="eu-west", seq=1, sent_at_ms=0, payload=state)
+        )
+        assert isinstance(alone, Rejected) or vector["name"] == "v1-batch-with-v2-state"
+
+
+@fast
+@given(batched_origin_acks())
+def test_ack_state_with_partials_round_trips_in_the_lowest_version(acks: OriginAcks) -> None:
+    payload = encode_ack_state(TOPIC, "billing", region="eu", acks=acks)
+    assert payload["version"] == (ACK_STATE_PARTIALS_VERSION if acks.partials else ACK_STATE_VERSION)
+    opened = open_envelope(
+        KEY, seal(KEY, Envelope(kind=ACK_STATE, region="eu", seq=7, sent_at_ms=0, payload=payload))
+    )
+    assert isinstance(opened, Envelope)
+    assert decode_ack_state(opened) == AckStateMessage(TOPIC, "billing", "eu", acks)
+
+
+@fast
+@given(st.lists(batched_origin_acks(), max_size=4))
+def test_ack_states_batch_with_partials_round_trips(states: list[OriginAcks]) -> None:
+    batch = [AckStateMessage(f"{TOPIC}-{i}", "s", "eu", acks) for i, acks in enumerate(states)]
+    payload = encode_ack_states(batch, region="eu")
+    versions = {payload["version"], *(s["version"] for s in payload["states"])}
+    assert versions == {ACK_STATE_PARTIALS_VERSION if any(a.partials for a in states) else ACK_STATE_VERSION}
+    opened = open_envelope(
+        KEY, seal(KEY, Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
+    )
+    assert isinstance(opened, Envelope)
+    assert decode_ack_states(opened) == batch
+
+
+def test_ack_state_v2_wire_shape() -> None:
+    acks = OriginAcks.of({"us": [Span(7, 5, 9)]}, {"us": [(Position(7, 11), BatchAcks.of(8, [0, 2, 5]))]})
+    assert encode_ack_state(TOPIC, "billing", region="eu", acks=acks) == {
+        "version": 2,
+        "topic": TOPIC,
+        "subscription": "billing",
+        "region": "eu",
+        "acks": {"us": [[[7, 5], [7, 9]]]},
+        "partials": {"us": [[7, 11, 8, "25"]]},
+    }
+
+
+@settings(fast, max_examples=200)
+@given(
+    st.lists(
+        st.lists(
+            st.integers(-2, 70) | st.booleans() | st.sampled_from(["0", "1", "05", "ff", "G"]), max_size=5
+        ),
+        max_size=3,
+    )
+)
+def test_decoding_partials_never_raises(items: list[list[Any]]) -> None:
+    payload = {**_payload(version=2), "partials": {"us": items}}
+    decoded = decode_ack_state(Envelope(kind=ACK_STATE, region="eu", seq=1, sent_at_ms=0, payload=payload))
+    assert isinstance(decoded, AckStateMessage | Rejected)
