@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -287,6 +288,9 @@ def up(
         for name in region_names:
             topology = start_agent(lab_dir, name)
             report(f"agent {name}: started (pid {topology.agents[name].pid})")
+        for name in region_names:
+            wait_agent_ready(lab_dir, name)
+            report(f"agent {name}: ready")
     return UpResult(
         topology=topology,
         path=path,
@@ -380,6 +384,31 @@ def stop_agent(lab_dir: pathlib.Path, name: str, *, kill: bool = False) -> topo.
     topology = replace(topology, agents={**topology.agents, name: replace(agent, pid=None)})
     save(lab_dir, topology)
     return topology
+
+
+def wait_agent_ready(lab_dir: pathlib.Path, name: str, *, timeout_s: float = 60.0) -> None:
+    """Wait until the agent of region ``name`` answers /readyz (it has finished a round); LabError if it
+    does not within ``timeout_s`` or its process ended."""
+    url = agent_metrics_url(lab_dir, name) + "/readyz"
+    started = time.monotonic()
+    while time.monotonic() < started + timeout_s:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        agent = load(lab_dir).agents.get(name)
+        # A child between fork and exec does not name its config yet: judge liveness after a grace time.
+        gone = agent is None or not agent.pid or not regions.owns(agent.pid, agent.config)
+        if gone and time.monotonic() - started > 5.0:
+            break
+        time.sleep(0.2)
+    _, logfile = _agent_paths(lab_dir.resolve(), name)
+    raise LabError(
+        f"the agent of region {name} did not become ready within {timeout_s:.0f} s",
+        hint=f"read its log: {logfile}",
+    )
 
 
 def agent_metrics_url(lab_dir: pathlib.Path, name: str) -> str:

@@ -1,0 +1,235 @@
+"""The agent's round against fake ports: one acknowledgement followed from region a to region b's cursor, the
+admin-API path, the move gate, refusals and untrusted stamps. Each test runs in milliseconds; the lab tests
+prove the same against real brokers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from geosync_agent import supervising
+from geosync_core import envelopes
+from geosync_core.capabilities import Capability
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from tests.agent.fakes import FakeRegion, Harness, message
+
+NS = "geo/ab"
+TOPIC = f"persistent://{NS}/orders"
+CONTROL = f"persistent://{NS}/geosync-control"
+SUB = "billing"
+A_LOG = [Position(5, e) for e in range(6)]
+B_LOG = [Position(9, e) for e in range(6)]
+
+
+def pair(**settings: object) -> tuple[Harness, Harness]:
+    """Region a holds six messages published there; region b their replicated copies (other ledger ids)."""
+    a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(B_LOG)})
+    for region in (a, b):
+        region.cursors[(TOPIC, SUB)] = AckState.of(Position(region.topics[TOPIC][0].ledger, -1))
+    ha, hb = Harness.build(a, **settings), Harness.build(b, **settings)
+    for h in (ha, hb):
+        h.discover()
+        h.step()
+    for p in A_LOG:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    for p, origin in zip(B_LOG, A_LOG, strict=True):
+        stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+        hb.messaging.deliver(TOPIC, message(TOPIC, p, properties=stamp, producer="a-1-0"))
+    for h in (ha, hb):
+        h.step()  # indexes; the first poll publishes each cursor once
+    carry(ha, hb)
+    carry(hb, ha)
+    return ha, hb
+
+
+def carry(sender: Harness, receiver: Harness) -> int:
+    """Replicate the sender's control messages to the receiver's control topic; how many."""
+    sent = sender.sent_on(CONTROL)
+    for i, data in enumerate(sent):
+        receiver.messaging.deliver(CONTROL, message(CONTROL, Position(77, i), data=data))
+    if CONTROL in sender.messaging.producers:
+        sender.messaging.producers[CONTROL].sent.clear()
+    return len(sent)
+
+
+def test_an_acknowledgement_travels_from_a_to_b_with_its_hole() -> None:
+    a, b = pair()
+    a.step()
+    b.step()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[3]])  # a hole at 5:2
+    a.step()
+    assert carry(a, b) == 1
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[3])
+    assert ("plugin_ack", TOPIC, SUB, "9:1", ("9:3",)) in b.region.calls
+    assert a.agent.caps.get(Capability.PLUGIN_FEED) is True
+    assert b.agent.caps.get(Capability.PLUGIN_CURSOR_WRITES) is True
+    # b's cursor caught up with what a told it: nothing new to echo back.
+    b.region.feed.append(
+        {"topic": TOPIC, "subscription": SUB, "mark_delete": "9:1", "individually_deleted": "[(9:2..9:3]]"}
+    )
+    b.step()
+    assert carry(b, a) == 0
+
+
+def test_applying_again_changes_nothing() -> None:
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
+    a.step()
+    carry(a, b)
+    b.step()
+    writes = [c for c in b.region.calls if c[0] == "plugin_ack"]
+    for _ in range(3):
+        b.step()
+    assert [c for c in b.region.calls if c[0] == "plugin_ack"] == writes
+
+
+def test_without_the_plugin_moves_go_through_the_admin_api_and_holes_wait_for_consumers() -> None:
+    a, b = pair()
+    b.region.plugin = False
+    b.region.consumers[(TOPIC, SUB)] = 1
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.agent.caps.get(Capability.PLUGIN_CURSOR_WRITES) is False
+    assert ("expire", TOPIC, SUB, B_LOG[0]) in b.region.calls
+    state = b.agent.subs[(TOPIC, SUB)]
+    assert state.pending_holes == 1  # a consumer is connected: no shadow consumer joins
+    assert not b.messaging.shadow
+    b.region.consumers[(TOPIC, SUB)] = 0
+    b.discover()  # the consumer left: the next discovery pass says so
+    b.step(2.0)
+    b.step(2.0)
+    assert b.messaging.shadow == [(TOPIC, SUB, (B_LOG[2],))]
+    assert b.agent.caps.get(Capability.SKIP_BY_IDS) is False
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0]).ack(B_LOG[2])
+
+
+def test_one_mark_delete_move_in_flight() -> None:
+    a, b = pair(min_apply_interval_s=0.5)
+    b.region.plugin = False
+    expire = b.region.expire_messages
+    b.region.expire_messages = lambda *args, **kw: None  # type: ignore[method-assign]
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()
+    carry(a, b)
+    b.step(0.1)
+    moves = b.agent.stats.counters["mark_delete_moves"]
+    b.step(0.1)
+    b.step(0.1)
+    assert b.agent.stats.counters["mark_delete_moves"] == moves == 1  # not seen done yet, not resent
+    b.step(3.0)  # past the settle time: sent again
+    assert b.agent.stats.counters["mark_delete_moves"] == 2
+    b.region.expire_messages = expire  # type: ignore[method-assign]
+
+
+def test_tampered_and_replayed_control_messages_change_nothing() -> None:
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()
+    [data] = a.sent_on(CONTROL)
+    tampered = data.replace(b'"a"', b'"z"', 1)
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(77, 0), data=tampered))
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(77, 1), data=b"garbage"))
+    b.step()
+    assert (TOPIC, SUB) not in b.agent.subs or not b.agent.subs[(TOPIC, SUB)].received
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(77, 2), data=data))
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(77, 3), data=data))
+    b.step()
+    counters = b.agent.stats.counters
+    assert counters["control_rejected_" + envelopes.Reason.REPLAYED.value] == 1
+    assert sum(v for k, v in counters.items() if k.startswith("control_rejected_")) == 3
+    assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]
+
+
+@pytest.mark.parametrize("stamp", ["not-a-position", "1:2:3", "-5:1", "", "9" * 40 + ":x"])
+def test_a_malformed_stamp_is_counted_and_blocks_no_one_else(stamp: str) -> None:
+    a, b = pair()
+    topic = TOPIC
+    bad = Position(9, 6)
+    b.region.topics[topic].append(bad)
+    b.messaging.deliver(topic, message(topic, bad, properties={"__MSG_PROP_REPL_SOURCE_POSITION": stamp}))
+    b.step()  # does not raise
+    assert b.agent.stats.counters["malformed_stamps"] == 1
+    tail = b.agent.topics[topic].tail
+    assert bad in tail.unresolved
+    assert tail.index.origin_of(bad) is None
+    # The remaining entries still sync.
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[2]
+
+
+def test_a_subscription_another_region_has_is_created_here() -> None:
+    a, b = pair()
+    a.region.cursors[(TOPIC, "audit")] = AckState.of(Position(5, -1))
+    a.discover()
+    a.step()
+    a.region.consumer_acks(TOPIC, "audit", A_LOG[:1])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert ("create", TOPIC, "audit") in b.region.calls
+    assert b.agent.rediscover.is_set()
+    b.discover()
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, "audit")].mark_delete == B_LOG[0]
+
+
+def test_excluded_subscriptions_are_neither_published_nor_applied() -> None:
+    a, b = pair(exclude=("*/billing",))
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()
+    assert carry(a, b) == 0
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
+
+
+def test_status_reports_capabilities_and_subscriptions() -> None:
+    a, _b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:1])
+    a.step()
+    status = a.agent.status()
+    assert status["capabilities"]["plugin_feed"] is True
+    assert status["capabilities"]["skip_by_ids"] is None
+    assert [s["subscription"] for s in status["synced"]] == [SUB]
+    assert status["ready"] is True
+
+
+def test_supervisor_restarts_a_failing_task_then_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervising, "FIRST_BACKOFF_S", 0.001)
+    monkeypatch.setattr(supervising, "MAX_RESTARTS", 3)
+    stop = threading.Event()
+    supervisor = supervising.Supervisor(stop)
+    runs: list[int] = []
+
+    def flaky() -> None:
+        runs.append(1)
+        raise RuntimeError("boom")
+
+    supervisor.spawn("flaky", flaky)
+    assert stop.wait(5.0)
+    supervisor.join("flaky")
+    assert len(runs) == 4  # the first run and three restarts
+    assert supervisor.given_up == ["flaky"]
+    assert not supervisor.alive()
+
+
+def test_supervisor_leaves_a_task_that_ends_cleanly() -> None:
+    stop = threading.Event()
+    supervisor = supervising.Supervisor(stop)
+    done = threading.Event()
+    supervisor.spawn("once", done.set)
+    assert done.wait(2.0)
+    time.sleep(0.01)
+    supervisor.join("once")
+    assert supervisor.restarts["once"] == 0
+    assert not stop.is_set()
