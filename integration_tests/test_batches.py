@@ -1,0 +1,249 @@
+"""Batched producers and batch-index acknowledgements, in real Pulsar regions with GeoSync's plugin.
+
+Why: Pulsar clients batch by default, and a consumer that acknowledged most of a batch must not get the
+whole batch again after a failover. That needs three things from the brokers, proven here: replication
+keeps each batch as it was (same size, same message at each index, in every region), the plugin's feed
+reports which indexes of a partly acknowledged entry are still unacknowledged, and the plugin's cursor
+writes acknowledge single indexes (never backwards), so a consumer then gets exactly the rest.
+
+The lab's brokers run with ``acknowledgmentAtBatchIndexLevelEnabled=true`` (``geosync_lab``'s default).
+Subscriptions are named ``unsynced-*`` so the agents leave them alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pulsar
+import pytest
+import requests
+
+from geosync_adapters import messaging
+from geosync_adapters.admin import AdminClient
+from geosync_core.pluginapi import AckItem, BatchAck, CursorReport, Status
+from geosync_core.positions import Position
+from integration_tests.helpers import Lab, read_all, wait_for
+
+pytestmark = pytest.mark.lab
+
+BURST = 10
+
+
+def produce_batched(service_url: str, topic: str, payloads: list[bytes]) -> None:
+    """Publish in bursts of ``BURST`` through a batching producer, one flush per burst (one entry each,
+    unless the broker or client splits it)."""
+    with messaging.client(service_url) as c:
+        producer = c.create_producer(
+            topic,
+            batching_enabled=True,
+            batching_max_messages=BURST,
+            batching_max_publish_delay_ms=1000,
+        )
+        for start in range(0, len(payloads), BURST):
+            for data in payloads[start : start + BURST]:
+                producer.send_async(data, None)
+            producer.flush()
+        producer.close()
+
+
+def entries_of(messages: list[messaging.Received]) -> dict[Position, list[messaging.Received]]:
+    """Messages grouped by the entry holding them, in batch-index order."""
+    out: dict[Position, list[messaging.Received]] = defaultdict(list)
+    for m in messages:
+        out[m.position].append(m)
+    return {p: sorted(ms, key=lambda m: m.batch_index) for p, ms in out.items()}
+
+
+def batch_index_acks_on(lab: Lab, region: str) -> bool:
+    url = f"{lab.topology.region(region).admin_url}/admin/v2/geosync/status"
+    try:
+        body = requests.get(url, timeout=10).json()
+    except (requests.RequestException, ValueError):
+        return False
+    return body.get("configuration", {}).get("acknowledgmentAtBatchIndexLevelEnabled") is True
+
+
+def test_the_lab_runs_with_batch_index_acks_and_records_it(lab: Lab) -> None:
+    for name, region in lab.topology.regions.items():
+        assert region.lab.get("batch_index_acks") is True, name
+        assert batch_index_acks_on(lab, name), f"region {name}: the broker has batch-index acks off"
+
+
+def test_replication_keeps_each_batch_as_it_was(lab: Lab, unique: str) -> None:
+    topic = f"persistent://geo/abc/layout-{unique}"
+    origins = ("a", "c")
+    per_region = 4 * BURST
+    for origin in origins:
+        produce_batched(lab.service_url(origin), topic, [f"{origin}-{i}".encode() for i in range(per_region)])
+    total = per_region * len(origins)
+    read = {r: read_all(lab.service_url(r), topic, expect=total) for r in lab.topology.regions}
+    for region, got in read.items():
+        assert len(got) == total, f"region {region} has {len(got)} of {total} messages"
+    # Where each message sits in its origin: entry, batch index, batch size.
+    home: dict[bytes, tuple[Position, int, int]] = {}
+    for origin in origins:
+        for position, batch in entries_of(
+            [m for m in read[origin] if m.data.startswith(f"{origin}-".encode())]
+        ).items():
+            home.update({m.data: (position, m.batch_index, len(batch)) for m in batch})
+    assert len(home) == total
+    sizes = sorted({size for _, _, size in home.values()})
+    assert max(sizes) > 1, f"the producers did not batch at all (batch sizes {sizes})"
+    per_message = 0
+    for region, got in read.items():
+        for position, batch in entries_of(got).items():
+            origin_entries = {home[m.data][0] for m in batch}
+            assert len(origin_entries) == 1, f"{region} {position} mixes origin entries {origin_entries}"
+            [origin_entry] = origin_entries
+            for m in batch:
+                assert (m.batch_index, len(batch)) == home[m.data][1:], (region, position, m.data)
+                per_message += m.source_position is not None
+            if batch[0].data.startswith(f"{region}-".encode()):
+                assert position == origin_entry
+                continue
+            # The stamp is in the entry's metadata; consumers of a batched entry do not see it per message.
+            stamp, size = entry_headers(lab, region, topic, position)
+            assert (stamp, size) == (str(origin_entry), len(batch)), (region, position)
+    print(f"batch sizes {sizes}; {per_message} replicated messages showed their source position per message")
+
+
+def entry_headers(lab: Lab, region: str, topic: str, position: Position) -> tuple[str | None, int]:
+    """An entry's replication stamp and batch size, as the admin API's get-message-by-id reports them."""
+    path = topic.replace("persistent://", "persistent/")
+    admin_url = lab.topology.region(region).admin_url
+    url = f"{admin_url}/admin/v2/{path}/ledger/{position.ledger}/entry/{position.entry}"
+    response = requests.get(url, timeout=10)
+    assert response.status_code == 200, (url, response.status_code)
+    properties = json.loads(response.headers.get("X-Pulsar-PROPERTY") or "{}")
+    stamp = properties.get("__MSG_PROP_REPL_SOURCE_POSITION")
+    return stamp, int(response.headers.get("X-Pulsar-num-batch-message", "1"))
+
+
+def _subscribe(c: pulsar.Client, topic: str, sub: str) -> pulsar.Consumer:
+    return c.subscribe(
+        topic,
+        sub,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        batch_index_ack_enabled=True,
+    )
+
+
+def _drain(service_url: str, topic: str, sub: str, *, quiet_s: float = 3.0) -> list[messaging.Received]:
+    """What a fresh consumer on ``sub`` is given (nothing acknowledged: the consumer closes after)."""
+    got: list[messaging.Received] = []
+    with messaging.client(service_url) as c:
+        consumer = _subscribe(c, topic, sub)
+        try:
+            while True:
+                try:
+                    got.append(messaging.received(consumer.receive(timeout_millis=int(quiet_s * 1000))))
+                except pulsar.Timeout:
+                    break
+        finally:
+            consumer.close()
+    return got
+
+
+def _report(admin: AdminClient, since: int, topic: str, sub: str) -> CursorReport | None:
+    mine = [c for c in admin.plugin_feed(since=since).cursors if (c.topic, c.subscription) == (topic, sub)]
+    return mine[-1] if mine else None
+
+
+def test_partial_batches_are_fed_and_written_per_index(lab: Lab, unique: str) -> None:
+    region = lab.topology.region("a")
+    if not batch_index_acks_on(lab, "a"):
+        pytest.skip("region a runs without batch-index acknowledgements (GEOSYNC_BATCH_INDEX_ACKS=0?)")
+    admin = AdminClient(region.admin_url)
+    topic, sub = f"persistent://geo/ab/partial-{unique}", f"unsynced-partial-{unique}"
+    seen = admin.plugin_feed(since=2**62).seq
+    with messaging.client(region.service_url) as c:
+        consumer = _subscribe(c, topic, sub)
+        produce_batched(region.service_url, topic, [f"m{i}".encode() for i in range(3 * BURST)])
+        received = []
+        for _ in range(3 * BURST):
+            received.append((m := consumer.receive(timeout_millis=20000), messaging.received(m)))
+        layout = entries_of([r for _, r in received])
+        batched = [p for p, ms in layout.items() if len(ms) >= 5]
+        assert batched, f"no batch of 5 or more among {[len(ms) for ms in layout.values()]}"
+        first = batched[0]
+        size = len(layout[first])
+        acked_by_consumer = {0, 1, 2, size - 1}
+        for msg, got in received:
+            if got.position == first and got.batch_index in acked_by_consumer:
+                consumer.acknowledge(msg)
+        consumer.close()  # flushes the grouped acknowledgements
+    rest = [i for i in range(size) if i not in acked_by_consumer]
+
+    # (b) The feed reports the partly acknowledged entry with exactly the indexes still unacknowledged.
+    def fed() -> bool:
+        report = _report(admin, seen, topic, sub)
+        return report is not None and any(b.position == first for b in report.batches)
+
+    wait_for(fed, timeout_s=20, what="the feed to report the partly acknowledged batch")
+    report = _report(admin, seen, topic, sub)
+    assert report is not None
+    assert {b.position: list(b.unacked) for b in report.batches} == {first: rest}
+    assert report.mark_delete < first
+    internal = admin.internal_stats(topic)["cursors"][sub]
+    assert (str(report.mark_delete), report.individually_deleted) == (
+        internal["markDeletePosition"],
+        internal["individuallyDeletedMessages"],
+    )
+
+    # (c) A write acknowledges two more indexes; a fresh consumer gets exactly the remaining messages.
+    more = set(rest[:2])
+    [written] = admin.plugin_write([AckItem(topic, sub, batches=(BatchAck(first, size, frozenset(more)),))])
+    assert written.status is Status.OK, written
+    assert written.cursor is not None
+    assert written.acknowledged == 1
+    left = [i for i in rest if i not in more]
+    assert {b.position: list(b.unacked) for b in written.cursor.batches} == {first: left}
+    expected = sorted(
+        [m.data for m in layout[first] if m.batch_index in left]
+        + [m.data for p, ms in layout.items() if p != first for m in ms]
+    )
+    assert sorted(m.data for m in _drain(region.service_url, topic, sub)) == expected
+
+    # Wrong sizes are refused before anything moves: checked against the cursor's bits, or the entry.
+    others = [p for p in layout if p != first]
+    [small, wrong] = admin.plugin_write(
+        [
+            AckItem(topic, sub, batches=(BatchAck(first, left[-1], frozenset({0})),)),
+            AckItem(topic, sub, batches=(BatchAck(others[0], len(layout[others[0]]) + 1, frozenset({0})),)),
+        ]
+    )
+    assert (small.status, wrong.status) == (Status.BAD_REQUEST, Status.BAD_REQUEST), (small, wrong)
+    assert "smaller than the batch" in (small.error or "")
+    assert "does not match the entry" in (wrong.error or "")
+
+    # Acknowledging every index acknowledges the entry whole; never backwards afterwards.
+    [whole] = admin.plugin_write(
+        [AckItem(topic, sub, batches=(BatchAck(first, size, frozenset(range(size))),))]
+    )
+    assert whole.status is Status.OK, whole
+    assert whole.cursor is not None
+    assert whole.cursor.batches == ()
+    assert whole.cursor.mark_delete >= first or str(first) in whole.cursor.individually_deleted
+    # Never backwards: move the mark-delete past the next entry, then ask for less; nothing changes.
+    [forward] = admin.plugin_write([AckItem(topic, sub, mark_delete=others[0])])
+    assert forward.cursor is not None, forward
+    assert forward.cursor.mark_delete == others[0]
+    [back] = admin.plugin_write(
+        [
+            AckItem(
+                topic,
+                sub,
+                mark_delete=first,
+                positions=(first,),
+                batches=(BatchAck(first, size, frozenset({0})),),
+            )
+        ]
+    )
+    assert back.status is Status.OK, back
+    assert back.cursor is not None
+    assert (back.acknowledged, back.cursor.mark_delete, back.cursor.batches) == (0, others[0], ())
+    assert sorted(m.data for m in _drain(region.service_url, topic, sub)) == sorted(
+        m.data for p, ms in layout.items() if p > others[0] for m in ms
+    )
