@@ -1,8 +1,10 @@
 """``geoctl audit``: the Spark drift audit from the operator's tool.
 
 A thin command over ``geosync_audit.drift_job.run``. It reuses the process's SparkSession when there is
-one (tests, notebooks) and otherwise starts one on ``--master`` (``local[*]`` by default). PySpark is the
-``spark`` extra; without it the command says how to install it.
+one (tests, notebooks) and otherwise starts one on ``--master`` (``local[*]`` by default) whose Python
+workers run on geoctl's own interpreter (``--worker-python`` to change it), so the audit works from an
+installed ``geoctl`` whatever ``python3`` is in ``PATH``. PySpark is the ``spark`` extra; without it the
+command says how to install it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ def audit() -> None:
     help="Consumers' delivery log (JSON lines); enables loss and key-order checks.",
 )
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--worker-python",
+    default=None,
+    envvar="PYSPARK_PYTHON",
+    help="Interpreter of Spark's Python workers (env PYSPARK_PYTHON; default: the one geoctl runs on). "
+    "On a cluster it must exist on every worker host with geosync installed.",
+)
 @click.option("--max-entries-per-split", default=50_000, show_default=True, help="Entries per Spark task.")
 @click.option("--fail-on-drift", is_flag=True, help=f"Exit {EXIT_DRIFT} when anything drifted.")
 @output_option
@@ -59,6 +68,7 @@ def drift(  # noqa: PLR0917 (click passes options positionally)
     topics: str | None,
     deliveries: pathlib.Path | None,
     master: str,
+    worker_python: str | None,
     max_entries_per_split: int,
     fail_on_drift: bool,
     output: str,
@@ -75,7 +85,7 @@ def drift(  # noqa: PLR0917 (click passes options positionally)
         from geosync_audit.sessions import session
     except ImportError as e:
         raise GeoctlError(f"the audit needs PySpark: pip install 'geosync[spark]' ({e})") from e
-    spark = SparkSession.getActiveSession() or session(master)
+    spark = SparkSession.getActiveSession() or session(master, worker_python=worker_python)
     try:
         outcome = drift_job.run(
             spark,
