@@ -47,7 +47,8 @@ def publish_a_topic(lab: Lab) -> str:
             subs = lab.admin(region).topic_stats(topic).get("subscriptions") or {}
         except Exception:
             return None
-        return subs.get("unsynced-installed", {}).get("msgBacklog")
+        found = subs.get("unsynced-installed", {}).get("msgBacklog")
+        return None if found is None else int(found)
 
     wait_for(lambda: all(backlog(r) == 7 for r in "abc"), timeout_s=90, what=f"{topic} replicated to b, c")
     return topic
