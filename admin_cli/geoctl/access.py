@@ -1,7 +1,8 @@
 """How operator commands reach every region: admin API, brokers and the region's agent, with credentials.
 
-Builds on ``geoctl.endpoints`` (``--topology`` or ``--config``) and adds what ``status``, ``failover`` and
-``tenants`` need besides the admin URL:
+Builds on ``geoctl.endpoints`` (``--topology`` or ``--config``) and adds what every command that calls an
+admin API or a broker (``status``, ``failover``, ``tenants``, ``namespaces``, ``policies``) needs besides the
+admin URL, so that each reaches a region the same way:
 
 * the agent of each region (its HTTP endpoint serving ``/state``, ``/healthz``, ``/readyz``): from a lab's
   topology (each agent's config names its metrics port) or ``agent_url`` per region in ``--config``;
@@ -28,7 +29,7 @@ import requests
 import yaml
 
 from geoctl import endpoints
-from geoctl.errors import GeoctlError
+from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
 from geosync_adapters import admin as adm
 from geosync_core import topology as topo
 
@@ -71,7 +72,7 @@ def options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--topology``, ``--config`` and ``--token-file``; the command receives ``sites``."""
 
     @endpoints.topology_option
-    @endpoints.config_option("admin_url, service_url, agent_url, token_file")
+    @endpoints.config_option("admin_url, service_url, zookeeper, agent_url, token_file, ca_file")
     @click.option(
         "--token-file",
         type=click.Path(dir_okay=False, path_type=pathlib.Path),
@@ -167,6 +168,23 @@ def pick(sites: dict[str, Site], name: str) -> Site:
     except KeyError:
         known = ", ".join(sorted(sites)) or "none"
         raise GeoctlError(f"unknown region {name!r}; known regions: {known}") from None
+
+
+def credentials_error(e: adm.AdminError, *, region: str) -> GeoctlError | None:
+    """The error to show when ``e`` means geoctl's own credentials are wrong (no or a bad token: 401; a
+    certificate it cannot verify), else None. The token itself is never part of the message."""
+    if isinstance(e, adm.AdminUnauthorized):
+        return GeoctlError(
+            f"region {region} refused the request (401): {e}\n  -> give geoctl a token with GEOCTL_TOKEN, "
+            "--token-file or token_file in --config",
+            exit_code=EXIT_REFUSED,
+        )
+    if isinstance(e, adm.AdminTlsError):
+        return GeoctlError(
+            f"region {region}: {e}\n  -> set ca_file in --config (top level or for this region)",
+            exit_code=EXIT_UNREACHABLE,
+        )
+    return None
 
 
 def probe_agent(site: Site, *, timeout: float = 3.0) -> AgentView:

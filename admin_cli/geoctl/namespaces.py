@@ -17,12 +17,11 @@ from typing import Any
 
 import click
 
-from geoctl import endpoints
+from geoctl import access
 from geoctl.errors import EXIT_BY_STATUS, EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
 from geosync_adapters import admin as adm
 from geosync_core import allowedclusters as ac
-from geosync_core import topology as topo
 from geosync_core.allowedclusters import Rule, Violation
 
 _HINTS = {
@@ -63,6 +62,9 @@ def refuse(violations: list[Violation], *, tenant: str, region: str) -> GeoctlEr
 
 
 def broker_error(e: adm.AdminError, *, region: str, action: str) -> GeoctlError:
+    credentials = access.credentials_error(e, region=region)
+    if credentials is not None:
+        return credentials
     if isinstance(e, adm.AdminTemporary):
         return GeoctlError(
             f"region {region} did not answer ({e}); check it is up ('geoctl lab status') and retry",
@@ -151,7 +153,7 @@ def _admin_errors(action: str) -> Callable[..., Any]:
 
 
 def _check_others(
-    regions: dict[str, topo.Region],
+    sites: dict[str, access.Site],
     target: str,
     namespace: str,
     *,
@@ -161,13 +163,14 @@ def _check_others(
     """Check that every other region's mirror would accept the resulting policy; warnings for the rest."""
     tenant = namespace.split("/", 1)[0]
     warnings = []
-    for name, region in sorted(regions.items()):
+    for name, site in sorted(sites.items()):
         if name == target:
             continue
         try:
-            view = read_view(
-                adm.AdminClient(region.admin_url, retry=adm.NO_RETRY, timeout=5.0), name, namespace
-            )
+            view = read_view(site.admin(retry=adm.NO_RETRY, timeout=5.0), name, namespace)
+        except (adm.AdminUnauthorized, adm.AdminTlsError) as e:
+            # our credentials, not the region, are wrong: checking elsewhere would not help
+            raise broker_error(e, region=name, action="read the namespace") from e
         except adm.AdminError as e:
             warnings.append(f"region {name} not checked ({e.__class__.__name__}): the mirror checks it there")
             continue
@@ -212,7 +215,7 @@ def namespaces() -> None:
     "--allowed-clusters", "Allowed clusters (PIP-321), comma-separated; default: none.", required=False
 )
 @no_check_option
-@endpoints.options
+@access.options
 @output_option
 @_admin_errors("create the namespace")
 def create(
@@ -222,11 +225,11 @@ def create(
     clusters: list[str],
     allowed_clusters: list[str] | None,
     no_check: bool,
-    regions: dict[str, topo.Region],
+    sites: dict[str, access.Site],
     output: str,
 ) -> None:
     """Create TENANT/NS in one region with its replication and allowed clusters; the mirror copies it."""
-    client = adm.AdminClient(endpoints.pick(regions, region).admin_url)
+    client = access.pick(sites, region).admin()
     replication, allowed = frozenset(clusters), frozenset(allowed_clusters or ())
     warnings: list[str] = []
     if not no_check:
@@ -242,7 +245,7 @@ def create(
         )
         if violations:
             raise refuse(violations, tenant=namespace.split("/", maxsplit=1)[0], region=region)
-        warnings = _check_others(regions, region, namespace, replication=replication, allowed=allowed)
+        warnings = _check_others(sites, region, namespace, replication=replication, allowed=allowed)
     body: dict[str, Any] = {"replication_clusters": sorted(replication)}
     if allowed:
         body["allowed_clusters"] = sorted(allowed)
@@ -273,7 +276,7 @@ def _existing(client: adm.AdminClient, region: str, namespace: str) -> RegionVie
 @region_option
 @_clusters_option("--clusters", "The new allowed clusters, comma-separated.")
 @no_check_option
-@endpoints.options
+@access.options
 @output_option
 @_admin_errors("set the allowed clusters")
 def set_allowed_clusters(
@@ -282,11 +285,11 @@ def set_allowed_clusters(
     region: str,
     clusters: list[str],
     no_check: bool,
-    regions: dict[str, topo.Region],
+    sites: dict[str, access.Site],
     output: str,
 ) -> None:
     """Set the clusters that may load TENANT/NS's topics (must contain its replication clusters)."""
-    client = adm.AdminClient(endpoints.pick(regions, region).admin_url)
+    client = access.pick(sites, region).admin()
     warnings: list[str] = []
     if not no_check:
         view = _existing(client, region, namespace)
@@ -300,7 +303,7 @@ def set_allowed_clusters(
         if violations:
             raise refuse(violations, tenant=namespace.split("/", maxsplit=1)[0], region=region)
         warnings = _check_others(
-            regions, region, namespace, replication=view.replication, allowed=frozenset(clusters)
+            sites, region, namespace, replication=view.replication, allowed=frozenset(clusters)
         )
     client.set_allowed_clusters(namespace, clusters)
     emit(_result(namespace, region, warnings, allowed_clusters=clusters), output, _text)
@@ -311,7 +314,7 @@ def set_allowed_clusters(
 @region_option
 @_clusters_option("--clusters", "The new replication clusters, comma-separated.")
 @no_check_option
-@endpoints.options
+@access.options
 @output_option
 @_admin_errors("set the replication clusters")
 def set_clusters(
@@ -320,11 +323,11 @@ def set_clusters(
     region: str,
     clusters: list[str],
     no_check: bool,
-    regions: dict[str, topo.Region],
+    sites: dict[str, access.Site],
     output: str,
 ) -> None:
     """Set TENANT/NS's replication clusters (each must be allowed for the namespace, or the tenant)."""
-    client = adm.AdminClient(endpoints.pick(regions, region).admin_url)
+    client = access.pick(sites, region).admin()
     warnings: list[str] = []
     if not no_check:
         view = _existing(client, region, namespace)
@@ -335,7 +338,7 @@ def set_clusters(
         if violations:
             raise refuse(violations, tenant=namespace.split("/", maxsplit=1)[0], region=region)
         warnings = _check_others(
-            regions, region, namespace, replication=frozenset(clusters), allowed=view.allowed
+            sites, region, namespace, replication=frozenset(clusters), allowed=view.allowed
         )
     client.set_replication_clusters(namespace, clusters)
     emit(_result(namespace, region, warnings, clusters=clusters), output, _text)
@@ -344,22 +347,22 @@ def set_clusters(
 @namespaces.command("get-allowed-clusters")
 @click.argument("namespace", callback=_namespace)
 @click.option("--region", default=None, help="One region; default: every region.")
-@endpoints.options
+@access.options
 @output_option
 def get_allowed_clusters(
-    *, namespace: str, region: str | None, regions: dict[str, topo.Region], output: str
+    *, namespace: str, region: str | None, sites: dict[str, access.Site], output: str
 ) -> None:
     """Show TENANT/NS's allowed clusters in one region or in every region (absent: 'missing')."""
-    names = [region] if region else sorted(regions)
+    names = [region] if region else sorted(sites)
     found: dict[str, list[str] | None] = {}
     for name in names:
-        client = adm.AdminClient(endpoints.pick(regions, name).admin_url, retry=adm.NO_RETRY, timeout=5.0)
+        client = access.pick(sites, name).admin(retry=adm.NO_RETRY, timeout=5.0)
         try:
             found[name] = sorted(client.allowed_clusters(namespace))
         except adm.AdminNotFound:
             found[name] = None
         except adm.AdminError as e:
-            if region:
+            if region or access.credentials_error(e, region=name) is not None:
                 raise broker_error(e, region=name, action="read the allowed clusters") from e
             found[name] = None
     if region and found[region] is None:

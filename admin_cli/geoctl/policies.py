@@ -3,8 +3,8 @@
 The policy mirror should keep ``/admin/policies/{tenant}`` and ``/admin/policies/{tenant}/{ns}`` equal
 everywhere; this command shows, per path, a short digest of each region's value (``-``: absent), read
 from each region's ZooKeeper (the exact bytes the mirror compares; the default) or from its admin API
-(parsed JSON, for regions whose ZooKeeper is out of reach). Exit code 6 when some path differs, so that
-scripts can wait for convergence.
+(parsed JSON, for regions whose ZooKeeper is out of reach; with the token and CA every command uses,
+``geoctl.access``). Exit code 6 when some path differs, so that scripts can wait for convergence.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from typing import Any
 
 import click
 
-from geoctl import endpoints
+from geoctl import access
 from geoctl.errors import EXIT_UNHEALTHY, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
 from geosync_adapters import admin as adm
 from geosync_adapters import zookeeper as zk
 from geosync_core import clocks, policies
-from geosync_core import topology as topo
 from geosync_core.errors import TemporaryError
 
 ROOT = "/admin/policies"
@@ -59,8 +58,8 @@ def _canonical(doc: Any) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def read_admin(admin_url: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> dict[str, bytes]:
-    client = adm.AdminClient(admin_url, retry=adm.NO_RETRY, timeout=5.0)
+def read_admin(site: access.Site, include: tuple[str, ...], exclude: tuple[str, ...]) -> dict[str, bytes]:
+    client = site.admin(retry=adm.NO_RETRY, timeout=5.0)
     found = {}
     for tenant in client.tenants():
         if not _wanted(tenant, include, exclude):
@@ -100,27 +99,34 @@ def policies_group() -> None:
     show_default=True,
     help="Tenants to leave out (each cluster creates its own public and pulsar).",
 )
-@endpoints.options
+@access.options
 @output_option
 def diff(
     *,
     source: str,
     include: tuple[str, ...],
     exclude: tuple[str, ...],
-    regions: dict[str, topo.Region],
+    sites: dict[str, access.Site],
     output: str,
 ) -> None:
     """Paths whose value differs between regions, with each region's digest (exit 6 if any)."""
     replicas: dict[str, policies.Replica] = {}
-    for name, region in sorted(regions.items()):
+    for name, site in sorted(sites.items()):
         try:
             if source == "zookeeper":
-                if not region.zookeeper:
+                if not site.region.zookeeper:
                     raise GeoctlError(f"region {name} has no zookeeper address; use --source admin")
-                values = read_zookeeper(region.zookeeper, include, exclude)
+                values = read_zookeeper(site.region.zookeeper, include, exclude)
             else:
-                values = read_admin(region.admin_url, include, exclude)
-        except (TemporaryError, adm.AdminError) as e:
+                values = read_admin(site, include, exclude)
+        except adm.AdminError as e:
+            credentials = access.credentials_error(e, region=name)
+            if credentials is not None:
+                raise credentials from e
+            raise GeoctlError(
+                f"region {name}: cannot read policies ({e}); is it up?", exit_code=EXIT_UNREACHABLE
+            ) from e
+        except TemporaryError as e:
             raise GeoctlError(
                 f"region {name}: cannot read policies ({e}); is it up?", exit_code=EXIT_UNREACHABLE
             ) from e
@@ -128,7 +134,7 @@ def diff(
     found = policies.diff(replicas)
     data = {
         "source": source,
-        "regions": sorted(regions),
+        "regions": sorted(sites),
         "paths": sum(1 for _ in {p for r in replicas.values() for p in r}),
         "disagreements": [{"path": d.path, "digests": dict(d.digests)} for d in found],
     }

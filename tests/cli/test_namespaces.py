@@ -221,3 +221,68 @@ def test_config_file_names_the_regions(tmp_path: pathlib.Path, region_a: tuple[s
     result = _run("namespaces", "get-allowed-clusters", "t/ns", "--region", "a", "--config", str(config))
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "a: a"
+
+
+def _secured(routes: dict[str, tuple[int, Any]], token: str) -> Iterator[tuple[str, type[_Handler]]]:
+    """A fake region that answers 401 to every request without ``Bearer <token>``."""
+
+    class Secured(_Handler):
+        def _serve(self) -> None:
+            if self.headers.get("Authorization") != f"Bearer {token}":
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            super()._serve()
+
+        do_GET = do_PUT = do_POST = do_DELETE = _serve
+
+    handler = type("H", (Secured,), {"routes": routes, "writes": []})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", handler
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+TOKEN = "header.claims.signature-never-printed"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["namespaces", "get-allowed-clusters", "t/ns"],
+        ["namespaces", "create", "t/ns", "--region", "a", "--clusters", "a"],
+        ["namespaces", "set-allowed-clusters", "t/ns", "--region", "a", "--clusters", "a,b"],
+        ["namespaces", "set-clusters", "t/ns", "--region", "a", "--clusters", "a"],
+        ["policies", "diff", "--source", "admin"],
+    ],
+)
+def test_every_namespace_and_policy_command_sends_the_token(tmp_path: pathlib.Path, args: list[str]) -> None:
+    routes = _routes(
+        tenant_allowed=["a", "b"], policies={"replication_clusters": ["a"], "allowed_clusters": ["a"]}
+    )
+    routes["GET /admin/v2/namespaces/t/ns/allowedClusters"] = (200, ["a"])
+    routes["GET /admin/v2/tenants"] = (200, ["t"])
+    routes["GET /admin/v2/namespaces/t"] = (200, ["t/ns"])
+    if args[1] == "create":
+        del routes["GET /admin/v2/namespaces/t/ns"]
+    for url, handler in _secured(routes, TOKEN):
+        config = tmp_path / "geoctl.yaml"
+        config.write_text(f"regions:\n  a:\n    admin_url: {url}\n")
+        without = CliRunner().invoke(main, [*args, "--config", str(config)], env={"GEOCTL_TOKEN": ""})
+        assert without.exit_code == errors.EXIT_REFUSED, without.output
+        assert "token" in without.output
+        assert handler.writes == []
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN + "\n")
+        config.write_text(f"regions:\n  a:\n    admin_url: {url}\ntoken_file: {token_file}\n")
+        with_token = CliRunner().invoke(main, [*args, "--config", str(config)], env={"GEOCTL_TOKEN": ""})
+        assert with_token.exit_code == 0, with_token.output
+        assert TOKEN not in with_token.output + without.output
+        by_env = CliRunner().invoke(
+            main, [*args, "--config", str(config)], env={"GEOCTL_TOKEN": TOKEN, "GEOCTL_TOKEN_FILE": ""}
+        )
+        assert by_env.exit_code == 0, by_env.output
