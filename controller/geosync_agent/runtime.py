@@ -651,7 +651,7 @@ class Agent:
                 continue
             if state.cursor is None:
                 continue
-            basis = (state.cursor, ts.tail.version, state.received.count())
+            basis = (state.cursor, ts.tail.version, state.received.count() + state.received.count_partial())
             if basis == state.planned and state.pending_move is None:
                 continue
             state.planned = basis

@@ -1,8 +1,8 @@
 """Positions in one region's log of one topic partition, in Pulsar's ``ledger:entry`` form.
 
-A position names one entry of a managed ledger. The acknowledgement granularity GeoSync works at is
-the entry: Pulsar's ``internalStats`` shows mark-delete and individually deleted ranges per entry and
-never exposes partial batch-index acks, so a batch is acknowledged as a whole or not at all here.
+A position names one entry of a managed ledger; a batched entry holds several messages, told apart by
+their batch index (``geosync_core.batches``). Pulsar's ``internalStats`` shows mark-delete and individually
+deleted ranges per entry only; partly acknowledged batches come from the broker plugin's feed.
 
 Invariants:
 
