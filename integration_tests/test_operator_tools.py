@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import uuid
@@ -165,3 +166,66 @@ def test_tenant_migration_keeps_consumers_positions(lab: Lab, tmp_path: pathlib.
         b.delete_tenant(tenant)
     except adm.AdminError:
         pass
+
+
+def _backlog(admin: adm.AdminClient, topic: str, sub: str) -> int | None:
+    try:
+        subs = admin.topic_stats(topic).get("subscriptions") or {}
+    except adm.AdminError:
+        return None
+    found = subs.get(sub, {}).get("msgBacklog")
+    return None if found is None else int(found)
+
+
+def test_migration_replaces_the_source_and_keeps_every_other_region(lab: Lab, tmp_path: pathlib.Path) -> None:
+    """A tenant of a namespace replicated to a and c moves from a to b: b replaces a, and c, with its
+    consumers, stays: replicated to and from throughout, its subscription where its consumers left it."""
+    tenant = f"migrate3-{uuid.uuid4().hex[:8]}"
+    ns = f"{tenant}/ns"
+    topic = f"persistent://{ns}/orders"
+    sub = "c-app"  # consumed in c only
+    a, b, c = lab.admin("a"), lab.admin("b"), lab.admin("c")
+    for region in (a, c):  # each region's store holds its own copy (the policy mirror may copy it too)
+        region.upsert_tenant(tenant, allowed_clusters=["a", "c"])
+        with contextlib.suppress(adm.AdminConflict):
+            region.create_namespace_with_policies(
+                ns, {"replication_clusters": ["a", "c"], "allowed_clusters": ["a", "c"]}
+            )
+    wait_for(lambda: sorted(c.replication_clusters(ns)) == ["a", "c"], timeout_s=20, what="namespace in c")
+    c.create_subscription(topic, sub)
+    produce(lab.service_url("a"), topic, [f"o{i}".encode() for i in range(20)])
+    wait_for(lambda: _backlog(c, topic, sub) == 20, timeout_s=45, what="20 messages replicated to c")
+    acked, _ = _consume_some(lab.service_url("c"), topic, sub, take=10, skip=1000)
+    assert len(acked) == 10
+    wait_for(lambda: _backlog(c, topic, sub) == 10, timeout_s=20, what="c's acknowledgements")
+
+    state = tmp_path / "migration.json"
+    common = ["--topology", str(lab.dir), "--from", "a", "--to", "b", "--state-file", str(state)]
+    code, out = run("tenants", "migrate", tenant, *common, "--dry-run", "-o", "json")
+    assert code == 0, out
+    steps = json.loads(out)["steps"]
+    assert f"namespace {ns}: replication clusters [a, c] -> [a, b, c], written in a, b, c" in steps
+    assert f"namespace {ns}: replication clusters [a, b, c] -> [b, c], written in b, c, a" in steps
+    assert sorted(c.replication_clusters(ns)) == ["a", "c"]  # a dry run writes nothing
+
+    code, out = run("tenants", "migrate", tenant, *common, "--timeout", "90", "--interval", "1", "-o", "json")
+    assert code == 0, out
+    assert json.loads(out)["done"] == ["copy-metadata", "replicate", "sync", "switch", "cleanup"]
+    for region in (b, c):
+        assert sorted(region.replication_clusters(ns)) == ["b", "c"]
+    # c's consumers were not touched: their subscription is where they left it
+    assert _backlog(c, topic, sub) == 10
+    # and c keeps replicating with the new region, both ways
+    produce(lab.service_url("b"), topic, [f"n{i}".encode() for i in range(5)])
+    wait_for(lambda: _backlog(c, topic, sub) == 15, timeout_s=45, what="b's messages in c")
+    produce(lab.service_url("c"), topic, [b"from-c"])
+    from_c = read_all(lab.service_url("b"), topic, expect=1, match=lambda m: m.data == b"from-c")
+    assert len(from_c) == 1
+    got = _drain(lab.service_url("c"), topic, sub)
+    assert sorted(got) == sorted([f"o{i}" for i in range(10, 20)] + [f"n{i}" for i in range(5)] + ["from-c"])
+    for region in (b, c):
+        try:
+            region.delete_namespace(ns, force=True)
+            region.delete_tenant(tenant)
+        except adm.AdminError:
+            pass

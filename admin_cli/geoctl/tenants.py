@@ -3,19 +3,25 @@
 The five steps of Tencent Cloud's migration, each idempotent, with progress kept in a state file so an
 interrupted migration resumes where it stopped (``--resume``):
 
-1. copy-metadata: the tenant (allowed clusters widened to both regions), its namespaces with their simple
+1. copy-metadata: the tenant (allowed clusters widened to the target), its namespaces with their simple
    policies (TTL, retention, backlog quotas, deduplication, schema rules) and partitioned topics, created
-   in the target; the source namespaces' allowed clusters widened to the target;
-2. replicate: replication clusters of every namespace set to both regions, in both regions; each source
-   partition's last entry is recorded, because Pulsar's replicators start at the end of the log: what was
-   published before exists only in the source and must be consumed there before the switch;
+   in the target; every namespace's allowed clusters widened to the target in every region that holds it;
+2. replicate: the target added to every namespace's replication clusters, in every region of that set
+   (a namespace replicated to a, b, c moving from a to d becomes a, b, c, d); each source partition's last
+   entry is recorded, because Pulsar's replicators start at the end of the log: what was published before
+   exists only in the source and must be consumed there before the switch;
 3. sync: the agents carry every subscription's consumption state, holes included, to the target; this
    step waits (bounded by ``--timeout``) until the target has applied everything the source acknowledged,
    nothing is in flight, and the pre-replication backlog is consumed;
 4. switch: checks once more that moving is safe with no consumer left in the source, records the moment,
    and reports what clients must do;
-5. cleanup: replication back to the target alone, in both regions (the source's brokers then delete the
-   tenant's topics there).
+5. cleanup: the source replaced by the target: the source leaves every namespace's replication clusters,
+   every other region stays (a, b, c, d becomes b, c, d), written in the remaining regions first and in
+   the source last (its brokers then delete the tenant's topics there).
+
+Each region keeps its own copy of a namespace's policies (metadata stores are isolated), so a change is
+written in every region of the namespace that geoctl knows; a region it does not know is reported, never
+dropped from the set. ``plan_replicate`` and ``plan_cleanup`` are that rule, pure.
 
 ``--dry-run`` shows what each remaining step would do without writing anything; ``--until STEP`` stops
 after a step (e.g. to move producers by hand before the switch).
@@ -27,7 +33,8 @@ import json
 import os
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -97,6 +104,58 @@ class Migration:
         os.replace(tmp, self.path)
 
 
+@dataclass(frozen=True)
+class ReplicationChange:
+    """One namespace's replication clusters before and after a step, and the regions whose copy of the
+    policy is written, in that order."""
+
+    namespace: str
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    write_in: tuple[str, ...]
+
+
+def plan_replicate(namespace: str, current: Iterable[str], source: str, target: str) -> ReplicationChange:
+    """Step 2: add the target; every region already in the set stays. Written in the source, the target,
+    then the others."""
+    before = tuple(sorted(set(current)))
+    after = tuple(sorted({*before, source, target}))
+    rest = tuple(r for r in after if r not in (source, target))
+    return ReplicationChange(namespace, before, after, (source, target, *rest))
+
+
+def plan_cleanup(namespace: str, current: Iterable[str], source: str, target: str) -> ReplicationChange:
+    """Step 5: the source replaced by the target; every other region stays. Written in the target, the
+    others, and the source last (it must still replicate until the others no longer send to it)."""
+    before = tuple(sorted(set(current)))
+    after = tuple(sorted(({*before} - {source}) | {target}))
+    rest = tuple(r for r in after if r != target)
+    return ReplicationChange(namespace, before, after, (target, *rest, source))
+
+
+def _apply(change: ReplicationChange, sites: dict[str, access.Site], *, dry: bool, say: Say) -> list[str]:
+    """Write ``change.after`` in each region of ``change.write_in``; warnings for regions geoctl does not
+    know or that refused (the source's own copy must succeed: its failure raises)."""
+    known = [r for r in change.write_in if r in sites]
+    unknown = [r for r in change.write_in if r not in sites]
+    say(
+        f"namespace {change.namespace}: replication clusters [{', '.join(change.before)}] -> "
+        f"[{', '.join(change.after)}], written in {', '.join(known)}"
+    )
+    warnings = [
+        f"{change.namespace}: region {r} is not in the topology/config: set its replication clusters to "
+        f"[{', '.join(change.after)}] there yourself"
+        for r in unknown
+    ]
+    for w in warnings:
+        say(f"warning: {w}")
+    if dry:
+        return warnings
+    for region in known:
+        sites[region].admin().set_replication_clusters(change.namespace, list(change.after))
+    return warnings
+
+
 def _namespaces(admin: adm.AdminClient, tenant: str) -> list[str]:
     try:
         return sorted(admin.namespaces(tenant))
@@ -109,25 +168,43 @@ def _partitioned(admin: adm.AdminClient, ns: str) -> dict[str, int]:
     return {t: admin.partitioned_metadata(t) for t in names}
 
 
-def copy_metadata(src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say) -> dict[str, Any]:
+def copy_metadata(
+    sites: dict[str, access.Site], src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say
+) -> dict[str, Any]:
     s, d = src.admin(), dst.admin()
     info = s.tenant(tenant)
     allowed = sorted({*info.get("allowedClusters", []), src.name, dst.name})
     roles = list(info.get("adminRoles") or [])
-    say(f"tenant {tenant}: allowed clusters {allowed} in {src.name} and {dst.name}")
+    namespaces = {ns: s.namespace_policies(ns) for ns in _namespaces(s, tenant)}
+    # regions that replicate a namespace with the source must accept the target in their own store too
+    peers = sorted(
+        {r for p in namespaces.values() for r in p.get("replication_clusters") or []} - {src.name, dst.name}
+    )
+    say(
+        f"tenant {tenant}: allowed clusters {allowed} in "
+        f"{', '.join([src.name, dst.name, *(p for p in peers if p in sites)])}"
+    )
     if not dry:
         s.upsert_tenant(tenant, allowed_clusters=allowed, admin_roles=roles)
         d.upsert_tenant(tenant, allowed_clusters=allowed, admin_roles=roles)
+        for peer in (p for p in peers if p in sites):
+            sites[peer].admin().upsert_tenant(tenant, allowed_clusters=allowed, admin_roles=roles)
     created = []
-    for ns in _namespaces(s, tenant):
-        policies = s.namespace_policies(ns)
-        ns_allowed = sorted({*(policies.get("allowed_clusters") or []), src.name, dst.name})
+    for ns, policies in namespaces.items():
+        replication = policies.get("replication_clusters") or []
+        ns_allowed = sorted({*(policies.get("allowed_clusters") or []), *replication, src.name, dst.name})
         body = {k: policies[k] for k in COPIED_POLICIES if policies.get(k) not in (None, {}, [])}
         body.update(replication_clusters=[dst.name], allowed_clusters=ns_allowed)
-        say(f"namespace {ns}: create in {dst.name} with {sorted(body)}; allowed clusters {ns_allowed}")
+        others = [r for r in replication if r not in (src.name, dst.name) and r in sites]
+        say(
+            f"namespace {ns}: create in {dst.name} with {sorted(body)}; allowed clusters {ns_allowed} in "
+            f"{', '.join([src.name, dst.name, *others])}"
+        )
         if dry:
             continue
         s.set_allowed_clusters(ns, ns_allowed)
+        for other in others:
+            sites[other].admin().set_allowed_clusters(ns, ns_allowed)
         try:
             d.create_namespace_with_policies(ns, body)
             created.append(ns)
@@ -140,19 +217,21 @@ def copy_metadata(src: access.Site, dst: access.Site, tenant: str, *, dry: bool,
     return {"created": created}
 
 
-def replicate(src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say) -> dict[str, Any]:
-    s, d = src.admin(), dst.admin()
+def replicate(
+    sites: dict[str, access.Site], src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say
+) -> dict[str, Any]:
+    s = src.admin()
     start: dict[str, str] = {}
+    warnings: list[str] = []
     for ns in _namespaces(s, tenant):
-        say(f"namespace {ns}: replication clusters [{src.name}, {dst.name}] in both regions")
+        change = plan_replicate(ns, s.replication_clusters(ns), src.name, dst.name)
+        warnings += _apply(change, sites, dry=dry, say=say)
         if dry:
             continue
-        s.set_replication_clusters(ns, [src.name, dst.name])
-        d.set_replication_clusters(ns, [src.name, dst.name])
         for topic in s.topics(ns):
             if topic.startswith("persistent://") and topic.split("/")[-1] not in observing.INTERNAL_TOPICS:
                 start[topic] = str(s.internal_stats(topic).get("lastConfirmedEntry", "-1:-1"))
-    return {"replication_start": start}
+    return {"replication_start": start, "warnings": warnings}
 
 
 def _pre_replication_backlog(src: access.Site, start: dict[str, str]) -> list[str]:
@@ -309,9 +388,9 @@ def migrate(  # noqa: PLR0917
                 continue
             say(f"{i}/5 {step}")
             if step == "copy-metadata":
-                facts = copy_metadata(src, dst, tenant, dry=dry_run, say=say)
+                facts = copy_metadata(sites, src, dst, tenant, dry=dry_run, say=say)
             elif step == "replicate":
-                facts = replicate(src, dst, tenant, dry=dry_run, say=say)
+                facts = replicate(sites, src, dst, tenant, dry=dry_run, say=say)
             elif step == "sync":
                 if dry_run:
                     say(f"wait until {target} has applied every acknowledgement of {source} (holes included)")
@@ -341,7 +420,14 @@ def migrate(  # noqa: PLR0917
                     )
                 facts = {"duplicates": sum(s["duplicates"] for s in verdict.subscriptions)}
             else:
-                facts = cleanup(src, dst, tenant, dry=dry_run, say=say)
+                planned = None
+                if dry_run:
+                    admin = src.admin()
+                    planned = {
+                        ns: list(plan_replicate(ns, admin.replication_clusters(ns), source, target).after)
+                        for ns in _namespaces(admin, tenant)
+                    }
+                facts = cleanup(sites, src, dst, tenant, dry=dry_run, say=say, planned=planned)
             if not dry_run:
                 state.finish(step, **facts)
     except _NotYet as stop:
@@ -385,18 +471,25 @@ def migrate(  # noqa: PLR0917
     emit(data, output, text)
 
 
-def cleanup(src: access.Site, dst: access.Site, tenant: str, *, dry: bool, say: Say) -> dict[str, Any]:
-    s, d = src.admin(), dst.admin()
-    warnings = []
-    for ns in _namespaces(d, tenant):
-        say(f"namespace {ns}: replication back to [{dst.name}] in both regions ({src.name} drops its copies)")
-        if dry:
-            continue
-        d.set_replication_clusters(ns, [dst.name])
-        try:
-            s.set_replication_clusters(ns, [dst.name])
-        except adm.AdminError as e:
-            warnings.append(f"{src.name}: {ns}: {e}")
+def cleanup(
+    sites: dict[str, access.Site],
+    src: access.Site,
+    dst: access.Site,
+    tenant: str,
+    *,
+    dry: bool,
+    say: Say,
+    planned: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """``planned``: each namespace's replication clusters as step 2 left them (a dry run has not run step
+    2, so it shows the cleanup of what step 2 would have set); else the target's current copy."""
+    d = dst.admin()
+    warnings: list[str] = []
+    for ns in list(planned) if planned is not None else _namespaces(d, tenant):
+        current = planned[ns] if planned is not None else d.replication_clusters(ns)
+        change = plan_cleanup(ns, current, src.name, dst.name)
+        say(f"namespace {ns}: {src.name} leaves, its brokers then delete its copies of the topics")
+        warnings += _apply(change, sites, dry=dry, say=say)
     return {"warnings": warnings}
 
 
