@@ -8,7 +8,7 @@ after reads that copy (the data source is never planned twice).
 
 ``DIR`` gets Parquet tables (``messages``, ``cursors``, ``deliveries`` when given, ``unsynced``,
 ``pairs``, ``lost``, ``loss``, ``missing``, ``replication``, ``order_violations``), ``summary.json`` and
-``drift.png``. The definitions are ``geosync_core.drift``'s.
+``drift.png`` (``reporting.plot``). The definitions are ``geosync_core.drift``'s.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def analyze(
     pairs = findings.pairs(st, subs)
     _write(pairs.detail, out, "unsynced")
     pair_rows = [tuple(r) for r in _write(pairs.summary, out, "pairs").collect()]
+    unsynced = spark.read.parquet(str(out / "unsynced"))
+    timeline_rows = [tuple(r) for r in findings.unsynced_timeline(unsynced).collect()]
     loss_rows = violation_rows = None
     if deliveries is not None:
         losses = findings.losses(st, subs, deliveries)
@@ -78,7 +80,12 @@ def analyze(
     st.unpersist()
     subs.unpersist()
     summary = reporting.summarize(
-        pairs=pair_rows, loss=loss_rows, replication=rep_rows, violations=violation_rows, meta=meta
+        pairs=pair_rows,
+        loss=loss_rows,
+        replication=rep_rows,
+        violations=violation_rows,
+        meta=meta,
+        timeline=timeline_rows,
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     reporting.plot(summary, out / "drift.png")

@@ -106,6 +106,26 @@ def pairs(st: DataFrame, subs: DataFrame) -> Pairs:
     return Pairs(detail, summary)
 
 
+def unsynced_timeline(detail: DataFrame, *, buckets: int = 60) -> DataFrame:
+    """``region, other, bucket_ms, unsynced``: unsynced messages per region pair by publish time, in at
+    most ``buckets + 1`` equal buckets (at least one second wide) over the unsynced messages' time span;
+    empty when nothing is unsynced. Small whatever the input: what the plot draws over time."""
+    span = detail.agg(F.min("publish_time").alias("lo"), F.max("publish_time").alias("hi"))
+    width = F.greatest(F.lit(1000), F.ceil((F.col("hi") - F.col("lo")) / F.lit(buckets))).cast("long")
+    bucketed = detail.crossJoin(span).select(
+        "region",
+        "other",
+        (F.col("lo") + F.floor((F.col("publish_time") - F.col("lo")) / width) * width)
+        .cast("long")
+        .alias("bucket_ms"),
+    )
+    return (
+        bucketed.groupBy("region", "other", "bucket_ms")
+        .agg(F.count("*").cast("long").alias("unsynced"))
+        .orderBy("region", "other", "bucket_ms")
+    )
+
+
 @dataclass(frozen=True)
 class Losses:
     detail: DataFrame

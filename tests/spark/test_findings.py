@@ -156,3 +156,18 @@ def test_replication_classes(spark: SparkSession) -> None:
     got = run(spark, s, only=("replication",))
     assert got["replication"] == [(T, "a", "b", 1, 1, 2, 2000 - 1008, 0)]
     assert got["replication"] == oracle(s)["replication"]
+
+
+def test_unsynced_timeline_buckets_unsynced_messages_by_publish_time(spark: SparkSession) -> None:
+    # a acks all 6 (published 10 s .. 110 s), b none: 6 unsynced a->b in buckets of 100/4 = 25 s
+    messages = [msg("a", e, "a", e, pt=10_000 + e * 20_000) for e in range(6)]
+    messages += [msg("b", e, "a", e, pt=10_000 + e * 20_000) for e in range(6)]
+    cursors: list[tuple[Any, ...]] = [("a", T, -1, "s", 7, 5, []), ("b", T, -1, "s", 7, -1, [])]
+    st = findings.states(
+        spark.createDataFrame(messages, MESSAGES_SCHEMA), spark.createDataFrame(cursors, CURSORS_SCHEMA)
+    )
+    detail = findings.pairs(st, findings.subscriptions(spark.createDataFrame(cursors, CURSORS_SCHEMA))).detail
+    rows = [tuple(r) for r in findings.unsynced_timeline(detail, buckets=4).collect()]
+    assert rows == [("a", "b", 10_000, 2), ("a", "b", 35_000, 1), ("a", "b", 60_000, 1),
+                    ("a", "b", 85_000, 1), ("a", "b", 110_000, 1)]  # fmt: skip
+    assert findings.unsynced_timeline(detail.limit(0)).collect() == []

@@ -43,3 +43,49 @@ def test_without_a_delivery_log_loss_and_order_are_unknown_not_zero() -> None:
     )
     assert summary["subscriptions"][0]["lost"] is None
     assert summary["totals"]["lost"] is None
+
+
+def _healthy() -> dict[str, object]:
+    return reporting.summarize(
+        pairs=[(T, "s", "a", "b", 0, 0), (T, "s", "b", "a", 0, 0)],
+        loss=None,
+        replication=[(T, "a", "b", 0, 0, 0, 0, 0)],
+        violations=None,
+        meta={"as_of": "now", "regions": ["a", "b"], "messages": {"a": 5, "b": 5}},
+    )
+
+
+def test_a_healthy_audit_plots_no_drift_and_what_was_checked(tmp_path: pathlib.Path) -> None:
+    import matplotlib.image
+
+    summary = _healthy()
+    assert not reporting.drifted(summary)
+    lines = reporting._checked(summary)
+    assert "1 subscription(s) in 2 region(s)" in lines[0]
+    assert any("not checked" in line for line in lines)
+    png = reporting.plot(summary, tmp_path / "drift.png")
+    height, width = matplotlib.image.imread(png).shape[:2]
+    assert (width, height) == (900, 420)  # the one-panel "no drift" figure
+
+
+def test_drift_plots_matrix_lag_timeline_and_worst_subscriptions(tmp_path: pathlib.Path) -> None:
+    import matplotlib.image
+
+    summary = reporting.summarize(
+        pairs=[(T, "s", "a", "b", 3, 40_000), (T, "s", "b", "a", 0, 0)],
+        loss=None,
+        replication=[],
+        violations=None,
+        meta={"as_of": "now"},
+        timeline=[("a", "b", 1_700_000_000_000, 2), ("a", "b", 1_700_000_005_000, 1)],
+    )
+    assert reporting.drifted(summary)
+    assert summary["unsynced_timeline"][0] == {"pair": "a->b", "at_ms": 1_700_000_000_000, "unsynced": 2}
+    assert reporting._pair_totals(summary)[1:] == (
+        {("a", "b"): 3, ("b", "a"): 0},
+        {"a->b": 40_000, "b->a": 0},
+    )
+    png = reporting.plot(summary, tmp_path / "drift.png")
+    height, width = matplotlib.image.imread(png).shape[:2]
+    assert width > 1000  # the four-panel figure
+    assert height > 800
