@@ -36,3 +36,16 @@ echo "setup: Pulsar distribution"
 .venv/bin/python -c 'from geosync_lab import distribution as d; d.check_java(); print("  ", d.ensure_pulsar())'
 echo "setup: GeoSync broker plugins (Maven build of interceptors/, cached by source hash)"
 .venv/bin/python -c 'from geosync_lab import plugins; print("  ", plugins.ensure_plugins())'
+
+# promtool (checks and unit-tests the chart's alert rules): a pinned Go build into the venv's bin.
+PROMETHEUS_MODULE_VERSION=v0.316.0   # Go module version of Prometheus v3.x's promtool
+if [ ! -x .venv/bin/promtool ] || [ "$(cat .venv/.promtool-version 2>/dev/null)" != "$PROMETHEUS_MODULE_VERSION" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  if [ -x "$GO" ]; then
+    echo "setup: promtool $PROMETHEUS_MODULE_VERSION (go install; first time: several minutes)"
+    GOBIN="$PWD/.venv/bin" "$GO" install "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
+    echo "$PROMETHEUS_MODULE_VERSION" > .venv/.promtool-version
+  else
+    echo "setup: no Go toolchain: promtool not installed (the chart's rule tests will be skipped)" >&2
+  fi
+fi

@@ -1,7 +1,8 @@
 """The Helm chart rendered by Helm itself (helm-python-sdk bundles the Helm v4 SDK; no cluster needed),
 linted strictly, and every manifest validated offline against Kubernetes' schemas (kubernetes-validate).
 
-Only the ServiceMonitor (a Prometheus Operator CRD) has no bundled schema; its shape is checked here.
+Only the ServiceMonitor and the PrometheusRule (Prometheus Operator CRDs) have no bundled schema; their
+shapes are checked here and in ``test_monitoring.py`` (the rules by promtool).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-v
 
 CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "geosync-agent"
 KUBE = "1.32.0"
+CRDS = ("ServiceMonitor", "PrometheusRule")  # Prometheus Operator kinds: no bundled schema
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
     out = helm.Chart.load(str(CHART)).render(values, name="r1", namespace="pulsar")
     docs = [d for text in out.values() for d in yaml.safe_load_all(text) if d]
     for doc in docs:
-        if doc["kind"] != "ServiceMonitor":
+        if doc["kind"] not in CRDS:
             kv.validate(doc, KUBE, strict=True)
     return docs
 
