@@ -276,8 +276,11 @@ def _timeline(ax: Any, timeline: list[dict[str, Any]]) -> None:
     for pair, points in sorted(by_pair.items()):
         xs, ys = zip(*sorted(points), strict=True)
         ax.plot(xs, ys, marker="o", markersize=3, drawstyle="steps-mid", label=pair)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
-    ax.tick_params(axis="x", labelsize=8, rotation=30)
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=7)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(locator)
+    # concise labels stay distinct down to sub-second spans (a lab audit covers seconds)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel("publish time (UTC)")
     ax.set_ylabel("unsynced messages")
     ax.set_title("unsynced messages by publish time, per region pair", fontsize=10)
@@ -287,6 +290,10 @@ def _timeline(ax: Any, timeline: list[dict[str, Any]]) -> None:
         ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center")
 
 
+def _clip(text: str, width: int = 24) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _worst(ax: Any, summary: dict[str, Any], top: int = 8) -> None:
     rows: list[tuple[str, int, int, int]] = []
     for s in summary["subscriptions"]:
@@ -294,7 +301,8 @@ def _worst(ax: Any, summary: dict[str, Any], top: int = 8) -> None:
         lost = sum((s["lost"] or {}).values())
         order = s["order_violations"] or 0
         if unsynced or lost or order:
-            rows.append((f"{_short(s['topic'])} / {s['subscription']}", unsynced, lost, order))
+            label = f"{_clip(_short(s['topic']))}\n{_clip(s['subscription'])}"
+            rows.append((label, unsynced, lost, order))
     rows.sort(key=lambda r: -(r[1] + r[2] + r[3]))
     rows = rows[:top]
     labels = [r[0] for r in rows]
