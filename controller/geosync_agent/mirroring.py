@@ -104,7 +104,7 @@ def decode_checkpoint(data: bytes) -> Checkpoint | None:
         return None
     try:
         doc = json.loads(zlib.decompress(data[len(CHECKPOINT_MAGIC) :]))
-        if doc.get("v") != 1:
+        if not isinstance(doc, dict) or doc.get("v") != 1:
             return None
         records = [policies.event_from_payload(p) for p in doc["records"]]
         parked = [policies.event_from_payload(p) for p in doc["parked"]]
