@@ -161,18 +161,6 @@ def synced_namespaces(sites: dict[str, Site], wanted: list[str] | None) -> dict[
     return {ns: sorted(rs) for ns, rs in sorted(found.items()) if len(rs) > 1}
 
 
-def _resolver(region: str, admin: adm.AdminClient) -> OriginResolver:
-    """The shared origin rule, falling back to the entry's header through ``admin``."""
-
-    def lookup(topic: str, local: Position) -> str | None:
-        try:
-            return admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
-        except adm.AdminError:
-            return None
-
-    return OriginResolver(local=region, lookup=lookup)
-
-
 def read_log(
     site: Site, topic: str, resolver: OriginResolver, members: list[str], *, max_entries: int
 ) -> Log:
@@ -292,7 +280,7 @@ def observe(
                         logs[region] = read_log(
                             site,
                             topic,
-                            _resolver(region, site.admin(timeout=5.0)),
+                            adm.header_resolver(region, site.admin(timeout=5.0)),
                             members,
                             max_entries=max_entries,
                         )

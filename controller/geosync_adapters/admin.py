@@ -20,6 +20,8 @@ import tenacity
 
 from geosync_core import pluginapi
 from geosync_core.errors import PermanentError, TemporaryError
+from geosync_core.positions import Position
+from geosync_core.resolving import OriginResolver
 
 
 class AdminError(Exception):
@@ -437,3 +439,17 @@ def is_ready(client: AdminClient, cluster: str, *, probe: Callable[[], list[str]
     except AdminError:
         return False
     return cluster in names
+
+
+def header_resolver(region: str, admin: AdminClient) -> OriginResolver:
+    """The shared origin rule (``geosync_core.resolving``) for tools without the broker plugin: its last
+    resort is the entry's ``X-Pulsar-replicated-from`` header, and an admin error
+    leaves the origin unnamed."""
+
+    def lookup(topic: str, local: Position) -> str | None:
+        try:
+            return admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
+        except AdminError:
+            return None
+
+    return OriginResolver(local=region, lookup=lookup)

@@ -27,12 +27,12 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from geosync_adapters.admin import AdminClient, AdminError, AdminNotFound
+from geosync_adapters.admin import AdminClient, AdminNotFound, header_resolver
 from geosync_core import drift
 from geosync_core import topology as topo
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from geosync_core.resolving import Malformed, OriginResolver, Unresolved, stamp_of
+from geosync_core.resolving import Malformed, Unresolved, stamp_of
 
 MESSAGES_SCHEMA = (
     "region STRING, topic STRING, partition INT, ledger BIGINT, entry BIGINT, batch_index INT, "
@@ -192,18 +192,6 @@ def plan(scope: Scope, max_entries: int) -> list[Split]:
     return splits
 
 
-def origin_resolver(region: str, admin: AdminClient) -> OriginResolver:
-    """The shared origin rule (``geosync_core.resolving``), falling back to the entry's header."""
-
-    def lookup(topic: str, local: Position) -> str | None:
-        try:
-            return admin.replicated_from(topic, ledger=local.ledger, entry=local.entry)
-        except AdminError:
-            return None
-
-    return OriginResolver(local=region, lookup=lookup)
-
-
 def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any, ...]]:
     """Every message of one split, as ``MESSAGES_SCHEMA`` rows."""
     import pulsar
@@ -211,7 +199,7 @@ def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any
     from geosync_adapters import messaging
 
     name = drift.partition_name(split.topic, split.partition)
-    resolver = origin_resolver(split.region, scope.admin(split.region))
+    resolver = header_resolver(split.region, scope.admin(split.region))
     candidates = scope.candidates(split.namespace)
     last = Position(*split.last)
     with messaging.client(scope.topology.region(split.region).service_url, timeout_s=timeout_s) as c:
