@@ -10,6 +10,7 @@ policy that is a value, not loops sprinkled around.
 from __future__ import annotations
 
 import json
+import logging
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,8 +21,11 @@ import tenacity
 
 from geosync_core import pluginapi
 from geosync_core.errors import PermanentError, TemporaryError
+from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.resolving import OriginResolver
+
+log = logging.getLogger(__name__)
 
 
 class AdminError(Exception):
@@ -351,19 +355,26 @@ class AdminClient:
         body = {"type": "messageId", "messageIds": [{"ledgerId": lg, "entryId": e} for lg, e in positions]}
         self.post(f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/skipByMessageIds", body)
 
-    def plugin_origins(
-        self, topic: str, *, start: tuple[int, int] | None = None
-    ) -> list[tuple[int, int, int, str]]:
-        """Runs ``(ledger, first entry, count, origin region)`` from the GeoSync broker interceptor's origin
-        index (``/admin/v2/geosync/origins``). Raises AdminNotFound where the plugin is not loaded."""
+    def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
+        """The runs of the GeoSync broker interceptor's origin index (``/admin/v2/geosync/origins``) that
+        end at or after ``start``: local entries, their origin region and, for replicated entries whose
+        source position the broker saw, that position. Runs that are not the documented shape are skipped
+        and logged (what is missing is only unknown, never guessed). Raises AdminNotFound where the plugin
+        is not loaded."""
         params = {"topic": topic}
         if start is not None:
             params["from"] = f"{start[0]}:{start[1]}"
-        body = self.get("/admin/v2/geosync/origins", params=params) or {}
-        return [
-            (int(lg), int(first), int(count), str(origin))
-            for lg, first, count, origin in body.get("runs", [])
-        ]
+        body = self.get("/admin/v2/geosync/origins", params=params)
+        items = body.get("runs") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            log.warning("%s: the interceptor's origin index answered no list of runs: %.200r", topic, body)
+            return []
+        runs = [OriginRun.from_wire(item) for item in items]
+        kept = [run for run in runs if run is not None]
+        if len(kept) < len(items):
+            skipped = len(items) - len(kept)
+            log.warning("%s: skipped %d malformed runs of the interceptor's origin index", topic, skipped)
+        return kept
 
     def plugin_cursors(self, *, since: int) -> tuple[str, int, list[dict[str, str]]]:
         """The GeoSync interceptor's acknowledgement feed (``/admin/v2/geosync/cursors``): its epoch (new at

@@ -46,6 +46,7 @@ from geosync_agent.recent import Recent
 from geosync_agent.tailing import Tail
 from geosync_core import claiming, envelopes, pacing, resolving, syncing
 from geosync_core.capabilities import Capabilities, Capability
+from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -189,7 +190,7 @@ class Agent:
             timeout_s=config.snapshot_timeout_s,
             first_seq=first_seq,
         )
-        self.plugin_runs: dict[str, list[tuple[int, int, int, str]]] = {}
+        self.plugin_runs: dict[str, list[OriginRun]] = {}
         self.feed = Feed()
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
         """States to publish at the end of the observe step, per namespace."""
@@ -320,10 +321,10 @@ class Agent:
         """The broker interceptor's record of where ``local`` came from: one call covers a whole stretch of
         the topic, where the fallback costs one admin call per entry. None if it has no record."""
         for attempt in range(2):
-            for ledger, first, count, origin in self.plugin_runs.get(topic, ()):
-                if ledger == local.ledger and first <= local.entry < first + count:
+            for run in self.plugin_runs.get(topic, ()):
+                if run.ledger == local.ledger and run.first <= local.entry < run.first + run.count:
                     self.stats.inc("origin_plugin_hits")
-                    return origin
+                    return run.origin
             if attempt:
                 break
             try:

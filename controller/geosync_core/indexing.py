@@ -21,6 +21,19 @@ Invariants:
 * lookups are O(log runs); the number of runs is at most one more than the number of breaks in the
   stream (origin region switch, origin or local ledger switch, gap in origin entries);
 * ``truncate_below(p)`` forgets exactly the entries below ``p``.
+
+The broker interceptor keeps a coarser index of its own (``OriginIndex`` in
+``interceptors/geosync-plugin-common``) and serves it as ``OriginRun`` values: local entries, their origin
+region and, for entries a replicator published, their source position there. The agent needs the broker's
+source position for batched entries, whose stamp the Python client does not show (it lives only in the
+entry's metadata, which each message's own properties replace). Invariants of ``OriginRun``:
+
+* ``run.covers(ledger, e)`` iff ``ledger == run.ledger`` and ``run.first <= e < run.first + run.count``;
+* ``run.origin_at(e)`` is ``Position(source.ledger, source.entry + e - run.first)`` for every entry
+  ``e`` the run covers when it has a source, and ``None`` otherwise (no source, or outside the run);
+* ``OriginRun.from_wire(run.to_wire()) == run``; ``from_wire`` accepts exactly ``[ledger, first, count,
+  origin]`` and ``[ledger, first, count, origin, source ledger, source first]`` with non-negative integers
+  (not booleans), a positive count and a non-empty origin, and answers ``None`` for anything else.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -74,6 +88,44 @@ class Run:
         return replace(
             self, local_first=local_entry, origin_first=self.origin_first + skip, length=self.length - skip
         )
+
+
+@dataclass(frozen=True, slots=True)
+class OriginRun:
+    """The broker's record: ``count`` local entries from ``ledger:first`` came from region ``origin`` and,
+    when ``source`` is known, were the consecutive entries from ``source`` in that region's log."""
+
+    ledger: int
+    first: int
+    count: int
+    origin: str
+    source: Position | None = None
+
+    def covers(self, ledger: int, entry: int) -> bool:
+        return ledger == self.ledger and self.first <= entry < self.first + self.count
+
+    def origin_at(self, entry: int) -> Position | None:
+        """The source position of local entry ``entry`` of this run; None without a source or outside it."""
+        if self.source is None or not self.first <= entry < self.first + self.count:
+            return None
+        return Position(self.source.ledger, self.source.entry + (entry - self.first))
+
+    def to_wire(self) -> list[int | str]:
+        head: list[int | str] = [self.ledger, self.first, self.count, self.origin]
+        return head if self.source is None else [*head, self.source.ledger, self.source.entry]
+
+    @classmethod
+    def from_wire(cls, item: Any) -> OriginRun | None:
+        """One run as the interceptor serves it; None for anything that is not exactly that shape."""
+        if not isinstance(item, list) or len(item) not in (4, 6):
+            return None
+        numbers = [item[0], item[1], item[2], *item[4:]]
+        if not all(type(n) is int and n >= 0 for n in numbers) or item[2] < 1:
+            return None
+        if not isinstance(item[3], str) or not item[3]:
+            return None
+        source = Position(item[4], item[5]) if len(item) == 6 else None
+        return cls(item[0], item[1], item[2], item[3], source)
 
 
 def _local_key(run: Run) -> tuple[int, int]:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
 
 from geosync_adapters import admin as adm
+from geosync_core.indexing import OriginRun
+from geosync_core.positions import Position
 
 FAST = adm.RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02, deadline=5)
 
@@ -171,3 +174,37 @@ def test_a_certificate_that_cannot_be_verified_is_a_permanent_error_that_says_wh
         client.clusters()
     assert isinstance(info.value, adm.AdminPermanent)
     assert not handler.seen
+
+
+def test_plugin_origins_reads_both_run_shapes_and_skips_malformed_runs(
+    server: tuple[str, type[_Handler]],
+) -> None:
+    url, handler = server
+    path = "GET /admin/v2/geosync/origins?" + urllib.parse.urlencode(
+        {"topic": "persistent://t/n/x", "from": "12:1"}
+    )
+    runs = [
+        [12, 0, 2, "a"],
+        [12, 2, 3, "b", 40, 7],
+        [12, 5, "3", "b"],
+        [12, 8, 1, "b", 40],
+        "junk",
+        [12, 9, 1, "c"],
+    ]
+    handler.routes[path] = [(200, {}, {"version": 2, "region": "a", "runs": runs})]
+    client = adm.AdminClient(url, retry=FAST)
+    assert client.plugin_origins("persistent://t/n/x", start=(12, 1)) == [
+        OriginRun(12, 0, 2, "a"),
+        OriginRun(12, 2, 3, "b", Position(40, 7)),
+        OriginRun(12, 9, 1, "c"),
+    ]
+
+
+@pytest.mark.parametrize("body", [{"version": 2}, {"runs": {"12": 0}}, {"runs": None}, [[12, 0, 2, "a"]], 7])
+def test_plugin_origins_without_a_list_of_runs_is_no_runs(
+    server: tuple[str, type[_Handler]], body: object
+) -> None:
+    url, handler = server
+    path = "GET /admin/v2/geosync/origins?" + urllib.parse.urlencode({"topic": "persistent://t/n/x"})
+    handler.routes[path] = [(200, {}, body)]
+    assert adm.AdminClient(url, retry=FAST).plugin_origins("persistent://t/n/x") == []

@@ -16,6 +16,7 @@ from geosync_agent import discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import Agent, Now
+from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
@@ -124,9 +125,7 @@ class FakeRegion:
         if not self.plugin:
             raise adm.AdminNotFound("no GeoSync plugin")
 
-    def plugin_origins(
-        self, topic: str, *, start: tuple[int, int] | None = None
-    ) -> list[tuple[int, int, int, str]]:
+    def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
         self._need_plugin()
         return []
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geosync_core.indexing import OriginIndex, Run
+from geosync_core.indexing import OriginIndex, OriginRun, Run
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
@@ -141,3 +141,94 @@ def test_truncating_past_the_reader_ignores_appends_below_the_floor() -> None:
     assert index.origin_of(P("2:0")) is None
     index.append(P("3:0"), O("a", "1:2"))
     assert index.first == index.last == P("3:0")
+
+
+# -- the broker's runs (OriginRun) ---------------------------------------------------------------------
+
+origin_runs = st.builds(
+    OriginRun,
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**40),
+    st.integers(1, 10_000),
+    st.sampled_from(REGIONS),
+    st.none() | st.builds(Position, st.integers(0, 2**63 - 1), st.integers(0, 2**40)),
+)
+
+
+@settings(fast)
+@given(origin_runs)
+def test_origin_runs_round_trip_through_the_wire(run: OriginRun) -> None:
+    wire = run.to_wire()
+    assert len(wire) == (4 if run.source is None else 6)
+    assert OriginRun.from_wire(wire) == run
+
+
+@settings(fast)
+@given(origin_runs, st.integers(-3, 3), st.integers(-3, 3))
+def test_an_origin_run_answers_for_its_entries_only(run: OriginRun, ledger_delta: int, offset: int) -> None:
+    last = run.first + run.count - 1
+    for entry in (run.first + offset, last + offset):
+        inside = run.first <= entry <= last
+        assert run.covers(run.ledger + ledger_delta, entry) == (inside and ledger_delta == 0)
+        expected = (
+            Position(run.source.ledger, run.source.entry + entry - run.first)
+            if inside and run.source is not None
+            else None
+        )
+        assert run.origin_at(entry) == expected
+
+
+def test_origin_at_counts_from_the_source_of_the_run() -> None:
+    run = OriginRun(12, 5, 20, "b", Position(40, 100))
+    assert run.origin_at(5) == P("40:100")
+    assert run.origin_at(24) == P("40:119")
+    assert run.origin_at(25) is None
+    assert run.origin_at(4) is None
+    assert OriginRun(12, 5, 20, "b").origin_at(5) is None
+    assert run.covers(12, 24)
+    assert not run.covers(13, 5)
+    assert not run.covers(12, 25)
+
+
+@pytest.mark.parametrize(
+    ("wire", "run"),
+    [
+        ([12, 0, 2, "b"], OriginRun(12, 0, 2, "b")),
+        ([12, 0, 2, "b", 40, 7], OriginRun(12, 0, 2, "b", Position(40, 7))),
+        ([0, 0, 1, "a", 0, 0], OriginRun(0, 0, 1, "a", Position(0, 0))),
+    ],
+)
+def test_origin_runs_in_both_wire_shapes_are_read(wire: list[object], run: OriginRun) -> None:
+    assert OriginRun.from_wire(wire) == run
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        None,
+        "12,0,2,b",
+        {"ledger": 12},
+        (12, 0, 2, "b"),
+        [],
+        [12, 0, 2],
+        [12, 0, 2, "b", 40],
+        [12, 0, 2, "b", 40, 7, 1],
+        [12, 0, 0, "b"],
+        [12, 0, -1, "b"],
+        [-1, 0, 2, "b"],
+        [12, -1, 2, "b"],
+        [12, 0, 2, ""],
+        [12, 0, 2, None],
+        [12, 0, 2, 3],
+        ["12", 0, 2, "b"],
+        [12.0, 0, 2, "b"],
+        [True, 0, 2, "b"],
+        [12, 0, 2, "b", -1, -1],
+        [12, 0, 2, "b", 40, -1],
+        [12, 0, 2, "b", "40", 7],
+        [12, 0, 2, "b", 40, False],
+        [12, 0, 2, "b", None, None],
+    ],
+)
+def test_anything_else_is_not_a_run(wire: object) -> None:
+    assert OriginRun.from_wire(wire) is None

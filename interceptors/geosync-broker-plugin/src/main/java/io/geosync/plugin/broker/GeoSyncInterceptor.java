@@ -47,8 +47,13 @@ import org.slf4j.LoggerFactory;
  * and Pulsar never re-replicates a replicated message, so the remote cluster is the origin.
  *
  * <p>{@code messageProduced} appends {@code (ledger, entry, origin)} to a bounded {@link OriginIndex}
- * (local entries under the local region). The agent reads runs of {@code (ledger, first entry, count,
- * origin)} with {@code GET /admin/v2/geosync/origins?topic=persistent://t/ns/x[&from=L:E]}; {@code GET
+ * (local entries under the local region), and for a replicated entry also its source position: the
+ * broker's deduplication step parses the entry's {@code __MSG_PROP_REPL_SOURCE_POSITION} into the publish
+ * context ({@code long[] {ledger, entry}}) for every replicator producer, whether deduplication is on or not
+ * (Pulsar 4.0). The agent needs it for batched entries, whose stamp its client does not show. A replicated
+ * entry without that property is recorded without a source, never with a guessed one. The agent reads runs
+ * of {@code (ledger, first entry, count, origin[, source ledger, source first entry])} with {@code GET
+ * /admin/v2/geosync/origins?topic=persistent://t/ns/x[&from=L:E]}; {@code GET
  * /admin/v2/geosync/status} shows the configuration and counters. Both are answered in {@code onFilter},
  * which runs before the broker's authentication filter, so they are served to loopback clients only (the
  * agent is a sidecar) unless {@code geosyncOriginIndexAllowRemoteReads=true}. Entries the index does not
@@ -79,6 +84,8 @@ import org.slf4j.LoggerFactory;
 public class GeoSyncInterceptor implements BrokerInterceptor {
     static final String PREFIX = "/admin/v2/geosync/";
     static final int MAX_ACKS_BODY = 4 * 1024 * 1024;
+    /** The publish-context property Pulsar's deduplication sets for replicator producers. */
+    static final String SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION";
     private static final Logger log = LoggerFactory.getLogger(GeoSyncInterceptor.class);
 
     private volatile OriginIndex index = new OriginIndex(1000, 1024);
@@ -92,6 +99,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     private final String epoch = UUID.randomUUID().toString();
     private final AtomicLong cursorWrites = new AtomicLong();
     private final AtomicLong replicatedRecorded = new AtomicLong();
+    private final AtomicLong replicatedWithoutSource = new AtomicLong();
     private final AtomicLong requestsServed = new AtomicLong();
     private final AtomicLong requestsRefused = new AtomicLong();
     private final AtomicLong errors = new AtomicLong();
@@ -153,20 +161,38 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             if (producer == null || ledgerId < 0 || entryId < 0) {
                 return;
             }
-            String origin;
-            if (producer.isRemote()) {
-                origin = producer.getRemoteCluster();
-                if (origin == null || origin.isEmpty()) {
-                    return;   // a shadow-topic copy or an unparseable replicator name: leave a gap, no guess
-                }
-                replicatedRecorded.incrementAndGet();
-            } else {
-                origin = region;
+            String topic = producer.getTopic().getName();
+            if (!producer.isRemote()) {
+                index.record(topic, ledgerId, entryId, region, startTimeNs);
+                return;
             }
-            index.record(producer.getTopic().getName(), ledgerId, entryId, origin, startTimeNs);
+            String origin = producer.getRemoteCluster();
+            if (origin == null || origin.isEmpty()) {
+                return;   // a shadow-topic copy or an unparseable replicator name: leave a gap, no guess
+            }
+            long[] source = sourcePosition(publishContext);
+            if (source == null) {
+                replicatedWithoutSource.incrementAndGet();
+                index.record(topic, ledgerId, entryId, origin, startTimeNs);
+            } else {
+                index.record(topic, ledgerId, entryId, origin, source[0], source[1], startTimeNs);
+            }
+            replicatedRecorded.incrementAndGet();
         } catch (Throwable t) {
             error("messageProduced", t);
         }
+    }
+
+    /** The replicated entry's position in its origin region, or null if the broker did not parse one. */
+    static long[] sourcePosition(Topic.PublishContext publishContext) {
+        if (publishContext == null) {
+            return null;
+        }
+        Object value = publishContext.getProperty(SOURCE_POSITION);
+        if (value instanceof long[] p && p.length >= 2 && p[0] >= 0 && p[1] >= 0) {
+            return p;
+        }
+        return null;
     }
 
     @Override
@@ -314,6 +340,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
         out.put("configuration", configuration);
         out.put("index", index.stats());
         out.put("replicated_entries_recorded", BigInteger.valueOf(replicatedRecorded.get()));
+        out.put("replicated_entries_without_source", BigInteger.valueOf(replicatedWithoutSource.get()));
         out.put("requests_served", BigInteger.valueOf(requestsServed.get()));
         out.put("requests_refused", BigInteger.valueOf(requestsRefused.get()));
         out.put("errors", BigInteger.valueOf(errors.get()));

@@ -108,8 +108,101 @@ class OriginIndexTest {
         index.record("persistent://geo/ab/x", 12, 0, "b", 0);
         index.record("persistent://geo/ab/x", 12, 1, "b", 0);
         assertEquals("{\"dropped_runs\":0,\"region\":\"a\",\"runs\":[[12,0,2,\"b\"]],"
-                + "\"topic\":\"persistent://geo/ab/x\",\"version\":1}",
+                + "\"topic\":\"persistent://geo/ab/x\",\"version\":2}",
                 new String(Json.canonical(index.toJson("a", "persistent://geo/ab/x", -1, -1)),
                         java.nio.charset.StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void sourcedRunsMergeOnlyWhenBothSidesAreConsecutive() {
+        OriginIndex index = new OriginIndex(10, 100);
+        for (int e = 0; e < 4; e++) {
+            index.record("t", 7, e, "b", 30, 100 + e, e);
+        }
+        index.record("t", 7, 4, "b", 30, 105, 4);     // a gap in the source entries: a new run
+        index.record("t", 7, 5, "b", 30, 106, 5);
+        index.record("t", 7, 6, "b", 31, 0, 6);       // a new source ledger: a new run
+        index.record("t", 7, 8, "b", 31, 1, 8);       // a gap in the local entries: a new run
+        index.record("t", 7, 9, "c", 31, 2, 9);       // another origin: a new run
+        assertEquals(List.of(new Run(7, 0, 4, "b", 30, 100), new Run(7, 4, 2, "b", 30, 105),
+                new Run(7, 6, 1, "b", 31, 0), new Run(7, 8, 1, "b", 31, 1), new Run(7, 9, 1, "c", 31, 2)),
+                index.runs("t"));
+    }
+
+    @Test
+    void runsWithAndWithoutSourceNeverMerge() {
+        OriginIndex index = new OriginIndex(10, 100);
+        index.record("t", 7, 0, "a", 0);              // local
+        index.record("t", 7, 1, "a", 5, 1, 1);        // sourced (same region name: still not merged)
+        index.record("t", 7, 2, "b", 0);              // replicated, source unknown
+        index.record("t", 7, 3, "b", 5, 3, 3);        // replicated, source known
+        index.record("t", 7, 4, "b", -1, 4, 4);       // half a source is no source
+        index.record("t", 7, 5, "b", 6, -1, 5);
+        assertEquals(List.of(new Run(7, 0, 1, "a"), new Run(7, 1, 1, "a", 5, 1), new Run(7, 2, 1, "b"),
+                new Run(7, 3, 1, "b", 5, 3), new Run(7, 4, 2, "b")), index.runs("t"));
+        assertTrue(index.runs("t").get(4).sourceLedger() == -1 && index.runs("t").get(4).sourceFirst() == -1);
+    }
+
+    @Test
+    void everySourcedEntryIsFoundAtItsSourcePositionAndNothingElseIsClaimed() {
+        Random random = new Random(2);
+        OriginIndex index = new OriginIndex(10, 100_000);
+        Map<Long, long[]> truth = new java.util.HashMap<>();   // local entry -> {source ledger, source entry}
+        long entry = 0;
+        long sourceLedger = 40;
+        long sourceEntry = 0;
+        for (int i = 0; i < 5000; i++) {
+            entry += 1 + (random.nextInt(10) == 0 ? random.nextInt(3) : 0);
+            sourceEntry += 1 + (random.nextInt(10) == 0 ? random.nextInt(3) : 0);
+            if (random.nextInt(200) == 0) {
+                sourceLedger++;
+                sourceEntry = 0;
+            }
+            boolean known = random.nextInt(20) != 0;
+            truth.put(entry, known ? new long[] {sourceLedger, sourceEntry} : null);
+            index.record("t", 3, entry, "b", known ? sourceLedger : -1, known ? sourceEntry : -1, i);
+        }
+        long claimed = 0;
+        for (Run r : index.runs("t")) {
+            for (long e = r.first(); e <= r.last(); e++) {
+                long[] expected = truth.get(e);
+                assertTrue(truth.containsKey(e));
+                if (expected == null) {
+                    assertTrue(!r.hasSource());
+                } else {
+                    assertEquals(expected[0], r.sourceLedger());
+                    assertEquals(expected[1], r.sourceFirst() + (e - r.first()));
+                }
+                claimed++;
+            }
+        }
+        assertEquals(truth.size(), claimed);
+    }
+
+    @Test
+    void sourcedRunsAreBoundedToo() {
+        OriginIndex index = new OriginIndex(3, 4);
+        for (int e = 0; e < 20; e++) {
+            index.record("t", 1, e, "b", 9, 2L * e, e);   // every source entry skips one: one run each
+        }
+        assertEquals(List.of(new Run(1, 16, 1, "b", 9, 32), new Run(1, 17, 1, "b", 9, 34),
+                new Run(1, 18, 1, "b", 9, 36), new Run(1, 19, 1, "b", 9, 38)), index.runs("t"));
+        assertEquals(BigInteger.valueOf(16), index.stats().get("runs_dropped"));
+    }
+
+    @Test
+    void wireShapeCarriesTheSourceOnlyWhenKnown() throws Exception {
+        OriginIndex index = new OriginIndex(3, 4);
+        String topic = "persistent://geo/ab/x";
+        index.record(topic, 12, 0, "a", 0);
+        index.record(topic, 12, 1, "b", 0);
+        index.record(topic, 12, 2, "b", 40, 7, 0);
+        index.record(topic, 12, 3, "b", 40, 8, 0);
+        assertEquals("{\"dropped_runs\":0,\"region\":\"a\",\"runs\":[[12,0,1,\"a\"],[12,1,1,\"b\"],"
+                + "[12,2,2,\"b\",40,7]],\"topic\":\"persistent://geo/ab/x\",\"version\":2}",
+                new String(Json.canonical(index.toJson("a", topic, -1, -1)),
+                        java.nio.charset.StandardCharsets.UTF_8));
+        assertEquals("[[12,2,2,\"b\",40,7]]", new String(Json.canonical(
+                index.toJson("a", topic, 12, 2).get("runs")), java.nio.charset.StandardCharsets.UTF_8));
     }
 }
