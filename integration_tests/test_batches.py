@@ -292,3 +292,35 @@ def test_without_batch_index_acks_partial_writes_are_refused(
     assert sorted(m.data for m in _drain(region.service_url, topic, sub)) == sorted(
         m.data for p, ms in layout.items() if p != first for m in ms
     )
+
+
+def test_the_plugin_records_where_batched_replicated_entries_came_from(lab: Lab, unique: str) -> None:
+    """The Python client shows a batched replicated message without its source-position stamp (the stamp is
+    entry metadata; each message's own properties replace it), so the agent asks the broker plugin: its
+    origin index records, for every entry a replicator published, the entry's position in its origin."""
+    topic = f"persistent://geo/ab/sources-{unique}"
+    total = 100
+    with messaging.client(lab.service_url("b")) as c:
+        producer = c.create_producer(
+            topic, batching_enabled=True, batching_max_messages=20, batching_max_publish_delay_ms=50
+        )
+        for i in range(total):
+            producer.send_async(f"b-{i}".encode(), None)
+        producer.flush()
+        producer.close()
+    in_b = entries_of(read_all(lab.service_url("b"), topic, expect=total))
+    in_a = entries_of(read_all(lab.service_url("a"), topic, expect=total))
+    assert sum(len(ms) for ms in in_a.values()) == total, f"region a has {len(in_a)} entries, not all {total}"
+    assert max(len(ms) for ms in in_a.values()) > 1, "the producer did not batch at all"
+    home = {m.data: position for position, batch in in_b.items() for m in batch}
+
+    runs = lab.admin("a").plugin_origins(topic)
+    for position, batch in in_a.items():
+        covering = [r for r in runs if r.covers(position.ledger, position.entry)]
+        assert len(covering) == 1, (position, runs)
+        [run] = covering
+        assert run.origin == "b", (position, run)
+        assert {home[m.data] for m in batch} == {run.origin_at(position.entry)}, (position, run)
+    # Consecutive entries from consecutive source entries share a run.
+    assert len(runs) < len(in_a), runs
+    print(f"{len(in_a)} replicated entries (batch sizes {sorted({len(b) for b in in_a.values()})}): {runs}")
