@@ -68,11 +68,9 @@ def status(lab: Lab, region: str) -> dict[str, Any]:
 def origins(lab: Lab, region: str, topic: str) -> list[tuple[int, int, int, str]]:
     url = f"{lab.topology.region(region).admin_url}/admin/v2/geosync/origins"
     body = requests.get(url, params={"topic": topic}, timeout=10).json()
-    assert body["version"] == 1
+    assert body["version"] == 2
     assert body["region"] == region
-    return [
-        (int(ledger), int(first), int(count), str(origin)) for ledger, first, count, origin in body["runs"]
-    ]
+    return [(int(run[0]), int(run[1]), int(run[2]), str(run[3])) for run in body["runs"]]
 
 
 def origin_of(runs: list[tuple[int, int, int, str]], position: Position) -> str | None:

@@ -116,6 +116,31 @@ def error_for(status: int, *, method: str, url: str, body: str) -> AdminError:
     return cls(message, status=status, method=method, url=url, body=body)
 
 
+@dataclass(frozen=True, slots=True)
+class EntryHeaders:
+    """The entry-level facts the admin API returns as headers with a stored entry."""
+
+    replicated_from: str | None
+    properties: dict[str, str]
+    """The entry's own properties (header ``X-Pulsar-PROPERTY``, a JSON object); {} if absent or not one."""
+    batch_size: int | None
+    """Messages in the entry if it is a batch (``X-Pulsar-num-batch-message``), else None."""
+
+    @classmethod
+    def of(cls, headers: Mapping[str, str]) -> EntryHeaders:
+        try:
+            raw = json.loads(headers.get("X-Pulsar-PROPERTY") or "{}")
+        except ValueError:
+            raw = {}
+        properties = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        count = headers.get("X-Pulsar-num-batch-message")
+        return cls(
+            replicated_from=headers.get("X-Pulsar-replicated-from") or None,
+            properties=properties,
+            batch_size=int(count) if count is not None and count.isdigit() else None,
+        )
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How long to keep trying a call that failed temporarily. A value, so tests can use a fast one."""
@@ -411,9 +436,15 @@ class AdminClient:
 
     def replicated_from(self, topic: str, *, ledger: int, entry: int) -> str | None:
         """The region a stored entry was replicated from (None for a local one), from the entry's headers."""
+        return self.entry_headers(topic, ledger=ledger, entry=entry).replicated_from
+
+    def entry_headers(self, topic: str, *, ledger: int, entry: int) -> EntryHeaders:
+        """What the broker says of a stored entry beyond its first message (``GET .../ledger/L/entry/E``):
+        the region it was replicated from, the entry's own properties (where a batched replicated copy
+        keeps its source-position stamp) and its number of messages."""
         path = f"/admin/v2/{self.topic_path(topic)}/ledger/{ledger}/entry/{entry}"
         response: requests.Response = self.retry.retrying()(self._once, "GET", path, None, None)
-        return response.headers.get("X-Pulsar-replicated-from") or None
+        return EntryHeaders.of(response.headers)
 
     def runtime_configuration(self) -> dict[str, Any]:
         """The brokers' runtime configuration (``/admin/v2/brokers/configuration/runtime``)."""

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_agent.ports import Admin, Messaging, Producer
+from geosync_core import pluginapi
+from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capability
 from geosync_core.positions import Position
 
@@ -49,6 +51,8 @@ class PluginAck:
     key: SubKey
     mark_delete: Position | None
     positions: tuple[Position, ...]
+    batches: tuple[tuple[Position, BatchAcks], ...] = ()
+    """Batch indexes to acknowledge in entries the change leaves partly acknowledged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +98,13 @@ Effect = PluginAck | AdminMove | CreateSubscription | Publish
 
 @dataclass(frozen=True, slots=True)
 class CursorWritten:
-    """The plugin applied a change; ``mark_delete``/``individually_deleted`` are the cursor afterwards."""
+    """The plugin applied a change; ``cursor`` is the cursor's state afterwards."""
 
     key: SubKey
-    mark_delete: str
-    individually_deleted: str
+    cursor: pluginapi.CursorReport
     moved: bool
     holes: int
+    batch_indexes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,44 +213,40 @@ class Effector:
         )
 
     def _plugin_acks(self, batch: list[PluginAck]) -> list[Outcome]:
-        items = [
-            {
-                "topic": a.key[0],
-                "subscription": a.key[1],
-                "mark_delete": None if a.mark_delete is None else str(a.mark_delete),
-                "positions": [str(p) for p in a.positions],
-            }
-            for a in batch
-        ]
         try:
-            results = self.admin().plugin_acks(items)
+            results = self.admin().plugin_write([_item(a) for a in batch])
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
             log.info("no cursor writes through the broker plugin (%s); using the admin API", e)
             return [
                 Learned(Capability.PLUGIN_CURSOR_WRITES, False),
                 *(NotWritten(a.key, fallback=True, reason="no plugin writes") for a in batch),
             ]
-        except adm.AdminError as e:
+        except (adm.AdminError, pluginapi.PluginApiError) as e:
             log.warning("acknowledging through the broker plugin failed, will retry: %s", e)
             return [NotWritten(a.key, fallback=False, reason=str(e)) for a in batch]
         out: list[Outcome] = [Learned(Capability.PLUGIN_CURSOR_WRITES, True)]
+        if any(a.batches for a in batch):
+            acks_off = any(r.status is pluginapi.Status.BATCH_ACKS_OFF for r in results)
+            out.append(Learned(Capability.BATCH_ACKS, not acks_off))
         for ack, result in zip(batch, results, strict=True):
-            status = result.get("status")
-            if status == "ok":
+            if result.status is pluginapi.Status.OK and result.cursor is not None:
                 out.append(
                     CursorWritten(
                         ack.key,
-                        mark_delete=str(result["mark_delete"]),
-                        individually_deleted=str(result["individually_deleted"]),
+                        cursor=result.cursor,
                         moved=ack.mark_delete is not None,
                         holes=len(ack.positions),
+                        batch_indexes=sum(len(acks.indexes()) for _, acks in ack.batches),
                     )
                 )
-            elif status == "bad_request":
-                log.warning("plugin refused acks for %s %s: %s", ack.key[0], ack.key[1], result)
-                out.append(NotWritten(ack.key, fallback=False, reason=f"refused: {result}"))
+            elif result.status in (pluginapi.Status.BAD_REQUEST, pluginapi.Status.BATCH_ACKS_OFF):
+                # Refused as written: plan again (without batch indexes once the brokers turned them off).
+                log.warning(
+                    "plugin refused acks for %s %s: %s", ack.key[0], ack.key[1], result.error or result
+                )
+                out.append(NotWritten(ack.key, fallback=False, reason=f"refused: {result.status.value}"))
             else:
-                out.append(NotWritten(ack.key, fallback=True, reason=str(status)))
+                out.append(NotWritten(ack.key, fallback=True, reason=result.status.value))
         return out
 
     def _admin_change(self, effect: AdminMove | CreateSubscription) -> list[Outcome]:
@@ -313,3 +313,16 @@ class Effector:
         )
         out.append(AdminMoved(effect.key, effect.counter, moved_to, busy, len(effect.holes), 0, consumers))
         return out
+
+
+def _item(ack: PluginAck) -> pluginapi.AckItem:
+    return pluginapi.AckItem(
+        topic=ack.key[0],
+        subscription=ack.key[1],
+        mark_delete=ack.mark_delete,
+        positions=ack.positions,
+        batches=tuple(
+            pluginapi.BatchAck(position, acks.size, frozenset(acks.indexes()))
+            for position, acks in ack.batches
+        ),
+    )

@@ -44,10 +44,11 @@ from geosync_agent.discovering import Discovered, Latest, namespace_of, partitio
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import Recent
 from geosync_agent.tailing import Tail
-from geosync_core import claiming, envelopes, pacing, resolving, syncing
+from geosync_core import claiming, envelopes, pacing, pluginapi, resolving, syncing
+from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.indexing import OriginRun
-from geosync_core.origins import OriginAcks
+from geosync_core.origins import Origin, OriginAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
@@ -174,7 +175,9 @@ class Agent:
             if config.plugin_cursors
             else frozenset({Capability.PLUGIN_FEED, Capability.PLUGIN_CURSOR_WRITES})
         )
-        self.resolver = resolving.OriginResolver(local=config.region, lookup=self._lookup_origin)
+        self.resolver = resolving.OriginResolver(
+            local=config.region, lookup=self._lookup_origin, source=self._source_of
+        )
         self.topics: dict[str, TopicState] = {}
         self.controls: dict[str, Tail] = {}
         self.subs: dict[fx.SubKey, Subscription] = {}
@@ -305,11 +308,9 @@ class Agent:
 
     def _lookup_origin(self, topic: str, local: Position) -> str | None:
         """The origin region the brokers recorded for ``local`` (the resolver's last resort)."""
-        now = time.monotonic()
-        if self.caps.usable(Capability.PLUGIN_INDEX, now=now):
-            region = self._origin_from_plugin(topic, local, now)
-            if region is not None:
-                return region
+        run = self._plugin_run(topic, local)
+        if run is not None:
+            return run.origin
         self.stats.inc("origin_lookups")
         try:
             return self.effector.admin().replicated_from(topic, ledger=local.ledger, entry=local.entry)
@@ -317,14 +318,39 @@ class Agent:
             log.warning("cannot read the origin of %s %s: %s", topic, local, e)
             return None
 
-    def _origin_from_plugin(self, topic: str, local: Position, now: float) -> str | None:
-        """The broker interceptor's record of where ``local`` came from: one call covers a whole stretch of
-        the topic, where the fallback costs one admin call per entry. None if it has no record."""
+    def _source_of(self, topic: str, local: Position) -> Origin | None:
+        """Where the batched entry at ``local`` came from, region and position, as the brokers recorded it
+        (a batched replicated copy shows clients no stamp): the interceptor's origin index, else the entry's
+        headers from the admin API. None if neither can tell."""
+        run = self._plugin_run(topic, local)
+        if run is not None:
+            if run.origin == self.config.region:
+                return Origin(self.config.region, local)
+            source = run.origin_at(local.entry)
+            if source is not None:
+                return Origin(run.origin, source)
+        self.stats.inc("origin_lookups")
+        try:
+            headers = self.effector.admin().entry_headers(topic, ledger=local.ledger, entry=local.entry)
+        except adm.AdminError as e:
+            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
+            return None
+        if headers.replicated_from is None:
+            return Origin(self.config.region, local)
+        stamp = resolving.stamp_of(headers.properties)
+        return Origin(headers.replicated_from, stamp) if isinstance(stamp, Position) else None
+
+    def _plugin_run(self, topic: str, local: Position) -> OriginRun | None:
+        """The broker interceptor's run covering ``local``: one call covers a whole stretch of the topic,
+        where the fallback costs one admin call per entry. None where it has no record or no plugin."""
+        now = time.monotonic()
+        if not self.caps.usable(Capability.PLUGIN_INDEX, now=now):
+            return None
         for attempt in range(2):
             for run in self.plugin_runs.get(topic, ()):
-                if run.ledger == local.ledger and run.first <= local.entry < run.first + run.count:
+                if run.covers(local.ledger, local.entry):
                     self.stats.inc("origin_plugin_hits")
-                    return run.origin
+                    return run
             if attempt:
                 break
             try:
@@ -469,7 +495,9 @@ class Agent:
                 continue
             self.stats.inc("cursor_polls")
             cursors = {
-                name: (str(raw["markDeletePosition"]), str(raw.get("individuallyDeletedMessages") or "[]"))
+                name: AckState.parse(
+                    str(raw["markDeletePosition"]), str(raw.get("individuallyDeletedMessages") or "[]")
+                )
                 for name, raw in (internal.get("cursors") or {}).items()
             }
             self._observe(topic, by_topic[topic], cursors, force=topic in resync, now=now, polled=True)
@@ -481,62 +509,82 @@ class Agent:
         except adm.AdminNotFound:
             return None
 
-    def _read_feed(
-        self, by_topic: dict[str, list[Subscription]], now: Now
-    ) -> dict[str, dict[str, tuple[str, str]]]:
+    def _read_feed(self, by_topic: dict[str, list[Subscription]], now: Now) -> dict[str, dict[str, AckState]]:
         """Cursor states of the tracked subscriptions consumers acknowledged on since the last read, from
-        the broker plugin's feed (empty where the plugin is absent: polling then does all the work)."""
+        the broker plugin's feed, with partly acknowledged batches (empty where the plugin is absent:
+        polling then does all the work)."""
         if not self.caps.usable(Capability.PLUGIN_FEED, now=now.mono):
             return {}
         try:
-            epoch, seq, changed = self.effector.admin().plugin_cursors(since=self.feed.seq)
+            feed = self.effector.admin().plugin_feed(since=self.feed.seq)
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
             self.caps = self.caps.learned(Capability.PLUGIN_FEED, False, now=now.mono)
             log.info("no acknowledgement feed from the broker plugin (%s); polling cursors instead", e)
             return {}
-        except adm.AdminError as e:
+        except (adm.AdminError, pluginapi.PluginApiError) as e:
             self.stats.inc("feed_errors")
             log.warning("acknowledgement feed failed, polling meanwhile: %s", e)
             return {}
-        if epoch != self.feed.epoch:
+        if feed.epoch != self.feed.epoch:
             # The broker (re)started: what was acknowledged before it is only known to a poll.
-            self.feed.epoch = epoch
+            self.feed.epoch = feed.epoch
             for ts in self.topics.values():
                 ts.poll = replace(ts.poll, next_at=0.0)
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
-        self.feed.seq = seq
+        self.feed.seq = feed.seq
         self.stats.inc("feed_reads")
-        if changed:
+        if feed.cursors:
             self.feed.busy_until = now.mono + pacing.ACTIVE_FEED_S
-        out: dict[str, dict[str, tuple[str, str]]] = {}
-        for item in changed:
-            topic = str(item.get("topic", ""))
-            if topic in by_topic:
-                out.setdefault(topic, {})[str(item.get("subscription", ""))] = (
-                    str(item.get("mark_delete")),
-                    str(item.get("individually_deleted") or "[]"),
-                )
+        out: dict[str, dict[str, AckState]] = {}
+        for report in feed.cursors:
+            if report.topic in by_topic:
+                out.setdefault(report.topic, {})[report.subscription] = self._cursor_of(report)
         return out
+
+    def _cursor_of(self, report: pluginapi.CursorReport) -> AckState:
+        """A cursor as the plugin reported it, with its partly acknowledged batches. The report lists the
+        indexes still unacknowledged; the batch's size comes from the tail (or, for an entry not read yet,
+        the highest unacknowledged index + 1: claiming fewer acknowledged indexes than there are, never
+        more)."""
+        ts = self.topics.get(report.topic)
+        batches: list[tuple[Position, BatchAcks]] = []
+        for batch in report.batches:
+            if not batch.unacked or batch.position <= report.mark_delete:
+                continue
+            size = max(ts.tail.size_of(batch.position) or 1 if ts else 1, max(batch.unacked) + 1)
+            acks = BatchAcks.from_unacked(size, batch.unacked)
+            if acks.acked:
+                batches.append((batch.position, acks))
+        if report.batches_truncated:
+            self.stats.inc("feed_batches_truncated")
+        return AckState.parse(str(report.mark_delete), report.individually_deleted, batches)
 
     def _observe(
         self,
         topic: str,
         states: list[Subscription],
-        cursors: dict[str, tuple[str, str]],
+        cursors: dict[str, AckState],
         *,
         force: bool,
         now: Now,
         polled: bool,
     ) -> None:
-        """Take ``topic``'s cursors (name -> (mark-delete, individually deleted ranges)) and publish what
-        changed; after a poll, schedule the next one."""
+        """Take ``topic``'s cursors (name -> state) and publish what changed; after a poll, schedule the
+        next one. A poll cannot see batch indexes: it keeps the partly acknowledged batches the feed or a
+        write last reported above the polled mark-delete (acknowledgements are never taken back)."""
         changed = False
         moved: list[Subscription] = []
         for state in states:
-            raw = cursors.get(state.name)
-            if raw is None:
+            cursor = cursors.get(state.name)
+            if cursor is None:
                 continue
-            cursor = AckState.parse(*raw)
+            if (
+                polled
+                and state.cursor is not None
+                and state.cursor.batches
+                and cursor.mark_delete >= state.cursor.mark_delete  # not reset backwards by someone
+            ):
+                cursor = cursor.ack_batches(state.cursor.batches)
             if cursor != state.cursor:
                 changed = True
                 moved.append(state)
@@ -586,7 +634,12 @@ class Agent:
             return
         key_order = None
         if state.key_shared:
-            key_order = claiming.KeyOrder(tail.positions_above(cursor.mark_delete), tail.keys.get)
+            key_order = claiming.KeyOrder(
+                tail.positions_above(cursor.mark_delete),
+                tail.keys.get,
+                size_of=tail.size_of,
+                key_of_message=tail.key_of_message,
+            )
         claim = claiming.decide(
             tail.index,
             cursor,
@@ -661,6 +714,7 @@ class Agent:
                 state.cursor,
                 remote=state.received,
                 log=ts.tail.positions_above(state.cursor.mark_delete),
+                size_of=ts.tail.size_of,
             )
             if plan.is_empty:
                 state.pending_holes = 0
@@ -673,8 +727,11 @@ class Agent:
         self._perform(creates, now)
         if work and self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono):
             # plan_apply puts every individual ack above the new mark-delete (a core invariant, tested).
+            batches = self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
             writes: list[fx.Effect] = [
-                fx.PluginAck(key, plan.new_mark_delete, plan.individual_acks)
+                fx.PluginAck(
+                    key, plan.new_mark_delete, plan.individual_acks, plan.batch_acks if batches else ()
+                )
                 for key, (_, _, plan) in work.items()
             ]
             handled = {
@@ -740,13 +797,14 @@ class Agent:
         if state is None:
             return
         if isinstance(outcome, fx.CursorWritten):
-            state.cursor = AckState.parse(outcome.mark_delete, outcome.individually_deleted)
+            state.cursor = self._cursor_of(outcome.cursor)
             state.pending_move = None
             state.pending_holes = 0
             state.last_applied_at = now.wall
             self.stats.inc("plugin_acks")
             self.stats.inc("mark_delete_moves", int(outcome.moved))
             self.stats.inc("holes_acked", outcome.holes)
+            self.stats.inc("batch_indexes_acked", outcome.batch_indexes)
         elif isinstance(outcome, fx.NotWritten):
             if not outcome.fallback:
                 self.stats.inc("apply_errors")

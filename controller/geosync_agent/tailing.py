@@ -4,6 +4,13 @@ A reader per topic partition hands messages to the runtime through a queue (the 
 never does more than ``put``); the runtime appends them to that partition's ``OriginIndex``, naming origins
 with the one resolver every tool shares (``geosync_core.resolving``). Stamps are untrusted: an entry whose
 stamp is malformed or whose origin cannot be named is not indexed but listed, so no mark-delete passes it.
+
+Batched entries: the reader hands over every message of a batch, one after another; the first names the
+entry's origin (``batched=True``: a batched replicated copy shows no stamp, see ``resolving``), the others
+only tell the batch's size (highest batch index + 1) and their keys. Sizes are what batch-index
+acknowledgements are planned with (``syncing.plan_apply(size_of=...)``) and keys what Key_Shared order is
+judged with (``syncing.key_ordered(key_of_message=...)``); only keys that differ from the entry's first
+message are kept per message.
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ class Tail:
     """Snapshot markers read since the runtime last took them."""
     keys: dict[Position, str] = field(default_factory=dict)
     """Each indexed entry's ordering key (or partition key; "" without one), for Key_Shared order rules."""
+    sizes: dict[Position, int] = field(default_factory=dict)
+    """Batch sizes of the indexed batched entries (an entry absent here holds one message)."""
+    message_keys: dict[tuple[Position, int], str] = field(default_factory=dict)
+    """Keys of batched messages whose key differs from their entry's first message."""
     version: int = 0
     """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
     bytes_read: int = 0
@@ -73,7 +84,9 @@ class Tail:
             self.messages_read += 1
             self.bytes_read += len(msg.data)
             if self.last is not None and position <= self.last:
-                continue  # another message of the same batch entry, or a redelivery after reconnect
+                if position == self.last and msg.batch_index > 0:
+                    appended += self._more_of_batch(position, msg)
+                continue  # else a redelivery after a reconnect
             self.last = position
             if MARKER_PROPERTY in msg.properties:
                 # Snapshot markers are never dispatched to applications (the entry filter acknowledges them):
@@ -81,8 +94,15 @@ class Tail:
                 self.markers.append((position, dict(msg.properties), msg.data))
                 continue
             self.keys[position] = msg.ordering_key or msg.key or ""
+            if msg.batch_index >= 0:
+                self.sizes[position] = msg.batch_index + 1
             origin = resolver.origin_of(
-                self.topic, position, properties=msg.properties, producer=msg.producer, candidates=candidates
+                self.topic,
+                position,
+                properties=msg.properties,
+                producer=msg.producer,
+                candidates=candidates,
+                batched=msg.batch_index >= 0,
             )
             if isinstance(origin, resolving.Malformed | resolving.Unresolved):
                 # Cannot name it: not indexed, but listed, so mark-delete stops there (no guess).
@@ -95,10 +115,35 @@ class Tail:
             self.version += 1
         return appended
 
+    def _more_of_batch(self, position: Position, msg: Received) -> int:
+        """A further message of the batched entry just indexed: its size grows; 1 if plans must be redone."""
+        size = msg.batch_index + 1
+        if position in self.keys:
+            key = msg.ordering_key or msg.key or ""
+            if key != self.keys[position]:
+                self.message_keys[(position, msg.batch_index)] = key
+        if size <= self.sizes.get(position, 1):
+            return 0
+        self.sizes[position] = size
+        return 1
+
+    def size_of(self, position: Position) -> int | None:
+        """The number of messages in local entry ``position`` as read (None: not a batch, or not read)."""
+        return self.sizes.get(position)
+
+    def key_of_message(self, position: Position, index: int) -> str | None:
+        """The key of message ``index`` of entry ``position`` (None: the entry was not read)."""
+        return self.message_keys.get((position, index), self.keys.get(position))
+
     def forget_keys_up_to(self, floor: Position) -> None:
-        """Drop keys of entries at or below ``floor`` (every tracked subscription acknowledged them)."""
+        """Drop keys and sizes of entries at or below ``floor`` (every tracked subscription acknowledged
+        them)."""
         if self.keys and next(iter(self.keys)) <= floor:
             self.keys = {p: k for p, k in self.keys.items() if p > floor}
+        if self.sizes and next(iter(self.sizes)) <= floor:
+            self.sizes = {p: n for p, n in self.sizes.items() if p > floor}
+        if self.message_keys and next(iter(self.message_keys))[0] <= floor:
+            self.message_keys = {pk: k for pk, k in self.message_keys.items() if pk[0] > floor}
 
     def positions_above(self, floor: Position) -> list[Position]:
         """Every indexed local entry above ``floor``, in order (what a consumer could be dispatched)."""

@@ -9,7 +9,10 @@ transient failure (a timeout, a 5xx) teaches nothing and leaves the value as it 
 * ``plugin_index``: the interceptor serves origins of replicated entries (``/admin/v2/geosync/origins``);
 * ``plugin_feed``: the interceptor's acknowledgement feed (``/admin/v2/geosync/cursors``);
 * ``plugin_cursor_writes``: cursor writes through the interceptor (``/admin/v2/geosync/acks``);
-* ``skip_by_ids``: the admin API's ``skipByMessageIds`` (PIP-423; not in 4.0.x).
+* ``skip_by_ids``: the admin API's ``skipByMessageIds`` (PIP-423; not in 4.0.x);
+* ``batch_acks``: the brokers track acknowledgements per message inside a batch
+  (``acknowledgmentAtBatchIndexLevelEnabled``, the default from Pulsar 4.1): cursor writes may carry batch
+  indexes (a broker without it answers ``batch_acks_off`` and gets whole entries only).
 
 Invariants: a value is immutable; ``learned`` changes exactly one capability; ``usable`` is never True for
 a capability that was refused less than ``REPROBE_S`` before ``now``.
@@ -30,6 +33,7 @@ class Capability(enum.Enum):
     PLUGIN_FEED = "plugin_feed"
     PLUGIN_CURSOR_WRITES = "plugin_cursor_writes"
     SKIP_BY_IDS = "skip_by_ids"
+    BATCH_ACKS = "batch_acks"
 
 
 @dataclass(frozen=True, slots=True)

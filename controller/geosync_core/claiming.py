@@ -28,10 +28,13 @@ from geosync_core.rangesets import AckState
 
 @dataclass(frozen=True, slots=True)
 class KeyOrder:
-    """For a Key_Shared subscription: the local entries above the mark-delete and each one's key."""
+    """For a Key_Shared subscription: the local entries above the mark-delete, each one's key, and for
+    batched entries their sizes and each message's key (see ``syncing.key_ordered``)."""
 
     log: Sequence[Position]
     key_of: Callable[[Position], str | None]
+    size_of: Callable[[Position], int | None] | None = None
+    key_of_message: Callable[[Position, int], str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,13 @@ def decide(
         return None
     own_cursor = cursor
     if key_order is not None:
-        own_cursor = syncing.key_ordered(cursor, key_order.log, key_order.key_of)
+        own_cursor = syncing.key_ordered(
+            cursor,
+            key_order.log,
+            key_order.key_of,
+            size_of=key_order.size_of,
+            key_of_message=key_order.key_of_message,
+        )
     translated = syncing.to_origin_acks(index, own_cursor)
     own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
     known = received if published is None else received.merge(published)

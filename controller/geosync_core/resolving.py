@@ -7,6 +7,15 @@ a producer name this resolver already verified names its region; otherwise the c
 entry's ``X-Pulsar-replicated-from`` header from the admin API) answers, and a broker-generated producer
 name (``<cluster>-<n>-<n>``) that agrees with the header is remembered, so each replicator costs one lookup.
 
+A *batched* replicated copy shows clients no stamp at all: the broker keeps it in the entry's metadata and
+each message's own properties replace it. A batched entry without a visible stamp is therefore named by
+its producer (a broker-generated name of this region: published here) or else by the caller's ``source``
+(the broker's record of the entry's origin region and position: the plugin's origin index, or the entry's
+headers from the admin API); when neither can tell, it is ``Unresolved``, never guessed local. Trusting
+a producer name that claims this region is safe: a copy from elsewhere named like a local producer is
+indexed as a local entry, which no other region holds, so no claim about it acknowledges anything
+elsewhere (it costs exactness for that producer, never a message).
+
 Message properties are untrusted input (anyone with produce permission sets them): a stamp that is not a
 position is a value (``Malformed``), never an exception, and the entry is left unindexed (so no cursor
 moves past it on a guess).
@@ -16,7 +25,9 @@ Invariants:
 * ``origin_of`` never raises on any property value; a well-formed stamp yields ``Origin`` or
   ``Unresolved``, a malformed one ``Malformed``, no stamp the entry itself;
 * the lookup is called at most once per entry and, for a verified broker-generated producer, never again;
-* a producer name is remembered only when its broker-generated name claims the region the lookup named.
+* a producer name is remembered only when its broker-generated name claims the region the lookup named;
+* a batched entry without a visible stamp is local only if its producer name claims this region or
+  ``source`` says so, and replicated only with the origin position ``source`` gave.
 """
 
 from __future__ import annotations
@@ -33,6 +44,10 @@ REPL_SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION"
 
 Lookup = Callable[[str, Position], "str | None"]
 """(topic partition, local position) -> the origin region the broker recorded, None if it cannot tell."""
+
+Source = Callable[[str, Position], "Origin | None"]
+"""(topic partition, local position) -> the entry's origin as the broker recorded it (this region and the
+position itself for an entry published here), None if it cannot tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +81,13 @@ def stamp_of(properties: Mapping[str, str]) -> Position | Malformed | None:
 class OriginResolver:
     """Names origins of the entries one region holds (see the module docstring); keeps what it verified."""
 
-    def __init__(self, *, local: str, lookup: Lookup) -> None:
+    def __init__(self, *, local: str, lookup: Lookup, source: Source | None = None) -> None:
         self.local = local
         self.lookup = lookup
+        self.source = source
         self.verified: dict[str, str] = {}
         self.lookups = 0
+        self.source_lookups = 0
 
     def region_of(
         self, topic: str, local: Position, *, producer: str, candidates: Iterable[str]
@@ -93,10 +110,14 @@ class OriginResolver:
         properties: Mapping[str, str],
         producer: str,
         candidates: Iterable[str],
+        batched: bool = False,
     ) -> Origin | Unresolved | Malformed:
-        """The origin of the entry at ``local`` given its properties and producer name."""
+        """The origin of the entry at ``local`` given its (first message's) properties and producer name;
+        ``batched`` when the entry is a batch (its message ids carry a batch index)."""
         stamp = stamp_of(properties)
         if stamp is None:
+            if batched:
+                return self._batched(topic, local, producer)
             return Origin(self.local, local)
         if isinstance(stamp, Malformed):
             return stamp
@@ -104,3 +125,13 @@ class OriginResolver:
         if region is None:
             return Unresolved(local)
         return Origin(region, stamp)
+
+    def _batched(self, topic: str, local: Position, producer: str) -> Origin | Unresolved:
+        if drift.producer_cluster(producer) == self.local:
+            return Origin(self.local, local)
+        if self.source is not None:
+            self.source_lookups += 1
+            found = self.source(topic, local)
+            if found is not None:
+                return found
+        return Unresolved(local)

@@ -154,7 +154,8 @@ def plan_apply(
         acked = acked_here or (origin is not None and origin in remote)
         grown: BatchAcks | None = None
         size = _size(p, local, size_of)
-        if not acked and origin is not None and size > 1:
+        if not acked and origin is not None and (size > 1 or (size_of is not None and size_of(p) == 1)):
+            # A one-message entry known to be one: a partial claim about its origin may name that message.
             mine = local.acked_indexes(p, size)
             grown = mine.union(remote.acked_indexes(origin, size))
             acked = grown.is_full

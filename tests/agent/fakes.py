@@ -4,6 +4,7 @@ proven against the lab (integration_tests)."""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -16,6 +17,8 @@ from geosync_agent import discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import Agent, Now
+from geosync_core import pluginapi
+from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -46,7 +49,10 @@ class FakeRegion:
     consumers: dict[tuple[str, str], int] = field(default_factory=dict)
     plugin: bool = True
     skip_by_ids: bool = False
-    feed: list[dict[str, Any]] = field(default_factory=list)
+    batch_acks: bool = True
+    feed: list[pluginapi.CursorReport] = field(default_factory=list)
+    headers: dict[tuple[str, Position], adm.EntryHeaders] = field(default_factory=dict)
+    """What entry_headers answers per (topic, entry); local and not batched when absent."""
     calls: list[tuple[Any, ...]] = field(default_factory=list)
 
     # discovery
@@ -117,6 +123,10 @@ class FakeRegion:
         self.calls.append(("replicated_from", topic, Position(ledger, entry)))
         return None
 
+    def entry_headers(self, topic: str, *, ledger: int, entry: int) -> adm.EntryHeaders:
+        self.calls.append(("entry_headers", topic, Position(ledger, entry)))
+        return self.headers.get((topic, Position(ledger, entry)), adm.EntryHeaders(None, {}, None))
+
     def runtime_configuration(self) -> dict[str, Any]:
         return {"entryFilterNames": "[geosync]"}
 
@@ -129,43 +139,58 @@ class FakeRegion:
         self._need_plugin()
         return []
 
-    def plugin_cursors(self, *, since: int) -> tuple[str, int, list[dict[str, str]]]:
+    def plugin_feed(self, *, since: int) -> pluginapi.Feed:
         self._need_plugin()
         changed, self.feed = self.feed, []
-        return "epoch-1", since + len(changed), changed
+        return pluginapi.Feed("epoch-1", since + len(changed), tuple(changed))
 
-    def plugin_acks(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
         self._need_plugin()
         out = []
         for item in items:
-            key = (item["topic"], item["subscription"])
-            self.calls.append(("plugin_ack", *key, item["mark_delete"], tuple(item["positions"])))
+            key = (item.topic, item.subscription)
+            mark = None if item.mark_delete is None else str(item.mark_delete)
+            self.calls.append(("plugin_ack", *key, mark, tuple(str(p) for p in item.positions)))
+            if item.batches and not self.batch_acks:
+                out.append(pluginapi.AckResult(pluginapi.Status.BATCH_ACKS_OFF, *key))
+                continue
             cursor = self.cursors[key]
-            if item["mark_delete"]:
-                cursor = cursor.ack_cumulative(Position.parse(item["mark_delete"]))
-            cursor = cursor.ack(*(Position.parse(p) for p in item["positions"]))
-            self.cursors[key] = cursor
-            out.append(
-                {
-                    "status": "ok",
-                    "mark_delete": str(cursor.mark_delete),
-                    "individually_deleted": str(cursor.ranges),
-                }
+            if item.mark_delete is not None:
+                cursor = cursor.ack_cumulative(item.mark_delete)
+            cursor = cursor.ack(*item.positions).ack_batches(
+                [(b.position, BatchAcks.of(b.size, b.acked)) for b in item.batches]
             )
+            self.calls.extend(("batch_ack", *key, b.position, tuple(sorted(b.acked))) for b in item.batches)
+            self.cursors[key] = cursor
+            out.append(pluginapi.AckResult(pluginapi.Status.OK, *key, cursor=self.report(*key)))
         return out
+
+    def report(self, topic: str, subscription: str) -> pluginapi.CursorReport:
+        """The subscription's cursor as the plugin reports it (unacknowledged indexes of partial batches)."""
+        cursor = self.cursors[(topic, subscription)]
+        return pluginapi.CursorReport(
+            topic,
+            subscription,
+            cursor.mark_delete,
+            str(cursor.ranges),
+            tuple(
+                pluginapi.BatchState(p, tuple(i for i in range(acks.size) if i not in acks.indexes()))
+                for p, acks in cursor.batches
+            ),
+        )
 
     def consumer_acks(self, topic: str, subscription: str, positions: list[Position]) -> None:
         """An application consumer acknowledges: the cursor moves and the plugin's feed reports it."""
         self.acknowledge(topic, subscription, positions)
-        cursor = self.cursors[(topic, subscription)]
-        self.feed.append(
-            {
-                "topic": topic,
-                "subscription": subscription,
-                "mark_delete": str(cursor.mark_delete),
-                "individually_deleted": str(cursor.ranges),
-            }
-        )
+        self.feed.append(self.report(topic, subscription))
+
+    def consumer_acks_indexes(
+        self, topic: str, subscription: str, position: Position, size: int, *indexes: int
+    ) -> None:
+        """An application consumer acknowledges messages of a batch (batch-index acknowledgements on)."""
+        key = (topic, subscription)
+        self.cursors[key] = self.cursors[key].ack_indexes(position, size, indexes)
+        self.feed.append(self.report(topic, subscription))
 
 
 class AdminView:
@@ -238,18 +263,28 @@ def message(
     data: bytes = b"m",
     properties: dict[str, str] | None = None,
     producer: str = "app",
+    batch_index: int = -1,
+    key: str = "",
 ) -> Received:
     return Received(
         topic=topic,
         position=position,
         partition=-1,
-        batch_index=-1,
+        batch_index=batch_index,
         data=data,
-        key="",
+        key=key,
         publish_ms=0,
         properties=properties or {},
         producer=producer,
     )
+
+
+class LatePhase(random.Random):
+    """Every topic's first resync as late in the period as it can be: tests decide when resyncs happen
+    (a random phase made echo-suppression checks fail whenever it drew an early resync)."""
+
+    def random(self) -> float:
+        return 0.999
 
 
 @dataclass
@@ -278,6 +313,7 @@ class Harness:
             rediscover=threading.Event(),
             wake=threading.Event(),
             first_seq=1,
+            rng=LatePhase(),
         )
         effector.on_sent = agent.on_sent
         return cls(region, config, msgs, agent)

@@ -69,9 +69,7 @@ def test_an_acknowledgement_travels_from_a_to_b_with_its_hole() -> None:
     assert a.agent.caps.get(Capability.PLUGIN_FEED) is True
     assert b.agent.caps.get(Capability.PLUGIN_CURSOR_WRITES) is True
     # b's cursor caught up with what a told it: nothing new to echo back.
-    b.region.feed.append(
-        {"topic": TOPIC, "subscription": SUB, "mark_delete": "9:1", "individually_deleted": "[(9:2..9:3]]"}
-    )
+    b.region.feed.append(b.region.report(TOPIC, SUB))
     b.step()
     assert carry(b, a) == 0
 

@@ -1,0 +1,124 @@
+"""The agent with batched producers, against fake ports: a batched replicated copy shows no stamp (its origin
+comes from the broker), batch indexes travel from a consumer in one region to the cursor in another, a
+broker without batch-index acknowledgements gets whole entries only. The lab tests prove it on real brokers
+(integration_tests/test_batch_failover.py)."""
+
+from __future__ import annotations
+
+from geosync_adapters.admin import EntryHeaders
+from geosync_core.batches import BatchAcks
+from geosync_core.capabilities import Capability
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from tests.agent.fakes import FakeRegion, Harness, message
+from tests.agent.test_runtime import CONTROL, NS, SUB, TOPIC, carry
+
+A_LOG = [Position(5, e) for e in range(3)]
+B_LOG = [Position(9, e) for e in range(3)]
+SIZE = 4
+
+
+def deliver_batches(h: Harness, log: list[Position], producer: str) -> None:
+    for p in log:
+        for i in range(SIZE):
+            h.messaging.deliver(TOPIC, message(TOPIC, p, producer=producer, batch_index=i, key=f"k{i % 2}"))
+
+
+def batched_pair(*, b_headers: bool = True, **settings: object) -> tuple[Harness, Harness]:
+    """a holds three batches of four published there by an application-named producer; b their replicated
+    copies, which (batched) carry no visible stamp: b's broker tells the origin in the entry's headers."""
+    a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(B_LOG)})
+    for region in (a, b):
+        region.cursors[(TOPIC, SUB)] = AckState.of(Position(region.topics[TOPIC][0].ledger, -1))
+    if b_headers:
+        for local, origin in zip(B_LOG, A_LOG, strict=True):
+            stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+            b.headers[(TOPIC, local)] = EntryHeaders("a", stamp, SIZE)
+    ha, hb = Harness.build(a, **settings), Harness.build(b, **settings)
+    for h in (ha, hb):
+        h.discover()
+        h.step()
+    deliver_batches(ha, A_LOG, "orders-app")
+    deliver_batches(hb, B_LOG, "orders-app")
+    for h in (ha, hb):
+        h.step()
+    carry(ha, hb)
+    carry(hb, ha)
+    return ha, hb
+
+
+def test_batch_indexes_acknowledged_in_a_are_acknowledged_in_b() -> None:
+    a, b = batched_pair()
+    assert b.agent.topics[TOPIC].tail.index.origin_of(B_LOG[1]) is not None
+    assert b.agent.topics[TOPIC].tail.size_of(B_LOG[1]) == SIZE
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0]])
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[1], SIZE, 0, 2)
+    a.step()
+    assert carry(a, b) == 1
+    b.step()
+    cursor = b.region.cursors[(TOPIC, SUB)]
+    assert cursor.mark_delete == B_LOG[0]
+    assert cursor.batch(B_LOG[1]) == BatchAcks.of(SIZE, [0, 2])
+    assert ("batch_ack", TOPIC, SUB, B_LOG[1], (0, 2)) in b.region.calls
+    assert 2 not in [i for p, acks in cursor.batches if p == B_LOG[2] for i in acks.indexes()]
+
+
+def test_two_regions_partial_acks_complete_an_entry() -> None:
+    a, b = batched_pair()
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[0], SIZE, 0, 1)
+    a.step()
+    carry(a, b)
+    b.step()
+    b.region.consumer_acks_indexes(TOPIC, SUB, B_LOG[0], SIZE, 2, 3)
+    b.step()
+    carry(b, a)
+    a.step()
+    assert a.region.cursors[(TOPIC, SUB)].mark_delete == A_LOG[0]
+
+
+def test_a_batched_copy_whose_origin_nobody_can_tell_blocks_the_mark_delete() -> None:
+    a, b = batched_pair(b_headers=False)
+    # b's broker says the entries are local (no replicated-from): b indexes them as its own, so a's claims
+    # (about a's entries) do not map onto them and nothing is acknowledged on a guess.
+    a.region.consumer_acks(TOPIC, SUB, A_LOG)
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
+
+
+def test_a_broker_without_batch_index_acks_gets_whole_entries_only() -> None:
+    a, b = batched_pair()
+    b.region.batch_acks = False
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[0], SIZE, 1)
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[1]])
+    a.step()
+    carry(a, b)
+    b.step()  # refused (batch_acks_off): learned
+    assert b.agent.caps.get(Capability.BATCH_ACKS) is False
+    b.step()
+    cursor = b.region.cursors[(TOPIC, SUB)]
+    assert B_LOG[1] in cursor
+    assert not cursor.batches
+
+
+def test_a_poll_keeps_the_batch_indexes_the_feed_reported() -> None:
+    a, _ = batched_pair()
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[0], SIZE, 3)
+    a.step()
+    assert a.agent.subs[(TOPIC, SUB)].cursor is not None
+    for _ in range(40):  # polls and resyncs come round
+        a.step(5.0)
+    cursor = a.agent.subs[(TOPIC, SUB)].cursor
+    assert cursor is not None
+    assert cursor.batch(A_LOG[0]) == BatchAcks.of(SIZE, [3])
+
+
+def test_batch_sizes_and_keys_come_from_every_message_of_the_entry() -> None:
+    a, _ = batched_pair()
+    tail = a.agent.topics[TOPIC].tail
+    assert [tail.size_of(p) for p in A_LOG] == [SIZE] * 3
+    assert tail.key_of_message(A_LOG[0], 1) == "k1"
+    assert tail.key_of_message(A_LOG[0], 2) == "k0"
+    assert CONTROL not in a.agent.topics
