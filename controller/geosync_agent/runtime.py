@@ -54,6 +54,11 @@ from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
 STATES_PER_ENVELOPE = 64
+REDISCOVER_FOR_FEED_S = 1.0
+"""Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
+MAX_UNOBSERVED = 20000
+"""Feed reports kept for subscriptions not tracked yet (the oldest beyond it are dropped, counted; a poll
+then still sees their whole entries)."""
 """Subscription states per control message (a round's states for one namespace are batched)."""
 ROUND_ERRORS = (adm.AdminError, msg.MessagingUnavailable)
 """Failures a round survives: it is counted, and the next round tries again."""
@@ -95,6 +100,8 @@ class Subscription:
     of them changes or a mark-delete move is still pending."""
     pending_move: pacing.PendingMove | None = None
     pending_holes: int = 0
+    unapplied_batches: int = 0
+    """Partly acknowledged entries whose remote batch indexes this region cannot write (entry-granular)."""
     kind: str = ""
     """The subscription type the broker last reported with consumers attached ("" until seen)."""
     key_shared: bool = False
@@ -129,6 +136,7 @@ class Feed:
     epoch: str = ""
     seq: int = 0
     busy_until: float = 0.0
+    rediscover_at: float = 0.0
 
 
 @dataclass
@@ -195,6 +203,10 @@ class Agent:
         )
         self.plugin_runs: dict[str, list[OriginRun]] = {}
         self.feed = Feed()
+        self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
+        """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
+        the batches they name (a topic created with its traffic is acknowledged on before discovery sees
+        it, and the feed reports each acknowledgement once)."""
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
         """States to publish at the end of the observe step, per namespace."""
         self.ready = False
@@ -535,10 +547,30 @@ class Agent:
         self.stats.inc("feed_reads")
         if feed.cursors:
             self.feed.busy_until = now.mono + pacing.ACTIVE_FEED_S
-        out: dict[str, dict[str, AckState]] = {}
         for report in feed.cursors:
-            if report.topic in by_topic:
-                out.setdefault(report.topic, {})[report.subscription] = self._cursor_of(report)
+            if wanted(self.config, report.topic, report.subscription):
+                self.unobserved.pop((report.topic, report.subscription), None)  # newest last (LRU order)
+                self.unobserved[(report.topic, report.subscription)] = report
+        while len(self.unobserved) > MAX_UNOBSERVED:
+            del self.unobserved[next(iter(self.unobserved))]
+            self.stats.inc("feed_reports_dropped")
+        out: dict[str, dict[str, AckState]] = {}
+        unknown = False
+        for key, report in list(self.unobserved.items()):
+            topic, name = key
+            tracked = self.topics.get(topic)
+            if tracked is None or all(s.name != name for s in by_topic.get(topic, ())):
+                unknown = True  # not tracked yet: discovery brings it, the report waits
+                continue
+            if report.batches and not tracked.tail.has_read(max(b.position for b in report.batches)):
+                continue  # the batch sizes are not known yet: the report waits for the tail
+            del self.unobserved[key]
+            out.setdefault(topic, {})[name] = self._cursor_of(report)
+        if unknown and now.mono >= self.feed.rediscover_at:
+            # At most every REDISCOVER_FOR_FEED_S: a report may name a topic discovery never tracks.
+            self.feed.rediscover_at = now.mono + REDISCOVER_FOR_FEED_S
+            self.stats.inc("rediscover_for_feed")
+            self.rediscover.set()
         return out
 
     def _cursor_of(self, report: pluginapi.CursorReport) -> AckState:
@@ -692,6 +724,9 @@ class Agent:
     # -- 5. apply ----------------------------------------------------------------------------------
 
     def apply(self, now: Now) -> None:
+        batch_writes = self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono) and self.caps.usable(
+            Capability.BATCH_ACKS, now=now.mono
+        )
         work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
         creates: list[fx.Effect] = []
         for state in list(self.subs.values()):
@@ -716,6 +751,12 @@ class Agent:
                 log=ts.tail.positions_above(state.cursor.mark_delete),
                 size_of=ts.tail.size_of,
             )
+            state.unapplied_batches = 0
+            if plan.batch_acks and not batch_writes:
+                # Batch indexes cannot be written here (admin API only, or brokers without batch-index
+                # acknowledgements): those messages stay unacknowledged, counted, not retried every round.
+                state.unapplied_batches = len(plan.batch_acks)
+                plan = replace(plan, batch_acks=())
             if plan.is_empty:
                 state.pending_holes = 0
                 state.pending_move = None
@@ -727,11 +768,8 @@ class Agent:
         self._perform(creates, now)
         if work and self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono):
             # plan_apply puts every individual ack above the new mark-delete (a core invariant, tested).
-            batches = self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
             writes: list[fx.Effect] = [
-                fx.PluginAck(
-                    key, plan.new_mark_delete, plan.individual_acks, plan.batch_acks if batches else ()
-                )
+                fx.PluginAck(key, plan.new_mark_delete, plan.individual_acks, plan.batch_acks)
                 for key, (_, _, plan) in work.items()
             ]
             handled = {
@@ -867,6 +905,7 @@ class Agent:
                     "subscription": s.name,
                     "mark_delete": None if s.cursor is None else str(s.cursor.mark_delete),
                     "pending_holes": s.pending_holes,
+                    "unapplied_batches": s.unapplied_batches,
                     "behind_since": s.behind_since,
                     "last_applied_at": s.last_applied_at or None,
                     "received_from": dict(s.received_from),

@@ -127,6 +127,12 @@ class Tail:
         self.sizes[position] = size
         return 1
 
+    def has_read(self, position: Position) -> bool:
+        """Whether every message of entry ``position`` (and all before it) has been indexed."""
+        if self.last is None or self.last < position:
+            return False
+        return self.last > position or self.inbox.empty()
+
     def size_of(self, position: Position) -> int | None:
         """The number of messages in local entry ``position`` as read (None: not a batch, or not read)."""
         return self.sizes.get(position)

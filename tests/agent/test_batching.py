@@ -122,3 +122,25 @@ def test_batch_sizes_and_keys_come_from_every_message_of_the_entry() -> None:
     assert tail.key_of_message(A_LOG[0], 1) == "k1"
     assert tail.key_of_message(A_LOG[0], 2) == "k0"
     assert CONTROL not in a.agent.topics
+
+
+def test_acks_reported_before_discovery_sees_the_subscription_are_kept() -> None:
+    a, _ = batched_pair()
+    fresh = f"persistent://{NS}/fresh"
+    log = [Position(6, 0)]
+    a.region.topics[fresh] = list(log)
+    a.region.cursors[(fresh, SUB)] = AckState.of(Position(6, -1))
+    a.region.consumer_acks_indexes(fresh, SUB, log[0], SIZE, 1, 2)
+    a.step()  # the feed reports a subscription the agent does not track yet: kept, discovery asked for
+    assert a.agent.rediscover.is_set()
+    assert (fresh, SUB) in a.agent.unobserved
+    a.discover()
+    a.step()  # adopted: the reader opens; the report still waits for the batch sizes
+    for i in range(SIZE):
+        a.messaging.deliver(fresh, message(fresh, log[0], producer="orders-app", batch_index=i))
+    a.step()
+    a.step()
+    cursor = a.agent.subs[(fresh, SUB)].cursor
+    assert cursor is not None
+    assert cursor.batch(log[0]) == BatchAcks.of(SIZE, [1, 2])
+    assert not a.agent.unobserved

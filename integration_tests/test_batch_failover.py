@@ -1,0 +1,129 @@
+"""Failover with batched producers, against the real lab: what users run by default.
+
+Both regions publish through batching producers (the clients' default), a Shared consumer in region a
+acknowledges messages one by one at random with batch-index acknowledgements on (brokers and client), the
+consumer stops, and a consumer on the same subscription in region b must get exactly what a left
+unacknowledged. Through the broker plugin that holds message by message: batch indexes travel. Through the
+admin API alone (``cursor_path`` "admin-api") batch indexes cannot be read or written: nothing is lost, and
+the only messages delivered again are acknowledged messages of batches a left partly acknowledged.
+
+Batching off is the other half of every failover test in ``test_exact_sync`` (its producers send one
+message per entry); ``test_batched_and_unbatched_in_one_topic`` mixes both in one topic.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from typing import Any
+
+import pulsar
+import pytest
+import requests
+
+from geosync_adapters import messaging
+from geosync_lab import labs
+from integration_tests.helpers import Lab, consume_all, wait_for
+from integration_tests.test_exact_sync import cursor_path  # noqa: F401  (module-scoped fixture)
+
+pytestmark = pytest.mark.lab
+
+
+def produce_batched(service_url: str, topic: str, payloads: list[str], *, batch: int = 20) -> None:
+    """Publish through a producer with the client's batching on (bursts of ``batch`` per entry)."""
+    with messaging.client(service_url) as c:
+        producer = c.create_producer(
+            topic, batching_enabled=True, batching_max_messages=batch, batching_max_publish_delay_ms=20
+        )
+        for data in payloads:
+            producer.send_async(data.encode(), None)
+        producer.flush()
+        producer.close()
+
+
+def consume_and_ack(
+    lab: Lab, region: str, topic: str, sub: str, *, total: int, share: float, seed: str
+) -> tuple[set[str], dict[str, tuple[Any, int]]]:
+    """Receive ``total`` messages on a Shared consumer with batch-index acks; acknowledge about ``share`` of
+    them at random, one by one. Returns the acknowledged payloads and each payload's (entry, batch index)."""
+    rng = random.Random(seed)
+    acked: set[str] = set()
+    where: dict[str, tuple[Any, int]] = {}
+    with messaging.client(lab.service_url(region)) as c:
+        consumer = c.subscribe(
+            topic,
+            sub,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+            batch_index_ack_enabled=True,
+        )
+        for _ in range(total):
+            msg = consumer.receive(timeout_millis=30000)
+            data = msg.data().decode()
+            mid = msg.message_id()
+            where[data] = ((mid.ledger_id(), mid.entry_id()), mid.batch_index())
+            if rng.random() < share:
+                consumer.acknowledge(msg)
+                acked.add(data)
+        time.sleep(0.5)  # let the client flush grouped acknowledgements before closing
+        consumer.close()
+    return acked, where
+
+
+def synced_entry(lab: Lab, region: str, topic: str, sub: str) -> dict[str, Any] | None:
+    try:
+        state = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
+    except (requests.RequestException, ValueError, KeyError):
+        return None
+    for entry in state.get("synced", []):
+        if entry["topic"] == topic and entry["subscription"] == sub:
+            return dict(entry)
+    return None
+
+
+def wait_applied(lab: Lab, region: str, topic: str, sub: str, *, after: float) -> None:
+    """Until ``region``'s agent applied something for the subscription after ``after`` (wall time) and
+    has nothing left to apply; then the 2 s a quiescent failover gives the sync."""
+
+    def done() -> bool:
+        entry = synced_entry(lab, region, topic, sub)
+        return (
+            entry is not None
+            and (entry.get("last_applied_at") or 0) >= after
+            and entry.get("behind_since") is None
+        )
+
+    wait_for(done, timeout_s=60, what=f"{region}'s agent to apply {sub}")
+    time.sleep(2.0)
+
+
+def test_batched_shared_random_acks_fail_over_exactly(lab: Lab, unique: str, cursor_path: str) -> None:  # noqa: F811
+    topic, sub = f"persistent://geo/ab/batched-{unique}", f"batched-{unique}"
+    with messaging.client(lab.service_url("a")) as c:  # the subscription starts with the traffic
+        c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
+    payloads = {r: [f"{r}{i}" for i in range(300)] for r in ("a", "b")}
+    for region, data in payloads.items():
+        produce_batched(lab.service_url(region), topic, data)
+    everything = set(payloads["a"]) | set(payloads["b"])
+    started = time.time()
+    acked, where = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=unique)
+    assert 0 < len(acked) < len(everything)
+    wait_applied(lab, "b", topic, sub, after=started)
+
+    got = consume_all(lab.service_url("b"), topic, sub)
+    expected = everything - acked
+    lost = expected - set(got)
+    duplicates = set(got) & acked
+    assert not lost, f"lost {len(lost)}: {sorted(lost)[:10]}"
+    assert len(got) == len(set(got)), "a message arrived twice in b"
+    entries: dict[Any, int] = defaultdict(int)
+    for data in everything - acked:
+        entries[where[data][0]] += 1
+    partly = {d for d in acked if entries.get(where[d][0])}
+    assert partly, "the workload left no batch partly acknowledged: it proves nothing about batches"
+    if cursor_path == "plugin":
+        assert not duplicates, f"{len(duplicates)} acknowledged messages delivered again: {sorted(duplicates)[:10]}"
+    else:
+        # Entry-granular: only acknowledged messages of partly acknowledged batches come again.
+        assert duplicates <= partly, sorted(duplicates - partly)[:10]
