@@ -81,18 +81,32 @@ def scenarios(lab_dir: pathlib.Path) -> list[tuple[str, failover.Outcome]]:
     for mode in ("builtin", "geosync", "snapshot"):
         if mode == "snapshot":
             started, (sent0, _) = time.monotonic(), marker_counts(lab_dir, topology)
-        rows.append(("cumulative-ack Exclusive", failover.run(topology, mode=mode, cumulative=True)))
-        rows.append(("Shared, 10% holes", failover.run(topology, mode=mode, hole_ratio=0.1)))
-        labs.freeze_region(lab_dir, "c", frozen=True)
-        try:
+        for batching in (True, False):
+            how = "batched" if batching else "unbatched"
             rows.append(
                 (
-                    "one region down (c frozen)",
-                    failover.run(topology, mode=mode, namespace="geo/abc", hole_ratio=0.1),
+                    f"cumulative-ack Exclusive, {how}",
+                    failover.run(topology, mode=mode, cumulative=True, batching=batching),
                 )
             )
-        finally:
-            labs.freeze_region(lab_dir, "c", frozen=False)
+            rows.append(
+                (
+                    f"Shared, 10% holes, {how}",
+                    failover.run(topology, mode=mode, hole_ratio=0.1, batching=batching),
+                )
+            )
+            labs.freeze_region(lab_dir, "c", frozen=True)
+            try:
+                rows.append(
+                    (
+                        f"one region down (c frozen), {how}",
+                        failover.run(
+                            topology, mode=mode, namespace="geo/abc", hole_ratio=0.1, batching=batching
+                        ),
+                    )
+                )
+            finally:
+                labs.freeze_region(lab_dir, "c", frozen=False)
         if mode == "snapshot":
             sent1, _ = marker_counts(lab_dir, topology)
             elapsed = time.monotonic() - started

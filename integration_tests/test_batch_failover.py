@@ -123,7 +123,8 @@ def test_batched_shared_random_acks_fail_over_exactly(lab: Lab, unique: str, cur
     partly = {d for d in acked if entries.get(where[d][0])}
     assert partly, "the workload left no batch partly acknowledged: it proves nothing about batches"
     if cursor_path == "plugin":
-        assert not duplicates, f"{len(duplicates)} acknowledged messages delivered again: {sorted(duplicates)[:10]}"
+        again = sorted(duplicates)[:10]
+        assert not duplicates, f"{len(duplicates)} acknowledged messages delivered again: {again}"
     else:
         # Entry-granular: only acknowledged messages of partly acknowledged batches come again.
         assert duplicates <= partly, sorted(duplicates - partly)[:10]

@@ -236,9 +236,18 @@ def demo() -> None:
     show_default=True,
     help="Seconds given to sync between the consumer stopping and failing over.",
 )
+@click.option(
+    "--batching/--no-batching",
+    default=True,
+    show_default=True,
+    help="Publish with the client's default batching and acknowledge with batch-index acknowledgements "
+    "(what applications do by default), or one message per entry.",
+)
 @output_option
 @_lab_errors
-def demo_failover(lab_dir: pathlib.Path, messages: int, holes: float, settle: float, output: str) -> None:
+def demo_failover(  # noqa: PLR0917 (click passes options positionally)
+    lab_dir: pathlib.Path, messages: int, holes: float, settle: float, batching: bool, output: str
+) -> None:
     """A consumer in region a acknowledges out of order, stops, and fails over to region b.
 
     Runs the same workload twice on the same regions: with Pulsar's built-in replicated subscriptions
@@ -259,6 +268,7 @@ def demo_failover(lab_dir: pathlib.Path, messages: int, holes: float, settle: fl
             receive=int(messages * 0.75),
             hole_ratio=holes,
             settle_s=settle,
+            batching=batching,
             report=report,
         )
         for mode in ("builtin", "geosync")
