@@ -103,8 +103,8 @@ def test_batched_shared_random_acks_fail_over_exactly(lab: Lab, unique: str, cur
     with messaging.client(lab.service_url("a")) as c:  # the subscription starts with the traffic
         c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
     payloads = {r: [f"{r}{i}" for i in range(300)] for r in ("a", "b")}
-    for region, data in payloads.items():
-        produce_batched(lab.service_url(region), topic, data)
+    for region, sent in payloads.items():
+        produce_batched(lab.service_url(region), topic, sent)
     everything = set(payloads["a"]) | set(payloads["b"])
     started = time.time()
     acked, where = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=unique)
@@ -118,8 +118,8 @@ def test_batched_shared_random_acks_fail_over_exactly(lab: Lab, unique: str, cur
     assert not lost, f"lost {len(lost)}: {sorted(lost)[:10]}"
     assert len(got) == len(set(got)), "a message arrived twice in b"
     entries: dict[Any, int] = defaultdict(int)
-    for data in everything - acked:
-        entries[where[data][0]] += 1
+    for left in everything - acked:
+        entries[where[left][0]] += 1
     partly = {d for d in acked if entries.get(where[d][0])}
     assert partly, "the workload left no batch partly acknowledged: it proves nothing about batches"
     if cursor_path == "plugin":
