@@ -190,6 +190,7 @@ def read_log(
                     properties=msg.properties(),
                     producer=msg.producer_name(),
                     candidates=[site.name, *members],
+                    batched=mid.batch_index() >= 0,
                 )
                 if isinstance(origin, Unresolved | Malformed):
                     log.unresolved += 1

@@ -22,8 +22,9 @@ import tenacity
 from geosync_core import pluginapi
 from geosync_core.errors import PermanentError, TemporaryError
 from geosync_core.indexing import OriginRun
+from geosync_core.origins import Origin
 from geosync_core.positions import Position
-from geosync_core.resolving import OriginResolver
+from geosync_core.resolving import OriginResolver, stamp_of
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,14 @@ class EntryHeaders:
     """The entry's own properties (header ``X-Pulsar-PROPERTY``, a JSON object); {} if absent or not one."""
     batch_size: int | None
     """Messages in the entry if it is a batch (``X-Pulsar-num-batch-message``), else None."""
+
+    def origin(self, region: str, local: Position) -> Origin | None:
+        """The origin of the entry at ``local`` held by ``region``: itself if not replicated, else the
+        region it came from and the position its entry-level stamp names (None without a valid stamp)."""
+        if self.replicated_from is None:
+            return Origin(region, local)
+        stamp = stamp_of(self.properties)
+        return Origin(self.replicated_from, stamp) if isinstance(stamp, Position) else None
 
     @classmethod
     def of(cls, headers: Mapping[str, str]) -> EntryHeaders:
@@ -485,8 +494,8 @@ def is_ready(client: AdminClient, cluster: str, *, probe: Callable[[], list[str]
 
 def header_resolver(region: str, admin: AdminClient) -> OriginResolver:
     """The shared origin rule (``geosync_core.resolving``) for tools without the broker plugin: its last
-    resort is the entry's ``X-Pulsar-replicated-from`` header, and an admin error
-    leaves the origin unnamed."""
+    resort is the entry's ``X-Pulsar-replicated-from`` header, a batched entry's origin comes from its
+    headers (region and entry-level stamp), and an admin error leaves the origin unnamed."""
 
     def lookup(topic: str, local: Position) -> str | None:
         try:
@@ -494,4 +503,18 @@ def header_resolver(region: str, admin: AdminClient) -> OriginResolver:
         except AdminError:
             return None
 
-    return OriginResolver(local=region, lookup=lookup)
+    last: list[tuple[str, Position, Origin | None]] = []
+
+    def source(topic: str, local: Position) -> Origin | None:
+        # A batched entry's messages are read one after another: one call per entry, not per message.
+        if last and last[0][:2] == (topic, local):
+            return last[0][2]
+        try:
+            headers = admin.entry_headers(topic, ledger=local.ledger, entry=local.entry)
+        except AdminError:
+            return None
+        found = headers.origin(region, local)
+        last[:] = [(topic, local, found)]
+        return found
+
+    return OriginResolver(local=region, lookup=lookup, source=source)

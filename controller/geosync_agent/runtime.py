@@ -347,10 +347,7 @@ class Agent:
         except adm.AdminError as e:
             log.warning("cannot read the origin of %s %s: %s", topic, local, e)
             return None
-        if headers.replicated_from is None:
-            return Origin(self.config.region, local)
-        stamp = resolving.stamp_of(headers.properties)
-        return Origin(headers.replicated_from, stamp) if isinstance(stamp, Position) else None
+        return headers.origin(self.config.region, local)
 
     def _plugin_run(self, topic: str, local: Position) -> OriginRun | None:
         """The broker interceptor's run covering ``local``: one call covers a whole stretch of the topic,

@@ -217,7 +217,12 @@ def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any
                     break
                 props = dict(msg.properties())
                 named = resolver.origin_of(
-                    name, local, properties=props, producer=msg.producer_name(), candidates=candidates
+                    name,
+                    local,
+                    properties=props,
+                    producer=msg.producer_name(),
+                    candidates=candidates,
+                    batched=mid.batch_index() >= 0,
                 )
                 if isinstance(named, Malformed):
                     continue  # an application's stamp, not a broker's: no origin to join on

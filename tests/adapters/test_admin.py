@@ -208,3 +208,43 @@ def test_plugin_origins_without_a_list_of_runs_is_no_runs(
     path = "GET /admin/v2/geosync/origins?" + urllib.parse.urlencode({"topic": "persistent://t/n/x"})
     handler.routes[path] = [(200, {}, body)]
     assert adm.AdminClient(url, retry=FAST).plugin_origins("persistent://t/n/x") == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({}, ("b", "7:3")),  # not replicated: the entry itself
+        (
+            {
+                "X-Pulsar-replicated-from": "a",
+                "X-Pulsar-PROPERTY": '{"__MSG_PROP_REPL_SOURCE_POSITION": "4:9"}',
+            },
+            ("a", "4:9"),
+        ),
+        ({"X-Pulsar-replicated-from": "a"}, None),  # replicated without a stamp: cannot tell
+        ({"X-Pulsar-replicated-from": "a", "X-Pulsar-PROPERTY": "not json"}, None),
+        ({"X-Pulsar-replicated-from": "a", "X-Pulsar-PROPERTY": '["4:9"]'}, None),
+        (
+            {
+                "X-Pulsar-replicated-from": "a",
+                "X-Pulsar-PROPERTY": '{"__MSG_PROP_REPL_SOURCE_POSITION": "x"}',
+            },
+            None,
+        ),
+    ],
+)
+def test_entry_headers_name_a_batched_entrys_origin(
+    headers: dict[str, str], expected: tuple[str, str] | None
+) -> None:
+    origin = adm.EntryHeaders.of(headers).origin("b", Position(7, 3))
+    if expected is None:
+        assert origin is None
+    else:
+        assert origin is not None
+        assert (origin.region, str(origin.position)) == expected
+
+
+def test_entry_headers_batch_size() -> None:
+    assert adm.EntryHeaders.of({"X-Pulsar-num-batch-message": "20"}).batch_size == 20
+    assert adm.EntryHeaders.of({"X-Pulsar-num-batch-message": "-1"}).batch_size is None
+    assert adm.EntryHeaders.of({}).batch_size is None
