@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any
 
 import pulsar
@@ -128,3 +129,32 @@ def test_batched_shared_random_acks_fail_over_exactly(lab: Lab, unique: str, cur
     else:
         # Entry-granular: only acknowledged messages of partly acknowledged batches come again.
         assert duplicates <= partly, sorted(duplicates - partly)[:10]
+
+
+def test_a_message_delayed_by_a_day_stays_a_hole_across_failover(
+    lab: Lab,
+    unique: str,
+    cursor_path: str,  # noqa: F811
+) -> None:
+    """Delayed delivery leaves a long-lived hole (the consumer acknowledges everything after it): the
+    failover must deliver none of the acknowledged messages and keep the delayed ones for their time."""
+    topic, sub = f"persistent://geo/ab/delayed-{unique}", f"delayed-{unique}"
+    with messaging.client(lab.service_url("a")) as c:
+        c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
+        producer = c.create_producer(topic, batching_max_publish_delay_ms=20)
+        for i in range(60):
+            later = {"deliver_after": timedelta(days=1)} if i % 15 == 7 else {}
+            producer.send_async(f"m{i}".encode(), None, **later)
+        producer.flush()
+        producer.close()
+    delayed = {f"m{i}" for i in range(60) if i % 15 == 7}
+    started = time.time()
+    acked, _ = consume_and_ack(lab, "a", topic, sub, total=60 - len(delayed), share=1.0, seed=unique)
+    assert acked.isdisjoint(delayed)
+    wait_applied(lab, "b", topic, sub, after=started)
+
+    got = consume_all(lab.service_url("b"), topic, sub, quiet_s=3.0)
+    assert not set(got) & acked, f"acknowledged messages delivered again: {sorted(set(got) & acked)[:10]}"
+    assert not set(got) & delayed, "a message delayed by a day was delivered at once"
+    stats = lab.admin("b").topic_stats(topic)["subscriptions"][sub]
+    assert int(stats["msgBacklog"]) >= 1, "the delayed messages are gone from b's backlog"
