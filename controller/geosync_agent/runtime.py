@@ -54,6 +54,10 @@ from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
 STATES_PER_ENVELOPE = 64
+STALL_S = 60.0
+"""/readyz fails when no round completed for this long."""
+FAILING_ROUNDS = 5
+"""/readyz fails after this many failed rounds in a row."""
 REDISCOVER_FOR_FEED_S = 1.0
 """Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
 MAX_UNOBSERVED = 20000
@@ -210,6 +214,11 @@ class Agent:
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
         """States to publish at the end of the observe step, per namespace."""
         self.ready = False
+        self.round_done_at: float | None = None
+        """Monotonic time the last round completed (None before the first)."""
+        self.failed_rounds = 0
+        """Rounds failed in a row (admin API or brokers unavailable, credentials refused)."""
+        self.last_error = ""
         self.round_seconds: list[float] = []
         self.started_ms = int(time.time() * 1000)
         self.transit_ms = Recent()
@@ -224,8 +233,11 @@ class Agent:
             now = Now.read()
             try:
                 self.round(now)
+                self.failed_rounds = 0
             except ROUND_ERRORS as e:
                 self.stats.inc("loop_errors")
+                self.failed_rounds += 1
+                self.last_error = str(e)[:200]
                 log.warning("round failed, retrying: %s", e)
                 stop.wait(1.0)
             elapsed = time.monotonic() - now.mono
@@ -252,6 +264,19 @@ class Agent:
         self.apply(now)
         self.snapshot_round(now)
         self.ready = True
+        self.round_done_at = now.mono
+
+    def readiness(self, now_mono: float) -> tuple[bool, str]:
+        """Whether the agent is doing its work, and why not: before its first round, when no round completed
+        for ``STALL_S`` (a stuck loop), or after ``FAILING_ROUNDS`` failed rounds in a row (an admin API or
+        broker refusing it, an expired token). For /readyz: Kubernetes then stops counting on this pod."""
+        if not self.ready or self.round_done_at is None:
+            return False, "starting: no round completed yet"
+        if now_mono - self.round_done_at > STALL_S:
+            return False, f"stalled: no round completed for {now_mono - self.round_done_at:.0f} s"
+        if self.failed_rounds >= FAILING_ROUNDS:
+            return False, f"failing: {self.failed_rounds} rounds in a row, last: {self.last_error}"
+        return True, "ready"
 
     def close(self) -> None:
         """Close readers (producers and the client belong to the effector and the composition root)."""

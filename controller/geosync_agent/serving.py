@@ -154,9 +154,8 @@ def endpoint(
                 ok = alive()
                 self._send(200 if ok else 503, b"ok\n" if ok else b"stopping\n", "text/plain")
             elif self.path == "/readyz":
-                self._send(
-                    200 if agent.ready else 503, b"ready\n" if agent.ready else b"starting\n", "text/plain"
-                )
+                ok, why = agent.readiness(time.monotonic())
+                self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain")
             elif self.path == "/state":
                 self._send(200, json.dumps(agent.status(), default=str).encode(), "application/json")
             else:

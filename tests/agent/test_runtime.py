@@ -231,3 +231,27 @@ def test_supervisor_leaves_a_task_that_ends_cleanly() -> None:
     supervisor.join("once")
     assert supervisor.restarts["once"] == 0
     assert not stop.is_set()
+
+
+def test_readiness_reflects_a_stalled_or_failing_loop() -> None:
+    a, _ = pair()
+    now = a.clock
+    assert a.agent.readiness(now) == (True, "ready")
+    ok, why = a.agent.readiness(now + 61)
+    assert not ok
+    assert why.startswith("stalled")
+    a.agent.failed_rounds, a.agent.last_error = 5, "401 Unauthorized"
+    ok, why = a.agent.readiness(now)
+    assert not ok
+    assert "401 Unauthorized" in why
+    a.agent.failed_rounds = 0
+    a.step()
+    assert a.agent.readiness(a.clock)[0]
+
+
+def test_readiness_before_the_first_round() -> None:
+    region = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    h = Harness.build(region)
+    ok, why = h.agent.readiness(h.clock)
+    assert not ok
+    assert why.startswith("starting")
