@@ -332,7 +332,11 @@ def main() -> None:
                     str(o.delivered_in_target),
                     str(o.duplicates),
                     str(o.lost),
-                    "no" if o.synced_after_s is None else f"yes ({o.synced_after_s:.2f} s)",
+                    "not measured (batched)"
+                    if o.batching
+                    else "no"
+                    if o.synced_after_s is None
+                    else f"yes ({o.synced_after_s:.2f} s)",
                 )
             console.print(table)
         table = Table(
