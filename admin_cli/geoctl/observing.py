@@ -54,7 +54,12 @@ class Log:
     index: OriginIndex = field(default_factory=OriginIndex)
     positions: list[Position] = field(default_factory=list)
     publish_ms: dict[Position, int] = field(default_factory=dict)
+    sizes: dict[Position, int] = field(default_factory=dict)
+    """Messages in each batched entry (absent: one)."""
     unresolved: int = 0
+
+    def messages(self, positions: list[Position]) -> int:
+        return sum(self.sizes.get(p, 1) for p in positions)
 
 
 @dataclass
@@ -68,9 +73,13 @@ class Cell:
     backlog: int = 0
     consumers: int = 0
     unapplied: int = 0
-    """Entries here whose origin another region acknowledged and this one has not: its lag in messages."""
+    """Messages here whose origin another region acknowledged and this one has not: its lag in messages."""
     duplicates_from: dict[str, int] = field(default_factory=dict)
-    """Per other region X: what consumers failing over from X to here would be given again now."""
+    """Per other region X: the messages consumers failing over from X to here would be given again now
+    (whole entries X acknowledged, plus what this region's agent reports it cannot apply of batches other
+    regions acknowledged in part: the admin-API path cannot write batch indexes)."""
+    unapplied_batch_messages: int = 0
+    """What the agent here reports it cannot apply of partly acknowledged batches (entry-granular path)."""
     oldest_unapplied_age_s: float | None = None
     lag_s: float | None = None
     """Since when the agent has had something to apply (its sync lag in time); None if not behind/unknown."""
@@ -92,6 +101,7 @@ class Cell:
             "last_applied_at": self.last_applied_at,
             "pending_holes": self.pending_holes,
             "received_from": dict(self.received_from),
+            "unapplied_batch_messages": self.unapplied_batch_messages,
         }
 
 
@@ -180,7 +190,9 @@ def read_log(
                 mid = msg.message_id()
                 position = Position(mid.ledger_id(), mid.entry_id())
                 if last is not None and position <= last:
-                    continue  # another message of the same batch entry
+                    if position == last and mid.batch_index() >= 0:  # another message of the same batch
+                        log.sizes[position] = max(log.sizes.get(position, 1), mid.batch_index() + 1)
+                    continue
                 last = position
                 log.positions.append(position)
                 log.publish_ms[position] = msg.publish_timestamp()
@@ -342,6 +354,7 @@ def _row(  # noqa: PLR0917
         if agent is not None:
             cell.last_applied_at = agent.get("last_applied_at") or None
             cell.pending_holes = agent.get("pending_holes")
+            cell.unapplied_batch_messages = int(agent.get("unapplied_batch_messages") or 0)
             cell.received_from = dict(agent.get("received_from") or {})
             since = agent.get("behind_since")
             cell.lag_s = (now - since) if since else 0.0
@@ -356,9 +369,10 @@ def _row(  # noqa: PLR0917
             others = [claims[r] for r in claims if r != region]
             for other, acks in claims.items():
                 if other != region:
-                    cell.duplicates_from[other] = len(_missing_here(log, here, acks))
+                    missed = log.messages(_missing_here(log, here, acks))
+                    cell.duplicates_from[other] = missed + cell.unapplied_batch_messages
             missing = _missing_here(log, here, OriginAcks.of({}).merge(*others)) if others else []
-            cell.unapplied = len(missing)
+            cell.unapplied = log.messages(missing) + cell.unapplied_batch_messages
             if missing:
                 cell.oldest_unapplied_age_s = max(0.0, now - log.publish_ms[missing[0]] / 1000)
         elif not read:

@@ -105,6 +105,8 @@ class Subscription:
     pending_move: pacing.PendingMove | None = None
     pending_holes: int = 0
     unapplied_batches: int = 0
+    unapplied_batch_messages: int = 0
+    """Messages in those entries that other regions acknowledged and this one cannot."""
     """Partly acknowledged entries whose remote batch indexes this region cannot write (entry-granular)."""
     kind: str = ""
     """The subscription type the broker last reported with consumers attached ("" until seen)."""
@@ -773,11 +775,16 @@ class Agent:
                 log=ts.tail.positions_above(state.cursor.mark_delete),
                 size_of=ts.tail.size_of,
             )
-            state.unapplied_batches = 0
+            state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
                 # Batch indexes cannot be written here (admin API only, or brokers without batch-index
-                # acknowledgements): those messages stay unacknowledged, counted, not retried every round.
+                # acknowledgements): those messages stay unacknowledged, counted (a failover here delivers
+                # them again), not retried every round.
                 state.unapplied_batches = len(plan.batch_acks)
+                state.unapplied_batch_messages = sum(
+                    len(acks.indexes()) - len(state.cursor.acked_indexes(p, acks.size).indexes())
+                    for p, acks in plan.batch_acks
+                )
                 plan = replace(plan, batch_acks=())
             if plan.is_empty:
                 state.pending_holes = 0
@@ -928,6 +935,7 @@ class Agent:
                     "mark_delete": None if s.cursor is None else str(s.cursor.mark_delete),
                     "pending_holes": s.pending_holes,
                     "unapplied_batches": s.unapplied_batches,
+                    "unapplied_batch_messages": s.unapplied_batch_messages,
                     "behind_since": s.behind_since,
                     "last_applied_at": s.last_applied_at or None,
                     "received_from": dict(s.received_from),
