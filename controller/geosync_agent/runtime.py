@@ -572,7 +572,9 @@ class Agent:
         if feed.cursors:
             self.feed.busy_until = now.mono + pacing.ACTIVE_FEED_S
         for report in feed.cursors:
-            if wanted(self.config, report.topic, report.subscription):
+            if namespace_of(report.topic) in self.namespaces and wanted(
+                self.config, report.topic, report.subscription
+            ):
                 self.unobserved.pop((report.topic, report.subscription), None)  # newest last (LRU order)
                 self.unobserved[(report.topic, report.subscription)] = report
         while len(self.unobserved) > MAX_UNOBSERVED:
