@@ -726,9 +726,17 @@ class Agent:
         """Send the round's states: per namespace, one signed envelope for up to STATES_PER_ENVELOPE."""
         outgoing, self.outgoing = self.outgoing, {}
         sends: list[fx.Effect] = []
-        for namespace, states in outgoing.items():
-            for start in range(0, len(states), STATES_PER_ENVELOPE):
-                batch = states[start : start + STATES_PER_ENVELOPE]
+        for namespace, all_states in outgoing.items():
+            # States with partly acknowledged batches travel in their own (version 2) envelopes, so that an
+            # agent not upgraded yet still reads every other state (it refuses version 2 envelopes whole).
+            whole = [m for m in all_states if not m.acks.partials]
+            partial = [m for m in all_states if m.acks.partials]
+            chunks = [
+                states[start : start + STATES_PER_ENVELOPE]
+                for states in (whole, partial)
+                for start in range(0, len(states), STATES_PER_ENVELOPE)
+            ]
+            for batch in chunks:
                 self.seq += 1
                 envelope = envelopes.Envelope(
                     kind=envelopes.ACK_STATES,

@@ -6,11 +6,12 @@ broker without batch-index acknowledgements gets whole entries only. The lab tes
 from __future__ import annotations
 
 from geosync_adapters.admin import EntryHeaders
+from geosync_core import envelopes
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capability
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import FakeRegion, Harness, message
+from tests.agent.fakes import KEY, FakeRegion, Harness, message
 from tests.agent.test_runtime import CONTROL, NS, SUB, TOPIC, carry
 
 A_LOG = [Position(5, e) for e in range(3)]
@@ -144,3 +145,25 @@ def test_acks_reported_before_discovery_sees_the_subscription_are_kept() -> None
     assert cursor is not None
     assert cursor.batch(log[0]) == BatchAcks.of(SIZE, [1, 2])
     assert not a.agent.unobserved
+
+
+def test_states_with_partial_batches_travel_apart_from_the_others() -> None:
+    """An agent not upgraded yet refuses version-2 envelopes whole: every state without partial batches
+    must still reach it in a version-1 envelope."""
+    a, _ = batched_pair()
+    other = "audit"
+    a.region.cursors[(TOPIC, other)] = AckState.of(Position(5, -1))
+    a.discover()
+    a.step()
+    if CONTROL in a.messaging.producers:
+        a.messaging.producers[CONTROL].sent.clear()
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[0], SIZE, 1)
+    a.region.consumer_acks(TOPIC, other, [A_LOG[0]])
+    a.step()
+    opened = [envelopes.open_envelope(KEY, data) for data in a.sent_on(CONTROL)]
+    versions = sorted(
+        (o.payload["version"], sorted(st["subscription"] for st in o.payload["states"]))
+        for o in opened
+        if isinstance(o, envelopes.Envelope)
+    )
+    assert versions == [(1, [other]), (2, [SUB])]
