@@ -6,11 +6,12 @@ import contextlib
 import time
 
 import pytest
+import requests
 
 from geosync_adapters.admin import AdminNotFound
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
 from geosync_lab import labs
-from integration_tests.helpers import Lab, produce, read_all
+from integration_tests.helpers import Lab, produce, read_all, wait_for
 
 
 @pytest.mark.parametrize("namespace", ["geo/ab", "geo/abc"])
@@ -76,12 +77,23 @@ def test_killed_region_catches_up_after_restart(lab: Lab, unique: str) -> None:
     topic = f"persistent://geo/ab/catchup-{unique}"
     produce(lab.service_url("a"), topic, [b"before"])
     assert len(read_all(lab.service_url("b"), topic, expect=1)) == 1
+    assert readyz(lab, "b")[0] == 200
     labs.stop_region(lab.dir, "b", kill=True)
     try:
         assert not labs.alive_regions(lab.dir, lab.topology)["b"]
         produce(lab.service_url("a"), topic, [f"during-{i}".encode() for i in range(20)])
+        # b's agent can do nothing while its region is down: its readiness probe says so, and why.
+        wait_for(lambda: readyz(lab, "b")[0] == 503, timeout_s=90, what="b's agent to report not ready")
+        assert readyz(lab, "b")[1].startswith(("failing", "stalled")), readyz(lab, "b")[1]
     finally:
         labs.start_region(lab.dir, "b")
     got = read_all(lab.service_url("b"), topic, expect=21, timeout_s=90)
     assert sorted(m.data.decode() for m in got) == sorted(["before"] + [f"during-{i}" for i in range(20)])
     labs.wait_replication(lab.topology)
+    wait_for(lambda: readyz(lab, "b")[0] == 200, timeout_s=90, what="b's agent ready again")
+
+
+def readyz(lab: Lab, region: str) -> tuple[int, str]:
+    """The agent's /readyz status and reason."""
+    response = requests.get(labs.agent_metrics_url(lab.dir, region) + "/readyz", timeout=5)
+    return response.status_code, response.text.strip()

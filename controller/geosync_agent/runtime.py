@@ -56,8 +56,8 @@ log = logging.getLogger("geosync.agent")
 STATES_PER_ENVELOPE = 64
 STALL_S = 60.0
 """/readyz fails when no round completed for this long."""
-FAILING_ROUNDS = 5
-"""/readyz fails after this many failed rounds in a row."""
+FAILING_S = 15.0
+"""/readyz fails once rounds have failed for this long (a call gives up after retries of several seconds)."""
 REDISCOVER_FOR_FEED_S = 1.0
 """Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
 MAX_UNOBSERVED = 20000
@@ -218,8 +218,9 @@ class Agent:
         self.ready = False
         self.round_done_at: float | None = None
         """Monotonic time the last round completed (None before the first)."""
-        self.failed_rounds = 0
-        """Rounds failed in a row (admin API or brokers unavailable, credentials refused)."""
+        self.failing_since: float | None = None
+        """Monotonic time of the first of the rounds failing since the last good one (None: the last was
+        good). Failures: admin API or brokers unavailable, credentials refused."""
         self.last_error = ""
         self.round_seconds: list[float] = []
         self.started_ms = int(time.time() * 1000)
@@ -235,10 +236,11 @@ class Agent:
             now = Now.read()
             try:
                 self.round(now)
-                self.failed_rounds = 0
+                self.failing_since = None
             except ROUND_ERRORS as e:
                 self.stats.inc("loop_errors")
-                self.failed_rounds += 1
+                if self.failing_since is None:
+                    self.failing_since = now.mono
                 self.last_error = str(e)[:200]
                 log.warning("round failed, retrying: %s", e)
                 stop.wait(1.0)
@@ -270,14 +272,15 @@ class Agent:
 
     def readiness(self, now_mono: float) -> tuple[bool, str]:
         """Whether the agent is doing its work, and why not: before its first round, when no round completed
-        for ``STALL_S`` (a stuck loop), or after ``FAILING_ROUNDS`` failed rounds in a row (an admin API or
-        broker refusing it, an expired token). For /readyz: Kubernetes then stops counting on this pod."""
+        for ``STALL_S`` (a stuck loop), or when rounds have failed for ``FAILING_S`` (an admin API or broker
+        down or refusing it, an expired token). For /readyz: Kubernetes then stops counting on this pod."""
         if not self.ready or self.round_done_at is None:
             return False, "starting: no round completed yet"
         if now_mono - self.round_done_at > STALL_S:
             return False, f"stalled: no round completed for {now_mono - self.round_done_at:.0f} s"
-        if self.failed_rounds >= FAILING_ROUNDS:
-            return False, f"failing: {self.failed_rounds} rounds in a row, last: {self.last_error}"
+        if self.failing_since is not None and now_mono - self.failing_since >= FAILING_S:
+            failing = now_mono - self.failing_since
+            return False, f"failing: every round for {failing:.0f} s, last error: {self.last_error}"
         return True, "ready"
 
     def close(self) -> None:

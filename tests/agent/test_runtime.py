@@ -240,11 +240,13 @@ def test_readiness_reflects_a_stalled_or_failing_loop() -> None:
     ok, why = a.agent.readiness(now + 61)
     assert not ok
     assert why.startswith("stalled")
-    a.agent.failed_rounds, a.agent.last_error = 5, "401 Unauthorized"
-    ok, why = a.agent.readiness(now)
+    a.agent.failing_since, a.agent.last_error = now - 5, "401 Unauthorized"
+    assert a.agent.readiness(now)[0]  # failing for 5 s: not yet
+    ok, why = a.agent.readiness(now + 11)
     assert not ok
+    assert why.startswith("failing")
     assert "401 Unauthorized" in why
-    a.agent.failed_rounds = 0
+    a.agent.failing_since = None
     a.step()
     assert a.agent.readiness(a.clock)[0]
 
