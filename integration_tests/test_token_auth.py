@@ -142,6 +142,45 @@ def test_agent_reads_its_token_from_a_file_and_never_logs_it(
     assert token not in caplog.text
 
 
+def test_agent_picks_up_a_rotated_token_file_without_a_restart(
+    secured: tuple[regions.RegionProcess, str], tmp_path: pathlib.Path
+) -> None:
+    """The token file starts with a token the brokers refuse (signed with another secret, as after the
+    cluster's key was rotated first); the operator then writes the new token: the same admin client and the
+    same broker client use it from the next call on."""
+    proc, token = secured
+    key = tmp_path / "hmac.key"
+    key.write_text(os.urandom(32).hex())
+    token_file = tmp_path / "token"
+    token_file.write_text(hs256_token(b"the old secret!!" * 2, "geosync-admin") + "\n")
+    config = AgentConfig(
+        region="sec",
+        admin_url=proc.admin_url,
+        service_url=proc.service_url,
+        key_file=str(key),
+        token_file=str(token_file),
+    )
+    admin = config.admin_client(timeout=10.0)
+    admin.retry = adm.RetryPolicy(attempts=1)
+    agent_messaging = config.messaging()
+    topic = "persistent://public/default/rotated-token"
+    try:
+        with pytest.raises(adm.AdminUnauthorized):
+            admin.clusters()
+        sent: list[bool] = []
+        with pytest.raises((pulsar.PulsarException, messaging.MessagingUnavailable)):
+            agent_messaging.producer(topic).send_async(b"refused", sent.append)
+        token_file.write_text(token + "\n")
+        assert admin.clusters() == ["sec"]
+        producer = agent_messaging.producer(topic)
+        producer.send_async(b"with the rotated token", sent.append)
+        producer.close()  # flushes
+        assert sent[-1:] == [True]
+    finally:
+        agent_messaging.close()
+    assert token not in repr(admin)
+
+
 def test_geoctl_uses_a_token_file_and_never_prints_it(
     secured: tuple[regions.RegionProcess, str], tmp_path: pathlib.Path
 ) -> None:

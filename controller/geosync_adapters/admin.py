@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -173,12 +174,42 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(attempts=1)
 
 
+class TokenFile:
+    """A token kept in a file, read again whenever the file changes: credentials rotated by an operator (or a
+    Kubernetes secret update) are used from the next call, without a restart. If the file cannot be read
+    any more, the last token read is kept (and the calls then say what the broker thinks of it)."""
+
+    def __init__(self, path: str | pathlib.Path) -> None:
+        self.path = pathlib.Path(path)
+        self._stamp: tuple[int, int, int] | None = None
+        self._token: str | None = None
+
+    def __call__(self) -> str | None:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if stamp != self._stamp:
+                self._token = self.path.read_text().strip() or None
+                self._stamp = stamp
+        except OSError:
+            if self._stamp is None:
+                raise
+        return self._token
+
+    def __repr__(self) -> str:  # never the token itself
+        return f"TokenFile({str(self.path)!r})"
+
+
+Token = str | Callable[[], "str | None"] | None
+"""A token, or a function answering the current one (``TokenFile``)."""
+
+
 @dataclass
 class AdminClient:
     """A client for one region's admin API (``http://host:port``)."""
 
     base_url: str
-    token: str | None = None
+    token: Token = field(default=None, repr=False)
     timeout: float = 10.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_redirects: int = 5
@@ -194,8 +225,9 @@ class AdminClient:
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        token = self.token() if callable(self.token) else self.token
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         return headers
 
     def _once(self, method: str, path: str, body: Any, params: Mapping[str, Any] | None) -> requests.Response:

@@ -35,7 +35,7 @@ def client(
     service_url: str,
     *,
     timeout_s: int = 15,
-    token: str | None = None,
+    token: str | Callable[[], str | None] | None = None,
     tls_trust_certs_file: str | None = None,
 ) -> Iterator[pulsar.Client]:
     """A short-lived client; closed on exit even when the body raises. ``pulsar+ssl://`` URLs are verified,
@@ -55,11 +55,13 @@ def client(
         c.close()
 
 
-def client_options(*, token: str | None, tls_trust_certs_file: str | None) -> dict[str, Any]:
+def client_options(
+    *, token: str | Callable[[], str | None] | None, tls_trust_certs_file: str | None
+) -> dict[str, Any]:
     """``pulsar.Client`` keyword arguments for token authentication and TLS verification (host names are
     always checked; the client library's default is not to)."""
     options: dict[str, Any] = {
-        "authentication": pulsar.AuthenticationToken(token) if token else None,
+        "authentication": _authentication(token),
         "tls_validate_hostname": True,
     }
     if tls_trust_certs_file:
@@ -154,7 +156,7 @@ class Messaging:
         self,
         service_url: str,
         *,
-        token: str | None = None,
+        token: str | Callable[[], str | None] | None = None,
         tls_trust_certs_file: str | None = None,
         timeout_s: int = 10,
     ) -> None:
@@ -205,3 +207,14 @@ class Messaging:
     def close(self) -> None:
         with contextlib.suppress(pulsar.PulsarException):
             self._client.close()
+
+
+def _authentication(token: str | Callable[[], str | None] | None) -> Any:
+    """Token authentication; a function is asked at each authentication (connect, refresh), so a rotated
+    token file is used without restarting the client."""
+    if token is None or token == "":
+        return None
+    if callable(token):
+        supplier = token
+        return pulsar.AuthenticationToken(lambda: supplier() or "")
+    return pulsar.AuthenticationToken(token)

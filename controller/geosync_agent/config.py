@@ -111,21 +111,40 @@ class AgentConfig:
         return data
 
     def admin_client(self, *, timeout: float) -> adm.AdminClient:
-        """An admin client for this region with the configured token and CA bundle."""
+        """An admin client for this region with the configured token (a token file is read again when it
+        changes) and CA bundle."""
         return adm.AdminClient(
-            self.admin_url, token=self.token(), timeout=timeout, verify=self.tls_trust_certs_file or True
+            self.admin_url,
+            token=self.token_source(),
+            timeout=timeout,
+            verify=self.tls_trust_certs_file or True,
         )
 
     def messaging(self) -> messaging.Messaging:
-        """A long-lived client for this region's brokers with the configured token and CA bundle."""
+        """A long-lived client for this region's brokers with the configured token (a token file is read
+        again at each authentication: connecting, and when brokers ask for a refresh) and CA bundle."""
         return messaging.Messaging(
-            self.service_url, token=self.token(), tls_trust_certs_file=self.tls_trust_certs_file or None
+            self.service_url,
+            token=self.token_source(),
+            tls_trust_certs_file=self.tls_trust_certs_file or None,
         )
+
+    def token_source(self) -> adm.Token:
+        """The token as the clients use it: from ``GEOSYNC_TOKEN`` as given, from ``token_file`` as a
+        ``TokenFile`` (rotations are picked up without a restart), else None."""
+        env = os.environ.get("GEOSYNC_TOKEN")
+        if env:
+            return env
+        if not self.token_file:
+            return None
+        source = adm.TokenFile(self.token_file)
+        source()  # an unreadable file is a configuration error now, not at the first call
+        return source
 
     def pulsar_options(self) -> dict[str, Any]:
         """``pulsar.Client`` keyword arguments for the configured token and CA bundle."""
         return messaging.client_options(
-            token=self.token(), tls_trust_certs_file=self.tls_trust_certs_file or None
+            token=self.token_source(), tls_trust_certs_file=self.tls_trust_certs_file or None
         )
 
     def token(self) -> str | None:

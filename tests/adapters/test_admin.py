@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import pathlib
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -248,3 +249,22 @@ def test_entry_headers_batch_size() -> None:
     assert adm.EntryHeaders.of({"X-Pulsar-num-batch-message": "20"}).batch_size == 20
     assert adm.EntryHeaders.of({"X-Pulsar-num-batch-message": "-1"}).batch_size is None
     assert adm.EntryHeaders.of({}).batch_size is None
+
+
+def test_a_token_file_is_read_again_when_it_changes(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("first\n")
+    source = adm.TokenFile(path)
+    client = adm.AdminClient("http://127.0.0.1:1", token=source)
+    assert client._headers()["Authorization"] == "Bearer first"
+    path.write_text("second-token\n")  # rotated (another size: seen even within one mtime tick)
+    assert client._headers()["Authorization"] == "Bearer second-token"
+    path.unlink()  # gone (a secret being swapped): the last token is kept
+    assert client._headers()["Authorization"] == "Bearer second-token"
+    assert "second" not in repr(client)
+    assert "second" not in repr(source)
+
+
+def test_an_unreadable_token_file_fails_at_once(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        adm.TokenFile(tmp_path / "missing")()
