@@ -222,6 +222,8 @@ class Agent:
         """Monotonic time of the first of the rounds failing since the last good one (None: the last was
         good). Failures: admin API or brokers unavailable, credentials refused."""
         self.last_error = ""
+        self.publish_failing_since: float | None = None
+        """Monotonic time since which every control-message send failed (None: the last one went out)."""
         self.round_seconds: list[float] = []
         self.started_ms = int(time.time() * 1000)
         self.transit_ms = Recent()
@@ -273,7 +275,8 @@ class Agent:
     def readiness(self, now_mono: float) -> tuple[bool, str]:
         """Whether the agent is doing its work, and why not: before its first round, when no round completed
         for ``STALL_S`` (a stuck loop), or when rounds have failed for ``FAILING_S`` (an admin API or broker
-        down or refusing it, an expired token). For /readyz: Kubernetes then stops counting on this pod."""
+        down or refusing it, an expired token) or every control message sent for as long failed. For
+        /readyz: Kubernetes then stops counting on this pod."""
         if not self.ready or self.round_done_at is None:
             return False, "starting: no round completed yet"
         if now_mono - self.round_done_at > STALL_S:
@@ -281,6 +284,9 @@ class Agent:
         if self.failing_since is not None and now_mono - self.failing_since >= FAILING_S:
             failing = now_mono - self.failing_since
             return False, f"failing: every round for {failing:.0f} s, last error: {self.last_error}"
+        since = self.publish_failing_since
+        if since is not None and now_mono - since >= FAILING_S:
+            return False, f"failing: no control message could be sent for {now_mono - since:.0f} s"
         return True, "ready"
 
     def close(self) -> None:
@@ -754,9 +760,14 @@ class Agent:
         self._perform(sends, now)
 
     def on_sent(self, ok: bool) -> None:
-        # On the client's thread: only count. A lost state goes out again at the next change or resync.
-        if not ok:
+        # On the client's thread: only count and note the time (single assignments). A lost state goes out
+        # again at the next change or resync.
+        if ok:
+            self.publish_failing_since = None
+        else:
             self.stats.inc("publish_errors")
+            if self.publish_failing_since is None:
+                self.publish_failing_since = time.monotonic()
 
     # -- 5. apply ----------------------------------------------------------------------------------
 

@@ -257,3 +257,16 @@ def test_readiness_before_the_first_round() -> None:
     ok, why = h.agent.readiness(h.clock)
     assert not ok
     assert why.startswith("starting")
+
+
+def test_readiness_reflects_failing_publishes() -> None:
+    a, _ = pair()
+    started = time.monotonic()
+    a.agent.round_done_at = started
+    a.agent.on_sent(False)
+    assert a.agent.readiness(started + 1)[0]
+    ok, why = a.agent.readiness(started + 16)
+    assert not ok
+    assert "control message" in why
+    a.agent.on_sent(True)
+    assert a.agent.readiness(started + 16)[0]
