@@ -54,6 +54,9 @@ from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
 STATES_PER_ENVELOPE = 64
+PLUGIN_ASK_GAP_S = 0.05
+"""Least time between two questions to the interceptor's index about one topic: one answer covers every
+entry recorded so far, so a drain of many entries costs one call, not one per entry."""
 STALL_S = 60.0
 """/readyz fails when no round completed for this long."""
 FAILING_S = 15.0
@@ -190,7 +193,7 @@ class Agent:
             else frozenset({Capability.PLUGIN_FEED, Capability.PLUGIN_CURSOR_WRITES})
         )
         self.resolver = resolving.OriginResolver(
-            local=config.region, lookup=self._lookup_origin, source=self._source_of
+            local=config.region, lookup=self._lookup_origin, source=self._source_of, recorded=self._recorded
         )
         self.topics: dict[str, TopicState] = {}
         self.controls: dict[str, Tail] = {}
@@ -208,6 +211,10 @@ class Agent:
             first_seq=first_seq,
         )
         self.plugin_runs: dict[str, list[OriginRun]] = {}
+        self.plugin_floor: dict[str, Position] = {}
+        self.plugin_asked: dict[str, float] = {}
+        """Per topic, when the interceptor's index was last asked (at most every PLUGIN_ASK_GAP_S)."""
+        """Per topic, the first entry the interceptor's index still records (learned when asked below it)."""
         self.feed = Feed()
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
@@ -343,12 +350,19 @@ class Agent:
         feed = self.caps.get(Capability.PLUGIN_FEED) is True
         for topic, ts in self.topics.items():
             candidates = self.namespaces.get(namespace_of(topic), frozenset())
-            malformed = ts.tail.malformed
+            malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
             if ts.tail.drain(self.resolver, candidates) and not feed:
                 ts.poll = pacing.after_new_messages(ts.poll, now=now.mono, base_s=self.config.poll_interval_s)
             if ts.tail.malformed > malformed:
                 self.stats.inc("malformed_stamps", ts.tail.malformed - malformed)
                 log.warning("%s: skipped entries with a malformed source-position stamp", topic)
+            if self.resolver.spoofed > spoofed:
+                self.stats.inc("spoofed_stamps", self.resolver.spoofed - spoofed)
+                log.warning(
+                    "%s: entries published here carry a source-position stamp (set by an application): "
+                    "indexed as local",
+                    topic,
+                )
             if ts.tail.markers:
                 found, ts.tail.markers = ts.tail.markers, []
                 for position, properties, data in found:
@@ -365,6 +379,11 @@ class Agent:
         except adm.AdminError as e:
             log.warning("cannot read the origin of %s %s: %s", topic, local, e)
             return None
+
+    def _recorded(self, topic: str, local: Position) -> tuple[str, Position | None] | None:
+        """The interceptor's record of ``local`` (origin region, source position), if it has one."""
+        run = self._plugin_run(topic, local)
+        return None if run is None else (run.origin, run.origin_at(local.entry))
 
     def _source_of(self, topic: str, local: Position) -> Origin | None:
         """Where the batched entry at ``local`` came from, region and position, as the brokers recorded it
@@ -391,6 +410,9 @@ class Agent:
         now = time.monotonic()
         if not self.caps.usable(Capability.PLUGIN_INDEX, now=now):
             return None
+        floor = self.plugin_floor.get(topic)
+        if floor is not None and local < floor:
+            return None  # below what the interceptor still records (restarted broker, evicted runs)
         for attempt in range(2):
             for run in self.plugin_runs.get(topic, ()):
                 if run.covers(local.ledger, local.entry):
@@ -398,6 +420,10 @@ class Agent:
                     return run
             if attempt:
                 break
+            asked_at = self.plugin_asked.get(topic)
+            if asked_at is not None and now - asked_at < PLUGIN_ASK_GAP_S:
+                return None  # just asked: what is not in that answer is not recorded (yet)
+            self.plugin_asked[topic] = now
             try:
                 runs = self.effector.admin().plugin_origins(topic, start=(local.ledger, local.entry))
             except adm.AdminNotFound:
@@ -409,6 +435,9 @@ class Agent:
                 log.warning("interceptor origin index unavailable: %s", e)
                 return None
             self.plugin_runs[topic] = runs
+            if runs and Position(runs[0].ledger, runs[0].first) > local:
+                # Asked from ``local``, answered from later: nothing at or below ``local`` is recorded.
+                self.plugin_floor[topic] = Position(runs[0].ledger, runs[0].first)
             self.caps = self.caps.learned(Capability.PLUGIN_INDEX, True, now=now)
         return None
 

@@ -16,6 +16,13 @@ a producer name that claims this region is safe: a copy from elsewhere named lik
 indexed as a local entry, which no other region holds, so no claim about it acknowledges anything
 elsewhere (it costs exactness for that producer, never a message).
 
+Where the broker keeps a record of every entry's origin (the GeoSync interceptor's origin index, the
+caller's ``recorded``), a stamp is checked against it before any rule: an application can set the stamp
+property on a message it publishes (brokers keep it), and with two regions the stamp alone would name the
+other region's entry at that position, so acknowledging the application's message would acknowledge an
+unrelated message elsewhere. An entry the broker recorded as published here is local whatever it carries
+(counted as ``spoofed``); a replicated one takes the broker's region (and source position, when recorded).
+
 Message properties are untrusted input (anyone with produce permission sets them): a stamp that is not a
 position is a value (``Malformed``), never an exception, and the entry is left unindexed (so no cursor
 moves past it on a guess).
@@ -44,6 +51,10 @@ REPL_SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION"
 
 Lookup = Callable[[str, Position], "str | None"]
 """(topic partition, local position) -> the origin region the broker recorded, None if it cannot tell."""
+
+Recorded = Callable[[str, Position], "tuple[str, Position | None] | None"]
+"""(topic partition, local position) -> (origin region, source position or None) as the broker recorded the
+entry when it was written, without a per-entry call; None where there is no such record."""
 
 Source = Callable[[str, Position], "Origin | None"]
 """(topic partition, local position) -> the entry's origin as the broker recorded it (this region and the
@@ -81,10 +92,15 @@ def stamp_of(properties: Mapping[str, str]) -> Position | Malformed | None:
 class OriginResolver:
     """Names origins of the entries one region holds (see the module docstring); keeps what it verified."""
 
-    def __init__(self, *, local: str, lookup: Lookup, source: Source | None = None) -> None:
+    def __init__(
+        self, *, local: str, lookup: Lookup, source: Source | None = None, recorded: Recorded | None = None
+    ) -> None:
         self.local = local
         self.lookup = lookup
         self.source = source
+        self.recorded = recorded
+        self.spoofed = 0
+        """Stamped entries the broker recorded as published here (an application set the property)."""
         self.verified: dict[str, str] = {}
         self.lookups = 0
         self.source_lookups = 0
@@ -121,6 +137,13 @@ class OriginResolver:
             return Origin(self.local, local)
         if isinstance(stamp, Malformed):
             return stamp
+        record = self.recorded(topic, local) if self.recorded is not None else None
+        if record is not None:
+            region_recorded, source = record
+            if region_recorded == self.local:
+                self.spoofed += 1
+                return Origin(self.local, local)
+            return Origin(region_recorded, source if source is not None else stamp)
         region = self.region_of(topic, local, producer=producer, candidates=candidates)
         if region is None:
             return Unresolved(local)

@@ -50,6 +50,8 @@ class FakeRegion:
     plugin: bool = True
     skip_by_ids: bool = False
     batch_acks: bool = True
+    origin_runs: dict[str, list[OriginRun]] = field(default_factory=dict)
+    """What the interceptor's origin index answers per topic (empty: it records nothing)."""
     feed: list[pluginapi.CursorReport] = field(default_factory=list)
     headers: dict[tuple[str, Position], adm.EntryHeaders] = field(default_factory=dict)
     """What entry_headers answers per (topic, entry); local and not batched when absent."""
@@ -137,7 +139,11 @@ class FakeRegion:
 
     def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
         self._need_plugin()
-        return []
+        self.calls.append(("plugin_origins", topic, start))
+        runs = self.origin_runs.get(topic, [])
+        if start is None:
+            return list(runs)
+        return [r for r in runs if Position(r.ledger, r.first + r.count - 1) >= Position(*start)]
 
     def plugin_feed(self, *, since: int) -> pluginapi.Feed:
         self._need_plugin()

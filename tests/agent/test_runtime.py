@@ -12,6 +12,7 @@ import pytest
 from geosync_agent import supervising
 from geosync_core import envelopes
 from geosync_core.capabilities import Capability
+from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import FakeRegion, Harness, message
@@ -270,3 +271,39 @@ def test_readiness_reflects_failing_publishes() -> None:
     assert "control message" in why
     a.agent.on_sent(True)
     assert a.agent.readiness(started + 16)[0]
+
+
+def test_a_stamp_an_application_set_acknowledges_nothing_elsewhere() -> None:
+    """An application in a publishes a message carrying a source-position stamp that names b's entry 9:4.
+    The interceptor recorded the entry as published in a, so it is indexed as a's own: acknowledging it in
+    a must not acknowledge b's 9:4 (with two regions the stamp alone would name exactly that entry)."""
+    a, b = pair()
+    forged = Position(5, 6)
+    a.region.topics[TOPIC].append(forged)
+    a.region.origin_runs[TOPIC] = [OriginRun(5, 0, 7, "a")]
+    a.messaging.deliver(
+        TOPIC, message(TOPIC, forged, properties={"__MSG_PROP_REPL_SOURCE_POSITION": str(B_LOG[4])})
+    )
+    a.step()
+    assert a.agent.stats.counters["spoofed_stamps"] == 1
+    a.region.consumer_acks(TOPIC, SUB, [forged])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert B_LOG[4] not in b.region.cursors[(TOPIC, SUB)]
+
+
+def test_the_interceptors_record_names_a_replicated_entrys_region_and_source() -> None:
+    """Where the interceptor recorded a replicated entry's source, that position wins over the stamp."""
+    _, b = pair()
+    b.region.origin_runs[TOPIC] = [OriginRun(9, 0, 7, "a", Position(5, 0))]
+    b.messaging.deliver(
+        TOPIC,
+        message(TOPIC, Position(9, 6), properties={"__MSG_PROP_REPL_SOURCE_POSITION": "5:99"}, producer="x"),
+    )
+    b.agent.plugin_asked.clear()
+    b.step()
+    origin = b.agent.topics[TOPIC].tail.index.origin_of(Position(9, 6))
+    assert origin is not None
+    assert (origin.region, origin.position) == ("a", Position(5, 6))
+    assert b.agent.resolver.spoofed == 0
