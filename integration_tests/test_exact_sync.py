@@ -23,7 +23,7 @@ from geosync_adapters import messaging
 from geosync_core import envelopes
 from geosync_core.origins import OriginAcks, Span
 from geosync_lab import labs
-from integration_tests.helpers import Lab, consume_all, produce, wait_for
+from integration_tests.helpers import Lab, consume_all, produce, read_all, wait_for
 
 
 def backlog(lab: Lab, region: str, topic: str, sub: str) -> int | None:
@@ -397,3 +397,45 @@ def test_same_producer_name_in_three_regions_is_resolved_by_the_interceptor(lab:
     # 40 replicated entries per region: the interceptor names them; per-entry lookups stay rare.
     assert hits >= 100, (hits, lookups)
     assert lookups < hits, (hits, lookups)
+
+
+def test_a_stamp_set_by_an_application_acknowledges_nothing_in_another_region(lab: Lab, unique: str) -> None:
+    """Anyone with produce permission can set ``__MSG_PROP_REPL_SOURCE_POSITION`` (brokers keep it). An
+    application in a stamps its message with the position in b of a message b published: acknowledging the
+    forged message in a must not acknowledge b's message (with two regions the stamp alone names it). The
+    interceptor's record says the forged entry was published in a, so it is indexed as a's own."""
+    topic, sub = f"persistent://geo/ab/forged-{unique}", f"forged-{unique}"
+    for region in ("a", "b"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
+    ((_, in_b),) = produce(lab.service_url("b"), topic, [b"published-in-b"])
+    with messaging.client(lab.service_url("a")) as c:
+        producer = c.create_producer(topic, batching_enabled=False)
+        producer.send(b"forged-in-a", properties={"__MSG_PROP_REPL_SOURCE_POSITION": str(in_b)})
+        producer.close()
+    wait_backlog(lab, "a", topic, sub, 2)
+    kept = [m for m in read_all(lab.service_url("a"), topic, expect=2) if m.data == b"forged-in-a"]
+    assert kept[0].properties.get("__MSG_PROP_REPL_SOURCE_POSITION") == str(in_b), "the broker kept the stamp"
+    acked_at = time.time()
+    with messaging.client(lab.service_url("a")) as c:  # acknowledge only the forged message
+        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        for _ in range(2):
+            msg = consumer.receive(timeout_millis=30000)
+            if msg.data() == b"forged-in-a":
+                consumer.acknowledge(msg)
+        time.sleep(0.3)
+        consumer.close()
+    wait_backlog(lab, "a", topic, sub, 1)
+    assert _agent_state(lab, "a")["counters"].get("spoofed_stamps", 0) >= 1
+
+    def b_heard_from_a() -> bool:
+        for entry in _agent_state(lab, "b")["synced"]:
+            if entry["topic"] == topic and entry["subscription"] == sub:
+                return float((entry.get("received_from") or {}).get("a") or 0) >= acked_at
+        return False
+
+    wait_for(b_heard_from_a, timeout_s=45, what="b's agent to receive a's claims")
+    time.sleep(1.0)
+    got = consume_all(lab.service_url("b"), topic, sub)
+    # b's own message is still there. (The forged message's copy may come again: brokers and clients read
+    # the first of its two stamp properties, the forged one, so b cannot match it to a's acknowledgement.)
+    assert "published-in-b" in got, got
