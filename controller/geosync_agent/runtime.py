@@ -539,6 +539,8 @@ class Agent:
         merged = state.received.merge(message.acks)
         state.received_from[message.region] = now.wall
         state.announced = True
+        if message.topic not in self.topics:
+            self._rediscover_soon(now, "rediscover_for_claims")
         if merged != state.received:
             state.received = merged
             self.stats.inc("claims_received")
@@ -630,12 +632,17 @@ class Agent:
                 continue  # the batch sizes are not known yet: the report waits for the tail
             del self.unobserved[key]
             out.setdefault(topic, {})[name] = self._cursor_of(report)
-        if unknown and now.mono >= self.feed.rediscover_at:
-            # At most every REDISCOVER_FOR_FEED_S: a report may name a topic discovery never tracks.
-            self.feed.rediscover_at = now.mono + REDISCOVER_FOR_FEED_S
-            self.stats.inc("rediscover_for_feed")
-            self.rediscover.set()
+        if unknown:
+            self._rediscover_soon(now, "rediscover_for_feed")
         return out
+
+    def _rediscover_soon(self, now: Now, counter: str) -> None:
+        """Ask the discovery task for a pass now (a topic or subscription appeared with its traffic), at most
+        every REDISCOVER_FOR_FEED_S: what asks may name something discovery never tracks."""
+        if now.mono >= self.feed.rediscover_at:
+            self.feed.rediscover_at = now.mono + REDISCOVER_FOR_FEED_S
+            self.stats.inc(counter)
+            self.rediscover.set()
 
     def _cursor_of(self, report: pluginapi.CursorReport) -> AckState:
         """A cursor as the plugin reported it, with its partly acknowledged batches. The report lists the

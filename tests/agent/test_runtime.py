@@ -10,9 +10,11 @@ import time
 import pytest
 
 from geosync_agent import supervising
+from geosync_agent.runtime import Now
 from geosync_core import envelopes
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
+from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import FakeRegion, Harness, message
@@ -307,3 +309,13 @@ def test_the_interceptors_record_names_a_replicated_entrys_region_and_source() -
     assert origin is not None
     assert (origin.region, origin.position) == ("a", Position(5, 6))
     assert b.agent.resolver.spoofed == 0
+
+
+def test_a_claim_for_a_topic_not_tracked_yet_asks_for_discovery_at_once() -> None:
+    _, b = pair()
+    b.agent.rediscover.clear()
+    fresh = f"persistent://{NS}/fresh"
+    claim = envelopes.AckStateMessage(fresh, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 3)]}))
+    b.agent._take_claims(claim, Now(b.clock, b.clock))
+    assert b.agent.rediscover.is_set()
+    assert b.agent.stats.counters["rediscover_for_claims"] == 1
