@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient
+from geosync_adapters.admin import AdminClient, AdminError
 from geosync_core.pluginapi import AckItem, BatchAck, CursorReport, Status
 from geosync_core.positions import Position
 from geosync_lab import distribution, labs, plugins, regions
@@ -260,6 +260,16 @@ def acks_off_region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[region
         distribution.ensure_pulsar(), root / "off", "off", set(), deadline_s=240, extra_conf=extra
     )
     try:
+        admin = AdminClient(proc.admin_url)
+
+        def default_namespace() -> bool:
+            try:
+                return "public/default" in admin.namespaces("public")
+            except AdminError:
+                return False
+
+        # The standalone creates public/default shortly after it answers: wait for it.
+        wait_for(default_namespace, timeout_s=60, what="public/default in the acks-off region")
         yield proc
     finally:
         regions.stop(pid, regions.region_marker(proc), grace_s=10)

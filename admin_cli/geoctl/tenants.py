@@ -234,13 +234,25 @@ def replicate(
     return {"replication_start": start, "warnings": warnings}
 
 
-def _pre_replication_backlog(src: access.Site, start: dict[str, str]) -> list[str]:
-    """Source subscriptions whose mark-delete is still below where replication started."""
+def _pre_replication_backlog(src: access.Site, dst: access.Site, start: dict[str, str]) -> list[str]:
+    """Source subscriptions whose mark-delete is still below where replication to ``dst`` started, on topics
+    no other region holds: those entries exist only in the source. Where a third region replicates the
+    namespace too, it holds them (it was replicating before), and its consumers keep them."""
     from geosync_core.positions import Position
 
     out = []
     admin = src.admin()
+    others: dict[str, bool] = {}
     for topic, last in start.items():
+        ns = "/".join(topic.split("://", 1)[-1].split("/")[:2])
+        if ns not in others:
+            try:
+                clusters = admin.replication_clusters(ns)
+            except adm.AdminError:
+                clusters = []
+            others[ns] = bool(set(clusters) - {src.name, dst.name})
+        if others[ns]:
+            continue
         floor = Position.parse(last)
         try:
             cursors = admin.internal_stats(topic).get("cursors") or {}
@@ -283,7 +295,7 @@ def sync(
         while True:
             obs = observing.observe(pair, tenant=tenant)
             verdict = failover.judge(obs, src.name, dst.name)
-            pending = _pre_replication_backlog(src, start)
+            pending = _pre_replication_backlog(src, dst, start)
             rows = [r for r in obs.rows if src.name in r.cells and r.cells[src.name].exists]
             behind = {(s["topic"], s["subscription"]) for s in verdict.subscriptions if s["duplicates"]}
             progress.update(

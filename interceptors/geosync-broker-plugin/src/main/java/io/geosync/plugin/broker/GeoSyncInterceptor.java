@@ -32,7 +32,9 @@ import org.apache.pulsar.broker.service.Topic;
 import org.apache.pulsar.broker.service.persistent.PersistentSubscription;
 import org.apache.pulsar.common.api.proto.BaseCommand;
 import org.apache.pulsar.common.api.proto.CommandAck;
+import org.apache.pulsar.common.api.proto.KeyValue;
 import org.apache.pulsar.common.api.proto.MessageMetadata;
+import org.apache.pulsar.common.protocol.Commands;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -86,6 +88,8 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     static final int MAX_ACKS_BODY = 4 * 1024 * 1024;
     /** The publish-context property Pulsar's deduplication sets for replicator producers. */
     static final String SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION";
+    /** Publish-context key for the last source-position property of a replicated entry (the replicator's). */
+    static final String REPLICATOR_SOURCE = "geosync.replicatorSourcePosition";
     private static final Logger log = LoggerFactory.getLogger(GeoSyncInterceptor.class);
 
     private volatile OriginIndex index = new OriginIndex(1000, 1024);
@@ -188,7 +192,10 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
         if (publishContext == null) {
             return null;
         }
-        Object value = publishContext.getProperty(SOURCE_POSITION);
+        Object value = publishContext.getProperty(REPLICATOR_SOURCE);
+        if (!(value instanceof long[])) {
+            value = publishContext.getProperty(SOURCE_POSITION);   // the broker's parse (the first stamp)
+        }
         if (value instanceof long[] p && p.length >= 2 && p[0] >= 0 && p[1] >= 0) {
             return p;
         }
@@ -406,6 +413,30 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
 
     @Override
     public void onMessagePublish(Producer producer, ByteBuf headersAndPayload, Topic.PublishContext publishContext) {
+        // A replicated entry may carry two source-position properties: one an application set on the message
+        // in its origin region (brokers keep it) and the one the replicator appended last. The broker's own
+        // parse (the publish context's property) takes the first; the genuine one is the last.
+        try {
+            if (producer == null || !producer.isRemote() || headersAndPayload == null || publishContext == null) {
+                return;
+            }
+            MessageMetadata metadata = Commands.peekMessageMetadata(headersAndPayload, null, -1);
+            if (metadata == null) {
+                return;
+            }
+            String last = null;
+            for (KeyValue kv : metadata.getPropertiesList()) {
+                if (SOURCE_POSITION.equals(kv.getKey())) {
+                    last = kv.getValue();
+                }
+            }
+            long[] source = OriginIndex.parseStamp(last);
+            if (source != null) {
+                publishContext.setProperty(REPLICATOR_SOURCE, source);
+            }
+        } catch (Throwable t) {
+            error("onMessagePublish", t);
+        }
     }
 
     @Override

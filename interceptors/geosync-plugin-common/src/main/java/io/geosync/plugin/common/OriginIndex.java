@@ -83,6 +83,27 @@ public final class OriginIndex {
         private long dropped;
     }
 
+    /**
+     * A source-position stamp {@code "L:E"} as two non-negative longs, or null for anything else (stamps are
+     * message properties: untrusted text).
+     */
+    public static long[] parseStamp(String stamp) {
+        if (stamp == null) {
+            return null;
+        }
+        int colon = stamp.indexOf(':');
+        if (colon <= 0 || colon != stamp.lastIndexOf(':') || colon == stamp.length() - 1) {
+            return null;
+        }
+        try {
+            long ledger = Long.parseLong(stamp.substring(0, colon));
+            long entry = Long.parseLong(stamp.substring(colon + 1));
+            return ledger >= 0 && entry >= 0 ? new long[] {ledger, entry} : null;
+        } catch (NumberFormatException e) {
+            return null;
+        }
+    }
+
     /** Record that entry {@code ledger:entry} of {@code topic} came from {@code origin}, source unknown. */
     public void record(String topic, long ledger, long entry, String origin, long nowNanos) {
         record(topic, ledger, entry, origin, -1, -1, nowNanos);

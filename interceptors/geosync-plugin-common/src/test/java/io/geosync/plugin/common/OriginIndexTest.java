@@ -1,6 +1,8 @@
 package io.geosync.plugin.common;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.geosync.plugin.common.OriginIndex.Run;
@@ -204,5 +206,14 @@ class OriginIndexTest {
                         java.nio.charset.StandardCharsets.UTF_8));
         assertEquals("[[12,2,2,\"b\",40,7]]", new String(Json.canonical(
                 index.toJson("a", topic, 12, 2).get("runs")), java.nio.charset.StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void stampsParseOnlyAsTwoNonNegativeLongs() {
+        assertArrayEquals(new long[] {12, 7}, OriginIndex.parseStamp("12:7"));
+        assertArrayEquals(new long[] {0, 0}, OriginIndex.parseStamp("0:0"));
+        for (String bad : new String[] {null, "", "12", "12:", ":7", "1:2:3", "-1:5", "5:-1", "a:b", "1:99999999999999999999", " 1:2"}) {
+            assertNull(OriginIndex.parseStamp(bad), String.valueOf(bad));
+        }
     }
 }
