@@ -54,9 +54,10 @@ from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
 STATES_PER_ENVELOPE = 64
-PLUGIN_ASK_GAP_S = 0.05
-"""Least time between two questions to the interceptor's index about one topic: one answer covers every
-entry recorded so far, so a drain of many entries costs one call, not one per entry."""
+PLUGIN_ASK_GAP_S = 1.0
+"""An entry the interceptor's last answer (less than this ago) should have covered and did not, and any
+entry after an empty answer, is not asked about again: one answer covers every entry recorded when it was
+given, so a drain costs one call per topic; an entry written after it is asked about at once."""
 STALL_S = 60.0
 """/readyz fails when no round completed for this long."""
 FAILING_S = 15.0
@@ -212,8 +213,8 @@ class Agent:
         )
         self.plugin_runs: dict[str, list[OriginRun]] = {}
         self.plugin_floor: dict[str, Position] = {}
-        self.plugin_asked: dict[str, float] = {}
-        """Per topic, when the interceptor's index was last asked (at most every PLUGIN_ASK_GAP_S)."""
+        self.plugin_asked: dict[str, tuple[float, Position]] = {}
+        """Per topic, when the interceptor's index was last asked and from which entry."""
         """Per topic, the first entry the interceptor's index still records (learned when asked below it)."""
         self.feed = Feed()
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
@@ -420,10 +421,12 @@ class Agent:
                     return run
             if attempt:
                 break
-            asked_at = self.plugin_asked.get(topic)
-            if asked_at is not None and now - asked_at < PLUGIN_ASK_GAP_S:
-                return None  # just asked: what is not in that answer is not recorded (yet)
-            self.plugin_asked[topic] = now
+            asked = self.plugin_asked.get(topic)
+            if asked is not None and local <= asked[1] and now - asked[0] < PLUGIN_ASK_GAP_S:
+                return None  # just asked from here on: what that answer lacks is not recorded
+            if asked is not None and not self.plugin_runs.get(topic) and now - asked[0] < PLUGIN_ASK_GAP_S:
+                return None  # the last answer was empty: the index records nothing for it now
+            self.plugin_asked[topic] = (now, local)
             try:
                 runs = self.effector.admin().plugin_origins(topic, start=(local.ledger, local.entry))
             except adm.AdminNotFound:
