@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import random
-import tempfile
 import threading
 import time
 import uuid
@@ -40,10 +39,10 @@ from rich.table import Table
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
 from geosync_core import topology as topo
-from geosync_core.pluginapi import AckItem, PluginApiError
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from geosync_lab import failover, labs
+from geosync_lab.probes import acknowledged, copies, percentile
 
 console = Console(width=170)
 
@@ -163,37 +162,14 @@ class Mapper:
         found = self.get(topic, pos)
         if found is not None:
             return found
-        try:
-            runs = admin_b.plugin_origins(topic)
-        except AdminError:
-            return None
+        found_copies = copies(admin_b, topic, origin="a")
         with self.lock:
-            for run in runs:
-                if run.origin == "a" and run.source is not None:
-                    for e in range(run.first, run.first + run.count):
-                        source = run.origin_at(e)
-                        if source is not None:
-                            self.map[(topic, source)] = Position(run.ledger, e)
+            self.map.update({(topic, source): copy for source, copy in found_copies.items()})
             return self.map.get((topic, pos))
 
     def close(self) -> None:
         for r in self.readers:
             r.close()
-
-
-def acked_in_b(admin_b: AdminClient, topic: str, sub: str, pos: Position, index: int) -> bool:
-    """Whether b's cursor acknowledged message ``index`` of entry ``pos`` (batch indexes included), read
-    through the plugin's cursor endpoint (an empty write answers the cursor's state)."""
-    try:
-        (result,) = admin_b.plugin_write([AckItem(topic, sub)])
-    except (AdminError, PluginApiError, ValueError):
-        return False
-    report = result.cursor
-    if report is None:
-        return False
-    if pos in AckState.parse(str(report.mark_delete), report.individually_deleted):
-        return True
-    return any(b.position == pos and index not in b.unacked for b in report.batches)
 
 
 def load_run(
@@ -299,7 +275,7 @@ def load_run(
                         mapper.get_batched(admin_b, topic, pos_a) if batching else mapper.get(topic, pos_a)
                     )
                     if pos_b is not None and batching:
-                        if acked_in_b(admin_b, topic, sub, pos_b, index):
+                        if (pos_b, index) in acknowledged(admin_b, topic, sub, [(pos_b, index)]):
                             run.lags.append(time.monotonic() - acked_at)
                             done = True
                             break
@@ -339,10 +315,8 @@ def load_run(
 
 
 def pct(values: list[float], q: float) -> str:
-    if not values:
-        return "-"
-    values = sorted(values)
-    return f"{values[min(len(values) - 1, int(q * len(values)))] * 1000:.0f} ms"
+    value = percentile(values, q)
+    return "-" if value is None else f"{value * 1000:.0f} ms"
 
 
 def main() -> None:
@@ -360,14 +334,7 @@ def main() -> None:
         help="load runs with producers batching off and/or on (batch-index acknowledgements with it)",
     )
     args = parser.parse_args()
-    tmp = None
-    lab_dir = args.lab
-    if lab_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="geosync-bench-")
-        lab_dir = pathlib.Path(tmp.name)
-        console.print("booting a three-region lab…")
-        labs.up(lab_dir, ["a", "b", "c"])
-    try:
+    with labs.given_or_booted(args.lab, ["a", "b", "c"], report=console.print) as lab_dir:
         topology = labs.load(lab_dir)
         console.print(f"Pulsar {topology.pulsar_version}; machine: {psutil.cpu_count()} cores")
         if not args.skip_scenarios:
@@ -440,10 +407,6 @@ def main() -> None:
             "lag = acknowledged in a -> shown acknowledged by b's cursor (internalStats; batched: the "
             "message's batch index, through the plugin's cursor endpoint)"
         )
-    finally:
-        if tmp is not None:
-            labs.down(lab_dir)
-            tmp.cleanup()
 
 
 if __name__ == "__main__":

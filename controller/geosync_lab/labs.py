@@ -11,6 +11,7 @@ that each pid is still ours.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import pathlib
@@ -19,9 +20,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -540,3 +542,22 @@ def status(lab_dir: pathlib.Path) -> dict[str, Any]:
 
 def dump_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
+
+
+@contextlib.contextmanager
+def given_or_booted(
+    lab_dir: pathlib.Path | None, names: list[str], *, report: Report = _silent
+) -> Iterator[pathlib.Path]:
+    """``lab_dir`` if given (left running), else a lab booted in a temporary directory for the block and
+    stopped after it (benchmarks' ``--lab``)."""
+    if lab_dir is not None:
+        yield lab_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="geosync-bench-") as tmp:
+        booted = pathlib.Path(tmp)
+        report("booting a lab of regions " + ", ".join(names) + "…")
+        up(booted, names)
+        try:
+            yield booted
+        finally:
+            down(booted)
