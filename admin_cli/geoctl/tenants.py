@@ -415,17 +415,25 @@ def migrate(  # noqa: PLR0917
                     raise _NotYet(f"not in step after {timeout:.0f} s", verdict)
                 facts = {"duplicates": verdict.duplicates}
             elif step == "switch":
-                verdict = failover.check({source: src, target: dst}, source, target, None)
-                verdict.subscriptions = [
-                    s
-                    for s in verdict.subscriptions
-                    if s["topic"].split("://", 1)[-1].startswith(f"{tenant}/")
-                ]
-                connected = [w for w in verdict.wait_for if "still connected" in w and f"{tenant}/" in w]
                 if dry_run:
                     say(f"check: 0 duplicates and no consumer in {source}, then report what clients must do")
                     continue
-                tenant_wait = [w for w in verdict.wait_for if f"{tenant}/" in w]
+                # Agents may still be creating subscriptions they just learned of (e.g. one another region's
+                # consumers acknowledged on): look again until the timeout before giving up.
+                deadline = time.monotonic() + timeout
+                while True:
+                    verdict = failover.check({source: src, target: dst}, source, target, None)
+                    verdict.subscriptions = [
+                        s
+                        for s in verdict.subscriptions
+                        if s["topic"].split("://", 1)[-1].startswith(f"{tenant}/")
+                    ]
+                    verdict.wait_for = [w for w in verdict.wait_for if f"{tenant}/" in w]
+                    connected = [w for w in verdict.wait_for if "still connected" in w]
+                    if not verdict.wait_for or connected or time.monotonic() > deadline:
+                        break
+                    time.sleep(interval)
+                tenant_wait = verdict.wait_for
                 if tenant_wait:
                     raise _NotYet(
                         "consumers still connected in the source" if connected else "not in step", verdict

@@ -382,9 +382,25 @@ class Agent:
             return None
 
     def _recorded(self, topic: str, local: Position) -> tuple[str, Position | None] | None:
-        """The interceptor's record of ``local`` (origin region, source position), if it has one."""
+        """The broker's record of ``local`` (origin region, source position): the interceptor's index, or,
+        where the interceptor runs but its answer lacks the entry (a failed or early question), the entry's
+        own headers, so that a stamp is never trusted alone where the brokers can say better. None without
+        the interceptor (stamps are then trusted as before)."""
         run = self._plugin_run(topic, local)
-        return None if run is None else (run.origin, run.origin_at(local.entry))
+        if run is not None:
+            return run.origin, run.origin_at(local.entry)
+        if self.caps.get(Capability.PLUGIN_INDEX) is not True:
+            return None
+        self.stats.inc("origin_lookups")
+        try:
+            headers = self.effector.admin().entry_headers(topic, ledger=local.ledger, entry=local.entry)
+        except adm.AdminError as e:
+            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
+            return None
+        origin = headers.origin(self.config.region, local)
+        if headers.replicated_from is None:
+            return self.config.region, None
+        return headers.replicated_from, None if origin is None else origin.position
 
     def _source_of(self, topic: str, local: Position) -> Origin | None:
         """Where the batched entry at ``local`` came from, region and position, as the brokers recorded it

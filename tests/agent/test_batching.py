@@ -9,6 +9,7 @@ from geosync_adapters.admin import EntryHeaders
 from geosync_core import envelopes
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capability
+from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import KEY, FakeRegion, Harness, message
@@ -32,6 +33,7 @@ def batched_pair(*, b_headers: bool = True, **settings: object) -> tuple[Harness
     b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(B_LOG)})
     for region in (a, b):
         region.cursors[(TOPIC, SUB)] = AckState.of(Position(region.topics[TOPIC][0].ledger, -1))
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
     if b_headers:
         for local, origin in zip(B_LOG, A_LOG, strict=True):
             stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}

@@ -33,6 +33,9 @@ def pair(**settings: object) -> tuple[Harness, Harness]:
     b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(B_LOG)})
     for region in (a, b):
         region.cursors[(TOPIC, SUB)] = AckState.of(Position(region.topics[TOPIC][0].ledger, -1))
+    # What the interceptors recorded as the entries were written.
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
+    b.origin_runs[TOPIC] = [OriginRun(9, 0, len(B_LOG), "a", A_LOG[0])]
     ha, hb = Harness.build(a, **settings), Harness.build(b, **settings)
     for h in (ha, hb):
         h.discover()
