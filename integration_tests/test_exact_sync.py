@@ -425,7 +425,11 @@ def test_a_stamp_set_by_an_application_acknowledges_nothing_in_another_region(la
         time.sleep(0.3)
         consumer.close()
     wait_backlog(lab, "a", topic, sub, 1)
-    assert _agent_state(lab, "a")["counters"].get("spoofed_stamps", 0) >= 1
+    wait_for(
+        lambda: _agent_state(lab, "a")["counters"].get("spoofed_stamps", 0) >= 1,
+        timeout_s=30,
+        what="a's agent to count the forged stamp",
+    )
 
     def b_heard_from_a() -> bool:
         for entry in _agent_state(lab, "b")["synced"]:
