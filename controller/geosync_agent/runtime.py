@@ -391,16 +391,22 @@ class Agent:
             return run.origin, run.origin_at(local.entry)
         if self.caps.get(Capability.PLUGIN_INDEX) is not True:
             return None
-        self.stats.inc("origin_lookups")
-        try:
-            headers = self.effector.admin().entry_headers(topic, ledger=local.ledger, entry=local.entry)
-        except adm.AdminError as e:
-            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
+        headers = self._entry_headers(topic, local)
+        if headers is None:
             return None
         origin = headers.origin(self.config.region, local)
         if headers.replicated_from is None:
             return self.config.region, None
         return headers.replicated_from, None if origin is None else origin.position
+
+    def _entry_headers(self, topic: str, local: Position) -> adm.EntryHeaders | None:
+        """The admin API's headers for one stored entry (one call), None if they cannot be read."""
+        self.stats.inc("origin_lookups")
+        try:
+            return self.effector.admin().entry_headers(topic, ledger=local.ledger, entry=local.entry)
+        except adm.AdminError as e:
+            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
+            return None
 
     def _source_of(self, topic: str, local: Position) -> Origin | None:
         """Where the batched entry at ``local`` came from, region and position, as the brokers recorded it
@@ -413,13 +419,8 @@ class Agent:
             source = run.origin_at(local.entry)
             if source is not None:
                 return Origin(run.origin, source)
-        self.stats.inc("origin_lookups")
-        try:
-            headers = self.effector.admin().entry_headers(topic, ledger=local.ledger, entry=local.entry)
-        except adm.AdminError as e:
-            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
-            return None
-        return headers.origin(self.config.region, local)
+        headers = self._entry_headers(topic, local)
+        return None if headers is None else headers.origin(self.config.region, local)
 
     def _plugin_run(self, topic: str, local: Position) -> OriginRun | None:
         """The broker interceptor's run covering ``local``: one call covers a whole stretch of the topic,
