@@ -53,7 +53,7 @@ def one_run(topology: topo.Topology, *, mode: str, messages: int, limit_s: float
             replicate_subscription_state_enabled=builtin,
             batch_index_ack_enabled=True,
         )
-        producer = c.create_producer(topic)  # the client's defaults: batching on
+        producer = c.create_producer(topic, block_if_queue_full=True)  # otherwise the defaults: batching on
         for i in range(messages):
             producer.send_async(f"m{i}".encode(), None)
         producer.flush()
