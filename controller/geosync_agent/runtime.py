@@ -54,6 +54,7 @@ from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
 STATES_PER_ENVELOPE = 64
+"""Subscription states per control message (a round's states for one namespace are batched)."""
 PLUGIN_ASK_GAP_S = 1.0
 """An entry the interceptor's last answer (less than this ago) should have covered and did not, and any
 entry after an empty answer, is not asked about again: one answer covers every entry recorded when it was
@@ -67,7 +68,6 @@ REDISCOVER_FOR_FEED_S = 1.0
 MAX_UNOBSERVED = 20000
 """Feed reports kept for subscriptions not tracked yet (the oldest beyond it are dropped, counted; a poll
 then still sees their whole entries)."""
-"""Subscription states per control message (a round's states for one namespace are batched)."""
 ROUND_ERRORS = (adm.AdminError, msg.MessagingUnavailable)
 """Failures a round survives: it is counted, and the next round tries again."""
 
@@ -109,9 +109,9 @@ class Subscription:
     pending_move: pacing.PendingMove | None = None
     pending_holes: int = 0
     unapplied_batches: int = 0
+    """Partly acknowledged entries whose remote batch indexes this region cannot write (entry-granular)."""
     unapplied_batch_messages: int = 0
     """Messages in those entries that other regions acknowledged and this one cannot."""
-    """Partly acknowledged entries whose remote batch indexes this region cannot write (entry-granular)."""
     kind: str = ""
     """The subscription type the broker last reported with consumers attached ("" until seen)."""
     key_shared: bool = False
@@ -146,7 +146,6 @@ class Feed:
     epoch: str = ""
     seq: int = 0
     busy_until: float = 0.0
-    rediscover_at: float = 0.0
 
 
 @dataclass
@@ -213,10 +212,12 @@ class Agent:
         )
         self.plugin_runs: dict[str, list[OriginRun]] = {}
         self.plugin_floor: dict[str, Position] = {}
+        """Per topic, the first entry the interceptor's index still records (learned when asked below it)."""
         self.plugin_asked: dict[str, tuple[float, Position]] = {}
         """Per topic, when the interceptor's index was last asked and from which entry."""
-        """Per topic, the first entry the interceptor's index still records (learned when asked below it)."""
         self.feed = Feed()
+        self.rediscover_at = 0.0
+        """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
@@ -374,12 +375,8 @@ class Agent:
         run = self._plugin_run(topic, local)
         if run is not None:
             return run.origin
-        self.stats.inc("origin_lookups")
-        try:
-            return self.effector.admin().replicated_from(topic, ledger=local.ledger, entry=local.entry)
-        except adm.AdminError as e:
-            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
-            return None
+        headers = self._entry_headers(topic, local)
+        return None if headers is None else headers.replicated_from
 
     def _recorded(self, topic: str, local: Position) -> tuple[str, Position | None] | None:
         """The broker's record of ``local`` (origin region, source position): the interceptor's index, or,
@@ -391,12 +388,17 @@ class Agent:
             return run.origin, run.origin_at(local.entry)
         if self.caps.get(Capability.PLUGIN_INDEX) is not True:
             return None
+        return self._headers_record(topic, local)
+
+    def _headers_record(self, topic: str, local: Position) -> tuple[str, Position | None] | None:
+        """(origin region, source position) from the entry's admin headers: this region and no source for an
+        entry published here; None if the headers cannot be read."""
         headers = self._entry_headers(topic, local)
         if headers is None:
             return None
-        origin = headers.origin(self.config.region, local)
         if headers.replicated_from is None:
             return self.config.region, None
+        origin = headers.origin(self.config.region, local)
         return headers.replicated_from, None if origin is None else origin.position
 
     def _entry_headers(self, topic: str, local: Position) -> adm.EntryHeaders | None:
@@ -413,14 +415,15 @@ class Agent:
         (a batched replicated copy shows clients no stamp): the interceptor's origin index, else the entry's
         headers from the admin API. None if neither can tell."""
         run = self._plugin_run(topic, local)
-        if run is not None:
-            if run.origin == self.config.region:
-                return Origin(self.config.region, local)
-            source = run.origin_at(local.entry)
-            if source is not None:
-                return Origin(run.origin, source)
-        headers = self._entry_headers(topic, local)
-        return None if headers is None else headers.origin(self.config.region, local)
+        record = None if run is None else (run.origin, run.origin_at(local.entry))
+        if record is None or (record[0] != self.config.region and record[1] is None):
+            record = self._headers_record(topic, local)
+        if record is None:
+            return None
+        region, source = record
+        if region == self.config.region:
+            return Origin(region, local)
+        return None if source is None else Origin(region, source)
 
     def _plugin_run(self, topic: str, local: Position) -> OriginRun | None:
         """The broker interceptor's run covering ``local``: one call covers a whole stretch of the topic,
@@ -659,8 +662,8 @@ class Agent:
     def _rediscover_soon(self, now: Now, counter: str) -> None:
         """Ask the discovery task for a pass now (a topic or subscription appeared with its traffic), at most
         every REDISCOVER_FOR_FEED_S: what asks may name something discovery never tracks."""
-        if now.mono >= self.feed.rediscover_at:
-            self.feed.rediscover_at = now.mono + REDISCOVER_FOR_FEED_S
+        if now.mono >= self.rediscover_at:
+            self.rediscover_at = now.mono + REDISCOVER_FOR_FEED_S
             self.stats.inc(counter)
             self.rediscover.set()
 
@@ -828,9 +831,8 @@ class Agent:
     # -- 5. apply ----------------------------------------------------------------------------------
 
     def apply(self, now: Now) -> None:
-        batch_writes = self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono) and self.caps.usable(
-            Capability.BATCH_ACKS, now=now.mono
-        )
+        plugin_writes = self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono)
+        batch_writes = plugin_writes and self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
         work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
         creates: list[fx.Effect] = []
         for state in list(self.subs.values()):
@@ -875,7 +877,7 @@ class Agent:
                 state.behind_since = now.wall
             work[state.key] = (state, ts, plan)
         self._perform(creates, now)
-        if work and self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono):
+        if work and plugin_writes:
             # plan_apply puts every individual ack above the new mark-delete (a core invariant, tested).
             writes: list[fx.Effect] = [
                 fx.PluginAck(key, plan.new_mark_delete, plan.individual_acks, plan.batch_acks)

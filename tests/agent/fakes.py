@@ -121,10 +121,6 @@ class FakeRegion:
         key = (topic, subscription)
         self.cursors[key] = self.cursors[key].ack(*positions)
 
-    def replicated_from(self, topic: str, *, ledger: int, entry: int) -> str | None:
-        self.calls.append(("replicated_from", topic, Position(ledger, entry)))
-        return None
-
     def entry_headers(self, topic: str, *, ledger: int, entry: int) -> adm.EntryHeaders:
         self.calls.append(("entry_headers", topic, Position(ledger, entry)))
         return self.headers.get((topic, Position(ledger, entry)), adm.EntryHeaders(None, {}, None))
