@@ -43,6 +43,9 @@ class Site:
     token: str | None = field(default=None, repr=False)
     agent_url: str | None = None
     ca_file: str | None = None
+    clients: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    """What ``failover serve`` tells Pulsar clients about this region (``clients:`` in ``--config``):
+    ``service_url``, ``tls_trust_certs_file``, ``auth_plugin``, ``auth_params``."""
 
     def admin(self, *, timeout: float = 10.0, retry: adm.RetryPolicy | None = None) -> adm.AdminClient:
         return adm.AdminClient(
@@ -72,7 +75,7 @@ def options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--topology``, ``--config`` and ``--token-file``; the command receives ``sites``."""
 
     @endpoints.topology_option
-    @endpoints.config_option("admin_url, service_url, zookeeper, agent_url, token_file, ca_file")
+    @endpoints.config_option("admin_url, service_url, zookeeper, agent_url, token_file, ca_file, clients")
     @click.option(
         "--token-file",
         type=click.Path(dir_okay=False, path_type=pathlib.Path),
@@ -134,6 +137,7 @@ def load(
             token=site_token,
             agent_url=entry.get("agent_url"),
             ca_file=entry.get("ca_file") or top.get("ca_file"),
+            clients={str(k): str(v) for k, v in (entry.get("clients") or {}).items()},
         )
     return sites
 

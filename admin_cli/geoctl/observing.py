@@ -25,7 +25,7 @@ is nothing above any mark-delete that could differ. The agents' ``/state`` adds 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,11 +234,13 @@ def observe(
     *,
     namespaces: list[str] | None = None,
     tenant: str | None = None,
+    subscriptions: Collection[str] | None = None,
     max_entries: int = 200_000,
     report: Report = lambda _m: None,
 ) -> Observation:
     """Observe every replicated subscription of ``namespaces`` (default: every namespace replicated to at
-    least two known regions, optionally only those of ``tenant``)."""
+    least two known regions, optionally only those of ``tenant``), or only those named ``subscriptions``
+    (topics without one of them are not read at all)."""
     spread = synced_namespaces(sites, namespaces)
     if tenant is not None:
         spread = {ns: rs for ns, rs in spread.items() if ns.split("/")[0] == tenant}
@@ -273,7 +275,9 @@ def observe(
                     name
                     for st in per_region.values()
                     for name, sub in (st.get("subscriptions") or {}).items()
-                    if sub.get("isDurable", True) and not name.startswith(INTERNAL_CURSORS)
+                    if sub.get("isDurable", True)
+                    and not name.startswith(INTERNAL_CURSORS)
+                    and (subscriptions is None or name in subscriptions)
                 }
             )
             if not subs:
