@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Builds GeoSync's two container images with podman, then runs each once:
+#   REGISTRY/agent:VERSION           the agent (images/agent/Containerfile; context: this repository)
+#   REGISTRY/broker-plugins:VERSION  the broker plugin NAR and the init-container entry point that copies it
+#                                    (images/plugins/Containerfile; context: the NAR staged with its script)
+# VERSION is pyproject.toml's, the chart's appVersion (its default image tag). REGISTRY is
+# GEOSYNC_IMAGE_REGISTRY, default localhost/geosync; push with `podman push` where a registry is reachable.
+#
+# Bases: GEOSYNC_PYTHON_BASE / GEOSYNC_BUSYBOX_BASE if set; else the official python:3.11-slim-bookworm and
+# busybox images if podman has or can pull them; else bases made here from Debian packages (no registry
+# needed): bookworm by debootstrap with Debian's python3 (3.11), and Debian's static busybox. Those are
+# built once and kept in podman's store (GEOSYNC_REBUILD_BASES=1 makes them again).
+#
+# Needs root (debootstrap, podman's rootful store). Installs podman, runc and debootstrap with apt-get if
+# missing; nothing in scripts/setup.sh or the test suite depends on them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+REGISTRY=${GEOSYNC_IMAGE_REGISTRY:-localhost/geosync}
+AGENT_IMAGE=$REGISTRY/agent:$VERSION
+PLUGINS_IMAGE=$REGISTRY/broker-plugins:$VERSION
+DEBIAN_MIRROR=${GEOSYNC_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+LOCAL_PYTHON_BASE=localhost/geosync/python:3.11-bookworm
+LOCAL_BUSYBOX_BASE=localhost/geosync/busybox:bookworm
+
+need=()
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "build-images: installing ${need[*]} with apt-get"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# runc, not crun: crun refuses hosts whose cgroup v2 mount sits beside v1 controllers ("cgroups in hybrid
+# mode not supported"), as on our sandboxed machines.
+# Open files and processes: podman's defaults (1048576, 32768) can be more than a root without
+# CAP_SYS_RESOURCE may set ("setrlimit RLIMIT_NOFILE: Operation not permitted"), and podman lowers its own
+# process limit to 32768 before starting anything. Ask for the host's hard limits within those defaults.
+capped() {  # LIMIT CAP
+  if [ "$1" = unlimited ] || [ "$1" -gt "$2" ]; then echo "$2"; else echo "$1"; fi
+}
+nofile=$(capped "$(ulimit -Hn)" 1048576)
+nproc=$(capped "$(ulimit -Hu)" 32768)
+RUN_FLAGS=(--runtime "${GEOSYNC_OCI_RUNTIME:-runc}"
+           --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+have_or_pull() {
+  podman image exists "$1" || timeout 120 podman pull -q "$1" >/dev/null 2>&1
+}
+
+import_rootfs() {  # DIR IMAGE CMD-JSON
+  tar --numeric-owner -C "$1" -c . |
+    podman import -q --change "CMD $3" --change 'ENV LANG=C.UTF-8' - "$2" >/dev/null
+}
+
+make_python_base() {
+  echo "build-images: making $LOCAL_PYTHON_BASE (debootstrap bookworm minbase + python3, about a minute)"
+  local root=$work/python-rootfs
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    bookworm "$root" "$DEBIAN_MIRROR" >"$work/debootstrap.log" 2>&1 || {
+    tail -20 "$work/debootstrap.log" >&2; exit 1
+  }
+  chroot "$root" python3 -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version'
+  # What a slim image leaves out: package caches and lists, documentation, translations.
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/*.bin "$root"/var/lib/apt/lists/* \
+    "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
+  import_rootfs "$root" "$LOCAL_PYTHON_BASE" '["python3"]'
+}
+
+make_busybox_base() {
+  echo "build-images: making $LOCAL_BUSYBOX_BASE (Debian's busybox-static)"
+  local root=$work/busybox-rootfs
+  mkdir -p "$root"/bin "$root"/tmp "$work/deb"
+  (cd "$work/deb" && apt-get download -qq -o APT::Sandbox::User=root busybox-static >/dev/null)
+  dpkg-deb -x "$work"/deb/busybox-static_*.deb "$work/deb/x"
+  cp "$work/deb/x/bin/busybox" "$root/bin/busybox"
+  chmod 1777 "$root/tmp"
+  for applet in $("$root/bin/busybox" --list); do
+    [ "$applet" = busybox ] || ln -s busybox "$root/bin/$applet"
+  done
+  import_rootfs "$root" "$LOCAL_BUSYBOX_BASE" '["/bin/sh"]'
+}
+
+pick_base() {  # OVERRIDE OFFICIAL LOCAL MAKER
+  if [ -n "$1" ]; then echo "$1"; return; fi
+  if have_or_pull "$2"; then echo "$2"; return; fi
+  if [ "${GEOSYNC_REBUILD_BASES:-0}" = 1 ] || ! podman image exists "$3"; then "$4" >&2; fi
+  echo "$3"
+}
+
+python_base=$(pick_base "${GEOSYNC_PYTHON_BASE:-}" docker.io/library/python:3.11-slim-bookworm \
+  "$LOCAL_PYTHON_BASE" make_python_base)
+busybox_base=$(pick_base "${GEOSYNC_BUSYBOX_BASE:-}" docker.io/library/busybox:1.36 \
+  "$LOCAL_BUSYBOX_BASE" make_busybox_base)
+
+labels=(--label "org.opencontainers.image.version=$VERSION"
+        --label "org.opencontainers.image.revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+        --label "org.opencontainers.image.licenses=Apache-2.0")
+# A network that re-signs TLS (a proxy's CA in PIP_CERT) is passed to the wheel build as a secret.
+secret=()
+ca=${GEOSYNC_PIP_CA:-${PIP_CERT:-}}
+if [ -n "$ca" ] && [ -s "$ca" ]; then secret=(--secret "id=pip-ca,src=$ca"); fi
+
+echo "build-images: $AGENT_IMAGE (base $python_base)"
+# --format docker: the OCI image format has no HEALTHCHECK.
+podman build -q --format docker "${RUN_FLAGS[@]}" "${labels[@]}" "${secret[@]}" \
+  --build-arg "BASE=$python_base" -f images/agent/Containerfile -t "$AGENT_IMAGE" . >/dev/null
+
+echo "build-images: broker plugin NAR (Maven, cached by source hash)"
+[ -x .venv/bin/python ] || { echo "build-images: run scripts/setup.sh first (it makes .venv)" >&2; exit 1; }
+nar_dir=$(.venv/bin/python -c 'from geosync_lab import plugins; print(plugins.ensure_plugins())')
+mkdir "$work/plugins"
+cp "$nar_dir"/*.nar images/plugins/install-plugins.sh "$work/plugins/"
+echo "build-images: $PLUGINS_IMAGE (base $busybox_base)"
+podman build -q --format docker "${RUN_FLAGS[@]}" "${labels[@]}" \
+  --build-arg "BASE=$busybox_base" -f images/plugins/Containerfile -t "$PLUGINS_IMAGE" "$work/plugins" >/dev/null
+
+echo "build-images: running each once"
+podman run --rm --no-healthcheck "${RUN_FLAGS[@]}" "$AGENT_IMAGE" --help >/dev/null
+mkdir -m 0777 "$work/target"
+podman run --rm "${RUN_FLAGS[@]}" -v "$work/target:/pulsar/geosync" "$PLUGINS_IMAGE"
+for nar in "$nar_dir"/*.nar; do
+  cmp -s "$nar" "$work/target/$(basename "$nar")" || {
+    echo "build-images: the plugin image did not copy $(basename "$nar") intact" >&2; exit 1
+  }
+done
+for image in "$AGENT_IMAGE" "$PLUGINS_IMAGE"; do
+  echo "  $image $(podman image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}')"
+done
