@@ -12,7 +12,7 @@
 # built once and kept in podman's store (GEOSYNC_REBUILD_BASES=1 makes them again).
 #
 # Needs root (debootstrap, podman's rootful store). Installs podman, runc and debootstrap with apt-get if
-# missing; nothing in scripts/setup.sh or the test suite depends on them.
+# missing (scripts/setup.sh does not; integration_tests/test_images.py runs this script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -122,6 +122,31 @@ podman build -q --format docker "${RUN_FLAGS[@]}" "${labels[@]}" \
 
 echo "build-images: running each once"
 podman run --rm --no-healthcheck "${RUN_FLAGS[@]}" "$AGENT_IMAGE" --help >/dev/null
+# The agent as the chart runs it (read-only root, no capabilities), for a region that is not there: it
+# keeps running, retrying, and its HEALTHCHECK (/healthz) must pass. No network but its own loopback.
+mkdir "$work/etc"
+printf '%s\n' 'region: nowhere' 'admin_url: http://127.0.0.1:9' 'service_url: pulsar://127.0.0.1:9' \
+  'metrics_port: 9464' 'mirror_policies: false' >"$work/etc/agent.yaml"
+chmod 0755 "$work/etc" && chmod 0644 "$work/etc/agent.yaml"
+agent=geosync-agent-check-$$
+key=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+podman run -d --name "$agent" "${RUN_FLAGS[@]}" --network none --read-only --read-only-tmpfs=false \
+  --cap-drop ALL --security-opt no-new-privileges -e "GEOSYNC_KEY=$key" \
+  -v "$work/etc:/etc/geosync:ro" "$AGENT_IMAGE" >/dev/null 2>&1
+healthy=0
+for _ in $(seq 30); do
+  if podman healthcheck run "$agent" >/dev/null 2>&1; then healthy=1; break; fi
+  sleep 1
+done
+uid=$(podman exec "$agent" id -u)
+logs=$(podman logs "$agent" 2>&1 | tail -5)
+podman rm -f -t 5 "$agent" >/dev/null 2>&1
+if [ "$healthy" != 1 ] || [ "$uid" = 0 ]; then
+  echo "build-images: the agent image is not healthy (uid $uid) after 30 s:" >&2
+  echo "$logs" >&2
+  exit 1
+fi
+echo "build-images: agent healthy as uid $uid"
 mkdir -m 0777 "$work/target"
 podman run --rm "${RUN_FLAGS[@]}" -v "$work/target:/pulsar/geosync" "$PLUGINS_IMAGE"
 for nar in "$nar_dir"/*.nar; do

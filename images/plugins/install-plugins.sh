@@ -5,18 +5,19 @@
 # build it loads.
 set -eu
 dest=${1:-/pulsar/geosync}
+src=${GEOSYNC_PLUGINS_SOURCE:-/geosync/plugins}
 mkdir -p "$dest"
 found=0
-for nar in /geosync/plugins/*.nar; do
+for nar in "$src"/*.nar; do
   [ -f "$nar" ] || continue
   name=$(basename "$nar")
-  # Through a temporary name: a broker started next to a half-written NAR would fail to load it.
+  # Through a temporary name, so an interrupted copy never leaves a partial NAR under its real name.
   cp "$nar" "$dest/.$name.tmp"
   mv -f "$dest/.$name.tmp" "$dest/$name"
   echo "geosync: $name -> $dest ($(sha256sum "$dest/$name" | cut -d' ' -f1))"
   found=$((found + 1))
 done
 if [ "$found" -eq 0 ]; then
-  echo "geosync: no plugin NAR in /geosync/plugins (the image was built without one)" >&2
+  echo "geosync: no plugin NAR in $src (the image was built without one)" >&2
   exit 1
 fi

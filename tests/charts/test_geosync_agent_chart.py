@@ -101,11 +101,73 @@ def test_sidecar_mode_renders_the_container_for_the_pulsar_chart() -> None:
     assert by_kind(docs, "Service")[0]["spec"]["selector"] == {"component": "broker"}
 
 
+def app_version() -> str:
+    return str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
+
+
+def plugin_parts(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    data = by_kind(docs, "ConfigMap")[0]["data"]
+    return {k: yaml.safe_load(v) for k, v in data.items() if k.startswith("plugins-")}
+
+
+@pytest.mark.parametrize("mode", ["deployment", "sidecar"])
+def test_both_images_come_from_one_registry_and_tag(mode: str) -> None:
+    def images(values: dict[str, Any]) -> tuple[str, str]:
+        docs = render({"mode": mode, "agent": {"region": "a"}, **values})
+        data = by_kind(docs, "ConfigMap")[0]["data"]
+        agent = yaml.safe_load(data["sidecar-container.yaml"])["image"]
+        if mode == "deployment":
+            deployed = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+            assert deployed["image"] == agent
+        return agent, plugin_parts(docs)["plugins-init-container.yaml"]["image"]
+
+    version = app_version()
+    assert images({}) == (f"ghcr.io/geosync/agent:{version}", f"ghcr.io/geosync/broker-plugins:{version}")
+    assert images({"image": {"registry": "localhost/geosync/", "tag": "dev"}}) == (
+        "localhost/geosync/agent:dev",
+        "localhost/geosync/broker-plugins:dev",
+    )
+
+
+def test_brokers_get_the_plugins_from_an_init_container_into_the_directory_they_load() -> None:
+    docs = render({"mode": "sidecar", "agent": {"region": "a"}, "plugins": {"directory": "/pulsar/gs"}})
+    parts = plugin_parts(docs)
+    init, volume, mount = (
+        parts["plugins-init-container.yaml"],
+        parts["plugins-volume.yaml"],
+        parts["plugins-volume-mount.yaml"],
+    )
+    assert init["args"] == ["/pulsar/gs"]
+    assert init["volumeMounts"] == [{"name": volume["name"], "mountPath": "/pulsar/gs"}]
+    assert mount == {"name": volume["name"], "mountPath": "/pulsar/gs", "readOnly": True}
+    config = parts["plugins-broker-config.yaml"]
+    assert config["brokerInterceptorsDirectory"] == config["entryFiltersDirectory"] == "/pulsar/gs"
+    assert config["brokerInterceptors"] == config["entryFilterNames"] == "geosync"
+    assert config["PULSAR_PREFIX_geosyncAllowCursorWrites"] == "true"  # the sidecar is on loopback
+    data = by_kind(docs, "ConfigMap")[0]["data"]
+    broker = {"name": "broker", "image": "apachepulsar/pulsar:4.0.8", "volumeMounts": [mount]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "broker-0"},
+           "spec": {"initContainers": [init],
+                    "containers": [broker, yaml.safe_load(data["sidecar-container.yaml"])],
+                    "volumes": [*yaml.safe_load(data["sidecar-volumes.yaml"]), volume]}}  # fmt: skip
+    kv.validate(pod, KUBE, strict=True)
+    for container in (init, yaml.safe_load(data["sidecar-container.yaml"])):
+        assert container["securityContext"]["runAsNonRoot"] is True
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_plugins_can_be_left_out_and_deployment_mode_does_not_allow_cursor_writes() -> None:
+    deployment = plugin_parts(render({"agent": {"region": "a"}}))["plugins-broker-config.yaml"]
+    assert "PULSAR_PREFIX_geosyncAllowCursorWrites" not in deployment
+    assert not plugin_parts(render({"agent": {"region": "a"}, "plugins": {"enabled": False}}))
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
         ({"agent": {"region": ""}}, "agent.region is required"),
         ({"agent": {"region": "a"}, "mode": "x"}, "mode"),
+        ({"agent": {"region": "a"}, "image": {"repository": "ghcr.io/x/agent"}}, "image.registry"),
     ],
 )
 def test_bad_values_are_refused(values: dict[str, Any], message: str) -> None:

@@ -8,12 +8,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end -}}
 
+{{/* REGISTRY/NAME:TAG, for NAME agent or broker-plugins: both images from image.registry at one tag (default:
+the chart's appVersion, the version scripts/build-images.sh tags). Called with (list $ "agent"). */}}
+{{- define "geosync-agent.image" -}}
+{{- $root := index . 0 -}}
+{{- if $root.Values.image.repository -}}
+{{- fail "image.repository is no longer read: set image.registry (agent and broker-plugins both come from it)" -}}
+{{- end -}}
+{{- $tag := $root.Values.image.tag | default $root.Chart.AppVersion -}}
+{{- printf "%s/%s:%s" (trimSuffix "/" $root.Values.image.registry) (index . 1) $tag -}}
+{{- end -}}
+
 {{/* The agent container: used by the Deployment, and the sidecar to add to the brokers. */}}
 {{- define "geosync-agent.container" -}}
 name: geosync-agent
-image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+image: {{ include "geosync-agent.image" (list . "agent") | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
 command: ["python", "-m", "geosync_agent", "--config", "/etc/geosync/agent.yaml"]
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
 ports:
   - name: metrics
     containerPort: {{ .Values.metrics.port }}
@@ -41,5 +54,34 @@ volumeMounts:
 {{- if .Values.token.enabled }}
 - name: geosync-token
   secret: {secretName: {{ .Values.token.secretName }}, defaultMode: 0400}
+{{- end }}
+{{- end -}}
+
+
+{{/* The brokers' init container: copies the plugin NAR into the volume the broker loads plugins from. */}}
+{{- define "geosync-agent.pluginsInitContainer" -}}
+name: geosync-plugins
+image: {{ include "geosync-agent.image" (list . "broker-plugins") | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+args: [{{ .Values.plugins.directory | quote }}]
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+resources:
+  {{- toYaml .Values.plugins.resources | nindent 2 }}
+volumeMounts:
+  - {name: geosync-plugins, mountPath: {{ .Values.plugins.directory | quote }}}
+{{- end -}}
+
+{{/* broker.conf keys that load the plugins from that directory (as the lab's geosync_lab.plugins sets them),
+as broker.configData entries: the Pulsar image adds a key broker.conf lacks only when it is prefixed
+PULSAR_PREFIX_. */}}
+{{- define "geosync-agent.pluginsBrokerConfig" -}}
+brokerInterceptors: geosync
+brokerInterceptorsDirectory: {{ .Values.plugins.directory | quote }}
+entryFilterNames: geosync
+entryFiltersDirectory: {{ .Values.plugins.directory | quote }}
+allowOverrideEntryFilters: "false"
+{{- if eq .Values.mode "sidecar" }}
+PULSAR_PREFIX_geosyncAllowCursorWrites: "true"
 {{- end }}
 {{- end -}}
