@@ -110,6 +110,7 @@ class Store:
             ) from e
 
     def save(self, state: switching.State) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.state_path.with_suffix(".json.tmp")
         with tmp.open("wb") as f:
             f.write(json.dumps(switching.dump(state), indent=2, sort_keys=True).encode() + b"\n")
@@ -118,6 +119,7 @@ class Store:
         _sync_dir(self.directory)
 
     def append(self, entry: dict[str, Any]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
         with self.journal_path.open("ab") as f:
             f.write(json.dumps(entry, sort_keys=True).encode() + b"\n")
             _sync(f)
@@ -369,14 +371,14 @@ def handler(provider: Provider, token: str | None) -> type[http.server.BaseHTTPR
                 self._send(400, {"error": '"max_wait_s" must be a number of seconds or null'})
                 return
             by = str(body.get("by") or self.address_string())
-            self._answer(provider.submit(switching.Requested(target, max_wait, by)))
+            self._submit(switching.Requested(target, max_wait, by))
 
         def do_DELETE(self) -> None:
             if self._path() != "/switch":
                 self._send(404, {"error": "DELETE only on /switch (cancels the pending switch)"})
                 return
             if self._authorized():
-                self._answer(provider.submit(switching.Cancelled(by=self.address_string())))
+                self._submit(switching.Cancelled(by=self.address_string()))
 
         def _body(self) -> dict[str, Any] | None:
             try:
@@ -396,7 +398,13 @@ def handler(provider: Provider, token: str | None) -> type[http.server.BaseHTTPR
                 return None
             return body
 
-        def _answer(self, answer: switching.Accepted | switching.Refused | None) -> None:
+        def _submit(self, event: switching.Requested | switching.Cancelled) -> None:
+            try:
+                answer = provider.submit(event)
+            except OSError as e:  # journal or state file not written: the provider keeps its old state
+                log.error("cannot record %s: %s", event, e)
+                self._send(500, {"error": f"cannot record the request: {e}"})
+                return
             if isinstance(answer, switching.Refused):
                 self._send(STATUS_BY_REFUSAL[answer.why], {"error": answer.message, "why": answer.why})
             elif isinstance(answer, switching.Accepted):
