@@ -206,3 +206,54 @@ def test_java_client_moves_to_b_by_itself_once_b_is_exact(
         assert status["active"] == "b"
         assert status["switches"][-1]["reason"] == "exact"
     print(f"\nPIP-121 client failover test took {time.monotonic() - started:.1f} s")
+
+
+def test_a_switch_that_is_never_exact_is_forced_after_max_wait_with_the_predicted_duplicates(
+    lab: Lab, unique: str, tmp_path: pathlib.Path
+) -> None:
+    # unsynced-* subscriptions are left alone by the lab's agents: b never applies a's acknowledgements.
+    topic = f"persistent://geo/ab/pip121-forced-{unique}"
+    sub, name = f"unsynced-pip121-{unique}", f"java-{unique}"
+    url_a, url_b = lab.service_url("a"), lab.service_url("b")
+    for region in ("a", "b"):
+        lab.admin(region).create_subscription(topic, sub)
+    payloads = [f"m{i}" for i in range(20)]
+    produce(url_a, topic, [p.encode() for p in payloads])
+    assert len(read_all(url_b, topic, expect=20)) == 20
+    state_dir = tmp_path / "provider"
+
+    with provider(lab, state_dir, sub) as base:
+        java = JavaConsumer([f"{base}/service-url", url_a, topic, sub, name, str(CHECK_INTERVAL_MS)])
+        try:
+            java.answer()
+            acked = set(java.ask("consume 20 5")["acked"])  # m4, m9, m14, m19 held
+            assert len(acked) == 16
+            requested = time.monotonic()
+            result = CliRunner().invoke(
+                main,
+                ["failover", "switch", "--provider", base, "--to", "b", "--max-wait", "4s", "-o", "json"],
+            )
+            assert result.exit_code == 0, result.output
+            # Not exact: the provider keeps answering a, and the client stays there, until the wait is over.
+            status = requests.get(f"{base}/status", timeout=5).json()
+            assert status["active"] == "a"
+            assert status["pending"]["to"] == "b"
+            assert java.ask("where")["serviceUrl"] == url_a
+            wait_for(
+                lambda: requests.get(f"{base}/status", timeout=5).json()["active"] == "b",
+                timeout_s=60,
+                what="the forced switch",
+            )
+            assert time.monotonic() - requested >= 4.0
+            switch = requests.get(f"{base}/status", timeout=5).json()["switches"][-1]
+            assert switch["reason"] == "forced-after-max-wait"
+            assert switch["predicted_duplicates"] == 16
+            assert any("has not applied 16" in w for w in switch["check"]["wait_for"])
+            wait_for(lambda: java.ask("where") == {"serviceUrl": url_b, "connected": True}, timeout_s=30)
+            got = java.ask("drain 4000")["got"]
+        finally:
+            java.close()
+
+    # What the provider predicted is what the client was given again.
+    assert sorted(set(got) & acked) == sorted(acked)
+    assert set(got) == set(payloads)
