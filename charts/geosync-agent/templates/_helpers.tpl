@@ -85,3 +85,9 @@ allowOverrideEntryFilters: "false"
 PULSAR_PREFIX_geosyncAllowCursorWrites: "true"
 {{- end }}
 {{- end -}}
+
+{{- define "geosync-agent.failoverProviderLabels" -}}
+app.kubernetes.io/name: geosync-failover-provider
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
