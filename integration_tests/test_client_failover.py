@@ -27,12 +27,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pulsar
 import pytest
 import requests
 from click.testing import CliRunner
 
 from geoctl.cli import main
 from geosync_adapters.admin import AdminClient
+from geosync_adapters.clientfailover import ControlledFailover
 from geosync_lab import distribution
 from integration_tests.helpers import Lab, produce, read_all, wait_for
 
@@ -257,3 +259,51 @@ def test_a_switch_that_is_never_exact_is_forced_after_max_wait_with_the_predicte
     # What the provider predicted is what the client was given again.
     assert sorted(set(got) & acked) == sorted(acked)
     assert set(got) == set(payloads)
+
+
+def test_python_client_follows_the_provider_through_a_service_info_provider(
+    lab: Lab, unique: str, tmp_path: pathlib.Path
+) -> None:
+    """The Python client (C++ underneath) has no HTTP poller but takes a ServiceInfoProvider; GeoSync's
+    ``ControlledFailover`` polls the same /service-url, and the consumer moves to b by itself."""
+    topic = f"persistent://geo/ab/pip121-py-{unique}"
+    sub = f"pip121-py-{unique}"
+    url_a, url_b = lab.service_url("a"), lab.service_url("b")
+    lab.admin("a").create_subscription(topic, sub)
+    payloads = [f"m{i}" for i in range(20)]
+    produce(url_a, topic, [p.encode() for p in payloads])
+    assert len(read_all(url_b, topic, expect=20)) == 20
+
+    with provider(lab, tmp_path / "provider", sub) as base:
+        follower = ControlledFailover(f"{base}/service-url", url_a, interval_s=0.5)
+        client = pulsar.Client(follower, operation_timeout_seconds=15)
+        try:
+            consumer = client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+            acked = set()
+            for i in range(15):
+                msg = consumer.receive(timeout_millis=20_000)
+                if i % 4 != 3:
+                    consumer.acknowledge(msg)
+                    acked.add(msg.data().decode())
+            assert client.get_service_info().service_url == url_a
+            result = CliRunner().invoke(
+                main, ["failover", "switch", "--provider", base, "--to", "b", "--wait", "--timeout", "120"]
+            )
+            assert result.exit_code == 0, result.output
+            assert "(exact)" in result.output
+            wait_for(lambda: client.get_service_info().service_url == url_b, timeout_s=20)
+            wait_for(
+                lambda: consumers(lab.admin("b"), topic, sub) != set(), timeout_s=30, what="consumer in b"
+            )
+            got = []
+            while True:
+                try:
+                    msg = consumer.receive(timeout_millis=4000)
+                except pulsar.Timeout:
+                    break
+                got.append(msg.data().decode())
+                consumer.acknowledge(msg)
+        finally:
+            client.close()
+    assert len(got) == len(set(got))
+    assert set(got) == set(payloads) - acked  # the holes and the never received: 0 lost, 0 duplicates
