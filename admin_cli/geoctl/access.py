@@ -12,6 +12,8 @@ admin URL, so that each reaches a region the same way:
   ``ps`` listings. Tokens are never printed;
 * TLS: ``ca_file`` in ``--config`` (top level or per region) is handed to the admin client as the CA bundle
   for ``https://`` admin URLs.
+* what ``failover serve`` tells Pulsar clients about a region: ``clients:`` per region in ``--config``
+  (``service_url``, ``tls_trust_certs_file``, ``auth_plugin``, ``auth_params``).
 """
 
 from __future__ import annotations
