@@ -131,13 +131,14 @@ def provider(lab: Lab, state_dir: pathlib.Path, subscription: str, initial: str 
         assert first.startswith("serving on "), f"provider did not start: {first!r} (see {log.name})"
         yield first.split()[2].removesuffix("/service-url:").removesuffix("/service-url")
     finally:
-        proc.terminate()
+        proc.terminate()  # SIGTERM: the provider stops serving and exits
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         log.close()
+    assert proc.returncode == 0, f"the provider exited with {proc.returncode} (see {log.name})"
 
 
 def consumers(admin: AdminClient, topic: str, subscription: str) -> set[str]:

@@ -269,6 +269,7 @@ class Duration(click.ParamType[float, Any]):
 
 
 DURATION = Duration()
+CLIENT_CLOSE_GRACE_S = 1.5
 
 provider_option = click.option(
     "--provider",
@@ -409,8 +410,13 @@ def failover_serve(  # noqa: PLR0917
     clients = {name: _client_config(sites[name]) for name in regions}
     wanted = list(subscriptions) or None
 
+    last_check_done = [0.0]
+
     def run_check(source: str, target: str) -> switching.Figures:
-        return figures(check(sites, source, target, list(namespaces), subscriptions=wanted))
+        try:
+            return figures(check(sites, source, target, list(namespaces), subscriptions=wanted))
+        finally:
+            last_check_done[0] = time.monotonic()
 
     store = providing.Store(state_dir)
     timing = switching.Timing(max_delay_s=max_check_interval, check_timeout_s=check_timeout)
@@ -434,6 +440,9 @@ def failover_serve(  # noqa: PLR0917
         sys.stdout.flush()
         providing.run(provider, server, stop)
         checks.shutdown(wait=False, cancel_futures=True)
+    # The Pulsar (C++) client finishes closing on its own threads; a process that exits right after a check
+    # aborts in its static destructors ("terminate called without an active exception"), so give it a moment.
+    time.sleep(max(0.0, last_check_done[0] + CLIENT_CLOSE_GRACE_S - time.monotonic()))
 
 
 def _call(
