@@ -72,6 +72,22 @@ def wanted(config: AgentConfig, topic: str, subscription: str) -> bool:
     return included and not any(fnmatch.fnmatchcase(name, p) for p in config.exclude)
 
 
+def synced_topic(config: AgentConfig, topic: str) -> bool:
+    """Whether ``topic`` (of a synced namespace) is one whose subscriptions are synced: persistent, not a
+    control topic."""
+    return topic.startswith("persistent://") and topic.rsplit("/", maxsplit=1)[-1] != config.control_topic
+
+
+def synced(config: AgentConfig, topic: str, subscription: str) -> bool:
+    """Whether ``subscription`` on ``topic`` (of a synced namespace) is synced: a durable application
+    subscription (not a broker's or GeoSync's own cursor) the patterns want, on a synced topic."""
+    return (
+        synced_topic(config, topic)
+        and not subscription.startswith(INTERNAL_CURSORS)
+        and wanted(config, topic, subscription)
+    )
+
+
 def synced_namespaces(admin: Admin, config: AgentConfig) -> dict[str, frozenset[str]]:
     if config.namespaces:
         names = list(config.namespaces)
@@ -95,7 +111,7 @@ def scan(admin: Admin, config: AgentConfig) -> Discovered:
     subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
     for ns in namespaces:
         for topic in admin.topics(ns):
-            if not topic.startswith("persistent://") or topic.split("/")[-1] == config.control_topic:
+            if not synced_topic(config, topic):
                 continue
             topics.append(topic)
             try:
@@ -105,9 +121,7 @@ def scan(admin: Admin, config: AgentConfig) -> Discovered:
             subscriptions[topic] = {
                 name: (app_consumers(sub), str(sub.get("type") or ""))
                 for name, sub in (stats.get("subscriptions") or {}).items()
-                if sub.get("isDurable", True)
-                and not name.startswith(INTERNAL_CURSORS)
-                and wanted(config, topic, name)
+                if sub.get("isDurable", True) and synced(config, topic, name)
             }
     return Discovered(namespaces=namespaces, topics=tuple(topics), subscriptions=subscriptions)
 
@@ -119,13 +133,16 @@ def discover(
     *,
     stop: threading.Event,
     again: threading.Event,
-    on_error: Callable[[Exception], None],
+    on_outcome: Callable[[Exception | None], None],
 ) -> None:
-    """The discovery task: a pass every ``discover_interval_s`` or when ``again`` is set, until ``stop``."""
+    """The discovery task: a pass every ``discover_interval_s`` or when ``again`` is set, until ``stop``;
+    each pass's outcome (None: it succeeded) goes to ``on_outcome``."""
     while not stop.is_set():
         try:
             out.put(scan(admin, config))
         except (adm.AdminError, OSError) as e:
-            on_error(e)
+            on_outcome(e)
+        else:
+            on_outcome(None)
         again.wait(config.discover_interval_s)
         again.clear()

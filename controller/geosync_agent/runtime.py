@@ -40,7 +40,7 @@ from geosync_adapters import messaging as msg
 from geosync_agent import effects as fx
 from geosync_agent import snapshotting
 from geosync_agent.config import AgentConfig
-from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, wanted
+from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced, wanted
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import Recent
 from geosync_agent.tailing import Tail
@@ -103,6 +103,10 @@ class Subscription:
     received_from: dict[str, float] = field(default_factory=dict)
     translated: AckState | None = None
     """The cursor last translated and published (publishing is skipped while it is unchanged)."""
+    incomplete_at: int | None = None
+    """The tail's version when the last translation left acknowledgements out (the cursor reached past the
+    origin index: a burst acknowledged before the tail read it); translated again as soon as the tail has
+    read more. ``None``: the translation covered the cursor."""
     planned: tuple[AckState | None, int, int] | None = None
     """(cursor, index version, claims count) the last plan was made from: replanning is skipped until one
     of them changes or a mark-delete move is still pending."""
@@ -233,6 +237,9 @@ class Agent:
         self.last_error = ""
         self.publish_failing_since: float | None = None
         """Monotonic time since which every control-message send failed (None: the last one went out)."""
+        self.parts_failing: dict[str, tuple[float, str]] = {}
+        """Parts the rounds go on without (discovery, the acknowledgement feed) that have failed since their
+        last success: when the first failure was (monotonic) and the last error."""
         self.round_seconds: list[float] = []
         self.started_ms = int(time.time() * 1000)
         self.transit_ms = Recent()
@@ -281,11 +288,20 @@ class Agent:
         self.ready = True
         self.round_done_at = now.mono
 
+    def part_outcome(self, part: str, error: object | None, now_mono: float) -> None:
+        """Record a success (``error`` None) or failure of ``part`` for the readiness probe."""
+        if error is None:
+            self.parts_failing.pop(part, None)
+        else:
+            since = self.parts_failing.get(part, (now_mono, ""))[0]
+            self.parts_failing[part] = (since, str(error)[:200])
+
     def readiness(self, now_mono: float) -> tuple[bool, str]:
         """Whether the agent is doing its work, and why not: before its first round, when no round completed
         for ``STALL_S`` (a stuck loop), or when rounds have failed for ``FAILING_S`` (an admin API or broker
-        down or refusing it, an expired token) or every control message sent for as long failed. For
-        /readyz: Kubernetes then stops counting on this pod."""
+        down or refusing it, an expired token), every control message sent for as long failed, or discovery
+        or the acknowledgement feed did (a region unreachable from the start leaves the rounds with nothing
+        to fail on). For /readyz: Kubernetes then stops counting on this pod."""
         if not self.ready or self.round_done_at is None:
             return False, "starting: no round completed yet"
         if now_mono - self.round_done_at > STALL_S:
@@ -296,6 +312,9 @@ class Agent:
         since = self.publish_failing_since
         if since is not None and now_mono - since >= FAILING_S:
             return False, f"failing: no control message could be sent for {now_mono - since:.0f} s"
+        for part, (since, error) in sorted(self.parts_failing.items()):
+            if now_mono - since >= FAILING_S:
+                return False, f"failing: {part} for {now_mono - since:.0f} s, last error: {error}"
         return True, "ready"
 
     def close(self) -> None:
@@ -319,12 +338,7 @@ class Agent:
                 tail.open(self.messaging)
                 self.controls[control] = tail
         for topic in found.topics:
-            if topic not in self.topics:
-                tail = Tail(topic, partition_of(topic))
-                tail.open(self.messaging)
-                phase = self.rng.random()
-                resync_at = pacing.first_resync(now.mono, period_s=self.config.resync_interval_s, phase=phase)
-                self.topics[topic] = TopicState(tail, resync_at=resync_at)
+            self._track_topic(topic, now)
         by_topic = self._by_topic(existing_only=False)
         for topic, present in found.subscriptions.items():
             for name, (consumers, kind) in present.items():
@@ -335,6 +349,17 @@ class Agent:
             for state in by_topic.get(topic, ()):
                 if state.name not in present:
                     state.exists = False
+
+    def _track_topic(self, topic: str, now: Now) -> TopicState:
+        """Start tailing ``topic`` (from its earliest entry) unless it is tracked already."""
+        ts = self.topics.get(topic)
+        if ts is None:
+            tail = Tail(topic, partition_of(topic))
+            tail.open(self.messaging)
+            phase = self.rng.random()
+            resync_at = pacing.first_resync(now.mono, period_s=self.config.resync_interval_s, phase=phase)
+            ts = self.topics[topic] = TopicState(tail, resync_at=resync_at)
+        return ts
 
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"
@@ -350,11 +375,16 @@ class Agent:
 
     def index(self, now: Now) -> None:
         feed = self.caps.get(Capability.PLUGIN_FEED) is True
+        grown: list[str] = []
         for topic, ts in self.topics.items():
             candidates = self.namespaces.get(namespace_of(topic), frozenset())
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
-            if ts.tail.drain(self.resolver, candidates) and not feed:
-                ts.poll = pacing.after_new_messages(ts.poll, now=now.mono, base_s=self.config.poll_interval_s)
+            if ts.tail.drain(self.resolver, candidates):
+                grown.append(topic)
+                if not feed:
+                    ts.poll = pacing.after_new_messages(
+                        ts.poll, now=now.mono, base_s=self.config.poll_interval_s
+                    )
             if ts.tail.malformed > malformed:
                 self.stats.inc("malformed_stamps", ts.tail.malformed - malformed)
                 log.warning("%s: skipped entries with a malformed source-position stamp", topic)
@@ -369,6 +399,15 @@ class Agent:
                 found, ts.tail.markers = ts.tail.markers, []
                 for position, properties, data in found:
                     self._on_marker(ts, position, properties, data, now)
+        if grown:
+            self._translate_again(frozenset(grown), now)
+
+    def _translate_again(self, topics: frozenset[str], now: Now) -> None:
+        """Claim what a translation left out now that the tail has read it (published with this round's
+        states): a cursor that acknowledged a burst before the tail got to it waits for nothing else."""
+        for state in self.subs.values():
+            if state.incomplete_at is not None and state.exists and state.topic in topics:
+                self._publish(state, force=False, now=now)
 
     def _lookup_origin(self, topic: str, local: Position) -> str | None:
         """The origin region the brokers recorded for ``local`` (the resolver's last resort)."""
@@ -579,6 +618,7 @@ class Agent:
     # -- 4. observe and publish ------------------------------------------------------------------
 
     def observe(self, now: Now) -> None:
+        fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
         by_topic = {t: s for t, s in self._by_topic(existing_only=True).items() if t in self.topics}
         resync = set()
         for topic in by_topic:
@@ -586,7 +626,7 @@ class Agent:
             if now.mono >= ts.resync_at:
                 resync.add(topic)
                 ts.resync_at = now.mono + self.config.resync_interval_s
-        for topic, cursors in self._read_feed(by_topic, now).items():
+        for topic, cursors in fed.items():
             self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
         due = [t for t in by_topic if t in resync or now.mono >= self.topics[t].poll.next_at]
         for topic, internal in zip(due, self.effector.map(self._internal_stats, due), strict=True):
@@ -608,10 +648,12 @@ class Agent:
         except adm.AdminNotFound:
             return None
 
-    def _read_feed(self, by_topic: dict[str, list[Subscription]], now: Now) -> dict[str, dict[str, AckState]]:
-        """Cursor states of the tracked subscriptions consumers acknowledged on since the last read, from
-        the broker plugin's feed, with partly acknowledged batches (empty where the plugin is absent:
-        polling then does all the work)."""
+    def _read_feed(self, now: Now) -> dict[str, dict[str, AckState]]:
+        """Cursor states of the subscriptions consumers acknowledged on since the last read, from the broker
+        plugin's feed, with partly acknowledged batches (empty where the plugin is absent: polling then does
+        all the work). A report naming a topic or subscription discovery has not found yet starts its
+        tracking at once (a subscription created with its traffic); discovery is asked for a pass too, for
+        what the feed does not tell (consumers, type)."""
         if not self.caps.usable(Capability.PLUGIN_FEED, now=now.mono):
             return {}
         try:
@@ -622,8 +664,10 @@ class Agent:
             return {}
         except (adm.AdminError, pluginapi.PluginApiError) as e:
             self.stats.inc("feed_errors")
+            self.part_outcome("acknowledgement feed", e, now.mono)
             log.warning("acknowledgement feed failed, polling meanwhile: %s", e)
             return {}
+        self.part_outcome("acknowledgement feed", None, now.mono)
         if feed.epoch != self.feed.epoch:
             # The broker (re)started: what was acknowledged before it is only known to a poll.
             self.feed.epoch = feed.epoch
@@ -635,7 +679,7 @@ class Agent:
         if feed.cursors:
             self.feed.busy_until = now.mono + pacing.ACTIVE_FEED_S
         for report in feed.cursors:
-            if namespace_of(report.topic) in self.namespaces and wanted(
+            if namespace_of(report.topic) in self.namespaces and synced(
                 self.config, report.topic, report.subscription
             ):
                 self.unobserved.pop((report.topic, report.subscription), None)  # newest last (LRU order)
@@ -647,10 +691,13 @@ class Agent:
         unknown = False
         for key, report in list(self.unobserved.items()):
             topic, name = key
-            tracked = self.topics.get(topic)
-            if tracked is None or all(s.name != name for s in by_topic.get(topic, ())):
-                unknown = True  # not tracked yet: discovery brings it, the report waits
-                continue
+            state = self.subs.get(key)
+            if topic not in self.topics or state is None or not state.exists:
+                unknown = True
+                self.stats.inc("tracked_from_feed")
+                state = self.subs.setdefault(key, Subscription(topic, name))
+                state.exists = True
+            tracked = self._track_topic(topic, now)
             if report.batches and not tracked.tail.has_read(max(b.position for b in report.batches)):
                 continue  # the batch sizes are not known yet: the report waits for the tail
             del self.unobserved[key]
@@ -774,10 +821,12 @@ class Agent:
             last_translated=state.translated,
             force=force,
             key_order=key_order,
+            index_grew=state.incomplete_at is not None and state.incomplete_at != tail.version,
         )
         if claim is None:
             return
         state.translated = cursor
+        state.incomplete_at = None if claim.complete else tail.version
         if not claim.send:
             # Nothing beyond what others told us (typically: our cursor just caught up with their claims).
             state.published = claim.claims

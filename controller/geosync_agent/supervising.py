@@ -116,7 +116,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
             discovered,
             stop=stop,
             again=rediscover,
-            on_error=lambda e: _discovery_failed(agent, e),
+            on_outcome=lambda e: _discovery_outcome(agent, e),
         )
 
     supervisor.spawn("discovery", discover)
@@ -145,6 +145,8 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     return 1 if supervisor.given_up else 0
 
 
-def _discovery_failed(agent: Agent, error: Exception) -> None:
-    agent.stats.inc("discovery_errors")
-    log.warning("discovery failed, retrying: %s", error)
+def _discovery_outcome(agent: Agent, error: Exception | None) -> None:
+    agent.part_outcome("discovery", error, time.monotonic())
+    if error is not None:
+        agent.stats.inc("discovery_errors")
+        log.warning("discovery failed, retrying: %s", error)

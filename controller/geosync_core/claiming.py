@@ -11,7 +11,10 @@ Invariants:
 * claims only grow: the result contains ``received`` and the previous ``published``;
 * the result's own part is exactly the translation of the cursor (or of its per-key-ordered subset for a
   Key_Shared subscription);
-* with ``force`` the decision always sends; without it, it sends only when the claims add something.
+* with ``force`` the decision always sends; without it, it sends only when the claims add something;
+* a cursor that acknowledged entries the index has not read yet is translated again once it has
+  (``Claim.complete`` false, then ``index_grew``): a burst acknowledged before the agent's reader got to it is
+  claimed as soon as it is read, not at the next resync.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class Claim:
 
     claims: OriginAcks
     send: bool
+    complete: bool = True
+    """Whether the translation covered everything the cursor acknowledged (false: some acknowledged entries
+    lie beyond the index's last entry; decide again when the index grows)."""
 
 
 def decide(
@@ -54,10 +60,12 @@ def decide(
     last_translated: AckState | None,
     force: bool,
     key_order: KeyOrder | None = None,
+    index_grew: bool = False,
 ) -> Claim | None:
     """The claim for a subscription whose cursor is ``cursor``; None when nothing needs deciding (the cursor
-    is the one last translated, something was published, and no resync is due)."""
-    if cursor == last_translated and published is not None and not force:
+    is the one last translated, something was published, no resync is due, and the index did not grow
+    under a translation that was not ``complete``: the caller says so with ``index_grew``)."""
+    if cursor == last_translated and published is not None and not force and not index_grew:
         return None
     own_cursor = cursor
     if key_order is not None:
@@ -70,7 +78,8 @@ def decide(
         )
     translated = syncing.to_origin_acks(index, own_cursor)
     own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
+    complete = isinstance(translated, syncing.Translation) and cursor.reach <= translated.last
     known = received if published is None else received.merge(published)
     claims = own.merge(known)
     echo_only = published is not None and claims == known
-    return Claim(claims=claims, send=force or not echo_only)
+    return Claim(claims=claims, send=force or not echo_only, complete=complete)

@@ -187,6 +187,17 @@ class AckState:
         """Whether the whole entry is acknowledged."""
         return position <= self.mark_delete or position in self.ranges
 
+    @property
+    def reach(self) -> Position:
+        """The highest position acknowledged, whole or in part (the mark-delete if nothing above it)."""
+        return max(
+            (
+                self.mark_delete,
+                *(r.upper for r in self.ranges.ranges[-1:]),
+                *(p for p, _ in self.batches[-1:]),
+            )
+        )
+
     def batch(self, position: Position) -> BatchAcks | None:
         """The acknowledged indexes of ``position`` if it is partly acknowledged, else ``None``."""
         i = bisect.bisect_left(self.batches, position, key=lambda item: item[0])

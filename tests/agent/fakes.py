@@ -53,6 +53,8 @@ class FakeRegion:
     origin_runs: dict[str, list[OriginRun]] = field(default_factory=dict)
     """What the interceptor's origin index answers per topic (empty: it records nothing)."""
     feed: list[pluginapi.CursorReport] = field(default_factory=list)
+    feed_error: adm.AdminError | None = None
+    """Raised by the feed while set (the broker down or refusing)."""
     headers: dict[tuple[str, Position], adm.EntryHeaders] = field(default_factory=dict)
     """What entry_headers answers per (topic, entry); local and not batched when absent."""
     calls: list[tuple[Any, ...]] = field(default_factory=list)
@@ -143,6 +145,8 @@ class FakeRegion:
 
     def plugin_feed(self, *, since: int) -> pluginapi.Feed:
         self._need_plugin()
+        if self.feed_error is not None:
+            raise self.feed_error
         changed, self.feed = self.feed, []
         return pluginapi.Feed("epoch-1", since + len(changed), tuple(changed))
 

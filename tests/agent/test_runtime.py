@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from geosync_adapters import admin as adm
 from geosync_agent import supervising
 from geosync_agent.runtime import Now
 from geosync_core import envelopes
@@ -257,6 +258,29 @@ def test_readiness_reflects_a_stalled_or_failing_loop() -> None:
     assert a.agent.readiness(a.clock)[0]
 
 
+def test_readiness_reflects_failing_discovery_and_feed() -> None:
+    """A region unreachable from the start: the rounds have nothing to fail on (no topic to poll), but
+    discovery and the acknowledgement feed fail; the agent is not ready after FAILING_S."""
+    a, _ = pair()
+    start = a.clock
+    a.agent.part_outcome("discovery", OSError("connection refused"), start)
+    a.region.feed_error = adm.AdminError("503 Service Unavailable")
+    a.step()
+    assert a.agent.readiness(a.clock)[0]  # for a second: not yet
+    a.step(15)
+    ok, why = a.agent.readiness(a.clock)
+    assert not ok
+    assert why.startswith("failing: acknowledgement feed")
+    assert "503" in why
+    a.region.feed_error = None
+    a.step()
+    ok, why = a.agent.readiness(a.clock)
+    assert not ok
+    assert why.startswith("failing: discovery")
+    a.agent.part_outcome("discovery", None, a.clock)
+    assert a.agent.readiness(a.clock) == (True, "ready")
+
+
 def test_readiness_before_the_first_round() -> None:
     region = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
     h = Harness.build(region)
@@ -322,3 +346,36 @@ def test_a_claim_for_a_topic_not_tracked_yet_asks_for_discovery_at_once() -> Non
     b.agent._take_claims(claim, Now(b.clock, b.clock))
     assert b.agent.rediscover.is_set()
     assert b.agent.stats.counters["rediscover_for_claims"] == 1
+
+
+def test_a_subscription_created_with_its_traffic_is_claimed_as_soon_as_its_entries_are_read() -> None:
+    """Issue 12's fresh-topic burst: the feed's first report starts tracking the topic and subscription
+    (no discovery pass), and acknowledgements of entries the tail had not read yet are claimed in the round
+    that reads them, not at the next poll or resync."""
+    a, b = pair()
+    fresh = f"persistent://{NS}/fresh"
+    a_log, b_log = [Position(21, e) for e in range(4)], [Position(31, e) for e in range(4)]
+    for h, log in ((a, a_log), (b, b_log)):
+        h.region.topics[fresh] = list(log)
+        h.region.cursors[(fresh, SUB)] = AckState.of(Position(log[0].ledger, -1))
+    a.region.origin_runs[fresh] = [OriginRun(21, 0, 4, "a")]
+    b.region.origin_runs[fresh] = [OriginRun(31, 0, 4, "a", a_log[0])]
+    b.discover()  # b has the copies (and will create the subscription from a's claim)
+    b.step()
+    a.region.consumer_acks(fresh, SUB, [a_log[0], a_log[1], a_log[3]])
+    a.step()
+    assert fresh in a.agent.topics
+    assert (fresh, SUB) in a.agent.subs
+    assert a.agent.stats.counters["tracked_from_feed"] == 1
+    carry(a, b)  # nothing a can name yet
+    polls = a.agent.stats.counters["cursor_polls"]
+    for p in a_log:
+        a.messaging.deliver(fresh, message(fresh, p))
+    a.step(0.05)  # too soon for a poll or a resync: the tail's progress alone sends the claim
+    assert a.agent.stats.counters["cursor_polls"] == polls
+    assert carry(a, b) == 1
+    for p, origin in zip(b_log, a_log, strict=True):
+        stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+        b.messaging.deliver(fresh, message(fresh, p, properties=stamp, producer="a-1-0"))
+    b.step()
+    assert b.region.cursors[(fresh, SUB)] == AckState.of(b_log[1]).ack(b_log[3])
