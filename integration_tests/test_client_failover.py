@@ -14,6 +14,7 @@ distribution (its ``lib/``) and cached by source hash under GeoSync's cache dire
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 
+from geoctl import access, failover
 from geoctl.cli import main
 from geosync_adapters.admin import AdminClient
 from geosync_adapters.clientfailover import ControlledFailover
@@ -308,3 +310,24 @@ def test_python_client_follows_the_provider_through_a_service_info_provider(
             client.close()
     assert len(got) == len(set(got))
     assert set(got) == set(payloads) - acked  # the holes and the never received: 0 lost, 0 duplicates
+
+
+def test_with_the_source_region_unreachable_the_check_is_not_exact(lab: Lab, unique: str) -> None:
+    """What a check could read of b alone may look in step; a switch on it would be recorded exact without
+    proof. The provider counts such a check as not exact (a switch is then forced after the maximum wait)."""
+    topic = f"persistent://geo/ab/pip121-down-{unique}"
+    sub = f"pip121-down-{unique}"
+    lab.admin("a").create_subscription(topic, sub)
+    produce(lab.service_url("a"), topic, [b"m0", b"m1"])
+    wait_for(lambda: sub in (lab.admin("b").topic_stats(topic).get("subscriptions") or {}), timeout_s=30)
+    sites = access.load(lab.dir / "topology.json", None)
+    gone = dataclasses.replace(
+        sites["a"].region, admin_url="http://127.0.0.1:9", service_url="pulsar://127.0.0.1:9"
+    )
+    sites["a"] = dataclasses.replace(sites["a"], region=gone)
+    verdict = failover.check(sites, "a", "b", ["geo/ab"], subscriptions=[sub])
+    assert verdict.errors, verdict
+    said = failover.figures(verdict)
+    assert not said.exact
+    assert said.error is not None
+    assert "region a" in said.error

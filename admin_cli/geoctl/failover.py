@@ -45,6 +45,8 @@ class Verdict:
     checked_at: float = field(default_factory=time.time)
     checked: int = 0
     """Subscriptions judged (those the source region has)."""
+    errors: list[str] = field(default_factory=list)
+    """What could not be read (a region down, a topic unreadable): the verdict covers only the rest."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +58,7 @@ class Verdict:
             "wait_for": self.wait_for,
             "checked_at": self.checked_at,
             "checked": self.checked,
+            "errors": self.errors,
         }
 
 
@@ -118,6 +121,7 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
         subscriptions=subs,
         wait_for=wait,
         checked=checked,
+        errors=list(obs.errors),
     )
 
 
@@ -144,9 +148,12 @@ def check(
 
 
 def figures(verdict: Verdict) -> switching.Figures:
-    """A verdict as the figures the client provider decides and records switches by."""
+    """A verdict as the figures the client provider decides and records switches by: exact only when
+    everything could be read (with the source region down, what was read may look in step: it proves
+    nothing)."""
     return switching.Figures(
-        exact=verdict.safe,
+        exact=verdict.safe and not verdict.errors,
+        error="; ".join(verdict.errors[:5]) or None,
         duplicates=verdict.duplicates,
         in_flight=sum(int(s["in_flight"]) for s in verdict.subscriptions),
         wait_for=tuple(verdict.wait_for),
@@ -218,6 +225,8 @@ def failover_check(  # noqa: PLR0917
                     "\n".join(s["wait_for"]),
                 )
             out.print(table)
+        for problem in verdict.errors:
+            click.echo(f"could not read: {problem}", err=True)
         if verdict.safe:
             click.echo(f"SAFE: consumers can move from {source} to {target} now (0 duplicates)")
         else:

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from geoctl import providing
 from geoctl.cli import main
 from geoctl.errors import EXIT_BAD_REQUEST, EXIT_CONFLICT, EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
-from geoctl.failover import DURATION
+from geoctl.failover import DURATION, Verdict, figures
 from geosync_core import switching as sw
 
 EXACT = sw.Figures(exact=True, duplicates=0, subscriptions=1)
@@ -400,3 +400,15 @@ def test_bad_durations_are_refused(text: str) -> None:
     code, out = cli("failover", "switch", "--to", "b", "--max-wait", text)
     assert code == 2
     assert "duration" in out
+
+
+def test_a_verdict_is_exact_only_when_everything_could_be_read() -> None:
+    clean = Verdict(source="a", target="b", safe=True, duplicates=0, checked=2)
+    assert figures(clean).exact
+    assert figures(clean).subscriptions == 2
+    partial = Verdict(
+        source="a", target="b", safe=True, duplicates=0, errors=["region a: cannot list topics"]
+    )
+    said = figures(partial)
+    assert not said.exact
+    assert said.error == "region a: cannot list topics"
