@@ -150,11 +150,11 @@ def check(
 def figures(verdict: Verdict) -> switching.Figures:
     """A verdict as the figures the client provider decides and records switches by: exact only when
     everything could be read (with the source region down, what was read may look in step: it proves
-    nothing)."""
+    nothing, and the duplicates it counts are not a prediction, so they are unknown)."""
     return switching.Figures(
         exact=verdict.safe and not verdict.errors,
         error="; ".join(verdict.errors[:5]) or None,
-        duplicates=verdict.duplicates,
+        duplicates=None if verdict.errors else verdict.duplicates,
         in_flight=sum(int(s["in_flight"]) for s in verdict.subscriptions),
         wait_for=tuple(verdict.wait_for),
         checked_at=verdict.checked_at,

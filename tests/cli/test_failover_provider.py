@@ -411,4 +411,5 @@ def test_a_verdict_is_exact_only_when_everything_could_be_read() -> None:
     )
     said = figures(partial)
     assert not said.exact
+    assert said.duplicates is None  # what b alone shows predicts nothing
     assert said.error == "region a: cannot list topics"
