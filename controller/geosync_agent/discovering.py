@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from geosync_adapters import admin as adm
 from geosync_agent.config import AgentConfig
@@ -118,12 +118,17 @@ def scan(admin: Admin, config: AgentConfig) -> Discovered:
                 stats = admin.topic_stats(topic)
             except adm.AdminNotFound:
                 continue
-            subscriptions[topic] = {
-                name: (app_consumers(sub), str(sub.get("type") or ""))
-                for name, sub in (stats.get("subscriptions") or {}).items()
-                if sub.get("isDurable", True) and synced(config, topic, name)
-            }
+            subscriptions[topic] = subscriptions_of(config, topic, stats)
     return Discovered(namespaces=namespaces, topics=tuple(topics), subscriptions=subscriptions)
+
+
+def subscriptions_of(config: AgentConfig, topic: str, stats: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """The synced subscriptions in ``topic``'s stats: name -> (application consumers, type)."""
+    return {
+        name: (app_consumers(sub), str(sub.get("type") or ""))
+        for name, sub in (stats.get("subscriptions") or {}).items()
+        if sub.get("isDurable", True) and synced(config, topic, name)
+    }
 
 
 def discover(

@@ -37,8 +37,8 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
+from geosync_agent import discovering, snapshotting
 from geosync_agent import effects as fx
-from geosync_agent import snapshotting
 from geosync_agent.config import AgentConfig
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced, wanted
 from geosync_agent.ports import Messaging
@@ -64,6 +64,7 @@ STALL_S = 60.0
 FAILING_S = 15.0
 """/readyz fails once rounds have failed for this long (a call gives up after retries of several seconds)."""
 REDISCOVER_FOR_FEED_S = 1.0
+CLAIMED_LOOKUP_S = 60.0
 """Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
 MAX_UNOBSERVED = 20000
 """Feed reports kept for subscriptions not tracked yet (the oldest beyond it are dropped, counted; a poll
@@ -226,6 +227,8 @@ class Agent:
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
         it, and the feed reports each acknowledgement once)."""
+        self.claimed_untracked: dict[str, tuple[float, float]] = {}
+        """Topics claims named that are not tracked here yet -> (next lookup, give up after), monotonic."""
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
         """States to publish at the end of the observe step, per namespace."""
         self.ready = False
@@ -570,6 +573,32 @@ class Agent:
                 except queue.Empty:
                     break
                 self.handle_control(message.data, topic=topic, now=now)
+        self._track_claimed(now)
+
+    def _track_claimed(self, now: Now) -> None:
+        """Start tracking the topics other regions claimed on that discovery has not found here yet: each
+        looked up alone (one admin call, not a discovery pass) and tracked with its subscriptions if it
+        exists here; one that does not (replication has not created it yet) is looked up again every
+        REDISCOVER_FOR_FEED_S for CLAIMED_LOOKUP_S (the claims' periodic resync brings it back later)."""
+        for topic, (next_at, give_up_at) in list(self.claimed_untracked.items()):
+            if topic in self.topics or now.mono >= give_up_at:
+                del self.claimed_untracked[topic]
+                continue
+            if now.mono < next_at or namespace_of(topic) not in self.namespaces:
+                continue
+            try:
+                stats = self.effector.admin().topic_stats(topic)
+            except adm.AdminError:  # not there yet (404), or the admin API failing: the next round asks again
+                self.claimed_untracked[topic] = (now.mono + REDISCOVER_FOR_FEED_S, give_up_at)
+                continue
+            del self.claimed_untracked[topic]
+            self._track_topic(topic, now)
+            for name, (consumers, kind) in discovering.subscriptions_of(self.config, topic, stats).items():
+                state = self.subs.setdefault((topic, name), Subscription(topic, name))
+                state.exists = True
+                state.consumers = consumers
+                state.learn_kind(kind)
+            self.stats.inc("tracked_from_claims")
 
     def handle_control(self, data: bytes, *, topic: str, now: Now) -> None:
         opened = envelopes.open_envelope(self.key, data)
@@ -602,6 +631,11 @@ class Agent:
         state.received_from[message.region] = now.wall
         state.announced = True
         if message.topic not in self.topics:
+            if (
+                discovering.synced_topic(self.config, message.topic)
+                and len(self.claimed_untracked) < MAX_UNOBSERVED
+            ):
+                self.claimed_untracked.setdefault(message.topic, (now.mono, now.mono + CLAIMED_LOOKUP_S))
             self._rediscover_soon(now, "rediscover_for_claims")
         if merged != state.received:
             state.received = merged

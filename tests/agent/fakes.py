@@ -75,6 +75,8 @@ class FakeRegion:
         return [t for t in self.topics if discovering.namespace_of(t) == namespace]
 
     def topic_stats(self, topic: str, **_: Any) -> dict[str, Any]:
+        if topic not in self.topics:
+            raise adm.AdminNotFound(f"404 topic {topic} not found")
         subs = {
             name: {
                 "type": "Shared",

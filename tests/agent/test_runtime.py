@@ -346,6 +346,17 @@ def test_a_claim_for_a_topic_not_tracked_yet_asks_for_discovery_at_once() -> Non
     b.agent._take_claims(claim, Now(b.clock, b.clock))
     assert b.agent.rediscover.is_set()
     assert b.agent.stats.counters["rediscover_for_claims"] == 1
+    b.step(0.1)  # replication has not created the topic here yet: nothing tracked, asked again later
+    assert fresh not in b.agent.topics
+    b.region.topics[fresh] = [Position(31, 0)]
+    b.region.cursors[(fresh, "other")] = AckState.of(Position(31, -1))
+    b.step(0.1)  # too soon to ask again
+    assert fresh not in b.agent.topics
+    b.step(1.0)  # looked up alone (no discovery pass): tracked with the subscriptions it has here
+    assert fresh in b.agent.topics
+    assert b.agent.stats.counters["tracked_from_claims"] == 1
+    assert b.agent.subs[(fresh, "other")].exists
+    assert ("create", fresh, SUB) in b.region.calls  # the claimed one: created in the same round
 
 
 def test_a_subscription_created_with_its_traffic_is_claimed_as_soon_as_its_entries_are_read() -> None:
