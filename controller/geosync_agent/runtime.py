@@ -406,10 +406,20 @@ class Agent:
             self._translate_again(frozenset(grown), now)
 
     def _translate_again(self, topics: frozenset[str], now: Now) -> None:
-        """Claim what a translation left out now that the tail has read it (published with this round's
-        states): a cursor that acknowledged a burst before the tail got to it waits for nothing else."""
+        """Claim what a translation left out once the tail has read as far as the cursor acknowledged
+        (published with this round's states): a cursor that acknowledged a burst before the tail got to it
+        waits for nothing else. Not at every step of the tail: under steady load cursors run just ahead of
+        it all the time, and their next feed report translates them anyway."""
         for state in self.subs.values():
-            if state.incomplete_at is not None and state.exists and state.topic in topics:
+            if (
+                state.incomplete_at is None
+                or not state.exists
+                or state.topic not in topics
+                or state.cursor is None
+            ):
+                continue
+            last = self.topics[state.topic].tail.last
+            if last is not None and last >= state.cursor.reach:
                 self._publish(state, force=False, now=now)
 
     def _lookup_origin(self, topic: str, local: Position) -> str | None:
