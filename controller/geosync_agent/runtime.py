@@ -26,6 +26,7 @@ nothing; unsigned, altered, replayed or malformed control messages change nothin
 
 from __future__ import annotations
 
+import bisect
 import logging
 import queue
 import random
@@ -487,10 +488,11 @@ class Agent:
         if floor is not None and local < floor:
             return None  # below what the interceptor still records (restarted broker, evicted runs)
         for attempt in range(2):
-            for run in self.plugin_runs.get(topic, ()):
-                if run.covers(local.ledger, local.entry):
-                    self.stats.inc("origin_plugin_hits")
-                    return run
+            runs = self.plugin_runs.get(topic, [])
+            i = bisect.bisect_right(runs, (local.ledger, local.entry), key=_run_start) - 1
+            if i >= 0 and runs[i].covers(local.ledger, local.entry):
+                self.stats.inc("origin_plugin_hits")
+                return runs[i]
             if attempt:
                 break
             asked = self.plugin_asked.get(topic)
@@ -509,7 +511,7 @@ class Agent:
             except adm.AdminError as e:
                 log.warning("interceptor origin index unavailable: %s", e)
                 return None
-            self.plugin_runs[topic] = runs
+            self.plugin_runs[topic] = sorted(runs, key=_run_start)  # disjoint: found by bisection
             if runs and Position(runs[0].ledger, runs[0].first) > local:
                 # Asked from ``local``, answered from later: nothing at or below ``local`` is recorded.
                 self.plugin_floor[topic] = Position(runs[0].ledger, runs[0].first)
@@ -1120,3 +1122,7 @@ class Agent:
                 if s.exists
             ],
         }
+
+
+def _run_start(run: OriginRun) -> tuple[int, int]:
+    return (run.ledger, run.first)
