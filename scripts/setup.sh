@@ -53,3 +53,24 @@ if [ ! -x .venv/bin/promtool ] || [ "$(cat .venv/.promtool-version 2>/dev/null)"
     echo "setup: no Go toolchain: promtool not installed (the chart's rule tests will be skipped)" >&2
   fi
 fi
+
+# toxiproxy-server (the lab's WAN: latency, jitter, bandwidth and partitions between regions, see
+# 'geoctl lab wan'): a pinned Go build into the venv's bin, under the name its releases use.
+TOXIPROXY_VERSION=v2.12.0
+if [ ! -x .venv/bin/toxiproxy-server ] || [ "$(cat .venv/.toxiproxy-version 2>/dev/null)" != "$TOXIPROXY_VERSION" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  if [ -x "$GO" ]; then
+    echo "setup: toxiproxy-server $TOXIPROXY_VERSION (go install; first time: about a minute)"
+    gobin=$(mktemp -d)
+    if GOBIN="$gobin" "$GO" install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
+        && mv "$gobin/server" .venv/bin/toxiproxy-server; then
+      echo "$TOXIPROXY_VERSION" > .venv/.toxiproxy-version
+    else
+      # Labs boot without it (replication then goes straight between regions; 'geoctl lab wan' says why).
+      echo "setup: building toxiproxy-server failed: labs will boot without a WAN (no 'geoctl lab wan')" >&2
+    fi
+    rm -rf "$gobin"
+  else
+    echo "setup: no Go toolchain: toxiproxy-server not installed (labs will boot without a WAN)" >&2
+  fi
+fi
