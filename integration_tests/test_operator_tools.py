@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import pathlib
+import socket
 import uuid
 
 import pulsar
 from click.testing import CliRunner
 
 from geoctl.cli import main
-from geoctl.errors import EXIT_UNHEALTHY
+from geoctl.errors import EXIT_UNHEALTHY, EXIT_UNKNOWN
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from integration_tests.helpers import Lab, produce, read_all, wait_for
@@ -112,6 +113,49 @@ def test_failover_check_reports_the_cost_of_an_unsynced_subscription(lab: Lab, u
     mine = next(s for s in data["subscriptions"] if s["subscription"] == sub)
     assert mine["duplicates"] == 12
     assert any("has not applied 12" in w for w in mine["wait_for"])
+
+
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_failover_check_cannot_tell_with_the_source_unreachable(
+    lab: Lab, unique: str, tmp_path: pathlib.Path
+) -> None:
+    """With b in step, a check that cannot read a used to say SAFE from what b alone shows. It must say it
+    cannot tell (exit 8), with what b knows for a forced failover. The lab's region a keeps running: the
+    check gets a copy of the topology whose admin URL for a nobody listens on."""
+    topic = f"persistent://geo/ab/ops-down-{unique}"
+    sub = f"ops-down-{unique}"
+    lab.admin("a").create_subscription(topic, sub)
+    produce(lab.service_url("a"), topic, [f"d{i}".encode() for i in range(10)])
+    assert len(read_all(lab.service_url("b"), topic, expect=10)) == 10
+    _consume_some(lab.service_url("a"), topic, sub, take=10, skip=1000)
+    scope = ["--from", "a", "--to", "b", "--namespace", "geo/ab", "--subscription", sub, "-o", "json"]
+    waiting = ["--wait", "--timeout", "60", "--interval", "1"]
+    code, out = run("failover", "check", "--topology", str(lab.dir), *scope, *waiting)
+    assert (code, json.loads(out)["verdict"]) == (0, "safe"), out  # both regions read: b is in step
+
+    topology = json.loads((lab.dir / "topology.json").read_text())
+    topology["regions"]["a"]["admin_url"] = f"http://127.0.0.1:{_unused_port()}"
+    dead = tmp_path / "topology.json"
+    dead.write_text(json.dumps(topology))
+    code, out = run("failover", "check", "--topology", str(dead), *scope)
+    data = json.loads(out)
+    assert code == EXIT_UNKNOWN, out
+    assert (data["verdict"], data["safe"]) == ("unknown", False)
+    assert data["unread"]["a"].startswith("unreachable ("), data["unread"]
+    [standby] = [s for s in data["standby"] if s["subscription"] == sub]
+    assert standby["exists"] is True
+    assert standby["received_from_source_at"] is not None  # b's agent heard a's acknowledgements
+    assert data["agents"]["b"]["ready"] is True
+
+    code, out = run("failover", "check", "--topology", str(dead), *scope[:-2])
+    assert code == EXIT_UNKNOWN
+    assert "CANNOT TELL whether consumers can move from a to b: region a unreachable (" in out
+    assert "forced failover" in out
 
 
 def test_tenant_migration_keeps_consumers_positions(lab: Lab, tmp_path: pathlib.Path) -> None:

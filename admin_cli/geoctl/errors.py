@@ -2,7 +2,9 @@
 
 Exit codes: 1 generic failure, 2 usage (click), 3 lab error, 4 admin API refused the request,
 5 region unreachable, 6 unhealthy (a status check found a problem, or ``policies diff`` found regions
-that disagree).
+that disagree; ``failover check``: not safe), 7 drift found (``audit drift --fail-on-drift``),
+8 cannot tell (``failover check``, ``tenants migrate``: a region, above all the one consumers would leave,
+could not be read, so whether a move is safe is unknown; never reported as safe).
 
 A refusal with one of the statuses Pulsar uses for namespace policies (PIP-321) has its own code, the
 same whether ``geoctl`` found the problem before calling the broker or the broker answered it:
@@ -21,6 +23,7 @@ EXIT_LAB = 3
 EXIT_REFUSED = 4
 EXIT_UNREACHABLE = 5
 EXIT_UNHEALTHY = 6
+EXIT_UNKNOWN = 8
 EXIT_BAD_REQUEST = 10
 EXIT_FORBIDDEN = 11
 EXIT_NOT_FOUND = 12

@@ -4,6 +4,14 @@ A move is safe when, for every replicated subscription of the namespaces both re
 region has applied everything the source acknowledged (no duplicates), nothing the source's producers
 wrote is still waiting to be replicated to the target, and the target's agent is up and ready. Otherwise
 the verdict lists, per subscription, what it would cost now (duplicates) and what to wait for.
+
+A verdict is one of three (``Verdict.outcome``): safe, not safe, or unknown. It is unknown whenever
+something could not be read, above all the source region: what the source acknowledged is known only
+there, and the target alone may look in step while proving nothing. ``failover check`` exits 8 on it,
+``tenants migrate`` refuses to switch on it, and the client provider counts it as not exact: one notion.
+With the source down, the verdict gives what the target knows by itself (``standby``: when its agent
+last received the source's acknowledgements, when it last applied) for an operator who fails over
+because the source is down: a forced failover, whose duplicates nobody can count until the source is back.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import click
 import requests
@@ -27,11 +35,24 @@ from rich.console import Console
 from rich.table import Table
 
 from geoctl import access, observing, providing
-from geoctl.errors import EXIT_BY_STATUS, EXIT_REFUSED, EXIT_UNHEALTHY, EXIT_UNREACHABLE, GeoctlError
+from geoctl.errors import (
+    EXIT_BY_STATUS,
+    EXIT_REFUSED,
+    EXIT_UNHEALTHY,
+    EXIT_UNKNOWN,
+    EXIT_UNREACHABLE,
+    GeoctlError,
+)
 from geoctl.output import emit, output_option
 from geosync_core import switching
 
 err = Console(stderr=True, highlight=False)
+
+Outcome = Literal["safe", "not-safe", "unknown"]
+SAFE: Outcome = "safe"
+NOT_SAFE: Outcome = "not-safe"
+UNKNOWN: Outcome = "unknown"
+EXIT_BY_OUTCOME = {SAFE: 0, NOT_SAFE: EXIT_UNHEALTHY, UNKNOWN: EXIT_UNKNOWN}
 
 
 @dataclass
@@ -46,19 +67,40 @@ class Verdict:
     checked: int = 0
     """Subscriptions judged (those the source region has)."""
     errors: list[str] = field(default_factory=list)
-    """What could not be read (a region down, a topic unreadable): the verdict covers only the rest."""
+    """What could not be read (a region down, a topic unreadable): the verdict is then unknown."""
+    unread: dict[str, str] = field(default_factory=dict)
+    """Region -> why it could not be read (``unreachable (...)`` when it did not answer)."""
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    standby: list[dict[str, Any]] = field(default_factory=list)
+    """With the source unread: each subscription as the target shows it by itself, with its agent's last
+    state (when it last received the source's acknowledgements, when it last applied)."""
+
+    @property
+    def outcome(self) -> Outcome:
+        """Unknown when anything could not be read, else safe or not safe (``safe`` is what was read)."""
+        if self.errors or self.unread:
+            return UNKNOWN
+        return SAFE if self.safe else NOT_SAFE
+
+    @property
+    def source_unread(self) -> str | None:
+        return self.unread.get(self.source)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "from": self.source,
             "to": self.target,
-            "safe": self.safe,
+            "verdict": self.outcome,
+            "safe": self.outcome == SAFE,
             "duplicates": self.duplicates,
             "subscriptions": self.subscriptions,
             "wait_for": self.wait_for,
             "checked_at": self.checked_at,
             "checked": self.checked,
             "errors": self.errors,
+            "unread": self.unread,
+            "agents": self.agents,
+            "standby": self.standby,
         }
 
 
@@ -116,13 +158,38 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
     return Verdict(
         source=source,
         target=target,
-        safe=safe,
+        safe=safe and not obs.errors,
         duplicates=total,
         subscriptions=subs,
         wait_for=wait,
         checked=checked,
         errors=list(obs.errors),
+        unread=dict(obs.unread),
+        agents={name: view.as_dict() for name, view in obs.agents.items()},
+        standby=_standby(obs, source, target) if source in obs.unread else [],
     )
+
+
+def _standby(obs: observing.Observation, source: str, target: str) -> list[dict[str, Any]]:
+    """What ``target`` shows of each subscription by itself, for a failover with ``source`` unread."""
+    out = []
+    for row in obs.rows:
+        dst = row.cells.get(target)
+        if dst is None:
+            continue
+        out.append(
+            {
+                "topic": row.topic,
+                "subscription": row.subscription,
+                "exists": dst.exists,
+                "backlog": dst.backlog,
+                "consumers": dst.consumers,
+                "received_from_source_at": dst.received_from.get(source),
+                "last_applied_at": dst.last_applied_at,
+                "lag_s": dst.lag_s,
+            }
+        )
+    return out
 
 
 def check(
@@ -132,13 +199,17 @@ def check(
     namespaces: list[str] | None,
     *,
     subscriptions: Collection[str] | None = None,
+    tenant: str | None = None,
 ) -> Verdict:
     """The verdict for moving consumers from ``source`` to ``target`` now, over every replicated
-    subscription of ``namespaces`` (or only those named ``subscriptions``)."""
+    subscription of ``namespaces`` (or of ``tenant``'s, or only those named ``subscriptions``)."""
     obs = observing.observe(
-        {n: sites[n] for n in (source, target)}, namespaces=namespaces, subscriptions=subscriptions
+        {n: sites[n] for n in (source, target)},
+        namespaces=namespaces,
+        tenant=tenant,
+        subscriptions=subscriptions,
     )
-    if not obs.namespaces:
+    if not obs.namespaces and not obs.unread:
         raise GeoctlError(
             f"no namespace is replicated between {source} and {target}"
             + (f" among {', '.join(namespaces)}" if namespaces else "")
@@ -148,13 +219,14 @@ def check(
 
 
 def figures(verdict: Verdict) -> switching.Figures:
-    """A verdict as the figures the client provider decides and records switches by: exact only when
-    everything could be read (with the source region down, what was read may look in step: it proves
-    nothing, and the duplicates it counts are not a prediction, so they are unknown)."""
+    """A verdict as the figures the client provider decides and records switches by: exact only when the
+    verdict is safe, so never when something could not be read (with the source region down, what was read
+    may look in step: it proves nothing, and the duplicates it counts are not a prediction: unknown)."""
+    known = verdict.outcome != UNKNOWN
     return switching.Figures(
-        exact=verdict.safe and not verdict.errors,
+        exact=verdict.outcome == SAFE,
         error="; ".join(verdict.errors[:5]) or None,
-        duplicates=None if verdict.errors else verdict.duplicates,
+        duplicates=verdict.duplicates if known else None,
         in_flight=sum(int(s["in_flight"]) for s in verdict.subscriptions),
         wait_for=tuple(verdict.wait_for),
         checked_at=verdict.checked_at,
@@ -171,6 +243,7 @@ def failover_group() -> None:
 @click.option("--from", "source", required=True, help="Region the consumers are in now.")
 @click.option("--to", "target", required=True, help="Region the consumers would move to.")
 @click.option("--namespace", "namespaces", multiple=True, help="Only this namespace (repeatable).")
+@click.option("--subscription", "subscriptions", multiple=True, help="Only this subscription (repeatable).")
 @click.option("--wait", is_flag=True, help="Block until the move is safe (at most --timeout seconds).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds --wait may take.")
 @click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between checks.")
@@ -181,6 +254,7 @@ def failover_check(  # noqa: PLR0917
     source: str,
     target: str,
     namespaces: tuple[str, ...],
+    subscriptions: tuple[str, ...],
     wait: bool,
     timeout: float,
     interval: float,
@@ -193,23 +267,31 @@ def failover_check(  # noqa: PLR0917
     the target's agent is ready. Consumers still connected in the source are reported (they may still
     acknowledge), but do not make the move unsafe by themselves.
 
-    Exit code 0 when safe, 6 when not (with --wait: when still not safe after --timeout).
+    \b
+    Cannot tell (verdict "unknown") means something could not be read, above all the source region: what
+    its consumers acknowledged is known only there, so nobody can say the move is safe. With the source
+    down the output gives what the target knows by itself (when its agent last received the source's
+    acknowledgements and last applied them): failing over then is a forced failover, whose duplicates
+    cannot be counted until the source answers again.
+
+    \b
+    Exit codes: 0 safe; 6 not safe; 8 cannot tell (a region or topic could not be read); with --wait, the
+    verdict after --timeout. 4 credentials refused, 5 TLS certificate not verified.
     """
     access.pick(sites, source)
     access.pick(sites, target)
     if source == target:
         raise GeoctlError("--from and --to name the same region")
     started = time.monotonic()
-    verdict = check(sites, source, target, list(namespaces) or None)
-    if wait and not verdict.safe:
+    wanted = list(subscriptions) or None
+    verdict = check(sites, source, target, list(namespaces) or None, subscriptions=wanted)
+    if wait and verdict.outcome != SAFE:
         with err.status("waiting until the move is safe…", spinner="dots") if output == "text" else _Null():
-            while not verdict.safe and time.monotonic() - started < timeout:
+            while verdict.outcome != SAFE and time.monotonic() - started < timeout:
                 time.sleep(interval)
-                verdict = check(sites, source, target, list(namespaces) or None)
+                verdict = check(sites, source, target, list(namespaces) or None, subscriptions=wanted)
                 if output == "text":
-                    err.log(
-                        f"{verdict.duplicates} duplicate(s), {len(verdict.wait_for)} thing(s) to wait for"
-                    )
+                    err.log(progress_line(verdict))
     data = verdict.as_dict()
     data["waited_s"] = round(time.monotonic() - started, 1)
 
@@ -227,17 +309,64 @@ def failover_check(  # noqa: PLR0917
             out.print(table)
         for problem in verdict.errors:
             click.echo(f"could not read: {problem}", err=True)
-        if verdict.safe:
+        if verdict.outcome == SAFE:
             click.echo(f"SAFE: consumers can move from {source} to {target} now (0 duplicates)")
-        else:
+        elif verdict.outcome == NOT_SAFE:
             click.echo(
                 f"NOT SAFE: moving from {source} to {target} now would deliver {verdict.duplicates} "
                 "message(s) again; wait for the items above (or 'geoctl failover check --wait')"
             )
+        else:
+            _unknown_text(verdict, out)
 
     emit(data, output, text)
-    if not verdict.safe:
-        raise SystemExit(EXIT_UNHEALTHY)
+    if verdict.outcome != SAFE:
+        raise SystemExit(EXIT_BY_OUTCOME[verdict.outcome])
+
+
+def progress_line(verdict: Verdict) -> str:
+    """One line on where a repeated check stands."""
+    if verdict.outcome == UNKNOWN:
+        return "cannot tell: " + "; ".join(f"region {r} {why}" for r, why in verdict.unread.items())
+    return f"{verdict.duplicates} duplicate(s), {len(verdict.wait_for)} thing(s) to wait for"
+
+
+def _unknown_text(verdict: Verdict, out: Console) -> None:
+    source, target = verdict.source, verdict.target
+    why = "; ".join(f"region {r} {problem}" for r, problem in verdict.unread.items()) or "; ".join(
+        verdict.errors[:3]
+    )
+    click.echo(f"CANNOT TELL whether consumers can move from {source} to {target}: {why}")
+    if verdict.source_unread is None:
+        click.echo(f"nothing is known of what was not read: check again once {target} answers")
+        return
+    if verdict.standby:
+        table = Table(
+            "subscription", f"in {target}", "backlog", f"{source}'s acks last received", "last applied"
+        )
+        for s in verdict.standby:
+            table.add_row(
+                f"{s['topic'].split('://', 1)[-1]} / {s['subscription']}",
+                "yes" if s["exists"] else "no",
+                str(s["backlog"]),
+                _when_or_never(s["received_from_source_at"]),
+                _when_or_never(s["last_applied_at"]),
+            )
+        out.print(f"what {target} shows by itself ({source}'s side is unknown):")
+        out.print(table)
+    for name, agent in verdict.agents.items():
+        state = "alive, ready" if agent["alive"] and agent["ready"] else (agent["error"] or "not ready")
+        click.echo(f"agent of {name}: {state}")
+    click.echo(
+        f"If you are failing over because {source} is down, this is a forced failover: {target} has "
+        f"applied {source}'s acknowledgements only as far as its agent received them (times above); what "
+        f"consumers acknowledged in {source} after that will be delivered again in {target}, and how much "
+        f"cannot be known until {source} answers. Otherwise wait until {source} answers and check again."
+    )
+
+
+def _when_or_never(epoch: float | None) -> str:
+    return "never" if not epoch else _when(epoch)
 
 
 class _Null:

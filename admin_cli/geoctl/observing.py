@@ -20,6 +20,10 @@ for what it is checking, so this module computes it itself, with the same core f
 Topic partitions on which every region reports an empty backlog for every subscription are not read: there
 is nothing above any mark-delete that could differ. The agents' ``/state`` adds what only they know
 (when they last applied, since when they are behind, holes held back while consumers are connected).
+
+What could not be read is kept (``Observation.errors``, and per region ``Observation.unread``): a region
+that did not answer is absent from the rows, and what the others show alone may look in step while
+proving nothing about it.
 """
 
 from __future__ import annotations
@@ -132,15 +136,33 @@ class Observation:
     replication_backlog: dict[tuple[str, str, str], int] = field(default_factory=dict)
     """(topic, from region, to region) -> messages not yet replicated."""
     errors: list[str] = field(default_factory=list)
+    unread: dict[str, str] = field(default_factory=dict)
+    """Region -> the first thing that could not be read there (``unreachable (...)``: it did not answer)."""
     taken_at: float = field(default_factory=time.time)
+
+    def could_not_read(self, region: str, what: str, e: Exception) -> None:
+        self.errors.append(f"region {region}: {what}: {e}")
+        self.unread.setdefault(region, problem(what, e))
+
+
+UNREACHABLE = (adm.AdminTemporary, messaging.MessagingUnavailable, pulsar.ConnectError, pulsar.Timeout)
+
+
+def problem(what: str, e: Exception) -> str:
+    """How a region that could not be read is described: ``unreachable (...)`` when it did not answer."""
+    return f"unreachable ({e})" if isinstance(e, UNREACHABLE) else f"{what}: {e}"
 
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
 
-def synced_namespaces(sites: dict[str, Site], wanted: list[str] | None) -> dict[str, list[str]]:
-    """Namespace -> regions it is replicated to (among the known sites, at least two)."""
+def synced_namespaces(
+    sites: dict[str, Site], wanted: list[str] | None, *, unread: dict[str, str] | None = None
+) -> dict[str, list[str]]:
+    """Namespace -> regions it is replicated to (among the known sites, at least two), as the regions that
+    answer see it; ``unread`` (if given) receives region -> problem for those that did not."""
+    unread = {} if unread is None else unread
     found: dict[str, set[str]] = {}
     for name, site in sites.items():
         admin = site.admin(timeout=5.0)
@@ -159,12 +181,16 @@ def synced_namespaces(sites: dict[str, Site], wanted: list[str] | None) -> dict[
                 f"region {name}: {e}\n  -> set ca_file in --config (top level or for this region)",
                 exit_code=EXIT_UNREACHABLE,
             ) from e
-        except adm.AdminError:
+        except adm.AdminError as e:
+            unread.setdefault(name, problem("cannot list namespaces", e))
             continue
         for ns in names:
             try:
                 clusters = set(admin.replication_clusters(ns))
-            except adm.AdminError:
+            except adm.AdminNotFound:
+                continue  # not a namespace of this region
+            except adm.AdminError as e:
+                unread.setdefault(name, problem(f"cannot read the replication clusters of {ns}", e))
                 continue
             if name in clusters:
                 found.setdefault(ns, set()).update(c for c in clusters if c in sites)
@@ -241,16 +267,22 @@ def observe(
     """Observe every replicated subscription of ``namespaces`` (default: every namespace replicated to at
     least two known regions, optionally only those of ``tenant``), or only those named ``subscriptions``
     (topics without one of them are not read at all)."""
-    spread = synced_namespaces(sites, namespaces)
+    unread: dict[str, str] = {}
+    spread = synced_namespaces(sites, namespaces, unread=unread)
     if tenant is not None:
         spread = {ns: rs for ns, rs in spread.items() if ns.split("/")[0] == tenant}
     agents = {name: probe_agent(site) for name, site in sites.items()}
     obs = Observation(rows=[], agents=agents, namespaces=spread)
+    for region, why in unread.items():
+        obs.errors.append(f"region {region}: {why}")
+        obs.unread[region] = why
     synced = _agent_subscriptions(agents)
     now = time.time()
     for ns, members in spread.items():
         stats: dict[str, dict[str, dict[str, Any]]] = {}  # topic -> region -> stats
         for region in members:
+            if region in unread:  # already failed to answer: asking again only adds its timeouts
+                continue
             admin = sites[region].admin(timeout=5.0)
             try:
                 topics = [
@@ -259,13 +291,13 @@ def observe(
                     if t.startswith("persistent://") and t.split("/")[-1] not in INTERNAL_TOPICS
                 ]
             except adm.AdminError as e:
-                obs.errors.append(f"region {region}: cannot list topics of {ns}: {e}")
+                obs.could_not_read(region, f"cannot list topics of {ns}", e)
                 continue
             for topic in topics:
                 try:
                     stats.setdefault(topic, {})[region] = admin.topic_stats(topic)
                 except adm.AdminError as e:
-                    obs.errors.append(f"region {region}: no stats for {topic}: {e}")
+                    obs.could_not_read(region, f"no stats for {topic}", e)
         for topic, per_region in sorted(stats.items()):
             for src, st in per_region.items():
                 for dst, repl in (st.get("replication") or {}).items():
@@ -303,7 +335,7 @@ def observe(
                         )
                         raw = site.admin(timeout=5.0).internal_stats(topic).get("cursors") or {}
                     except (adm.AdminError, pulsar.PulsarException, messaging.MessagingUnavailable) as e:
-                        obs.errors.append(f"region {region}: cannot read {topic}: {e}")
+                        obs.could_not_read(region, f"cannot read {topic}", e)
                         continue
                     cursors[region] = {
                         name: AckState.parse(

@@ -25,6 +25,12 @@ dropped from the set. ``plan_replicate`` and ``plan_cleanup`` are that rule, pur
 
 ``--dry-run`` shows what each remaining step would do without writing anything; ``--until STEP`` stops
 after a step (e.g. to move producers by hand before the switch).
+
+Sync and switch go on ``failover check``'s verdict only when it is safe. One that cannot tell (the source
+or the target could not be read) is waited out like one that is not safe, up to ``--timeout``, and then
+stops the migration with exit code 8; there is no way to force it: a migration moves a tenant between
+regions that both answer (its last step needs the source), and with the source down the move is a forced
+failover, for which ``failover check`` says what the target knows.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from geoctl import access, failover, observing
-from geoctl.errors import EXIT_REFUSED, EXIT_UNHEALTHY, GeoctlError
+from geoctl.errors import EXIT_REFUSED, EXIT_UNHEALTHY, EXIT_UNKNOWN, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
 from geosync_adapters import admin as adm
 
@@ -295,17 +301,24 @@ def sync(
         while True:
             obs = observing.observe(pair, tenant=tenant)
             verdict = failover.judge(obs, src.name, dst.name)
-            pending = _pre_replication_backlog(src, dst, start)
+            try:
+                pending = _pre_replication_backlog(src, dst, start)
+            except adm.AdminTemporary as e:  # the source not answering: cannot tell, like the check
+                pending = []
+                verdict.errors.append(f"region {src.name}: cannot read the pre-replication backlog: {e}")
+                verdict.unread.setdefault(src.name, observing.problem("cannot read its cursors", e))
             rows = [r for r in obs.rows if src.name in r.cells and r.cells[src.name].exists]
             behind = {(s["topic"], s["subscription"]) for s in verdict.subscriptions if s["duplicates"]}
             progress.update(
                 task,
                 total=max(1, len(rows)),
                 completed=len(rows) - len(behind),
-                description=f"{verdict.duplicates} acknowledgement(s) to apply",
+                description=failover.progress_line(verdict)
+                if verdict.outcome == failover.UNKNOWN
+                else f"{verdict.duplicates} acknowledgement(s) to apply",
             )
             blocked = [w for w in verdict.wait_for if "consumer(s) still connected" not in w]
-            if not blocked and not pending and verdict.safe:
+            if not blocked and not pending and verdict.outcome == failover.SAFE:
                 return verdict
             if time.monotonic() > deadline:
                 verdict.wait_for = [*pending, *verdict.wait_for]
@@ -375,8 +388,18 @@ def migrate(  # noqa: PLR0917
     Before the switch step, stop the tenant's consumers in the source: the switch refuses while any is
     connected there, because they could still acknowledge. The report at the end says what producers,
     consumers and admin tools must change. Progress is saved after every step; after an interruption or
-    a failure run the same command with --resume. Exit codes: 6 sync not reached within --timeout or
-    consumers still connected at the switch (resume later), 4 an admin API refused a change.
+    a failure run the same command with --resume.
+
+    \b
+    Sync and switch need 'failover check' to say safe. When it cannot tell (the source or the target
+    could not be read) they wait up to --timeout like for anything else, then stop: nothing is switched,
+    and there is no override (with the source down, use 'geoctl failover check', which says what the
+    target knows for a forced failover).
+
+    \b
+    Exit codes: 6 sync not reached within --timeout or consumers still connected at the switch (resume
+    later); 8 cannot tell at sync or switch (a region could not be read; resume when it answers);
+    4 an admin API refused a change; 5 a region did not answer a step that writes or reads it.
     """
     src, dst = access.pick(sites, source), access.pick(sites, target)
     if source == target:
@@ -411,7 +434,7 @@ def migrate(  # noqa: PLR0917
                 verdict = sync(
                     sites, src, dst, tenant, start, timeout=timeout, interval=interval, show=text_out
                 )
-                if not verdict.safe:
+                if verdict.outcome != failover.SAFE:
                     raise _NotYet(f"not in step after {timeout:.0f} s", verdict)
                 facts = {"duplicates": verdict.duplicates}
             elif step == "switch":
@@ -419,25 +442,20 @@ def migrate(  # noqa: PLR0917
                     say(f"check: 0 duplicates and no consumer in {source}, then report what clients must do")
                     continue
                 # Agents may still be creating subscriptions they just learned of (e.g. one another region's
-                # consumers acknowledged on): look again until the timeout before giving up.
+                # consumers acknowledged on), a region may not answer for a moment: look again until the
+                # timeout before giving up.
                 deadline = time.monotonic() + timeout
                 while True:
-                    verdict = failover.check({source: src, target: dst}, source, target, None)
-                    verdict.subscriptions = [
-                        s
-                        for s in verdict.subscriptions
-                        if s["topic"].split("://", 1)[-1].startswith(f"{tenant}/")
-                    ]
-                    verdict.wait_for = [w for w in verdict.wait_for if f"{tenant}/" in w]
+                    verdict = failover.check({source: src, target: dst}, source, target, None, tenant=tenant)
                     connected = [w for w in verdict.wait_for if "still connected" in w]
-                    if not verdict.wait_for or connected or time.monotonic() > deadline:
+                    ready = verdict.outcome == failover.SAFE and not verdict.wait_for
+                    if ready or connected or time.monotonic() > deadline:
                         break
                     time.sleep(interval)
-                tenant_wait = verdict.wait_for
-                if tenant_wait:
-                    raise _NotYet(
-                        "consumers still connected in the source" if connected else "not in step", verdict
-                    )
+                if connected:
+                    raise _NotYet("consumers still connected in the source", verdict)
+                if not ready:
+                    raise _NotYet("not in step", verdict)
                 facts = {"duplicates": sum(s["duplicates"] for s in verdict.subscriptions)}
             else:
                 planned = None
@@ -451,19 +469,28 @@ def migrate(  # noqa: PLR0917
             if not dry_run:
                 state.finish(step, **facts)
     except _NotYet as stop:
+        unknown = stop.verdict.outcome == failover.UNKNOWN
         data = {
             "tenant": tenant,
             "done": state.data["done"],
             "stopped": stop.args[0],
+            "verdict": stop.verdict.outcome,
             "wait_for": stop.verdict.wait_for,
+            "unread": stop.verdict.unread,
+            "errors": stop.verdict.errors,
             "state_file": str(path),
         }
+        if unknown:
+            data["stopped"] = "cannot tell whether consumers would keep their place: " + (
+                "; ".join(f"region {r} {why}" for r, why in stop.verdict.unread.items())
+                or "; ".join(stop.verdict.errors[:3])
+            )
         emit(data, output, _stopped_text)
-        raise SystemExit(EXIT_UNHEALTHY) from None
+        raise SystemExit(EXIT_UNKNOWN if unknown else EXIT_UNHEALTHY) from None
     except adm.AdminError as e:
         raise GeoctlError(
             f"{e}; progress is saved in {path}: fix the cause and run again with --resume",
-            exit_code=EXIT_REFUSED,
+            exit_code=EXIT_UNREACHABLE if isinstance(e, adm.AdminTemporary) else EXIT_REFUSED,
         ) from e
     report = (
         client_report(src, dst, tenant, None if verdict is None else verdict.duplicates)
@@ -523,4 +550,6 @@ def _stopped_text(d: dict[str, Any]) -> None:
     click.echo(f"stopped: {d['stopped']}; done so far: {', '.join(d['done']) or 'nothing'}")
     for w in d["wait_for"]:
         click.echo(f"  wait for: {w}")
+    for e in d["errors"]:
+        click.echo(f"  could not read: {e}")
     click.echo(f"progress is saved in {d['state_file']}; run the same command with --resume to continue")

@@ -1,0 +1,250 @@
+"""``failover check``'s three verdicts (safe, not safe, cannot tell) and exit codes, with fake admin APIs.
+
+The case that matters: a region the consumers would leave that does not answer. What the target shows by
+itself may look in step, and used to make the check say SAFE; it must say it cannot tell (exit 8), give
+what the target knows for a forced failover, and stop ``tenants migrate`` before it switches. The same
+check against a real lab with region a's admin URL dead: ``integration_tests/test_operator_tools.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from geoctl import access, failover, observing
+from geoctl.cli import main
+from geoctl.errors import EXIT_UNHEALTHY, EXIT_UNKNOWN
+from geosync_adapters import admin as adm
+from geosync_core import topology as topo
+
+TOPIC = "persistent://geo/ab/orders"
+SUB = "billing"
+RECEIVED_AT = 1_795_000_000.0
+
+
+class Admin:
+    """A region's admin API holding one namespace geo/ab replicated to a and b, with one idle topic."""
+
+    def __init__(self, in_flight_to: dict[str, int] | None = None) -> None:
+        self.in_flight_to = in_flight_to or {}
+
+    def tenants(self) -> list[str]:
+        return ["pulsar", "geo"]
+
+    def namespaces(self, tenant: str) -> list[str]:
+        return ["geo/ab"] if tenant == "geo" else []
+
+    def replication_clusters(self, ns: str) -> list[str]:
+        return ["a", "b"]
+
+    def topics(self, ns: str) -> list[str]:
+        return [TOPIC]
+
+    def topic_stats(self, topic: str) -> dict[str, Any]:
+        return {
+            "subscriptions": {SUB: {"msgBacklog": 0, "consumers": [], "isDurable": True}},
+            "replication": {r: {"replicationBacklog": n} for r, n in self.in_flight_to.items()},
+        }
+
+
+class Dead:
+    """A region whose admin API does not answer: every call fails as the real client's would."""
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*_a: Any, **_k: Any) -> Any:
+            raise adm.AdminTemporary(
+                "GET http://127.0.0.1:9/admin/v2/tenants: ConnectionError: Connection refused"
+            )
+
+        return call
+
+
+def _agent(site: access.Site, *, timeout: float = 3.0) -> access.AgentView:
+    if site.name == "a":
+        return access.AgentView(url="http://127.0.0.1:9", error="ConnectionError: Connection refused")
+    synced = [
+        {
+            "topic": TOPIC,
+            "subscription": SUB,
+            "received_from": {"a": RECEIVED_AT},
+            "last_applied_at": RECEIVED_AT + 1,
+            "behind_since": None,
+        }
+    ]
+    return access.AgentView(url="http://b-agent", alive=True, ready=True, state={"synced": synced})
+
+
+@pytest.fixture
+def regions(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Region name -> its fake admin API (tests replace entries); sites get theirs by name."""
+    table: dict[str, Any] = {"a": Admin(), "b": Admin()}
+    monkeypatch.setattr(access.Site, "admin", lambda self, **_kw: table[self.name])
+    monkeypatch.setattr(observing, "probe_agent", _agent)
+    return table
+
+
+def _topology(tmp_path: pathlib.Path) -> str:
+    path = tmp_path / "topology.json"
+    region = {"service_url": "pulsar://127.0.0.1:9", "admin_url": "http://127.0.0.1:9", "zookeeper": "x:9"}
+    path.write_text(json.dumps({"pulsar_version": "4.0.8", "regions": {"a": region, "b": region}}))
+    return str(path)
+
+
+def check(tmp_path: pathlib.Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        main,
+        ["failover", "check", "--topology", _topology(tmp_path), "--from", "a", "--to", "b", *args],
+        env={"GEOCTL_TOKEN": "", "GEOSYNC_LAB_DIR": ""},
+    )
+    return result.exit_code, result.output
+
+
+def _sites() -> dict[str, access.Site]:
+    def region(name: str) -> topo.Region:
+        return topo.Region(name, "pulsar://127.0.0.1:9", "http://127.0.0.1:9", "127.0.0.1:9")
+
+    return {n: access.Site(name=n, region=region(n)) for n in ("a", "b")}
+
+
+def test_both_regions_in_step_is_safe(regions: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    code, out = check(tmp_path, "-o", "json")
+    data = json.loads(out)
+    assert (code, data["verdict"], data["safe"]) == (0, "safe", True)
+    assert data["unread"] == {}
+    assert data["standby"] == []
+
+
+def test_messages_in_flight_are_not_safe(regions: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    regions["a"] = Admin(in_flight_to={"b": 3})
+    code, out = check(tmp_path, "-o", "json")
+    data = json.loads(out)
+    assert (code, data["verdict"], data["safe"]) == (EXIT_UNHEALTHY, "not-safe", False)
+
+
+def test_with_the_source_unreachable_the_check_cannot_tell(
+    regions: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    regions["a"] = Dead()
+    code, out = check(tmp_path, "-o", "json")
+    data = json.loads(out)
+    assert code == EXIT_UNKNOWN
+    assert (data["verdict"], data["safe"]) == ("unknown", False)
+    assert data["unread"]["a"].startswith("unreachable (")
+    assert "Connection refused" in data["unread"]["a"]
+    assert data["errors"]
+    # What b knows by itself, for an operator failing over because a is down.
+    [standby] = data["standby"]
+    assert (standby["subscription"], standby["exists"]) == (SUB, True)
+    assert standby["received_from_source_at"] == RECEIVED_AT
+    assert standby["last_applied_at"] == RECEIVED_AT + 1
+    assert data["agents"]["a"]["alive"] is False
+    assert data["agents"]["b"]["ready"] is True
+
+
+def test_the_text_says_it_cannot_tell_and_what_a_forced_failover_means(
+    regions: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    regions["a"] = Dead()
+    code, out = check(tmp_path)
+    assert code == EXIT_UNKNOWN
+    assert "SAFE" not in out.replace("NOT SAFE", "")
+    assert "CANNOT TELL whether consumers can move from a to b: region a unreachable (" in out
+    assert "what b shows by itself" in out
+    assert "forced failover" in out
+    assert "agent of b: alive, ready" in out
+
+
+def test_with_the_target_unreachable_the_check_cannot_tell(
+    regions: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    regions["b"] = Dead()
+    code, out = check(tmp_path, "-o", "json")
+    data = json.loads(out)
+    assert (code, data["verdict"]) == (EXIT_UNKNOWN, "unknown")
+    assert set(data["unread"]) == {"b"}
+    assert data["standby"] == []  # only a missing source makes it a forced failover
+    code, out = check(tmp_path)
+    assert "check again once b answers" in out
+
+
+def test_waiting_for_a_region_that_stays_down_ends_unknown(
+    regions: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    regions["a"] = Dead()
+    code, out = check(tmp_path, "--wait", "--timeout", "0.2", "--interval", "0.1", "-o", "json")
+    assert (code, json.loads(out)["verdict"]) == (EXIT_UNKNOWN, "unknown")
+
+
+def test_the_provider_and_the_check_share_one_notion(regions: dict[str, Any]) -> None:
+    regions["a"] = Dead()
+    verdict = failover.check(_sites(), "a", "b", ["geo/ab"])
+    assert verdict.outcome == failover.UNKNOWN
+    said = failover.figures(verdict)
+    assert not said.exact
+    assert said.duplicates is None
+    assert said.error is not None
+    assert "region a" in said.error
+    regions["a"] = Admin()
+    verdict = failover.check(_sites(), "a", "b", ["geo/ab"])
+    assert verdict.outcome == failover.SAFE
+    assert failover.figures(verdict).exact
+
+
+def test_a_verdict_with_anything_unread_is_never_safe() -> None:
+    base = failover.Verdict(source="a", target="b", safe=True, duplicates=0, checked=1)
+    assert base.outcome == failover.SAFE
+    base.unread = {"b": "unreachable (refused)"}
+    assert base.outcome == failover.UNKNOWN
+    assert base.as_dict()["safe"] is False
+    assert failover.EXIT_BY_OUTCOME == {"safe": 0, "not-safe": EXIT_UNHEALTHY, "unknown": EXIT_UNKNOWN}
+
+
+@pytest.mark.parametrize("args", [["failover", "check", "--help"], ["tenants", "migrate", "--help"]])
+def test_help_documents_the_cannot_tell_exit_code(args: list[str]) -> None:
+    out = CliRunner().invoke(main, args).output
+    assert "8 cannot tell" in out
+
+
+def _migrate(tmp_path: pathlib.Path, state: dict[str, Any], until: str) -> tuple[int, dict[str, Any]]:
+    state_file = tmp_path / "migrate.json"
+    state_file.write_text(json.dumps({"tenant": "geo", "from": "a", "to": "b", **state}))
+    args = [
+        "tenants", "migrate", "geo", "--from", "a", "--to", "b", "--topology", _topology(tmp_path),
+        "--state-file", str(state_file), "--resume", "--until", until, "--timeout", "0",
+        "--interval", "0.05", "-o", "json",
+    ]  # fmt: skip
+    result = CliRunner().invoke(main, args, env={"GEOCTL_TOKEN": "", "GEOSYNC_LAB_DIR": ""})
+    return result.exit_code, json.loads(result.output)
+
+
+def test_migration_does_not_switch_when_it_cannot_tell(
+    regions: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    regions["a"] = Dead()
+    code, data = _migrate(tmp_path, {"done": ["copy-metadata", "replicate", "sync"]}, "switch")
+    assert code == EXIT_UNKNOWN
+    assert data["verdict"] == "unknown"
+    assert data["stopped"].startswith("cannot tell whether consumers would keep their place: region a")
+    assert data["done"] == ["copy-metadata", "replicate", "sync"]
+    saved = json.loads((tmp_path / "migrate.json").read_text())
+    assert "switch" not in saved["done"]
+
+
+def test_migration_sync_does_not_pass_when_it_cannot_tell(
+    regions: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
+    regions["a"] = Dead()
+    facts = {"replicate": {"replication_start": {TOPIC: "5:3"}}}
+    code, data = _migrate(tmp_path, {"done": ["copy-metadata", "replicate"], "facts": facts}, "sync")
+    assert (code, data["verdict"]) == (EXIT_UNKNOWN, "unknown")
+    assert data["done"] == ["copy-metadata", "replicate"]
+
+
+def test_migration_switches_when_safe(regions: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    code, data = _migrate(tmp_path, {"done": ["copy-metadata", "replicate", "sync"]}, "switch")
+    assert code == 0, data
+    assert data["done"] == ["copy-metadata", "replicate", "sync", "switch"]
