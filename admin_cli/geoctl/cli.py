@@ -89,13 +89,30 @@ def _regions_arg(_: Any, __: Any, value: str) -> list[str]:
     help="Seconds a region may take to come up before it is reported as failed.",
 )
 @click.option("--no-agents", is_flag=True, help="Do not start a GeoSync agent per region.")
+@click.option(
+    "--wan",
+    "with_wan",
+    is_flag=True,
+    help="Route replication between regions through Toxiproxy (needs toxiproxy-server from "
+    "scripts/setup.sh), so that 'geoctl lab wan' and 'geoctl lab partition' can shape it.",
+)
 @output_option
 @_lab_errors
-def lab_up(regions: list[str], lab_dir: pathlib.Path, deadline: float, no_agents: bool, output: str) -> None:
+def lab_up(
+    *,
+    regions: list[str],
+    lab_dir: pathlib.Path,
+    deadline: float,
+    no_agents: bool,
+    with_wan: bool,
+    output: str,
+) -> None:
     """Boot the lab (a no-op with a message if the same lab is already running in DIR)."""
     report = console.print if output == "text" else (lambda _m: None)
     with console.status("booting regions…", spinner="dots") if output == "text" else _null():
-        result = labs.up(lab_dir, regions, deadline_s=deadline, agents=not no_agents, report=report)
+        result = labs.up(
+            lab_dir, regions, deadline_s=deadline, agents=not no_agents, with_wan=with_wan, report=report
+        )
     data = {
         "topology": str(result.path),
         "already_running": result.already_running,
@@ -203,6 +220,93 @@ def lab_freeze_region(region: str, thaw: bool, lab_dir: pathlib.Path) -> None:
     """Freeze a region with SIGSTOP (a hung host: sockets open, nothing answers), or thaw it."""
     labs.freeze_region(lab_dir, region, frozen=not thaw)
     click.echo(f"region {region}: {'thawed' if thaw else 'frozen'}")
+
+
+@lab.command("wan")
+@click.option(
+    "--latency", default="0ms", show_default=True, help="One-way latency added each way (40ms, 0.1s)."
+)
+@click.option("--jitter", default="0ms", show_default=True, help="Random +/- added to the latency.")
+@click.option("--bandwidth", type=click.IntRange(min=1), default=None, help="Cap in KB/s, each way.")
+@click.option(
+    "--pair",
+    metavar="X,Y",
+    default=None,
+    help="Two regions, e.g. a,b (both directions); without it every pair of the lab.",
+)
+@click.option("--clear", is_flag=True, help="Remove every latency and bandwidth toxic (of --pair, or all).")
+@lab_dir_option
+@output_option
+@_lab_errors
+def lab_wan(
+    *,
+    latency: str,
+    jitter: str,
+    bandwidth: int | None,
+    pair: str | None,
+    clear: bool,
+    lab_dir: pathlib.Path,
+    output: str,
+) -> None:
+    """Shape the WAN between regions of a lab booted with 'geoctl lab up --wan'.
+
+    Replication from region X to region Y goes through a Toxiproxy proxy; this sets its latency, jitter
+    and bandwidth on both directions of a pair (or of every pair), replacing what was set before. Agents,
+    clients and the admin API are not affected: they talk to each region directly. With no shaping
+    option it shows the WAN. Examples:
+
+      geoctl lab wan --latency 40ms --jitter 10ms
+
+      geoctl lab wan --pair a,b --bandwidth 512
+
+      geoctl lab wan --clear
+    """
+    from geosync_lab import wan
+
+    topology = labs.load(lab_dir)
+    chosen = wan.parse_pair(pair, topology.regions) if pair else None
+    shape = wan.Shape(wan.parse_duration_ms(latency), wan.parse_duration_ms(jitter), bandwidth)
+    if clear and shape != wan.Shape():
+        raise GeoctlError("--clear removes the shaping: give it without --latency, --jitter or --bandwidth")
+    if clear or shape != wan.Shape():
+        wan.shape_links(topology, lab_dir, shape, chosen)
+    emit(wan.describe(topology, lab_dir), output, _wan_text)
+
+
+@lab.command("partition")
+@click.argument("x")
+@click.argument("y")
+@click.option("--heal", is_flag=True, help="Reconnect the pair (replication then resumes by itself).")
+@lab_dir_option
+@output_option
+@_lab_errors
+def lab_partition(x: str, y: str, heal: bool, lab_dir: pathlib.Path, output: str) -> None:
+    """Cut replication between regions X and Y, both ways (or reconnect them with --heal).
+
+    Needs a lab booted with 'geoctl lab up --wan'. The two Toxiproxy proxies of the pair are disabled: their
+    connections close and new ones are refused, as if the link were down. Agents, clients and the admin
+    API still reach both regions directly.
+    """
+    from geosync_lab import wan
+
+    topology = labs.load(lab_dir)
+    pair = wan.check_pair(x, y, topology.regions)
+    wan.partition(topology, lab_dir, pair, heal=heal)
+    emit(wan.describe(topology, lab_dir), output, _wan_text)
+
+
+def _wan_text(d: dict[str, Any]) -> None:
+    table = Table("proxy", "state", "listen", "upstream", "toxics")
+    for name, p in d.items():
+        shaped = (
+            "; ".join(
+                t.removeprefix("wan-") + " " + " ".join(f"{k}={v}" for k, v in sorted(attrs.items()))
+                for t, attrs in sorted(p["toxics"].items())
+            )
+            or "-"
+        )
+        table.add_row(name, "up" if p["enabled"] else "CUT", p["listen"], p["upstream"], shaped)
+    Console().print(table)
 
 
 # -- demo ------------------------------------------------------------------------------------------

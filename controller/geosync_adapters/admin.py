@@ -307,8 +307,14 @@ class AdminClient:
     def clusters(self, **kw: Any) -> list[str]:
         return list(self.get("/admin/v2/clusters", **kw) or [])
 
-    def upsert_cluster(self, name: str, *, service_url: str, broker_service_url: str) -> None:
+    def upsert_cluster(
+        self, name: str, *, service_url: str, broker_service_url: str, listener_name: str | None = None
+    ) -> None:
+        """Create or update a peer cluster; ``listener_name`` picks which of the peer's advertised
+        listeners this region's replicators are sent to by lookups (the lab's WAN proxies)."""
         body = {"serviceUrl": service_url, "brokerServiceUrl": broker_service_url}
+        if listener_name:
+            body["listenerName"] = listener_name
         try:
             self.put(f"/admin/v2/clusters/{name}", body)
         except AdminConflict:

@@ -68,6 +68,8 @@ class Topology:
     regions: dict[str, Region]
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     agents: dict[str, Agent] = field(default_factory=dict)
+    # A lab's WAN (its Toxiproxy server and one proxy per ordered pair of regions); empty without one.
+    wan: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def region(self, name: str) -> Region:
         try:
@@ -77,7 +79,7 @@ class Topology:
             raise TopologyError(f"unknown region {name!r}; this topology has: {known}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "pulsar_version": self.pulsar_version,
             "regions": {name: r.to_dict() for name, r in self.regions.items()},
             "namespaces": {
@@ -86,6 +88,9 @@ class Topology:
             },
             "agents": {name: {"pid": a.pid, "config": a.config} for name, a in self.agents.items()},
         }
+        if self.wan:
+            out["wan"] = self.wan
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
@@ -141,7 +146,8 @@ def from_dict(data: Any) -> Topology:
         name: Agent(region=name, pid=raw.get("pid"), config=str(raw.get("config", "")))
         for name, raw in (data.get("agents") or {}).items()
     }
-    return Topology(pulsar_version=version, regions=regions, namespaces=namespaces, agents=agents)
+    wan = dict(data.get("wan") or {})
+    return Topology(pulsar_version=version, regions=regions, namespaces=namespaces, agents=agents, wan=wan)
 
 
 def from_json(text: str) -> Topology:

@@ -4,7 +4,8 @@
 after another even on two cores), then wires them: every region registers every other as a peer cluster,
 tenant ``geo`` is allowed on all regions, namespaces ``geo/ab`` and ``geo/abc`` are created in each of
 their regions with ``allowed_clusters`` and replication clusters set, and ``up`` waits until every
-replicator is connected. ``down`` stops exactly the processes recorded in the topology, after checking
+replicator is connected. With ``wan`` replication between regions goes through Toxiproxy (see ``wan``).
+``down`` stops exactly the processes recorded in the topology, after checking
 that each pid is still ours.
 """
 
@@ -31,7 +32,7 @@ import yaml
 
 from geosync_adapters.admin import NO_RETRY, AdminClient, AdminError
 from geosync_core import topology as topo
-from geosync_lab import distribution, plugins, regions
+from geosync_lab import distribution, plugins, regions, wan
 from geosync_lab.errors import LabError
 
 TENANT = "geo"
@@ -109,13 +110,17 @@ def _boot_region(
     attempts: int = 3,
     extra_conf: dict[str, str] | None = None,
     token: str | None = None,
+    wan_layout: dict[str, Any] | None = None,
 ) -> tuple[regions.RegionProcess, int, RegionBoot]:
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
         proc = regions.RegionProcess(name=name, root=root, ports=regions.pick_ports(taken))
         taken.update(proc.ports.as_dict().values())
         started = time.monotonic()
-        pid = regions.start(home, proc, extra_conf=extra_conf)
+        conf = dict(extra_conf or {})
+        if wan_layout:
+            conf.update(wan.advertised_listeners(name, proc.ports.broker, wan_layout))
+        pid = regions.start(home, proc, extra_conf=conf)
         try:
             regions.wait_ready(proc, pid, deadline_s=deadline_s, token=token)
         except regions.RegionDied as e:
@@ -138,13 +143,26 @@ def _boot_region(
 
 
 def _wire(
-    procs: dict[str, regions.RegionProcess], namespaces: dict[str, tuple[str, ...]], report: Report
+    procs: dict[str, regions.RegionProcess],
+    namespaces: dict[str, tuple[str, ...]],
+    report: Report,
+    wan_record: dict[str, Any] | None = None,
 ) -> None:
     names = list(procs)
     admins = {n: p.admin() for n, p in procs.items()}
     for name, admin in admins.items():
         for peer in names:
-            if peer != name:
+            if peer == name:
+                continue
+            if wan_record:
+                # Replicators from here to the peer go through the proxy name->peer (see wan).
+                admin.upsert_cluster(
+                    peer,
+                    service_url=procs[peer].admin_url,
+                    broker_service_url=wan.proxy_service_url(wan_record, name, peer),
+                    listener_name=wan.listener_name(name),
+                )
+            else:
                 admin.upsert_cluster(
                     peer, service_url=procs[peer].admin_url, broker_service_url=procs[peer].service_url
                 )
@@ -199,9 +217,13 @@ def up(
     deadline_s: float = 240.0,
     agents: bool = True,
     batch_index_acks: bool | None = None,
+    with_wan: bool = False,
     report: Report = _silent,
 ) -> UpResult:
     """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there.
+
+    ``with_wan`` routes replication between regions through a Toxiproxy server of the lab (``wan``), so
+    that ``geoctl lab wan`` and ``geoctl lab partition`` can shape it; LabError if Toxiproxy is missing.
 
     ``batch_index_acks`` sets the brokers' ``acknowledgmentAtBatchIndexLevelEnabled`` (None: on, unless
     ``GEOSYNC_BATCH_INDEX_ACKS=0``); the choice is recorded per region in the topology (``lab``
@@ -225,6 +247,11 @@ def up(
                 hint=f"stop it with 'geoctl lab down --dir {lab_dir}' or choose another --dir",
             )
     distribution.check_java()
+    if with_wan and wan.server_binary() is None:
+        raise LabError(
+            "--wan needs toxiproxy-server, which is not installed",
+            hint="run scripts/setup.sh (it builds it with Go), or boot without --wan",
+        )
     home = distribution.ensure_pulsar()
     # Built (or taken from the cache) once, before the parallel boots; every region loads the same NAR.
     if batch_index_acks is None:
@@ -234,6 +261,13 @@ def up(
     lab_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     taken: set[int] = set()
+    wan_layout: dict[str, Any] | None = None
+    if with_wan:
+        # Chosen before the boots: each region advertises its peers' proxy ports as listeners.
+        n_proxies = len(region_names) * (len(region_names) - 1)
+        ports = regions.free_ports(n_proxies + 1)
+        taken.update(ports)
+        wan_layout = wan.layout(region_names, ports[0], ports[1:])
     booted: dict[str, tuple[regions.RegionProcess, int, RegionBoot]] = {}
     report(
         f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}: "
@@ -242,7 +276,14 @@ def up(
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(region_names)) as pool:
         futures = {
             pool.submit(
-                _boot_region, home, lab_dir / "regions" / n, n, taken, deadline_s=deadline_s, extra_conf=extra
+                _boot_region,
+                home,
+                lab_dir / "regions" / n,
+                n,
+                taken,
+                deadline_s=deadline_s,
+                extra_conf=extra,
+                wan_layout=wan_layout,
             ): n
             for n in region_names
         }
@@ -260,6 +301,16 @@ def up(
             regions.stop(pid, regions.region_marker(proc), grace_s=5)
         raise LabError("\n".join(errors))
     procs = {n: booted[n][0] for n in region_names}
+    wan_record: dict[str, Any] = {}
+    if wan_layout:
+        wan_record = wan.with_upstreams(wan_layout, {n: p.ports.broker for n, p in procs.items()})
+        try:
+            wan_record["pid"] = wan.start_server(lab_dir, wan_record)
+        except LabError:
+            for proc, pid, _ in booted.values():
+                regions.stop(pid, regions.region_marker(proc), grace_s=5)
+            raise
+        report(f"wan: toxiproxy-server at {wan_record['api']}, {len(wan_record['proxies'])} proxies")
     namespaces = topo.lab_namespaces(region_names)
     topology = topo.Topology(
         pulsar_version=distribution.PULSAR_VERSION,
@@ -276,10 +327,11 @@ def up(
             for n, p in procs.items()
         },
         namespaces={ns: topo.Namespace(name=ns, regions=m) for ns, m in namespaces.items()},
+        wan=wan_record,
     )
     path = save(lab_dir, topology)
     try:
-        _wire(procs, namespaces, report)
+        _wire(procs, namespaces, report, wan_record)
         wait_replication(topology, report=report)
     except (AdminError, LabError) as e:
         raise LabError(
@@ -438,10 +490,14 @@ def down(lab_dir: pathlib.Path, *, report: Report = _silent) -> dict[str, str]:
             regions.signal_region(pid, regions.region_marker(proc), signal.SIGCONT)
             outcome[f"region {name}"] = regions.stop(pid, regions.region_marker(proc))
             report(f"region {name}: {outcome[f'region {name}']}")
+    if topology.wan:
+        outcome["wan"] = wan.stop_server(lab_dir, topology.wan)
+        report(f"wan: {outcome['wan']}")
     stopped = replace(
         topology,
         regions={n: replace(r, pids=()) for n, r in topology.regions.items()},
         agents={n: replace(a, pid=None) for n, a in topology.agents.items()},
+        wan={**topology.wan, "pid": None} if topology.wan else {},
     )
     save(lab_dir, stopped)
     return outcome
@@ -474,6 +530,8 @@ def start_region(lab_dir: pathlib.Path, name: str, *, deadline_s: float = 240.0)
     # Labs written before the setting was recorded ran with Pulsar 4.0's default (off).
     batch_index_acks = bool(region.lab.get("batch_index_acks", False))
     extra = {**plugins.plugin_conf(plugins.ensure_plugins()), **regions.batch_index_conf(batch_index_acks)}
+    if topology.wan:
+        extra.update(wan.advertised_listeners(name, proc.ports.broker, topology.wan))
     pid = regions.start(distribution.ensure_pulsar(topology.pulsar_version), proc, extra_conf=extra)
     topology = replace(topology, regions={**topology.regions, name: replace(region, pids=(pid,))})
     save(lab_dir, topology)
