@@ -16,7 +16,13 @@ default) runs it with producers batching off and on; batched, consumers acknowle
 check the message's batch index in b's cursor through the plugin's cursor endpoint. Also: agent CPU seconds
 and bytes the agents' readers read, during the run.
 
-Without ``--lab`` a fresh three-region lab is booted in a temporary directory and stopped at the end.
+``--wan-latency 40ms`` (a lab booted with ``geoctl lab up --wan``) sets that one-way latency on every pair
+of regions (``geoctl lab wan``) for the load runs and clears it after; the table then also shows each
+mechanism's own cost: lag minus the one-way latency, the least any sync from a to b can take. The failover
+scenarios (which need region c) are not run then.
+
+Without ``--lab`` a fresh three-region lab is booted in a temporary directory and stopped at the end
+(two regions, a and b, with a WAN, when ``--wan-latency`` is given).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from geosync_adapters.messaging import REPL_SOURCE_POSITION
 from geosync_core import topology as topo
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from geosync_lab import failover, labs
+from geosync_lab import failover, labs, wan
 from geosync_lab.probes import acknowledged, copies, percentile
 
 console = Console(width=170)
@@ -314,9 +320,9 @@ def load_run(
     return run
 
 
-def pct(values: list[float], q: float) -> str:
+def pct(values: list[float], q: float, *, minus_ms: int = 0) -> str:
     value = percentile(values, q)
-    return "-" if value is None else f"{value * 1000:.0f} ms"
+    return "-" if value is None else f"{value * 1000 - minus_ms:.0f} ms"
 
 
 def main() -> None:
@@ -333,11 +339,23 @@ def main() -> None:
         default="off,on",
         help="load runs with producers batching off and/or on (batch-index acknowledgements with it)",
     )
+    parser.add_argument(
+        "--wan-latency",
+        default=None,
+        help="one-way latency between every pair of regions during the load runs, e.g. 40ms (a --wan lab)",
+    )
     args = parser.parse_args()
-    with labs.given_or_booted(args.lab, ["a", "b", "c"], report=console.print) as lab_dir:
+    latency_ms = wan.parse_duration_ms(args.wan_latency) if args.wan_latency else 0
+    names = ["a", "b"] if args.wan_latency else ["a", "b", "c"]
+    with labs.given_or_booted(
+        args.lab, names, with_wan=bool(args.wan_latency), report=console.print
+    ) as lab_dir:
         topology = labs.load(lab_dir)
         console.print(f"Pulsar {topology.pulsar_version}; machine: {psutil.cpu_count()} cores")
-        if not args.skip_scenarios:
+        if args.wan_latency:
+            # Checked (and the lab's WAN found) before any load: a lab without one fails here.
+            wan.shape_links(topology, lab_dir, wan.Shape(), None)
+        if not args.skip_scenarios and not args.wan_latency:
             table = Table(
                 "scenario",
                 "mechanism",
@@ -370,7 +388,8 @@ def main() -> None:
             "lag p99",
             "probes",
             "not synced in 10 s",
-            "agent CPU s (a+b+c)",
+            *(["own cost p50", "own cost p99"] if latency_ms else []),
+            f"agent CPU s ({'+'.join(topology.regions)})",
             "agent bytes read",
         )
         for mode, batching in [
@@ -378,15 +397,21 @@ def main() -> None:
         ]:
             before = agent_usage(lab_dir, topology)
             started = time.monotonic()
-            run = load_run(
-                topology,
-                mode=mode,
-                duration=args.duration,
-                n_topics=args.topics,
-                n_subs=args.subs,
-                rate=args.rate,
-                batching=batching,
-            )
+            if latency_ms:
+                wan.shape_links(topology, lab_dir, wan.Shape(latency_ms=latency_ms), None)
+            try:
+                run = load_run(
+                    topology,
+                    mode=mode,
+                    duration=args.duration,
+                    n_topics=args.topics,
+                    n_subs=args.subs,
+                    rate=args.rate,
+                    batching=batching,
+                )
+            finally:
+                if latency_ms:
+                    wan.shape_links(topology, lab_dir, wan.Shape(), None)
             elapsed = time.monotonic() - started
             after = agent_usage(lab_dir, topology)
             cpu = sum(after[n][0] - before[n][0] for n in after)
@@ -399,6 +424,11 @@ def main() -> None:
                 pct(run.lags, 0.99),
                 str(len(run.lags)),
                 str(run.timeouts),
+                *(
+                    [pct(run.lags, 0.5, minus_ms=latency_ms), pct(run.lags, 0.99, minus_ms=latency_ms)]
+                    if latency_ms
+                    else []
+                ),
                 f"{cpu:.1f} in {elapsed:.0f} s",
                 f"{read:,}",
             )
@@ -406,6 +436,11 @@ def main() -> None:
         console.print(
             "lag = acknowledged in a -> shown acknowledged by b's cursor (internalStats; batched: the "
             "message's batch index, through the plugin's cursor endpoint)"
+            + (
+                f"; own cost = lag - {latency_ms} ms one-way latency between the regions"
+                if latency_ms
+                else ""
+            )
         )
 
 

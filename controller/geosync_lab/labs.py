@@ -604,7 +604,7 @@ def dump_json(data: Any) -> str:
 
 @contextlib.contextmanager
 def given_or_booted(
-    lab_dir: pathlib.Path | None, names: list[str], *, report: Report = _silent
+    lab_dir: pathlib.Path | None, names: list[str], *, with_wan: bool = False, report: Report = _silent
 ) -> Iterator[pathlib.Path]:
     """``lab_dir`` if given (left running), else a lab booted in a temporary directory for the block and
     stopped after it (benchmarks' ``--lab``)."""
@@ -614,7 +614,7 @@ def given_or_booted(
     with tempfile.TemporaryDirectory(prefix="geosync-bench-") as tmp:
         booted = pathlib.Path(tmp)
         report("booting a lab of regions " + ", ".join(names) + "…")
-        up(booted, names)
+        up(booted, names, with_wan=with_wan)
         try:
             yield booted
         finally:
