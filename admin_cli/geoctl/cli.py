@@ -183,6 +183,10 @@ def lab_status(lab_dir: pathlib.Path, output: str) -> None:
             )
             table.add_row(name, r["process"], r.get("admin", "-"), repl or "-", f"{r['rss_mb']:.0f}")
         Console().print(table)
+        if "wan" in d:
+            click.echo(
+                f"wan: toxiproxy-server {d['wan']['process']} ({d['wan']['api']}); see 'geoctl lab wan'"
+            )
         click.echo("healthy" if d["healthy"] else "UNHEALTHY")
 
     emit(data, output, text)

@@ -595,6 +595,11 @@ def status(lab_dir: pathlib.Path) -> dict[str, Any]:
         and all(isinstance(v, dict) and all(v.values()) for v in r.get("replication", {}).values())
         for r in out["regions"].values()
     )
+    if topology.wan:
+        # Replication crosses the WAN: without its server no replicator can connect.
+        running = wan.owns_server(lab_dir, topology.wan)
+        out["wan"] = {"api": topology.wan["api"], "process": "running" if running else "stopped"}
+        out["healthy"] = out["healthy"] and running
     return out
 
 
