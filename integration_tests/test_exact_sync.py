@@ -317,6 +317,43 @@ def _everything() -> OriginAcks:
     return OriginAcks.of({"a": [Span(ledger, 0, 10**6) for ledger in range(200)]})
 
 
+def test_genuine_messages_copied_onto_a_control_topic_do_not_block_its_claims(lab: Lab, unique: str) -> None:
+    """Issue 14: with produce permission only (no key), copy genuine signed envelopes onto geo/ab's control
+    topic: a policy-mirror event (here with a sequence number far above the agent's) and a's states for a
+    topic of another namespace. b refuses both as misplaced, its replay guard for a does not jump, and a's
+    next claims are still applied (they were refused until a restart before)."""
+    key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
+    control = f"persistent://geo/ab/{labs.CONTROL_TOPIC}"
+    before = _agent_state(lab, "b")["counters"].get("control_rejected_misplaced", 0)
+    event = envelopes.Envelope(
+        kind="policy-event", region="a", seq=2**62, sent_at_ms=0, payload={"path": "/x"}
+    )
+    elsewhere = envelopes.Envelope(
+        kind=envelopes.ACK_STATES,
+        region="a",
+        seq=2**62 + 1,
+        sent_at_ms=0,
+        payload=envelopes.encode_ack_states(
+            [envelopes.AckStateMessage(f"persistent://geo/abc/x-{unique}", "s", "a", _everything())],
+            region="a",
+        ),
+    )
+    produce(lab.service_url("a"), control, [envelopes.seal(key, event), envelopes.seal(key, elsewhere)])
+    wait_for(
+        lambda: _agent_state(lab, "b")["counters"].get("control_rejected_misplaced", 0) >= before + 2,
+        what="b's agent to refuse both copied messages as misplaced",
+    )
+    assert _agent_state(lab, "b")["guard"].get(control, {}).get("a", 0) < 2**62
+    topic, sub = f"persistent://geo/ab/copied-{unique}", f"copied-{unique}"
+    subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Shared)
+    produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(20)])
+    wait_backlog(lab, "b", topic, sub, 20)
+    acked = consume_some(
+        lab, "a", topic, sub, total=20, consumer_type=pulsar.ConsumerType.Shared, choose=lambda i: i % 2 == 0
+    )
+    wait_backlog(lab, "b", topic, sub, 20 - len(acked))
+
+
 def test_replayed_old_control_message_is_rejected(lab: Lab, unique: str) -> None:
     key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
     control = f"persistent://geo/ab/{labs.CONTROL_TOPIC}"

@@ -500,15 +500,15 @@ class Mirror:
         if opened.kind != EVENT_KIND:
             self._count("other_kinds")
             return
-        guard, admitted = self.cp.guard.admit(opened)
-        if isinstance(admitted, envelopes.Rejected):
-            self._count("rejected_replayed")
-            return
-        self.cp.guard = guard
         record = policies.event_from_payload(opened.payload)
         if isinstance(record, policies.Malformed) or record.stamp.region != opened.region:
             self._count("rejected_malformed")
             return
+        guard, admitted = self.cp.guard.admit(opened)  # only once the event is known valid
+        if isinstance(admitted, envelopes.Rejected):
+            self._count("rejected_replayed")
+            return
+        self.cp.guard = guard
         if not self.in_scope(record.path):
             self._count("out_of_scope")
             return

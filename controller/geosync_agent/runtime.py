@@ -619,15 +619,21 @@ class Agent:
             return
         if opened.region == self.config.region:
             return  # our own message, replicated back to us through the local log
+        # Validated whole before the replay guard moves: a genuine envelope of another kind (a policy
+        # event) or of another namespace copied here by someone with produce permission only must neither
+        # act nor push the guard past the sender's next sequence number (its claims would be refused).
+        decoded = envelopes.decode_ack_states(opened)
+        if isinstance(decoded, envelopes.Rejected):
+            self._reject(decoded)
+            return
+        if any(namespace_of(m.topic) != namespace_of(topic) for m in decoded):
+            self._reject(envelopes.Rejected(envelopes.Reason.MISPLACED))
+            return
         if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
             self.transit_ms.add(now.wall_ms - opened.sent_at_ms)
         self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)
-            return
-        decoded = envelopes.decode_ack_states(admitted)
-        if isinstance(decoded, envelopes.Rejected):
-            self._reject(decoded)
             return
         for message in decoded:
             self._take_claims(message, now)

@@ -70,6 +70,9 @@ class Reason(enum.Enum):
     MALFORMED = "malformed"
     UNSUPPORTED_VERSION = "unsupported-version"
     REPLAYED = "replayed"
+    MISPLACED = "misplaced"
+    """Genuine, but not for where it was found (another kind of message, or states of another namespace
+    on a namespace's control topic)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +238,7 @@ def decode_ack_state(envelope: Envelope) -> AckStateMessage | Rejected:
     The payload's ``region`` must be the envelope's sender: a region only speaks for its own cursors.
     """
     if envelope.kind != ACK_STATE:
-        return Rejected(Reason.MALFORMED)
+        return Rejected(Reason.MISPLACED)
     return _decode_state(envelope.payload, envelope.region)
 
 
@@ -246,7 +249,9 @@ def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
         return one if isinstance(one, Rejected) else [one]
     payload = envelope.payload
     version = payload.get("version")
-    if envelope.kind != ACK_STATES or not _is_count(version):
+    if envelope.kind != ACK_STATES:
+        return Rejected(Reason.MISPLACED)
+    if not _is_count(version):
         return Rejected(Reason.MALFORMED)
     if version not in _ACK_STATE_VERSIONS:
         return Rejected(Reason.UNSUPPORTED_VERSION)

@@ -18,7 +18,7 @@ from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import FakeRegion, Harness, message
+from tests.agent.fakes import KEY, FakeRegion, Harness, message
 
 NS = "geo/ab"
 TOPIC = f"persistent://{NS}/orders"
@@ -150,6 +150,40 @@ def test_tampered_and_replayed_control_messages_change_nothing() -> None:
     assert counters["control_rejected_" + envelopes.Reason.REPLAYED.value] == 1
     assert sum(v for k, v in counters.items() if k.startswith("control_rejected_")) == 3
     assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]
+
+
+def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_nor_guard() -> None:
+    """Issue 14: someone with produce permission only copies genuine signed envelopes onto geo/ab's
+    control topic: a policy event with a high sequence number, and a's states for another namespace. Both
+    are refused as misplaced, and neither pushes b's replay guard past a's next envelope."""
+    a, b = pair()
+    event = envelopes.Envelope(
+        kind="policy-event", region="a", seq=2**62, sent_at_ms=0, payload={"path": "/x"}
+    )
+    elsewhere = envelopes.Envelope(
+        kind=envelopes.ACK_STATES,
+        region="a",
+        seq=2**62 + 1,
+        sent_at_ms=0,
+        payload=envelopes.encode_ack_states(
+            [
+                envelopes.AckStateMessage(
+                    "persistent://geo/abc/orders", SUB, "a", OriginAcks.of({"a": [Span(5, 0, 5)]})
+                )
+            ],
+            region="a",
+        ),
+    )
+    for i, env in enumerate((event, elsewhere)):
+        b.messaging.deliver(CONTROL, message(CONTROL, Position(78, i), data=envelopes.seal(KEY, env)))
+    b.step()
+    assert b.agent.stats.counters["control_rejected_" + envelopes.Reason.MISPLACED.value] == 2
+    assert ("persistent://geo/abc/orders", SUB) not in b.agent.subs
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()
+    assert carry(a, b) == 1
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]  # a's claims still accepted
 
 
 @pytest.mark.parametrize("stamp", ["not-a-position", "1:2:3", "-5:1", "", "9" * 40 + ":x"])

@@ -238,7 +238,7 @@ def _payload(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("kind", "payload", "reason"),
     [
-        ("other", _payload(), Reason.MALFORMED),
+        ("other", _payload(), Reason.MISPLACED),
         (ACK_STATE, _payload(version=3), Reason.UNSUPPORTED_VERSION),
         (ACK_STATE, _payload(version="1"), Reason.MALFORMED),
         (ACK_STATE, _payload(region="us"), Reason.MALFORMED),
@@ -312,7 +312,7 @@ def test_bad_ack_states_batches_are_refused_whole(payload: dict[str, Any], reaso
     else:
         assert decoded == Rejected(reason)
     assert decode_ack_states(Envelope(kind="other", region="eu", seq=1, sent_at_ms=0, payload=payload)) == (
-        Rejected(Reason.MALFORMED)
+        Rejected(Reason.MISPLACED)
     )
 
 
