@@ -215,3 +215,15 @@ def test_help_explains(cmd: str) -> None:
     assert code == 0
     assert "Toxiproxy" in out
     assert "lab up --wan" in out
+
+
+def test_the_topology_keeps_its_wan_and_labs_without_one_have_no_key() -> None:
+    from geosync_core import topology as topo
+
+    region = topo.Region(name="a", service_url="pulsar://h:1", admin_url="http://h:2", zookeeper="h:3")
+    record = wan.layout(["a", "b"], 9000, [9001, 9002])
+    with_wan = topo.Topology(pulsar_version="4.0.8", regions={"a": region}, wan=record)
+    assert topo.from_json(with_wan.to_json()).wan == record
+    plain = topo.Topology(pulsar_version="4.0.8", regions={"a": region})
+    assert "wan" not in json.loads(plain.to_json())
+    assert topo.from_json(plain.to_json()).wan == {}
