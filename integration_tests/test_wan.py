@@ -1,5 +1,5 @@
 """The lab's WAN on real regions: latency set with ``lab wan`` delays replication by at least that much,
-and a partition stops it until healed, with nothing lost.
+a bandwidth cap paces it, and a partition stops it until healed, with nothing lost.
 
 These need a lab booted with ``--wan`` (the shared lab has none), so the module boots its own two-region
 lab without agents (about 35 s), or reuses the one ``GEOSYNC_TEST_WAN_LAB`` names (``geoctl lab up --wan
@@ -114,3 +114,24 @@ def test_a_partition_stops_replication_and_healing_resumes_it_losing_nothing(lab
         producer.close()
         consumer.close()
     assert got == sent
+
+
+def test_a_bandwidth_cap_paces_replication(lab: Lab, unique: str) -> None:
+    topic = f"persistent://{NAMESPACE}/wan-slow-{unique}"
+    replication_delays_ms(lab, topic, 1)
+    wan.shape_links(lab.topology, lab.dir, wan.Shape(bandwidth_kbps=64), ("a", "b"))
+    payload = b"x" * 16_000
+    with messaging.client(lab.service_url("a")) as ca, messaging.client(lab.service_url("b")) as cb:
+        consumer = cb.subscribe(topic, "wan-test", initial_position=pulsar.InitialPosition.Earliest)
+        producer = ca.create_producer(topic, batching_enabled=False)
+        started = time.monotonic()
+        for _ in range(16):
+            producer.send(payload)
+        for _ in range(16):
+            consumer.acknowledge(consumer.receive(timeout_millis=30_000))
+        took = time.monotonic() - started
+        producer.close()
+        consumer.close()
+    print(f"256 kB replicated in {took:.1f} s at 64 kB/s")
+    # 256 kB at 64 KB/s take about 4 s; unshaped, well under a second.
+    assert took >= 3.0
