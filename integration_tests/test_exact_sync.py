@@ -86,8 +86,15 @@ def subscribe_first(lab: Lab, region: str, topic: str, sub: str, consumer_type: 
 
 def _agent_ready(lab: Lab, region: str) -> bool:
     try:
-        return requests.get(labs.agent_metrics_url(lab.dir, region) + "/readyz", timeout=2).ok
-    except (requests.RequestException, KeyError):
+        return _answers(labs.agent_metrics_url(lab.dir, region) + "/readyz")
+    except KeyError:
+        return False
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).ok
+    except requests.RequestException:
         return False
 
 

@@ -906,7 +906,9 @@ class Agent:
                 for start in range(0, len(states), STATES_PER_ENVELOPE)
             ]
             for batch in chunks:
-                self.seq += 1
+                # Wall-clock microseconds (never backwards): another agent of this region, during a rolling
+                # update, numbers its messages alike, and peers accept both (envelopes.REPLAY_WINDOW).
+                self.seq = max(self.seq + 1, now.wall_ms * 1000)
                 envelope = envelopes.Envelope(
                     kind=envelopes.ACK_STATES,
                     region=self.config.region,

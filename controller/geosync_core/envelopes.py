@@ -20,8 +20,10 @@ Invariants:
 * ``open_envelope`` never raises: any input yields an ``Envelope`` or ``Rejected(reason)``;
 * a message is accepted only if its signature verifies under the key, over exactly the fields it carries
   (comparison with ``hmac.compare_digest``); unknown versions are refused before interpretation;
-* ``ReplayGuard.admit`` accepts a sender's message only if its ``seq`` is above every ``seq`` accepted
-  from that sender before; a refused message leaves the guard unchanged;
+* ``ReplayGuard.admit`` never accepts a sender's ``seq`` twice, nor one ``REPLAY_WINDOW`` or more below the
+  highest accepted from that sender; below the highest but within the window it accepts a ``seq`` not seen
+  yet (two agents of one region at once, during a rolling update, send interleaved wall-clock sequence
+  numbers); a refused message leaves the guard unchanged;
 * ``decode_ack_state`` returns what ``encode_ack_state`` encoded, and ``decode_ack_states`` what
   ``encode_ack_states`` encoded (the states of several subscriptions, in order); malformed payloads are
   values, and a payload speaking for another region than its envelope's sender is malformed (a batch is
@@ -166,18 +168,30 @@ def open_envelope(key: bytes, data: bytes) -> Envelope | Rejected:
         return Rejected(Reason.MALFORMED)
 
 
+REPLAY_WINDOW = 60_000_000
+"""How far below a sender's highest sequence number a message not seen yet is still accepted: 60 s of the
+wall-clock microseconds agents and the mirror number their messages with (two instances of one region's agent
+interleave; a message older than that is a replay)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayGuard:
-    """The highest ``seq`` accepted from each sender region (keep it across restarts)."""
+    """The highest ``seq`` accepted from each sender region (keep it across restarts), and the ``seq``s
+    accepted within ``REPLAY_WINDOW`` below it (bounded by the window: senders number their messages with
+    wall-clock microseconds, ``max(previous + 1, now)``)."""
 
     highest: tuple[tuple[str, int], ...] = ()
+    recent: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def admit(self, envelope: Envelope) -> tuple[ReplayGuard, Envelope | Rejected]:
-        seen = dict(self.highest)
-        if envelope.region in seen and envelope.seq <= seen[envelope.region]:
+        region, seq = envelope.region, envelope.seq
+        seen, recent = dict(self.highest), dict(self.recent)
+        top, window = seen.get(region), recent.get(region, ())
+        if top is not None and seq <= top and (seq <= top - REPLAY_WINDOW or seq in window):
             return self, Rejected(Reason.REPLAYED)
-        seen[envelope.region] = envelope.seq
-        return ReplayGuard(tuple(sorted(seen.items()))), envelope
+        seen[region] = top = seq if top is None else max(top, seq)
+        recent[region] = tuple(sorted(s for s in (*window, seq) if s > top - REPLAY_WINDOW))
+        return ReplayGuard(tuple(sorted(seen.items())), tuple(sorted(recent.items()))), envelope
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,6 +186,27 @@ def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_
     assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]  # a's claims still accepted
 
 
+def test_two_agents_of_one_region_at_once_are_both_heard() -> None:
+    """Issue 17: a second agent of region a (a rolling update) started 30 s after the first numbers its
+    envelopes by the wall clock too, so b accepts both agents' envelopes, interleaved, as not replayed."""
+    a, b = pair()
+    a2 = Harness.build(a.region)
+    a2.clock = a.clock + 30
+    a2.discover()
+    a2.step()
+    for p in A_LOG:
+        a2.messaging.deliver(TOPIC, message(TOPIC, p))
+    a2.step()
+    carry(a2, b)
+    b.step()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()  # the first agent, whose clock is behind the second's envelopes already accepted
+    assert carry(a, b) == 1
+    b.step()
+    assert b.agent.stats.counters["control_rejected_" + envelopes.Reason.REPLAYED.value] == 0
+    assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]
+
+
 @pytest.mark.parametrize("stamp", ["not-a-position", "1:2:3", "-5:1", "", "9" * 40 + ":x"])
 def test_a_malformed_stamp_is_counted_and_blocks_no_one_else(stamp: str) -> None:
     a, b = pair()

@@ -16,6 +16,7 @@ from geosync_core.envelopes import (
     ACK_STATE_PARTIALS_VERSION,
     ACK_STATE_VERSION,
     ACK_STATES,
+    REPLAY_WINDOW,
     AckStateMessage,
     Envelope,
     Reason,
@@ -163,30 +164,45 @@ def test_replay_guard_table() -> None:
     def env(region: str, seq: int) -> Envelope:
         return Envelope(kind="k", region=region, seq=seq, sent_at_ms=0, payload={})
 
+    t = 2 * REPLAY_WINDOW  # sequence numbers are wall-clock microseconds
     guard = ReplayGuard()
     outcomes = []
-    for region, seq in [("a", 1), ("a", 1), ("b", 1), ("a", 3), ("a", 2), ("b", 2)]:
+    arrivals = [("a", t + 1), ("a", t + 1), ("b", 1), ("a", t + 3), ("a", t + 2), ("a", t + 2), ("b", 2)]
+    for region, seq in [*arrivals, ("a", t + 3 - REPLAY_WINDOW)]:
         guard, result = guard.admit(env(region, seq))
         outcomes.append(result == env(region, seq))
-    assert outcomes == [True, False, True, True, False, True]
-    assert guard == ReplayGuard((("a", 3), ("b", 2)))
-    assert guard.admit(env("a", 3)) == (guard, Rejected(Reason.REPLAYED))
+    # a's t + 2 below its highest but within the window and not seen: another agent of region a.
+    assert outcomes == [True, False, True, True, True, False, True, False]
+    assert guard.highest == (("a", t + 3), ("b", 2))
+    assert guard.admit(env("a", t + 3)) == (guard, Rejected(Reason.REPLAYED))
+    far = guard.admit(env("a", t + 10 + REPLAY_WINDOW))[0]
+    assert far.recent == (("a", (t + 10 + REPLAY_WINDOW,)), ("b", (1, 2)))  # out of the window: dropped
 
 
 @fast
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 10)), max_size=30))
-def test_replay_guard_accepts_only_increasing_seqs_per_sender(arrivals: list[tuple[str, int]]) -> None:
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(0, 10) | st.integers(0, 3 * REPLAY_WINDOW)), max_size=40
+    )
+)
+def test_replay_guard_never_accepts_a_message_twice_nor_one_older_than_the_window(
+    arrivals: list[tuple[str, int]],
+) -> None:
     guard = ReplayGuard()
-    accepted: dict[str, list[int]] = {}
+    accepted: set[tuple[str, int]] = set()
     for region, seq in arrivals:
         before = guard
+        top = dict(before.highest).get(region)
         guard, result = guard.admit(Envelope(kind="k", region=region, seq=seq, sent_at_ms=0, payload={}))
         if isinstance(result, Rejected):
             assert guard == before
         else:
-            accepted.setdefault(region, []).append(seq)
-    for seqs in accepted.values():
-        assert seqs == sorted(set(seqs))  # strictly increasing
+            assert (region, seq) not in accepted
+            assert top is None or seq > top - REPLAY_WINDOW
+            accepted.add((region, seq))
+        if top is None or seq > top:
+            assert not isinstance(result, Rejected)  # increasing is always accepted
+        assert all(s > dict(guard.highest)[r] - REPLAY_WINDOW for r, seqs in guard.recent for s in seqs)
 
 
 # --- ack-state payload ------------------------------------------------------------------------------
