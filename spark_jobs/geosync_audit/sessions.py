@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
@@ -40,10 +41,12 @@ def session(
     shuffle_partitions: int = 4,
     small: bool = False,
     worker_python: str | None = None,
+    config: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """The process's session. ``small`` tunes it for tiny inputs (tests, a handful of topics): one
     shuffle partition, no adaptive execution and no whole-stage code generation, whose per-query planning
-    and compile time dominates when a query reads hundreds of rows."""
+    and compile time dominates when a query reads hundreds of rows. ``config``: further settings for a new
+    session (e.g. ``spark.executor.memory`` for a small cluster's workers)."""
     if master is None or master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
@@ -52,6 +55,8 @@ def session(
         # read by SparkContext (UDFs, the data source's functions) and inherited by the JVM it launches
         os.environ["PYSPARK_PYTHON"] = python
         builder = builder.config("spark.pyspark.python", python)
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
     spark = (
         builder.appName(app)
         .config("spark.ui.enabled", "false")
