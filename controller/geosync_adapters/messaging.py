@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import pathlib
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +27,11 @@ REPL_SOURCE_POSITION = resolving.REPL_SOURCE_POSITION
 
 _QUIET = logging.getLogger("geosync.pulsar-client")
 _QUIET.setLevel(logging.WARNING)
+CLIENT_LOG = pathlib.Path(tempfile.gettempdir()) / f"geosync-pulsar-client-{os.getuid()}.log"
+"""Where short-lived clients (geoctl, the lab, tests) log the Pulsar client's warnings: a Python logger there
+makes the C++ client's threads call into an interpreter that is shutting down, and about one process in six
+aborted at exit ("terminate called without an active exception", status 134) after doing its work. The
+agent's long-lived client keeps the Python logger (its warnings belong in the agent's log)."""
 
 
 class MessagingUnavailable(TemporaryError):
@@ -44,7 +52,7 @@ def client(
         service_url,
         operation_timeout_seconds=timeout_s,
         connection_timeout_ms=timeout_s * 1000,
-        logger=_QUIET,
+        logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, str(CLIENT_LOG)),
         **client_options(token=token, tls_trust_certs_file=tls_trust_certs_file),
     )
     try:
