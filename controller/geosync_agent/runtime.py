@@ -345,11 +345,7 @@ class Agent:
             self._track_topic(topic, now)
         by_topic = self._by_topic(existing_only=False)
         for topic, present in found.subscriptions.items():
-            for name, (consumers, kind) in present.items():
-                state = self.subs.setdefault((topic, name), Subscription(topic, name))
-                state.exists = True
-                state.consumers = consumers
-                state.learn_kind(kind)
+            self._track_subscriptions(topic, present)
             for state in by_topic.get(topic, ()):
                 if state.name not in present:
                     state.exists = False
@@ -364,6 +360,14 @@ class Agent:
             resync_at = pacing.first_resync(now.mono, period_s=self.config.resync_interval_s, phase=phase)
             ts = self.topics[topic] = TopicState(tail, resync_at=resync_at)
         return ts
+
+    def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]]) -> None:
+        """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type))."""
+        for name, (consumers, kind) in present.items():
+            state = self.subs.setdefault((topic, name), Subscription(topic, name))
+            state.exists = True
+            state.consumers = consumers
+            state.learn_kind(kind)
 
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"
@@ -605,11 +609,7 @@ class Agent:
                 continue
             del self.claimed_untracked[topic]
             self._track_topic(topic, now)
-            for name, (consumers, kind) in discovering.subscriptions_of(self.config, topic, stats).items():
-                state = self.subs.setdefault((topic, name), Subscription(topic, name))
-                state.exists = True
-                state.consumers = consumers
-                state.learn_kind(kind)
+            self._track_subscriptions(topic, discovering.subscriptions_of(self.config, topic, stats))
             self.stats.inc("tracked_from_claims")
 
     def handle_control(self, data: bytes, *, topic: str, now: Now) -> None:
