@@ -69,8 +69,20 @@ class AgentView:
     state: dict[str, Any] | None = None
     error: str | None = None
 
+    @property
+    def unresolved(self) -> int:
+        """Entries the agent read but could not name the origin of (it retries; mark-delete stops there)."""
+        found = (self.state or {}).get("unresolved") or {}
+        return sum(n for n in found.values() if isinstance(n, int)) if isinstance(found, dict) else 0
+
     def as_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "alive": self.alive, "ready": self.ready, "error": self.error}
+        return {
+            "url": self.url,
+            "alive": self.alive,
+            "ready": self.ready,
+            "error": self.error,
+            "unresolved": self.unresolved,
+        }
 
 
 def options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -197,9 +197,7 @@ def synced_namespaces(
     return {ns: sorted(rs) for ns, rs in sorted(found.items()) if len(rs) > 1}
 
 
-def read_log(
-    site: Site, topic: str, resolver: OriginResolver, members: list[str], *, max_entries: int
-) -> Log:
+def read_log(site: Site, topic: str, resolver: OriginResolver, *, max_entries: int) -> Log:
     """Read ``topic`` in ``site`` from the earliest retained entry to the end (bounded by ``max_entries``)."""
     log = Log()
     last: Position | None = None
@@ -227,7 +225,6 @@ def read_log(
                     position,
                     properties=msg.properties(),
                     producer=msg.producer_name(),
-                    candidates=[site.name, *members],
                     batched=mid.batch_index() >= 0,
                 )
                 if isinstance(origin, Unresolved | Malformed):
@@ -330,7 +327,6 @@ def observe(
                             site,
                             topic,
                             adm.header_resolver(region, site.admin(timeout=5.0)),
-                            members,
                             max_entries=max_entries,
                         )
                         raw = site.admin(timeout=5.0).internal_stats(topic).get("cursors") or {}

@@ -91,7 +91,7 @@ def status(
                 view.url or "-",
                 "yes" if view.alive else "NO",
                 "yes" if view.ready else "NO",
-                view.error or "",
+                view.error or _unresolved_note(view.unresolved),
             )
         out.print(agents)
         table = Table(
@@ -151,3 +151,12 @@ class _Null:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def _unresolved_note(count: int) -> str:
+    if not count:
+        return ""
+    return (
+        f"{count} entries of unknown origin (retrying; mark-delete stops below them, "
+        "a failover here redelivers them)"
+    )

@@ -385,9 +385,16 @@ class Agent:
         feed = self.caps.get(Capability.PLUGIN_FEED) is True
         grown: list[str] = []
         for topic, ts in self.topics.items():
-            candidates = self.namespaces.get(namespace_of(topic), frozenset())
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
-            if ts.tail.drain(self.resolver, candidates):
+            drained = ts.tail.drain(self.resolver, now=now.mono)
+            filled = ts.tail.retry(self.resolver, now=now.mono) if ts.tail.pending else 0
+            if filled:
+                self.stats.inc("origins_resolved_late", filled)
+                log.info("%s: named the origin of %d entries on a retry", topic, filled)
+                for state in self.subs.values():
+                    if state.topic == topic and state.cursor is not None:
+                        state.incomplete_at = -1  # its cursor may have acknowledged them: translate again
+            if drained or filled:
                 grown.append(topic)
                 if not feed:
                     ts.poll = pacing.after_new_messages(
@@ -1105,6 +1112,8 @@ class Agent:
             "subscriptions": len(self.subs),
             "capabilities": self.caps.as_dict(),
             "index_runs": sum(len(t.tail.index) for t in topics),
+            "unresolved": {t.tail.topic: len(t.tail.unresolved) for t in topics if t.tail.unresolved},
+            "retrying": sum(len(t.tail.pending) for t in topics),
             "bytes_read": sum(t.tail.bytes_read for t in topics),
             "messages_read": sum(t.tail.messages_read for t in topics),
             "counters": dict(self.stats.counters),

@@ -66,6 +66,12 @@ class _AgentCollector:
             max(lags, default=0.0),
         )
         yield _gauge(
+            "geosync_unresolved_entries",
+            "Entries read here whose origin could not be named (mark-delete stops at them; retried)",
+            region,
+            float(sum(snap.get("unresolved", {}).values())),
+        )
+        yield _gauge(
             "geosync_pending_holes",
             "Holes held back while application consumers are connected",
             region,

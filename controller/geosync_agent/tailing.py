@@ -11,6 +11,11 @@ only tell the batch's size (highest batch index + 1) and their keys. Sizes are w
 acknowledgements are planned with (``syncing.plan_apply(size_of=...)``) and keys what Key_Shared order is
 judged with (``syncing.key_ordered(key_of_message=...)``); only keys that differ from the entry's first
 message are kept per message.
+
+An entry whose origin could not be named because the brokers could not answer (an admin error, a 404 from
+a broker that lost its record for a moment) is retried with backoff (``retry``): once named it is filled
+into the index out of order and leaves the unresolved list, so the mark-delete it held back moves again.
+Malformed stamps are never retried: no answer can make them positions.
 """
 
 from __future__ import annotations
@@ -25,6 +30,22 @@ from geosync_core import resolving
 from geosync_core.indexing import OriginIndex
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.positions import Position
+
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 60.0
+RETRIES_PER_ROUND = 50
+"""At most this many unresolved entries of one topic are asked about again per round (each costs calls)."""
+
+
+@dataclass
+class Pending:
+    """An entry read but not indexed because its origin could not be named, kept to ask again."""
+
+    properties: dict[str, str]
+    producer: str
+    batched: bool
+    attempts: int = 1
+    due: float = 0.0
 
 
 @dataclass
@@ -51,6 +72,10 @@ class Tail:
     messages_read: int = 0
     unresolved: list[Position] = field(default_factory=list)
     """Local entries whose origin could not be named: kept in the log so mark-delete never passes them."""
+    pending: dict[Position, Pending] = field(default_factory=dict)
+    """Unresolved entries (not malformed) to ask about again, with their backoff."""
+    resolved_late: int = 0
+    """Entries named by a retry after they were read."""
     malformed: int = 0
     """Entries skipped for a stamp that is not a position (set by an application, not a broker)."""
     wake: threading.Event | None = None
@@ -71,7 +96,11 @@ class Tail:
             self.reader = None
 
     def drain(
-        self, resolver: resolving.OriginResolver, candidates: frozenset[str], *, limit: int = 5000
+        self,
+        resolver: resolving.OriginResolver,
+        *,
+        limit: int = 5000,
+        now: float = 0.0,
     ) -> int:
         """Index up to ``limit`` queued messages; return how many entries were appended."""
         appended = 0
@@ -101,19 +130,56 @@ class Tail:
                 position,
                 properties=msg.properties,
                 producer=msg.producer,
-                candidates=candidates,
                 batched=msg.batch_index >= 0,
             )
             if isinstance(origin, resolving.Malformed | resolving.Unresolved):
                 # Cannot name it: not indexed, but listed, so mark-delete stops there (no guess).
-                self.malformed += isinstance(origin, resolving.Malformed)
                 self.unresolved.append(position)
+                if isinstance(origin, resolving.Malformed):
+                    self.malformed += 1
+                else:
+                    self.pending[position] = Pending(
+                        dict(msg.properties), msg.producer, msg.batch_index >= 0, due=now + RETRY_FIRST_S
+                    )
                 continue
             self.index.append(position, origin)
             appended += 1
         if appended:
             self.version += 1
         return appended
+
+    def retry(
+        self,
+        resolver: resolving.OriginResolver,
+        *,
+        now: float,
+        limit: int = RETRIES_PER_ROUND,
+    ) -> int:
+        """Ask again about the unresolved entries whose backoff is over (oldest first, at most ``limit``);
+        fill the ones named now into the index. Return how many were filled."""
+        due = [p for p, item in self.pending.items() if item.due <= now]
+        filled = 0
+        for position in sorted(due)[:limit]:
+            item = self.pending[position]
+            origin = resolver.origin_of(
+                self.topic,
+                position,
+                properties=item.properties,
+                producer=item.producer,
+                batched=item.batched,
+            )
+            if isinstance(origin, resolving.Malformed | resolving.Unresolved):
+                item.attempts += 1
+                item.due = now + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (item.attempts - 1))
+                continue
+            self.index.fill(position, origin)
+            del self.pending[position]
+            self.unresolved.remove(position)
+            filled += 1
+        if filled:
+            self.resolved_late += filled
+            self.version += 1
+        return filled
 
     def _more_of_batch(self, position: Position, msg: Received) -> int:
         """A further message of the batched entry just indexed: its size grows; 1 if plans must be redone."""
@@ -142,14 +208,18 @@ class Tail:
         return self.message_keys.get((position, index), self.keys.get(position))
 
     def forget_keys_up_to(self, floor: Position) -> None:
-        """Drop keys and sizes of entries at or below ``floor`` (every tracked subscription acknowledged
-        them)."""
+        """Drop keys, sizes and unresolved entries at or below ``floor`` (every tracked subscription
+        acknowledged them)."""
         if self.keys and next(iter(self.keys)) <= floor:
             self.keys = {p: k for p, k in self.keys.items() if p > floor}
         if self.sizes and next(iter(self.sizes)) <= floor:
             self.sizes = {p: n for p, n in self.sizes.items() if p > floor}
         if self.message_keys and next(iter(self.message_keys))[0] <= floor:
             self.message_keys = {pk: k for pk, k in self.message_keys.items() if pk[0] > floor}
+        if self.unresolved and self.unresolved[0] <= floor:
+            # Every tracked subscription acknowledged them here: their origin no longer matters.
+            self.unresolved = [p for p in self.unresolved if p > floor]
+            self.pending = {p: item for p, item in self.pending.items() if p > floor}
 
     def positions_above(self, floor: Position) -> list[Position]:
         """Every indexed local entry above ``floor``, in order (what a consumer could be dispatched)."""

@@ -90,16 +90,16 @@ def producer_cluster(producer: str) -> str | None:
     return match["cluster"] if match else None
 
 
-def origin_without_lookup(
-    local: str, candidates: Iterable[str], *, producer: str, verified: Mapping[str, str]
-) -> str | None:
-    """The origin region of a replicated copy held by ``local`` when the rules name it without asking the
-    broker: with one other candidate region it is that one; a producer name already verified names its
-    region. None means: read the entry's ``X-Pulsar-replicated-from`` header (then ``verified`` may learn
-    the producer, when its broker-generated name claims the region the header named)."""
-    others = set(candidates) - {local}
-    if len(others) == 1:
-        return next(iter(others))
+def origin_without_lookup(producer: str, verified: Mapping[str, str]) -> str | None:
+    """The origin region of a replicated copy when the rules name it without asking the broker: a producer
+    name already verified names its region. None means: read the entry's ``X-Pulsar-replicated-from`` header
+    (then ``verified`` may learn the producer, when its broker-generated name claims the region the header
+    named).
+
+    The namespace's replication clusters are no rule: with two regions "the other one" looked safe, but the
+    list changes (a region added or removed, topic-level or per-message replication clusters), and entries
+    indexed or re-read under a list that does not match when they were written would be named after the
+    wrong region; with colliding ledger ids a claim could then acknowledge an unrelated message."""
     return verified.get(producer)
 
 

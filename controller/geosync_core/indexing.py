@@ -20,7 +20,10 @@ Invariants:
   reconnect can leave a second copy; later copies are only reachable through ``origin_of``);
 * lookups are O(log runs); the number of runs is at most one more than the number of breaks in the
   stream (origin region switch, origin or local ledger switch, gap in origin entries);
-* ``truncate_below(p)`` forgets exactly the entries below ``p``.
+* ``truncate_below(p)`` forgets exactly the entries below ``p``;
+* ``fill(p, o)`` records an entry the reader passed without indexing (its origin was named later): after
+  it ``origin_of(p) == o``, every other answer of ``origin_of`` is unchanged, and ``local_of(o) == p``
+  unless another local entry was already indexed with origin ``o``.
 
 The broker interceptor keeps a coarser index of its own (``OriginIndex`` in
 ``interceptors/geosync-plugin-common``) and serves it as ``OriginRun`` values: local entries, their origin
@@ -180,6 +183,32 @@ class OriginIndex:
         top = by_origin[-1] if by_origin else None
         if top is None or origin.position > Position(top.origin_ledger, top.origin_last):
             self._by_origin[origin.region] = _extend(by_origin, local, origin)
+
+    def fill(self, local: Position, origin: Origin) -> None:
+        """Record ``local`` as ``origin`` although the reader is past it: an entry skipped when read
+        (its origin could not be named then) and named now. Raise ``ValueError`` if ``local`` was indexed
+        as another origin."""
+        if self._last is None or local > self._last:
+            self.append(local, origin)
+            return
+        if self._floor is not None and local < self._floor:
+            return
+        known = self.origin_of(local)
+        if known is not None:
+            if known == origin:
+                return
+            raise ValueError(f"{local} was indexed as {known}, now claimed as {origin}")
+        run = Run(
+            local_ledger=local.ledger,
+            local_first=local.entry,
+            region=origin.region,
+            origin_ledger=origin.position.ledger,
+            origin_first=origin.position.entry,
+            length=1,
+        )
+        bisect.insort(self._runs, run, key=_local_key)
+        if self.local_of(origin) is None:
+            bisect.insort(self._by_origin.setdefault(origin.region, []), run, key=_origin_key)
 
     def origin_of(self, local: Position) -> Origin | None:
         i = bisect.bisect_right(self._runs, (local.ledger, local.entry), key=_local_key) - 1

@@ -2,9 +2,9 @@
 
 A message published here is its own origin. A replicated copy carries its origin *position* in the property
 ``__MSG_PROP_REPL_SOURCE_POSITION`` but not the origin *region*, and ledger ids of different regions
-collide, so the region is named by rules, cheapest first: with one other candidate region it is that one;
-a producer name this resolver already verified names its region; otherwise the caller's ``lookup`` (the
-entry's ``X-Pulsar-replicated-from`` header from the admin API) answers, and a broker-generated producer
+collide, so the region is named by rules, cheapest first: a producer name this resolver already verified
+names its region; otherwise the caller's ``lookup`` (the entry's ``X-Pulsar-replicated-from`` header from
+the admin API) answers, and a broker-generated producer
 name (``<cluster>-<n>-<n>``) that agrees with the header is remembered, so each replicator costs one lookup.
 
 A *batched* replicated copy shows clients no stamp at all: the broker keeps it in the entry's metadata and
@@ -39,7 +39,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from geosync_core import drift
@@ -105,11 +105,10 @@ class OriginResolver:
         self.lookups = 0
         self.source_lookups = 0
 
-    def region_of(
-        self, topic: str, local: Position, *, producer: str, candidates: Iterable[str]
-    ) -> str | None:
-        """The origin region of the replicated copy at ``local``, or None when nothing can name it."""
-        named = drift.origin_without_lookup(self.local, candidates, producer=producer, verified=self.verified)
+    def region_of(self, topic: str, local: Position, *, producer: str) -> str | None:
+        """The origin region of the replicated copy at ``local``, or None when nothing can name it. Never
+        from the namespace's cluster list (see ``drift.origin_without_lookup``)."""
+        named = drift.origin_without_lookup(producer, self.verified)
         if named is not None:
             return named
         self.lookups += 1
@@ -125,7 +124,6 @@ class OriginResolver:
         *,
         properties: Mapping[str, str],
         producer: str,
-        candidates: Iterable[str],
         batched: bool = False,
     ) -> Origin | Unresolved | Malformed:
         """The origin of the entry at ``local`` given its (first message's) properties and producer name;
@@ -144,7 +142,7 @@ class OriginResolver:
                 self.spoofed += 1
                 return Origin(self.local, local)
             return Origin(region_recorded, source if source is not None else stamp)
-        region = self.region_of(topic, local, producer=producer, candidates=candidates)
+        region = self.region_of(topic, local, producer=producer)
         if region is None:
             return Unresolved(local)
         return Origin(region, stamp)

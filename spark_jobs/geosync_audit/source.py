@@ -200,7 +200,6 @@ def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any
 
     name = drift.partition_name(split.topic, split.partition)
     resolver = header_resolver(split.region, scope.admin(split.region))
-    candidates = scope.candidates(split.namespace)
     last = Position(*split.last)
     with messaging.client(scope.topology.region(split.region).service_url, timeout_s=timeout_s) as c:
         start = pulsar.MessageId(-1, split.first[0], split.first[1], -1)
@@ -221,7 +220,6 @@ def read_split(scope: Scope, split: Split, timeout_s: int) -> Iterator[tuple[Any
                     local,
                     properties=props,
                     producer=msg.producer_name(),
-                    candidates=candidates,
                     batched=mid.batch_index() >= 0,
                 )
                 if isinstance(named, Malformed):

@@ -232,3 +232,40 @@ def test_origin_runs_in_both_wire_shapes_are_read(wire: list[object], run: Origi
 )
 def test_anything_else_is_not_a_run(wire: object) -> None:
     assert OriginRun.from_wire(wire) is None
+
+
+@settings(fast, max_examples=40)
+@given(local_logs(), st.data())
+def test_entries_filled_in_later_answer_as_if_appended_in_order(
+    log: list[tuple[Position, Origin]], data: st.DataObject
+) -> None:
+    # The reader skips entries whose origin it cannot name yet and fills them in when a retry names them.
+    skipped = data.draw(st.sets(st.sampled_from(range(len(log))) if log else st.nothing()))
+    index = OriginIndex()
+    for i, (local, origin) in enumerate(log):
+        if i not in skipped:
+            index.append(local, origin)
+    for i in data.draw(st.permutations(sorted(skipped))):
+        index.fill(*log[i])
+    whole = indexed(log)
+    for local, origin in log:
+        assert index.origin_of(local) == origin
+        assert index.local_of(origin) == whole.local_of(origin) == local
+    for ledger in range(6):
+        for entry in range(-1, 40):
+            assert index.origin_of(Position(ledger, entry)) == whole.origin_of(Position(ledger, entry))
+    assert index.last == whole.last
+
+
+def test_filling_refuses_a_contradiction_and_ignores_what_lies_below_the_floor() -> None:
+    index = OriginIndex()
+    index.append(P("5:0"), O("b", "9:0"))
+    index.append(P("5:2"), O("b", "9:2"))
+    index.fill(P("5:1"), O("b", "9:1"))
+    index.fill(P("5:1"), O("b", "9:1"))  # the same again: nothing changes
+    with pytest.raises(ValueError, match="now claimed"):
+        index.fill(P("5:1"), O("c", "9:1"))
+    index.truncate_below(P("5:2"))
+    index.fill(P("5:1"), O("b", "9:1"))
+    assert index.origin_of(P("5:1")) is None
+    assert index.local_of(O("b", "9:2")) == P("5:2")

@@ -1,0 +1,100 @@
+"""The tail: entries whose origin the brokers could not name are asked about again, with backoff."""
+
+from __future__ import annotations
+
+from geosync_agent import tailing
+from geosync_agent.tailing import Tail
+from geosync_core import resolving
+from geosync_core.origins import Origin
+from geosync_core.positions import Position
+
+from .fakes import message
+
+TOPIC = "persistent://geo/ab/t"
+STAMP = resolving.REPL_SOURCE_POSITION
+
+
+class FlakyHeaders:
+    """The brokers' answer for an entry's origin region: none for the first ``failures`` questions."""
+
+    def __init__(self, failures: int, region: str = "b") -> None:
+        self.failures = failures
+        self.region = region
+        self.asked = 0
+
+    def __call__(self, topic: str, local: Position) -> str | None:
+        self.asked += 1
+        return None if self.asked <= self.failures else self.region
+
+
+def test_an_entry_whose_origin_could_not_be_read_is_named_on_a_later_round() -> None:
+    lookup = FlakyHeaders(failures=2)
+    resolver = resolving.OriginResolver(local="a", lookup=lookup)
+    tail = Tail(TOPIC, -1)
+    tail.inbox.put(message(TOPIC, Position(7, 0)))  # published here
+    tail.inbox.put(message(TOPIC, Position(7, 1), properties={STAMP: "3:4"}))  # from b, lookup fails
+    tail.inbox.put(message(TOPIC, Position(7, 2)))
+    assert tail.drain(resolver, now=100.0) == 2
+    assert tail.unresolved == [Position(7, 1)]
+    assert Position(7, 1) in tail.positions_above(Position(7, 0))  # mark-delete must stop there
+    assert tail.index.origin_of(Position(7, 1)) is None
+
+    assert tail.retry(resolver, now=100.5) == 0  # not due yet: nothing asked
+    assert lookup.asked == 1
+    assert tail.retry(resolver, now=101.0) == 0  # due; the brokers fail again: backoff doubles
+    assert lookup.asked == 2
+    assert tail.retry(resolver, now=102.5) == 0
+    assert lookup.asked == 2
+    version = tail.version
+    assert tail.retry(resolver, now=103.0) == 1
+    assert tail.index.origin_of(Position(7, 1)) == Origin("b", Position(3, 4))
+    assert tail.index.local_of(Origin("b", Position(3, 4))) == Position(7, 1)
+    assert tail.unresolved == []
+    assert tail.pending == {}
+    assert tail.version > version
+    assert tail.resolved_late == 1
+
+
+def test_backoff_is_capped_and_each_round_asks_about_a_bounded_number() -> None:
+    lookup = FlakyHeaders(failures=10**6)
+    resolver = resolving.OriginResolver(local="a", lookup=lookup)
+    tail = Tail(TOPIC, -1)
+    for e in range(tailing.RETRIES_PER_ROUND + 10):
+        tail.inbox.put(message(TOPIC, Position(7, e), properties={STAMP: f"3:{e}"}))
+    tail.drain(resolver, now=0.0)
+    asked = lookup.asked
+    tail.retry(resolver, now=1.0)
+    assert lookup.asked - asked == tailing.RETRIES_PER_ROUND
+    now = 1.0
+    for _ in range(20):
+        now += 1000.0
+        tail.retry(resolver, now=now, limit=10**6)
+    assert all(item.due - now <= tailing.RETRY_MAX_S for item in tail.pending.values())
+
+
+def test_malformed_stamps_are_not_retried_and_acknowledged_entries_are_dropped() -> None:
+    lookup = FlakyHeaders(failures=10**6)
+    resolver = resolving.OriginResolver(local="a", lookup=lookup)
+    tail = Tail(TOPIC, -1)
+    tail.inbox.put(message(TOPIC, Position(7, 0), properties={STAMP: "not-a-position"}))
+    tail.inbox.put(message(TOPIC, Position(7, 1), properties={STAMP: "3:1"}))
+    tail.inbox.put(message(TOPIC, Position(7, 2), properties={STAMP: "3:2"}))
+    tail.drain(resolver, now=0.0)
+    assert tail.malformed == 1
+    assert set(tail.pending) == {Position(7, 1), Position(7, 2)}
+    # Every tracked subscription acknowledged up to 7:1 here: those no longer need an origin.
+    tail.forget_keys_up_to(Position(7, 1))
+    assert tail.unresolved == [Position(7, 2)]
+    assert set(tail.pending) == {Position(7, 2)}
+
+
+def test_the_namespace_cluster_list_never_names_an_origin() -> None:
+    # Two regions in the namespace's list today, but the copy came from c (added, then removed, or a
+    # topic-level replication cluster): only the brokers' record may name it.
+    resolver = resolving.OriginResolver(local="a", lookup=lambda _t, _p: "c")
+    named = resolver.origin_of(TOPIC, Position(7, 1), properties={STAMP: "3:4"}, producer="orders")
+    assert named == Origin("c", Position(3, 4))
+    assert resolver.lookups == 1
+    unknown = resolving.OriginResolver(local="a", lookup=lambda _t, _p: None)
+    named = unknown.origin_of(TOPIC, Position(7, 1), properties={STAMP: "3:4"}, producer="orders")
+    assert named == resolving.Unresolved(Position(7, 1))
