@@ -28,6 +28,7 @@ from typing import Any
 from geosync_adapters.admin import AdminClient
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
+from geosync_core import envelopes
 from geosync_lab import labs
 
 KEY = b"bench-key-0123456789abcdef"
@@ -48,7 +49,9 @@ def _config(topology: Any, name: str, run: str) -> AgentConfig:
 
 def child(args: argparse.Namespace) -> None:
     """One region's mirror in its own process (as in an agent), its snapshot written to ``--state``."""
-    mirror = Mirror(_config(labs.load(pathlib.Path(args.lab)), args.region, args.run), KEY)
+    mirror = Mirror(
+        _config(labs.load(pathlib.Path(args.lab)), args.region, args.run), envelopes.Keys.shared(KEY)
+    )
     mirror.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

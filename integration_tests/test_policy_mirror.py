@@ -28,6 +28,7 @@ from geosync_adapters import admin as adm
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
+from geosync_core import envelopes
 from integration_tests.helpers import Lab, wait_for
 
 pytestmark = pytest.mark.lab
@@ -57,7 +58,7 @@ class Mirrors:
         )
 
     def start(self, region: str) -> Mirror:
-        mirror = Mirror(self.config(region), KEY)
+        mirror = Mirror(self.config(region), envelopes.Keys.shared(KEY))
         mirror.start()
         self.running[region] = mirror
         wait_for(lambda: mirror.snapshot()["leader"], timeout_s=30, what=f"mirror {region} to lead")
@@ -206,8 +207,9 @@ _CHILD = """
 import json, sys, time, logging
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
+from geosync_core.envelopes import Keys
 cfg = AgentConfig(**json.loads(sys.argv[1]))
-m = Mirror(cfg, sys.argv[2].encode())
+m = Mirror(cfg, Keys.shared(sys.argv[2].encode()))
 m.start()
 while not m.snapshot()["leader"]:
     time.sleep(0.1)
@@ -228,7 +230,7 @@ def test_a_killed_leader_is_replaced_by_a_standby(lab: Lab, mirrors: Mirrors) ->
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "leading"
-        standby = Mirror(cfg, KEY)
+        standby = Mirror(cfg, envelopes.Keys.shared(KEY))
         standby.start()
         mirrors.running["b"] = standby
         lab.admin("a").set_message_ttl(ns, 555)

@@ -1,8 +1,14 @@
 """The agent's settings: one YAML file per region, checked at start-up with the bad key named.
 
-Secrets never come from the command line: the HMAC key and the admin/broker token are read from files
-(``key_file``, ``token_file``) or from the environment (``GEOSYNC_KEY``, ``GEOSYNC_TOKEN``), and are never
-logged.
+Secrets never come from the command line: the region's signing key, the legacy shared HMAC key and the
+admin/broker token are read from files (``signing_key_file``, ``key_file``, ``token_file``) or from the
+environment (``GEOSYNC_KEY``, ``GEOSYNC_TOKEN``), and are never logged.
+
+Signing (README, "Signing keys"): each region signs its control messages with its own Ed25519 key
+(``signing_key_file``, ``signing_key_id``) and accepts each region's messages under the keys its keyring
+lists for that region (``keyring_file``). ``key_file`` / ``GEOSYNC_KEY`` alone is the legacy, insecure mode
+(one HMAC key shared by all regions: any holder can speak for any region); next to a keyring it keeps
+legacy envelopes readable during an upgrade, and signs with it until ``signing_key_id`` is set.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from typing import Any
 import yaml
 
 from geosync_adapters import admin as adm
-from geosync_adapters import messaging
+from geosync_adapters import messaging, signing
+from geosync_core import envelopes
 from geosync_core.errors import PermanentError
 
 CONTROL_TOPIC = "geosync-control"
+MIN_SHARED_KEY_BYTES = 32
 
 
 class ConfigError(PermanentError):
@@ -34,7 +42,16 @@ class AgentConfig:
     service_url: str
     """The region's binary protocol URL, e.g. pulsar://broker:6650."""
     key_file: str = ""
-    """File holding the deployment's HMAC key (shared by every region's agent). Or env GEOSYNC_KEY."""
+    """Legacy, insecure: a file holding one HMAC key shared by every region's agent (or env GEOSYNC_KEY);
+    any holder can sign for any region. Alone: legacy mode. Next to ``keyring_file``: legacy envelopes are
+    still accepted (rolling upgrades), and signed with while ``signing_key_id`` is unset."""
+    signing_key_file: str = ""
+    """This region's Ed25519 private key, PKCS#8 PEM (``geoctl keys generate``)."""
+    signing_key_id: str = ""
+    """The id of that key, as every keyring lists it under this region."""
+    keyring_file: str = ""
+    """YAML or JSON ``{region: {key_id: "ed25519:..." or public key file}}``: the keys whose signatures are
+    accepted for each region's control messages (several per region while a key is rotated)."""
     token_file: str = ""
     """Optional file with a token for the region's brokers and admin API. Or env GEOSYNC_TOKEN."""
     namespaces: tuple[str, ...] = ()
@@ -94,21 +111,62 @@ class AgentConfig:
     mirror_recheck_interval_s: float = 2.0
     """How often parked (rejected) events are re-checked and the checkpoint is written."""
 
-    def key(self) -> bytes:
+    def keys(self) -> envelopes.Keys:
+        """The signer and keyring; a ``ConfigError`` saying what to do when they are missing or unusable."""
+        shared = self._shared_key()
+        try:
+            keyring = (
+                signing.load_keyring(self.keyring_file, shared=shared)
+                if self.keyring_file
+                else envelopes.Keyring(shared=shared)
+            )
+            signer = self._signer(keyring, shared)
+        except signing.KeyFileError as e:
+            raise ConfigError(str(e)) from e
+        return envelopes.Keys(signer, keyring)
+
+    def legacy_keys(self) -> bool:
+        """Whether the insecure shared HMAC key is in use (signing or accepted)."""
+        return bool(os.environ.get("GEOSYNC_KEY") or self.key_file)
+
+    def _signer(self, keyring: envelopes.Keyring, shared: envelopes.SharedKey | None) -> envelopes.Signer:
+        if bool(self.signing_key_file) != bool(self.signing_key_id):
+            raise ConfigError("signing_key_file and signing_key_id go together: set both (or neither)")
+        if not self.signing_key_id:
+            if shared is None:
+                raise ConfigError(
+                    "no signing key: set signing_key_file, signing_key_id and keyring_file (create keys "
+                    "with 'geoctl keys generate'; README, Signing keys), or the legacy key_file / GEOSYNC_KEY"
+                )
+            return shared
+        if not self.keyring_file:
+            raise ConfigError("signing_key_id needs keyring_file (the keys accepted for every region)")
+        signer = signing.load_signer(self.signing_key_file, self.signing_key_id)
+        if not signing.holds(keyring, self.region, signer):
+            raise ConfigError(
+                f"keyring_file does not list signing key {signer.key_id!r} under region {self.region!r} with "
+                "this key's public key: add KEY_ID.pub to every region's keyring first, then sign with it"
+            )
+        return signer
+
+    def _shared_key(self) -> envelopes.SharedKey | None:
         env = os.environ.get("GEOSYNC_KEY")
         if env:
-            return env.encode()
-        if not self.key_file:
-            raise ConfigError("no HMAC key: set key_file in the config or GEOSYNC_KEY in the environment")
-        try:
-            data = pathlib.Path(self.key_file).read_bytes().strip()
-        except OSError as e:
-            raise ConfigError(f"key_file {self.key_file!r} cannot be read: {e}") from e
-        if len(data) < 16:
+            data, source = env.encode(), "GEOSYNC_KEY"
+        elif self.key_file:
+            try:
+                data = pathlib.Path(self.key_file).read_bytes().strip()
+            except OSError as e:
+                raise ConfigError(f"key_file {self.key_file!r} cannot be read: {e.strerror}") from e
+            source = f"key_file {self.key_file!r}"
+        else:
+            return None
+        if len(data) < MIN_SHARED_KEY_BYTES:
             raise ConfigError(
-                f"key_file {self.key_file!r} holds {len(data)} bytes; use at least 16 random bytes"
+                f"{source} holds {len(data)} bytes; the shared key needs at least {MIN_SHARED_KEY_BYTES} "
+                "random bytes (e.g. openssl rand -hex 32), or better, per-region keys (geoctl keys generate)"
             )
-        return data
+        return envelopes.SharedKey(data)
 
     def admin_client(self, *, timeout: float) -> adm.AdminClient:
         """An admin client for this region with the configured token (a token file is read again when it

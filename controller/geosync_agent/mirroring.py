@@ -129,11 +129,11 @@ def _now_ms() -> int:
 class Mirror:
     """The policy mirror of ``config.region``. ``start()`` runs it on its own threads; ``stop()`` ends it."""
 
-    def __init__(self, config: AgentConfig, key: bytes) -> None:
+    def __init__(self, config: AgentConfig, keys: envelopes.Keys) -> None:
         if not config.zookeeper:
             raise ValueError("the policy mirror needs the region's zookeeper (setting 'zookeeper')")
         self.config = config
-        self.key = key
+        self.keys = keys
         self.region = config.region
         self.identifier = f"{config.region}-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
@@ -451,7 +451,7 @@ class Mirror:
         )
         if self._producer is None:
             raise TemporaryError("no producer for the policy event topic")
-        self._producer.send(envelopes.seal(self.key, envelope))
+        self._producer.send(envelopes.seal(self.keys.signer, envelope))
         self.cp.seq = seq
         self._count("published")
 
@@ -491,7 +491,7 @@ class Mirror:
 
     def _on_message(self, msg: Any, *, bootstrap: bool = False, read_ms: int | None = None) -> None:
         """One event from the topic; ``read_ms``: when the reader thread got it (for the timings)."""
-        opened = envelopes.open_envelope(self.key, msg.data())
+        opened = envelopes.open_envelope(self.keys.keyring, msg.data())
         self.cp.reader = msg.message_id().serialize()
         self._dirty = True
         if isinstance(opened, envelopes.Rejected):

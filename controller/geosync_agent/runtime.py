@@ -173,7 +173,7 @@ class Agent:
         self,
         config: AgentConfig,
         *,
-        key: bytes,
+        keys: envelopes.Keys,
         effector: fx.Effector,
         messaging: Messaging,
         discovered: Latest[Discovered],
@@ -183,7 +183,7 @@ class Agent:
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
-        self.key = key
+        self.keys = keys
         self.effector = effector
         self.messaging = messaging
         self.discovered = discovered
@@ -210,7 +210,7 @@ class Agent:
         self.guards: dict[str, envelopes.ReplayGuard] = {}
         self.snapshots = snapshotting.Snapshotting(
             region=config.region,
-            key=key,
+            keys=keys,
             namespaces=config.snapshot_namespaces,
             interval_s=config.snapshot_interval_s,
             timeout_s=config.snapshot_timeout_s,
@@ -620,7 +620,7 @@ class Agent:
             self.stats.inc("tracked_from_claims")
 
     def handle_control(self, data: bytes, *, topic: str, now: Now) -> None:
-        opened = envelopes.open_envelope(self.key, data)
+        opened = envelopes.open_envelope(self.keys.keyring, data)
         if isinstance(opened, envelopes.Rejected):
             self._reject(opened)
             return
@@ -923,7 +923,7 @@ class Agent:
                     sent_at_ms=now.wall_ms,
                     payload=envelopes.encode_ack_states(batch, region=self.config.region),
                 )
-                data = envelopes.seal(self.key, envelope)
+                data = envelopes.seal(self.keys.signer, envelope)
                 sends.append(fx.Publish(self._control_topic(namespace), data, "envelopes_published"))
                 self.stats.inc("states_published", len(batch))
         self._perform(sends, now)

@@ -89,14 +89,14 @@ class Snapshotting:
         self,
         *,
         region: str,
-        key: bytes,
+        keys: envelopes.Keys,
         namespaces: Sequence[str],
         interval_s: float,
         timeout_s: float,
         first_seq: int,
     ) -> None:
         self.region = region
-        self.key = key
+        self.keys = keys
         self.namespaces = tuple(namespaces)
         self.interval_s = interval_s
         self.timeout_ms = int(timeout_s * 1000)
@@ -111,7 +111,7 @@ class Snapshotting:
 
     def seal(self, marker: markers.Marker, *, now_ms: int) -> tuple[dict[str, str], bytes]:
         self.seq += 1
-        return markers.encode_marker(self.key, marker, seq=self.seq, sent_at_ms=now_ms)
+        return markers.encode_marker(self.keys.signer, marker, seq=self.seq, sent_at_ms=now_ms)
 
     def publishing(self, topic: str, outgoing: Outgoing, *, now_ms: int) -> list[Publish]:
         """The effects that write ``outgoing`` markers into ``topic``."""
@@ -138,7 +138,7 @@ class Snapshotting:
     ) -> MarkerWork:
         """A marker read in the local log of ``topic``; ``subscription_state(name)`` tells whether the
         subscription an update names exists here and its cursor (None if not read yet)."""
-        marker = markers.decode_marker(self.key, properties, data)
+        marker = markers.decode_marker(self.keys.keyring, properties, data)
         if isinstance(marker, envelopes.Rejected):
             return MarkerWork(rejected=marker)
         if isinstance(marker, markers.Update):

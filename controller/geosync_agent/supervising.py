@@ -84,7 +84,18 @@ class Supervisor:
 
 def run(config: AgentConfig, stop: threading.Event) -> int:
     """Build the agent's parts, run its tasks until ``stop`` is set or a task is given up; the exit status."""
-    key = config.key()
+    keys = config.keys()
+    if config.legacy_keys():
+        log.warning(
+            "legacy signing: a shared HMAC key (key_file or GEOSYNC_KEY) is configured; whoever holds it can "
+            "sign for every region. Move to per-region keys (README, Signing keys)"
+        )
+    log.info(
+        "signing as key %s; keyring accepts %s%s",
+        keys.signer.key_id or "(shared legacy key)",
+        keys.keyring.key_ids(),
+        " and legacy envelopes" if keys.keyring.shared else "",
+    )
     messaging = config.messaging()
     pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="admin")
     discovered: discovering.Latest[discovering.Discovered] = discovering.Latest()
@@ -96,7 +107,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     )
     agent = Agent(
         config,
-        key=key,
+        keys=keys,
         effector=effector,
         messaging=messaging,
         discovered=discovered,
@@ -105,7 +116,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         first_seq=time.time_ns() // 1000,
     )
     effector.on_sent = agent.on_sent
-    mirror = Mirror(config, key) if config.zookeeper and config.mirror_policies else None
+    mirror = Mirror(config, keys) if config.zookeeper and config.mirror_policies else None
     supervisor = Supervisor(stop)
     server = serving.endpoint(agent, mirror, alive=lambda: supervisor.alive() and not stop.is_set())
 

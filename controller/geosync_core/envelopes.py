@@ -1,14 +1,26 @@
 """Control messages: the signed, versioned envelope agents exchange on control topics, and its payloads.
 
 Control topics are replicated like data topics, so anyone able to publish on them could move cursors in
-every region. Each message is therefore an envelope signed with HMAC-SHA256 under a per-deployment key,
-carrying its sender region and a per-sender sequence number, so that forged, altered, replayed or
-unreadable messages change nothing. A Java implementation (the broker plugins) reads and writes the same
-bytes; ``testdata/envelopes/vectors.json`` pins them down for both.
+every region. Each message is therefore a signed envelope carrying its sender region and a per-sender
+sequence number, so that forged, altered, replayed or unreadable messages change nothing.
+
+Two wire versions, told apart by ``version``:
+
+* version 2 (``KEYED_VERSION``): signed with the sender region's own key, named by ``key_id``. Verifiers
+  hold a ``Keyring``: per region, the key ids that may sign for it (several at once, so keys rotate without
+  downtime). A key id the keyring does not list is refused (``UNKNOWN_KEY``), and a genuine signature by a
+  key of another region than the declared sender is refused too (``FOREIGN_KEY``): a region's key speaks
+  for that region only. The signature scheme is the ``Signer``'s and ``Verifier``'s business (the agent uses
+  Ed25519 from ``geosync_adapters.signing``: a verifier then holds public keys only); the core needs none.
+* version 1 (legacy): HMAC-SHA256 under one key shared by every region (``SharedKey``), no key id; whoever
+  holds it can sign for any region. Accepted only by a keyring that holds the shared key (legacy mode, and
+  rolling upgrades away from it), else refused as ``UNKNOWN_KEY``. A Java implementation (the broker
+  plugins) reads and writes the same bytes; ``testdata/envelopes/vectors.json`` pins them down for both.
 
 Wire form: a UTF-8 JSON object with the keys ``version``, ``kind``, ``region``, ``seq``, ``sent_at_ms``,
-``payload`` and ``sig``. ``sig`` is the lowercase hex HMAC-SHA256 of the canonical encoding of the other
-six: object keys sorted by Unicode code point (not UTF-16 unit), no whitespace (``","`` and ``":"``
+``payload``, ``sig`` and, in version 2 only, ``key_id``. ``sig`` is the signature of the canonical encoding
+of the other fields, in lowercase hex (version 1: HMAC-SHA256 of the other six). The canonical encoding:
+object keys sorted by Unicode code point (not UTF-16 unit), no whitespace (``","`` and ``":"``
 separators), everything outside the escapes written raw as UTF-8 (including non-ASCII and U+007F), escapes
 only for ``"``, ``\\``, ``\\b \\f \\n \\r \\t`` and the other U+0000..U+001F as ``\\u00xx`` in
 lowercase hex; integers only, in plain decimal (no floats, NaN or infinities); ``seq``, ``sent_at_ms`` and
@@ -16,10 +28,12 @@ lowercase hex; integers only, in plain decimal (no floats, NaN or infinities); `
 
 Invariants:
 
-* ``open_envelope(key, seal(key, e)) == e`` for every envelope, and the bytes are canonical;
+* ``open_envelope(key, seal(key, e)) == e`` for every envelope and shared key, and the bytes are
+  canonical; with a region's signer ``s``, the opened envelope is ``e`` with ``version=2, key_id=s.key_id``;
 * ``open_envelope`` never raises: any input yields an ``Envelope`` or ``Rejected(reason)``;
-* a message is accepted only if its signature verifies under the key, over exactly the fields it carries
-  (comparison with ``hmac.compare_digest``); unknown versions are refused before interpretation;
+* a message is accepted only if its signature verifies, over exactly the fields it carries, under a key
+  the keyring accepts for the region it declares (HMAC compared with ``hmac.compare_digest``); unknown
+  versions are refused before interpretation;
 * ``ReplayGuard.admit`` never accepts a sender's ``seq`` twice, nor one ``REPLAY_WINDOW`` or more below the
   highest accepted from that sender; below the highest but within the window it accepts a ``seq`` not seen
   yet (two agents of one region at once, during a rolling update, send interleaved wall-clock sequence
@@ -43,14 +57,18 @@ import enum
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 
 VERSION = 1
+"""Envelopes signed with the deployment's shared HMAC key (legacy: no key id)."""
+KEYED_VERSION = 2
+"""Envelopes signed with the sender region's own key, named by ``key_id``."""
 ACK_STATE = "ack-state"
 ACK_STATE_VERSION = 1
 """The ack-state payload version without partly acknowledged batches (still written when it suffices)."""
@@ -61,6 +79,7 @@ ACK_STATES = "ack-states"
 """Several subscriptions' states in one envelope: what an agent sends per namespace and round."""
 
 _FIELDS = frozenset({"version", "kind", "region", "seq", "sent_at_ms", "payload"})
+_KEYED_FIELDS = _FIELDS | {"key_id"}
 _LIMIT = 2**63
 
 JsonObject = dict[str, Any]
@@ -75,6 +94,89 @@ class Reason(enum.Enum):
     MISPLACED = "misplaced"
     """Genuine, but not for where it was found (another kind of message, or states of another namespace
     on a namespace's control topic)."""
+    UNKNOWN_KEY = "unknown-key"
+    """Signed with a key the keyring does not hold: a key id no region lists (never distributed, or
+    dropped after a rotation), or a legacy (version 1) envelope where the shared key is not accepted."""
+    FOREIGN_KEY = "foreign-key"
+    """Genuinely signed, but by a key of another region than the sender the envelope declares."""
+
+
+class Signer(Protocol):
+    """Signs for one region. ``key_id`` None: the legacy shared key (version 1 envelopes)."""
+
+    @property
+    def key_id(self) -> str | None: ...
+
+    def sign(self, message: bytes) -> str:
+        """The lowercase hex signature of ``message``."""
+        ...
+
+
+class Verifier(Protocol):
+    def verify(self, message: bytes, sig: str) -> bool:
+        """Whether ``sig`` signs ``message``; never raises (a malformed ``sig`` is simply false)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SharedKey:
+    """The deployment-wide HMAC-SHA256 key of legacy mode: a Signer and a Verifier for every region."""
+
+    secret: bytes = field(repr=False)
+
+    @property
+    def key_id(self) -> None:
+        return None
+
+    def sign(self, message: bytes) -> str:
+        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
+
+    def verify(self, message: bytes, sig: str) -> bool:
+        return hmac.compare_digest(self.sign(message).encode(), sig.encode("utf-8", "replace"))
+
+
+@dataclass(frozen=True, slots=True)
+class Keyring:
+    """What a verifier accepts: per region, the key ids that may sign for it (``regions[region][key_id]``);
+    with ``shared``, legacy envelopes signed with the deployment's HMAC key as well. A key id belongs to
+    one region only (``of`` refuses it under two)."""
+
+    regions: Mapping[str, Mapping[str, Verifier]] = field(default_factory=dict)
+    shared: SharedKey | None = None
+
+    @staticmethod
+    def of(regions: Mapping[str, Mapping[str, Verifier]], shared: SharedKey | None = None) -> Keyring:
+        owners: dict[str, str] = {}
+        for region, keys in regions.items():
+            for key_id in keys:
+                if owners.setdefault(key_id, region) != region:
+                    raise ValueError(f"key id {key_id!r} is listed under both {owners[key_id]} and {region}")
+        return Keyring({r: dict(k) for r, k in regions.items()}, shared)
+
+    def find(self, key_id: str) -> tuple[str, Verifier] | None:
+        """The region ``key_id`` belongs to, and its verifier."""
+        for region, keys in self.regions.items():
+            if key_id in keys:
+                return region, keys[key_id]
+        return None
+
+    def key_ids(self) -> dict[str, list[str]]:
+        """The accepted key ids per region (no key material: safe to show)."""
+        return {region: sorted(keys) for region, keys in sorted(self.regions.items())}
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """An agent's signing key and keyring."""
+
+    signer: Signer
+    keyring: Keyring
+
+    @staticmethod
+    def shared(secret: bytes) -> Keys:
+        """Legacy mode: one HMAC key signs and verifies everything."""
+        key = SharedKey(secret)
+        return Keys(key, Keyring(shared=key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +194,14 @@ class Envelope:
     sent_at_ms: int
     payload: JsonObject
     version: int = VERSION
+    key_id: str | None = None
+    """The key that signed it (version 2 envelopes as opened; ``seal`` sets it from its signer)."""
 
     def __post_init__(self) -> None:
         if not (_is_text(self.kind) and _is_text(self.region)):
             raise ValueError("kind and region must be non-empty strings")
+        if self.key_id is not None and not _is_text(self.key_id):
+            raise ValueError("key_id must be a non-empty string or None")
         if not all(_is_count(n) for n in (self.seq, self.sent_at_ms, self.version)):
             raise ValueError("seq, sent_at_ms and version must be integers in [0, 2**63)")
         # A payload parsed by open_envelope is JSON by construction (floats and constants refused by the
@@ -106,7 +212,7 @@ class Envelope:
             raise ValueError("payload must be a JSON object without floats")
 
     def fields(self) -> JsonObject:
-        return {
+        fields: JsonObject = {
             "version": self.version,
             "kind": self.kind,
             "region": self.region,
@@ -114,6 +220,9 @@ class Envelope:
             "sent_at_ms": self.sent_at_ms,
             "payload": self.payload,
         }
+        if self.key_id is not None:
+            fields["key_id"] = self.key_id
+        return fields
 
 
 def canonical(value: JsonObject) -> bytes:
@@ -127,14 +236,21 @@ def signature(key: bytes, fields: JsonObject) -> str:
     return hmac.new(key, canonical(fields), hashlib.sha256).hexdigest()
 
 
-def seal(key: bytes, envelope: Envelope) -> bytes:
-    """The signed wire bytes of ``envelope``."""
+def seal(signer: Signer | bytes, envelope: Envelope) -> bytes:
+    """The signed wire bytes of ``envelope``: version 2 with the signer's key id, or version 1 under a
+    shared key (``bytes`` is a shared key)."""
+    signer = SharedKey(signer) if isinstance(signer, bytes) else signer
     fields = envelope.fields()
-    return canonical({**fields, "sig": signature(key, fields)})
+    fields.pop("key_id", None)
+    if signer.key_id is not None:
+        fields |= {"version": KEYED_VERSION, "key_id": signer.key_id}
+    return canonical({**fields, "sig": signer.sign(canonical(fields))})
 
 
-def open_envelope(key: bytes, data: bytes) -> Envelope | Rejected:
-    """Verify and decode wire bytes; never raises."""
+def open_envelope(keyring: Keyring | bytes, data: bytes) -> Envelope | Rejected:
+    """Verify and decode wire bytes; never raises. ``bytes`` is a keyring of one shared key."""
+    if isinstance(keyring, bytes):
+        keyring = Keyring(shared=SharedKey(keyring))
     try:
         message = json.loads(
             data.decode("utf-8"),
@@ -152,20 +268,37 @@ def open_envelope(key: bytes, data: bytes) -> Envelope | Rejected:
     version = message.get("version")
     if not _is_count(version):
         return Rejected(Reason.MALFORMED)
-    if version != VERSION:
+    if version not in (VERSION, KEYED_VERSION):
         return Rejected(Reason.UNSUPPORTED_VERSION)
+    owner, verifier = _verifier(keyring, version, message.get("key_id"))
+    if verifier is None:
+        return Rejected(Reason.MALFORMED if owner == "" else Reason.UNKNOWN_KEY)
     try:
-        expected = signature(key, message)
+        body = canonical(message)
     except ValueError:
         return Rejected(Reason.MALFORMED)
-    if not isinstance(sig, str) or not hmac.compare_digest(expected.encode(), sig.encode("utf-8", "replace")):
+    if not isinstance(sig, str) or not verifier.verify(body, sig):
         return Rejected(Reason.BAD_SIGNATURE)
-    if message.keys() != _FIELDS:
+    if message.keys() != (_FIELDS if version == VERSION else _KEYED_FIELDS):
         return Rejected(Reason.MALFORMED)
     try:
-        return Envelope(**message)
+        envelope = Envelope(**message)
     except (ValueError, TypeError):
         return Rejected(Reason.MALFORMED)
+    if owner is not None and owner != envelope.region:
+        return Rejected(Reason.FOREIGN_KEY)
+    return envelope
+
+
+def _verifier(keyring: Keyring, version: int, key_id: object) -> tuple[str | None, Verifier | None]:
+    """Who may have signed: (owner region, verifier); (None, shared key) for version 1; verifier None when
+    no key is accepted (owner "": the key id is not even a name)."""
+    if version == VERSION:
+        return None, keyring.shared
+    if not _is_text(key_id):
+        return "", None
+    found = keyring.find(str(key_id))
+    return (None, None) if found is None else found
 
 
 REPLAY_WINDOW = 60_000_000

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from geosync_core.envelopes import Envelope, Reason, Rejected, open_envelope, seal
+from geosync_core.envelopes import Envelope, Keyring, Reason, Rejected, Signer, open_envelope, seal
 from geosync_core.positions import Position
 
 PROPERTY = "__geosync_marker"
@@ -199,7 +199,9 @@ def encode_body(marker: Marker) -> dict[str, Any]:
     return body
 
 
-def encode_marker(key: bytes, marker: Marker, *, seq: int, sent_at_ms: int) -> tuple[dict[str, str], bytes]:
+def encode_marker(
+    key: Signer | bytes, marker: Marker, *, seq: int, sent_at_ms: int
+) -> tuple[dict[str, str], bytes]:
     """The properties and payload of the message that carries ``marker`` (publish it unbatched)."""
     kind = kind_of(marker)
     envelope = Envelope(
@@ -208,7 +210,7 @@ def encode_marker(key: bytes, marker: Marker, *, seq: int, sent_at_ms: int) -> t
     return {PROPERTY: kind}, seal(key, envelope)
 
 
-def decode_marker(key: bytes, properties: Mapping[str, str], data: bytes) -> Marker | Rejected:
+def decode_marker(key: Keyring | bytes, properties: Mapping[str, str], data: bytes) -> Marker | Rejected:
     """Verify and decode a marker message; never raises."""
     kind = properties.get(PROPERTY)
     if kind is None:

@@ -17,7 +17,7 @@ from geosync_agent import discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import Agent, Now
-from geosync_core import pluginapi
+from geosync_core import envelopes, pluginapi
 from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
@@ -307,6 +307,8 @@ class Harness:
 
     @classmethod
     def build(cls, region: FakeRegion, **settings: Any) -> Harness:
+        """``keys=``: the agent's signer and keyring (default: the shared test key)."""
+        keys = settings.pop("keys", None) or envelopes.Keys.shared(KEY)
         config = AgentConfig(
             region=region.name, admin_url="http://fake", service_url="pulsar://fake", **settings
         )
@@ -314,7 +316,7 @@ class Harness:
         effector = fx.Effector(admin_factory=lambda: AdminView(region), messaging=msgs, pool=InlineExecutor())
         agent = Agent(
             config,
-            key=KEY,
+            keys=keys,
             effector=effector,
             messaging=msgs,
             discovered=discovering.Latest(),

@@ -7,8 +7,10 @@ import pathlib
 import pytest
 import yaml
 
+from geosync_adapters import signing
 from geosync_agent import config as cfg
 from geosync_agent.recent import Recent
+from geosync_core import envelopes
 
 
 def write(tmp_path: pathlib.Path, **settings: object) -> pathlib.Path:
@@ -59,3 +61,106 @@ def test_recent_keeps_the_last_samples_and_their_percentiles() -> None:
     for v in range(1000):
         recent.add(v)
     assert recent.percentiles() == {"p50": 950, "p90": 990, "p99": 999}
+
+
+# --- signing keys (issue 14) ----------------------------------------------------------------------------
+
+
+def keyring_files(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """a's private key a-1 and a keyring listing a-1 and b-1."""
+    a1, b1 = signing.generate("a-1"), signing.generate("b-1")
+    private, _ = signing.write_key_pair(tmp_path / "keys", a1)
+    keyring = tmp_path / "keyring.yaml"
+    keyring.write_text(signing.dump_keyring({"a": {"a-1": a1.public()}, "b": {"b-1": b1.public()}}))
+    return private, keyring
+
+
+def test_per_region_keys_are_read(tmp_path: pathlib.Path) -> None:
+    private, keyring = keyring_files(tmp_path)
+    loaded = cfg.load(
+        write(tmp_path, signing_key_file=str(private), signing_key_id="a-1", keyring_file=str(keyring))
+    )
+    keys = loaded.keys()
+    assert keys.signer.key_id == "a-1"
+    assert keys.keyring.key_ids() == {"a": ["a-1"], "b": ["b-1"]}
+    assert keys.keyring.shared is None
+    assert not loaded.legacy_keys()
+
+
+def test_legacy_shared_key_still_works(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GEOSYNC_KEY", raising=False)
+    key = tmp_path / "hmac.key"
+    key.write_text("k" * 32 + "\n")
+    loaded = cfg.load(write(tmp_path, key_file=str(key)))
+    keys = loaded.keys()
+    assert keys.signer == keys.keyring.shared == envelopes.SharedKey(b"k" * 32)
+    assert loaded.legacy_keys()
+    wire = envelopes.seal(
+        keys.signer, envelopes.Envelope(kind="k", region="b", seq=1, sent_at_ms=0, payload={})
+    )
+    assert isinstance(envelopes.open_envelope(keys.keyring, wire), envelopes.Envelope)
+    monkeypatch.setenv("GEOSYNC_KEY", "e" * 40)
+    assert cfg.load(write(tmp_path)).keys().signer == envelopes.SharedKey(b"e" * 40)
+
+
+def test_upgrade_steps_sign_legacy_then_keyed_and_read_both(tmp_path: pathlib.Path) -> None:
+    private, keyring = keyring_files(tmp_path)
+    key = tmp_path / "hmac.key"
+    key.write_text("k" * 32)
+    first = cfg.load(write(tmp_path, key_file=str(key), keyring_file=str(keyring))).keys()
+    assert first.signer.key_id is None
+    assert first.keyring.shared is not None
+    second = cfg.load(
+        write(
+            tmp_path,
+            key_file=str(key),
+            keyring_file=str(keyring),
+            signing_key_file=str(private),
+            signing_key_id="a-1",
+        )
+    ).keys()
+    assert second.signer.key_id == "a-1"
+    assert second.keyring.shared is not None
+
+
+@pytest.mark.parametrize("size", [0, 16, 31])
+def test_short_shared_keys_are_refused(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    monkeypatch.delenv("GEOSYNC_KEY", raising=False)
+    key = tmp_path / "hmac.key"
+    key.write_text("Q" * size)
+    with pytest.raises(cfg.ConfigError, match="at least 32") as raised:
+        cfg.load(write(tmp_path, key_file=str(key))).keys()
+    assert "geoctl keys generate" in str(raised.value)
+    assert size == 0 or "Q" * size not in str(raised.value)
+    monkeypatch.setenv("GEOSYNC_KEY", "Z" * 31)
+    with pytest.raises(cfg.ConfigError, match="GEOSYNC_KEY holds 31 bytes"):
+        cfg.load(write(tmp_path)).keys()
+
+
+def test_signing_settings_that_cannot_work_say_what_to_do(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GEOSYNC_KEY", raising=False)
+    private, keyring = keyring_files(tmp_path)
+    other, _ = signing.write_key_pair(tmp_path / "other", signing.generate("a-9"))
+    cases: list[tuple[dict[str, object], str]] = [
+        ({}, "no signing key"),
+        ({"signing_key_file": str(private), "signing_key_id": "a-1"}, "needs keyring_file"),
+        ({"signing_key_file": str(private), "keyring_file": str(keyring)}, "go together"),
+        # a key not (yet) in the keyring, and a's key under another id: signing with them would be refused
+        ({"signing_key_file": str(other), "signing_key_id": "a-9", "keyring_file": str(keyring)}, "first"),
+        ({"signing_key_file": str(other), "signing_key_id": "a-1", "keyring_file": str(keyring)}, "first"),
+        (
+            {
+                "signing_key_file": str(tmp_path / "nope"),
+                "signing_key_id": "a-1",
+                "keyring_file": str(keyring),
+            },
+            "read",
+        ),
+    ]
+    for settings, match in cases:
+        with pytest.raises(cfg.ConfigError, match=match):
+            cfg.load(write(tmp_path, **settings)).keys()

@@ -57,7 +57,7 @@ def test_scope_follows_the_tenant_patterns() -> None:
         mirror_tenants=("geo*", "shop"),
         mirror_exclude_tenants=("public", "pulsar", "geo-private"),
     )
-    mirror = Mirror(config, b"k" * 32)
+    mirror = Mirror(config, envelopes.Keys.shared(b"k" * 32))
     assert mirror.in_scope("/admin/policies/geo")
     assert mirror.in_scope("/admin/policies/geo/ab")
     assert mirror.in_scope("/admin/policies/shop/orders")

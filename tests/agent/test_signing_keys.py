@@ -1,0 +1,44 @@
+"""Agents with per-region keys (issue 14): claims signed with the sender region's key are applied; a
+region's genuine key signing another region's claim is refused and counted, and moves nothing."""
+
+from __future__ import annotations
+
+from geosync_adapters import signing
+from geosync_core import envelopes
+from geosync_core.origins import OriginAcks, Span
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from tests.agent.fakes import message
+from tests.agent.test_runtime import A_LOG, B_LOG, CONTROL, SUB, TOPIC, carry, pair
+
+SIGNERS = {r: signing.generate(f"{r}-1") for r in "abc"}
+RING = envelopes.Keyring.of(
+    {r: {s.key_id: signing.parse_public(s.public(), where=r)} for r, s in SIGNERS.items()}
+)
+
+
+def test_claims_signed_by_their_region_apply_and_a_region_key_cannot_speak_for_another() -> None:
+    a, b = pair(keys=envelopes.Keys(SIGNERS["a"], RING))
+    b.agent.keys = envelopes.Keys(SIGNERS["b"], RING)
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()
+    assert carry(a, b) == 1
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1])
+    # a's own key, claiming to be c, that everything of a's ledger was acknowledged there.
+    forged = envelopes.Envelope(
+        kind=envelopes.ACK_STATES,
+        region="c",
+        seq=2**62,
+        sent_at_ms=0,
+        payload=envelopes.encode_ack_states(
+            [envelopes.AckStateMessage(TOPIC, SUB, "c", OriginAcks.of({"a": [Span(5, 0, 5)]}))], region="c"
+        ),
+    )
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(79, 0), data=envelopes.seal(SIGNERS["a"], forged)))
+    b.step()
+    b.step(1.0)
+    counters = b.agent.stats.counters
+    assert counters["control_rejected_" + envelopes.Reason.FOREIGN_KEY.value] == 1
+    assert sum(v for k, v in counters.items() if k.startswith("control_rejected_")) == 1
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1])
