@@ -420,3 +420,6 @@ from geoctl import tenants as _tenants  # noqa: E402
 
 main.add_command(_failover.failover_group)
 main.add_command(_tenants.tenants_group)
+from geoctl import keys as _keys  # noqa: E402
+
+main.add_command(_keys.keys_group)
