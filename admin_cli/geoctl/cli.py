@@ -96,6 +96,15 @@ def _regions_arg(_: Any, __: Any, value: str) -> list[str]:
     help="Route replication between regions through Toxiproxy (needs toxiproxy-server from "
     "scripts/setup.sh), so that 'geoctl lab wan' and 'geoctl lab partition' can shape it.",
 )
+@click.option(
+    "--brokers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Brokers per region. 1: one standalone JVM per region. 2 or more: each region is a cluster with "
+    "its own ZooKeeper, configuration store (a second ZooKeeper), one bookie and that many brokers, each "
+    "a process (not combinable with --wan yet).",
+)
 @output_option
 @_lab_errors
 def lab_up(
@@ -105,13 +114,20 @@ def lab_up(
     deadline: float,
     no_agents: bool,
     with_wan: bool,
+    brokers: int,
     output: str,
 ) -> None:
     """Boot the lab (a no-op with a message if the same lab is already running in DIR)."""
     report = console.print if output == "text" else (lambda _m: None)
     with console.status("booting regions…", spinner="dots") if output == "text" else _null():
         result = labs.up(
-            lab_dir, regions, deadline_s=deadline, agents=not no_agents, with_wan=with_wan, report=report
+            lab_dir,
+            regions,
+            deadline_s=deadline,
+            agents=not no_agents,
+            with_wan=with_wan,
+            brokers=brokers,
+            report=report,
         )
     data = {
         "topology": str(result.path),
@@ -174,14 +190,20 @@ def lab_status(lab_dir: pathlib.Path, output: str) -> None:
     data = labs.status(lab_dir)
 
     def text(d: dict[str, Any]) -> None:
-        table = Table("region", "process", "admin", "replication", "resident (MiB)")
+        table = Table("region", "process", "brokers", "admin", "replication", "resident (MiB)")
         for name, r in d["regions"].items():
             repl = "; ".join(
                 f"{ns}: "
                 + (", ".join(f"{c}{'✓' if ok else '✗'}" for c, ok in v.items()) if isinstance(v, dict) else v)
                 for ns, v in r.get("replication", {}).items()
             )
-            table.add_row(name, r["process"], r.get("admin", "-"), repl or "-", f"{r['rss_mb']:.0f}")
+            brokers = "\n".join(
+                f"{b['service_url'].removeprefix('pulsar://')} {b['process']} (pid {b['pid']})"
+                for b in r.get("brokers", [])
+            )
+            table.add_row(
+                name, r["process"], brokers or "-", r.get("admin", "-"), repl or "-", f"{r['rss_mb']:.0f}"
+            )
         Console().print(table)
         if "wan" in d:
             click.echo(

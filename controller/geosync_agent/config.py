@@ -65,6 +65,10 @@ class AgentConfig:
     plugin_cursors: bool = True
     """Read cursors from the broker plugin's acknowledgement feed and move them with its cursor writes
     where the broker loads GeoSync's interceptor (detected; false: the admin API only)."""
+    plugin_index: bool = True
+    """Name replicated entries' origins from the interceptor's origin index where the brokers have it
+    (detected); false: from each entry's admin headers, as with brokers without the plugin (one call per
+    batched entry and per verified producer)."""
     tls_trust_certs_file: str = ""
     """CA bundle (PEM) that signed the brokers' certificates, for https:// admin and pulsar+ssl:// service
     URLs ("": the system's CAs). Certificates are always verified, host names included."""

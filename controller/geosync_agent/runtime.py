@@ -450,7 +450,7 @@ class Agent:
         run = self._plugin_run(topic, local)
         if run is not None:
             return run.origin, run.origin_at(local.entry)
-        if self.caps.get(Capability.PLUGIN_INDEX) is not True:
+        if self.caps.get(Capability.PLUGIN_INDEX) is not True or not self.config.plugin_index:
             return None
         return self._headers_record(topic, local)
 
@@ -493,7 +493,7 @@ class Agent:
         """The broker interceptor's run covering ``local``: one call covers a whole stretch of the topic,
         where the fallback costs one admin call per entry. None where it has no record or no plugin."""
         now = time.monotonic()
-        if not self.caps.usable(Capability.PLUGIN_INDEX, now=now):
+        if not self.config.plugin_index or not self.caps.usable(Capability.PLUGIN_INDEX, now=now):
             return None
         floor = self.plugin_floor.get(topic)
         if floor is not None and local < floor:

@@ -26,7 +26,24 @@ class TopologyError(PermanentError):
 
 
 @dataclass(frozen=True)
+class Broker:
+    """One broker of a region: its own binary and web service, and its process (None when stopped)."""
+
+    service_url: str
+    admin_url: str
+    pid: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"service_url": self.service_url, "admin_url": self.admin_url, "pid": self.pid}
+
+
+@dataclass(frozen=True)
 class Region:
+    """A region. ``service_url`` may name several brokers (``pulsar://h:p1,h:p2``); ``admin_url`` is one
+    broker's web service; ``zookeeper`` is the configuration store (where tenant and namespace policies
+    live; a standalone region's only store). ``brokers`` lists each broker (empty in topologies written
+    before it existed)."""
+
     name: str
     service_url: str
     admin_url: str
@@ -34,6 +51,7 @@ class Region:
     pids: tuple[int, ...] = ()
     log_dir: str = ""
     lab: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    brokers: tuple[Broker, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -43,6 +61,8 @@ class Region:
             "pids": list(self.pids),
             "log_dir": self.log_dir,
         }
+        if self.brokers:
+            out["brokers"] = [b.to_dict() for b in self.brokers]
         if self.lab:
             out["lab"] = self.lab
         return out
@@ -121,6 +141,15 @@ def _require(obj: Any, key: str, kind: type, where: str) -> Any:
     return value
 
 
+def _broker(raw: Any, where: str) -> Broker:
+    pid = raw.get("pid") if isinstance(raw, dict) else None
+    return Broker(
+        service_url=_require(raw, "service_url", str, where),
+        admin_url=_require(raw, "admin_url", str, where),
+        pid=int(pid) if pid is not None else None,
+    )
+
+
 def from_dict(data: Any) -> Topology:
     version = _require(data, "pulsar_version", str, "topology")
     regions: dict[str, Region] = {}
@@ -134,6 +163,7 @@ def from_dict(data: Any) -> Topology:
             pids=tuple(int(p) for p in raw.get("pids", [])),
             log_dir=str(raw.get("log_dir", "")),
             lab=dict(raw.get("lab", {})),
+            brokers=tuple(_broker(b, f"{where}.brokers") for b in raw.get("brokers", [])),
         )
     namespaces: dict[str, Namespace] = {}
     for name, raw in (data.get("namespaces") or {}).items():

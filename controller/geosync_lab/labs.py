@@ -5,6 +5,7 @@ after another even on two cores), then wires them: every region registers every 
 tenant ``geo`` is allowed on all regions, namespaces ``geo/ab`` and ``geo/abc`` are created in each of
 their regions with ``allowed_clusters`` and replication clusters set, and ``up`` waits until every
 replicator is connected. With ``wan`` replication between regions goes through Toxiproxy (see ``wan``).
+With ``brokers`` of 2 or more each region is a real cluster instead of a standalone (see ``clusters``).
 ``down`` stops exactly the processes recorded in the topology, after checking
 that each pid is still ours.
 """
@@ -16,7 +17,6 @@ import contextlib
 import json
 import os
 import pathlib
-import secrets
 import shutil
 import signal
 import subprocess
@@ -30,9 +30,10 @@ from typing import Any
 
 import yaml
 
+from geosync_adapters import signing
 from geosync_adapters.admin import NO_RETRY, AdminClient, AdminError
 from geosync_core import topology as topo
-from geosync_lab import distribution, plugins, regions, wan
+from geosync_lab import clusters, distribution, plugins, regions, wan
 from geosync_lab.errors import LabError
 
 TENANT = "geo"
@@ -84,9 +85,24 @@ def save(lab_dir: pathlib.Path, topology: topo.Topology) -> pathlib.Path:
     return path
 
 
+Site = regions.RegionProcess | clusters.ClusterRegion
+"""A booted region's processes: a standalone, or a multi-broker cluster."""
+
+
 def region_process(lab_dir: pathlib.Path, region: topo.Region) -> regions.RegionProcess:
-    ports = regions.Ports(**{k: int(v) for k, v in region.lab["ports"].items()})
+    """The region's directory and (first broker's) ports; its marker names every process of the region."""
+    ports = regions.Ports(
+        **{k: int(region.lab["ports"][k]) for k in ("web", "broker", "zookeeper", "bookie")}
+    )
     return regions.RegionProcess(name=region.name, root=lab_dir / "regions" / region.name, ports=ports)
+
+
+def cluster_region(lab_dir: pathlib.Path, region: topo.Region) -> clusters.ClusterRegion | None:
+    """The region as a multi-broker cluster, or None for a standalone region."""
+    if int(region.lab.get("brokers", 1)) < 2:
+        return None
+    ports = clusters.ClusterPorts.from_dict(region.lab["ports"])
+    return clusters.ClusterRegion(name=region.name, root=lab_dir / "regions" / region.name, ports=ports)
 
 
 def alive_regions(lab_dir: pathlib.Path, topology: topo.Topology) -> dict[str, bool]:
@@ -142,14 +158,79 @@ def _boot_region(
     raise LabError(f"region {name!r} could not bind its ports after {attempts} attempts: {last}")
 
 
+def _boot_cluster_region(
+    home: pathlib.Path,
+    root: pathlib.Path,
+    name: str,
+    brokers: int,
+    taken: set[int],
+    *,
+    deadline_s: float,
+    attempts: int = 3,
+    extra_conf: dict[str, str] | None = None,
+) -> tuple[clusters.ClusterRegion, tuple[int, ...], RegionBoot]:
+    last: Exception | None = None
+    for attempt in range(1, attempts + 1):
+        site = clusters.ClusterRegion(name=name, root=root, ports=clusters.pick_ports(brokers, taken))
+        taken.update(p for p in site.ports.as_dict().values() if isinstance(p, int))
+        taken.update(p for b in site.ports.brokers for p in (b.broker, b.web))
+        started = time.monotonic()
+        pids = clusters.start(home, site, extra_conf=extra_conf, deadline_s=deadline_s)
+        try:
+            clusters.wait_ready(site, pids, deadline_s=max(deadline_s - (time.monotonic() - started), 30.0))
+        except regions.RegionDied as e:
+            last = e
+            clusters.stop(site, pids, grace_s=5)
+            if e.port_conflict and attempt < attempts:
+                shutil.rmtree(root, ignore_errors=True)
+                continue
+            raise
+        except LabError:
+            clusters.stop(site, pids, grace_s=5)
+            raise
+        rss = sum(regions.rss_mb(p) for p in pids)
+        return site, tuple(pids), RegionBoot(name, time.monotonic() - started, rss, attempt)
+    raise LabError(f"region {name!r} could not bind its ports after {attempts} attempts: {last}")
+
+
+def _region_record(
+    site: Site, pids: tuple[int, ...], lab: dict[str, Any]
+) -> tuple[str, tuple[topo.Broker, ...], dict[str, Any]]:
+    """The region's configuration store, its brokers (with their pids, from ``pids`` in start order) and
+    its lab-private record."""
+    if isinstance(site, clusters.ClusterRegion):
+        broker_pids = pids[len(site.roles()) - site.brokers :] if pids else ()
+        brokers = tuple(
+            topo.Broker(
+                service_url=site.broker_service_url(i),
+                admin_url=site.broker_admin_url(i),
+                pid=broker_pids[i] if broker_pids else None,
+            )
+            for i in range(site.brokers)
+        )
+        record = {**lab, "ports": site.ports.as_dict(), "root": str(site.root), "brokers": site.brokers}
+        return site.configuration_store, brokers, record
+    broker = topo.Broker(
+        service_url=site.service_url, admin_url=site.admin_url, pid=pids[0] if pids else None
+    )
+    return site.zookeeper, (broker,), {**lab, "ports": site.ports.as_dict(), "root": str(site.root)}
+
+
+def _with_pids(lab_dir: pathlib.Path, region: topo.Region, pids: tuple[int, ...]) -> topo.Region:
+    """The region's record with its processes (all of them, or none when stopped) and its brokers' pids."""
+    site: Site = cluster_region(lab_dir, region) or region_process(lab_dir, region)
+    _, brokers, _ = _region_record(site, pids, region.lab)
+    return replace(region, pids=pids, brokers=brokers)
+
+
 def _wire(
-    procs: dict[str, regions.RegionProcess],
+    procs: dict[str, Site],
     namespaces: dict[str, tuple[str, ...]],
     report: Report,
     wan_record: dict[str, Any] | None = None,
 ) -> None:
     names = list(procs)
-    admins = {n: p.admin() for n, p in procs.items()}
+    admins = {n: AdminClient(p.admin_url) for n, p in procs.items()}
     for name, admin in admins.items():
         for peer in names:
             if peer == name:
@@ -218,9 +299,13 @@ def up(
     agents: bool = True,
     batch_index_acks: bool | None = None,
     with_wan: bool = False,
+    brokers: int = 1,
     report: Report = _silent,
 ) -> UpResult:
     """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there.
+
+    ``brokers`` of 2 or more makes every region a cluster of that many brokers with its own ZooKeeper,
+    configuration store and bookie (``clusters``); 1 is one standalone JVM per region.
 
     ``with_wan`` routes replication between regions through a Toxiproxy server of the lab (``wan``), so
     that ``geoctl lab wan`` and ``geoctl lab partition`` can shape it; LabError if Toxiproxy is missing.
@@ -234,12 +319,14 @@ def up(
             "a lab needs at least two regions to replicate between",
             hint="use e.g. --regions a,b or --regions a,b,c",
         )
+    _check_brokers(brokers, with_wan=with_wan)
     lab_dir = lab_dir.resolve()
     if topology_path(lab_dir).exists():
         existing = load(lab_dir)
         alive = alive_regions(lab_dir, existing)
         if any(alive.values()):
-            if sorted(existing.regions) == sorted(region_names) and all(alive.values()):
+            same_brokers = all(int(r.lab.get("brokers", 1)) == brokers for r in existing.regions.values())
+            if sorted(existing.regions) == sorted(region_names) and same_brokers and all(alive.values()):
                 return UpResult(topology=existing, path=topology_path(lab_dir), already_running=True)
             live = ", ".join(n for n, a in alive.items() if a)
             raise LabError(
@@ -268,64 +355,56 @@ def up(
         ports = regions.free_ports(n_proxies + 1)
         taken.update(ports)
         wan_layout = wan.layout(region_names, ports[0], ports[1:])
-    booted: dict[str, tuple[regions.RegionProcess, int, RegionBoot]] = {}
+    booted: dict[str, tuple[Site, tuple[int, ...], RegionBoot]] = {}
+    shape = f", {brokers} brokers each" if brokers > 1 else ""
     report(
-        f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}: "
+        f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}{shape}: "
         f"{', '.join(region_names)}"
     )
+
+    def boot(name: str) -> tuple[Site, tuple[int, ...], RegionBoot]:
+        root = lab_dir / "regions" / name
+        if brokers > 1:
+            return _boot_cluster_region(
+                home, root, name, brokers, taken, deadline_s=deadline_s, extra_conf=extra
+            )
+        proc, pid, booted = _boot_region(
+            home, root, name, taken, deadline_s=deadline_s, extra_conf=extra, wan_layout=wan_layout
+        )
+        return proc, (pid,), booted
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(region_names)) as pool:
-        futures = {
-            pool.submit(
-                _boot_region,
-                home,
-                lab_dir / "regions" / n,
-                n,
-                taken,
-                deadline_s=deadline_s,
-                extra_conf=extra,
-                wan_layout=wan_layout,
-            ): n
-            for n in region_names
-        }
+        futures = {pool.submit(boot, n): n for n in region_names}
         errors: list[str] = []
         for fut in concurrent.futures.as_completed(futures):
             name = futures[fut]
             try:
                 booted[name] = fut.result()
-                boot = booted[name][2]
-                report(f"region {name}: up in {boot.seconds:.1f} s, {boot.rss_mb:.0f} MiB resident")
+                done = booted[name][2]
+                report(f"region {name}: up in {done.seconds:.1f} s, {done.rss_mb:.0f} MiB resident")
             except LabError as e:
                 errors.append(str(e))
     if errors:
-        for proc, pid, _ in booted.values():
-            regions.stop(pid, regions.region_marker(proc), grace_s=5)
+        for site, pids, _ in booted.values():
+            _stop_site(site, pids, grace_s=5)
         raise LabError("\n".join(errors))
     procs = {n: booted[n][0] for n in region_names}
     wan_record: dict[str, Any] = {}
     if wan_layout:
-        wan_record = wan.with_upstreams(wan_layout, {n: p.ports.broker for n, p in procs.items()})
+        wan_record = wan.with_upstreams(
+            wan_layout, {n: int(p.ports.as_dict()["broker"]) for n, p in procs.items()}
+        )
         try:
             wan_record["pid"] = wan.start_server(lab_dir, wan_record)
         except LabError:
-            for proc, pid, _ in booted.values():
-                regions.stop(pid, regions.region_marker(proc), grace_s=5)
+            for site, pids, _ in booted.values():
+                _stop_site(site, pids, grace_s=5)
             raise
         report(f"wan: toxiproxy-server at {wan_record['api']}, {len(wan_record['proxies'])} proxies")
     namespaces = topo.lab_namespaces(region_names)
     topology = topo.Topology(
         pulsar_version=distribution.PULSAR_VERSION,
-        regions={
-            n: topo.Region(
-                name=n,
-                service_url=p.service_url,
-                admin_url=p.admin_url,
-                zookeeper=p.zookeeper,
-                pids=(booted[n][1],),
-                log_dir=str(p.log_dir),
-                lab={"ports": p.ports.as_dict(), "root": str(p.root), "batch_index_acks": batch_index_acks},
-            )
-            for n, p in procs.items()
-        },
+        regions={n: _booted_region(p, booted[n][1], batch_index_acks) for n, p in procs.items()},
         namespaces={ns: topo.Namespace(name=ns, regions=m) for ns, m in namespaces.items()},
         wan=wan_record,
     )
@@ -339,6 +418,7 @@ def up(
             hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
         ) from e
     if agents:
+        # One agent per region, talking to the region's first broker (README: "Multi-broker regions").
         for name in region_names:
             topology = start_agent(lab_dir, name)
             report(f"agent {name}: started (pid {topology.agents[name].pid})")
@@ -353,6 +433,46 @@ def up(
     )
 
 
+def _check_brokers(brokers: int, *, with_wan: bool) -> None:
+    if brokers < 1:
+        raise LabError(f"--brokers must be at least 1, got {brokers}", hint="use 1 (standalone) or 2 or more")
+    if brokers > 1 and with_wan:
+        raise LabError(
+            "--wan cannot be combined with --brokers yet: the WAN has one proxy per pair of regions, "
+            "forwarding to the peer's only broker; each broker of a multi-broker region would need its own",
+            hint="boot either a WAN lab (--wan) or a multi-broker lab (--brokers N)",
+        )
+
+
+def _booted_region(site: Site, pids: tuple[int, ...], batch_index_acks: bool) -> topo.Region:
+    zookeeper, brokers, lab = _region_record(site, pids, {"batch_index_acks": batch_index_acks})
+    return topo.Region(
+        name=site.name,
+        service_url=site.service_url,
+        admin_url=site.admin_url,
+        zookeeper=zookeeper,
+        pids=pids,
+        log_dir=str(site.log_dir),
+        lab=lab,
+        brokers=brokers,
+    )
+
+
+def _stop_site(site: Site, pids: tuple[int, ...], *, grace_s: float = 20.0) -> dict[str, str]:
+    """Stop every process of a region (thawed first: a frozen process cannot handle SIGTERM)."""
+    marker = site.marker if isinstance(site, clusters.ClusterRegion) else regions.region_marker(site)
+    for pid in pids:
+        regions.signal_region(pid, marker, signal.SIGCONT)
+    if isinstance(site, clusters.ClusterRegion):
+        return clusters.stop(site, pids, grace_s=grace_s)
+    outcome = [regions.stop(pid, marker, grace_s=grace_s) for pid in pids]
+    return {"standalone": outcome[-1]} if outcome else {}
+
+
+def _site(lab_dir: pathlib.Path, region: topo.Region) -> Site:
+    return cluster_region(lab_dir, region) or region_process(lab_dir, region)
+
+
 # -- agents ----------------------------------------------------------------------------------------
 
 CONTROL_TOPIC = "geosync-control"
@@ -363,20 +483,55 @@ def _agent_paths(lab_dir: pathlib.Path, name: str) -> tuple[pathlib.Path, pathli
     return lab_dir / "agents" / f"{name}.yaml", lab_dir / "agents" / f"{name}.log"
 
 
+def _agent_keys(agents_dir: pathlib.Path, names: list[str]) -> pathlib.Path:
+    """One Ed25519 signing key per region (``keys/REGION-1.key``, made once) and the keyring every agent
+    loads (``keyring.yaml``, public keys only: each agent holds its own private key and the others' public
+    ones); the keyring's path. Tests rotate keys by editing these files (``geoctl keys add``/``drop``)."""
+    keys, keyring = agents_dir / "keys", agents_dir / "keyring.yaml"
+    ring: dict[str, dict[str, str]] = yaml.safe_load(keyring.read_text()) if keyring.exists() else {}
+    missing = [n for n in names if n not in ring]
+    for name in missing:
+        key_id = f"{name}-1"
+        if not (keys / f"{key_id}.key").exists():
+            signing.write_key_pair(keys, signing.generate(key_id))
+        ring[name] = {key_id: f"keys/{key_id}.pub"}
+    if missing:
+        keyring.write_text(signing.dump_keyring(ring))
+    return keyring
+
+
+def signing_key_id(lab_dir: pathlib.Path, name: str) -> str:
+    """The key region ``name``'s agent signs with (its config's, else the lab's first key for it)."""
+    config, _ = _agent_paths(lab_dir.resolve(), name)
+    settings = yaml.safe_load(config.read_text()) if config.exists() else {}
+    return str(settings.get("signing_key_id") or f"{name}-1")
+
+
+def signer(lab_dir: pathlib.Path, name: str) -> signing.Ed25519Signer:
+    """Region ``name``'s current signing key, for tests that publish genuine control messages."""
+    key_id = signing_key_id(lab_dir, name)
+    return signing.load_signer(lab_dir.resolve() / "agents" / "keys" / f"{key_id}.key", key_id)
+
+
 def start_agent(
-    lab_dir: pathlib.Path, name: str, *, poll_interval_s: float = 0.25, plugin_cursors: bool = True
+    lab_dir: pathlib.Path,
+    name: str,
+    *,
+    poll_interval_s: float = 0.25,
+    plugin_cursors: bool = True,
+    key_id: str | None = None,
 ) -> topo.Topology:
     """Start (or restart) the agent of region ``name`` as a process; its config names only its region.
-    ``plugin_cursors=False`` makes it use the admin API only (the path for brokers without the plugin)."""
+    ``plugin_cursors=False`` makes it use the admin API only, for cursors and origins alike (the path for
+    brokers without the plugin).
+    ``key_id``: sign with that key of ``agents/keys`` (default: the key it signed with before)."""
     lab_dir = lab_dir.resolve()
     topology = load(lab_dir)
     region = topology.region(name)
     agents_dir = lab_dir / "agents"
     agents_dir.mkdir(exist_ok=True)
-    key = agents_dir / "hmac.key"
-    if not key.exists():
-        key.write_text(secrets.token_hex(32) + "\n")
-        key.chmod(0o600)
+    keyring = _agent_keys(agents_dir, list(topology.regions))
+    key_id = key_id or signing_key_id(lab_dir, name)
     config, logfile = _agent_paths(lab_dir, name)
     existing = topology.agents.get(name)
     if existing and existing.pid and regions.owns(existing.pid, str(config)):
@@ -389,10 +544,13 @@ def start_agent(
                 "admin_url": region.admin_url,
                 "service_url": region.service_url,
                 "zookeeper": region.zookeeper,
-                "key_file": str(key),
+                "signing_key_file": str(agents_dir / "keys" / f"{key_id}.key"),
+                "signing_key_id": key_id,
+                "keyring_file": str(keyring),
                 "metrics_port": metrics_port,
                 "poll_interval_s": poll_interval_s,
                 "plugin_cursors": plugin_cursors,
+                "plugin_index": plugin_cursors,
                 "discover_interval_s": 5.0,
                 "control_topic": CONTROL_TOPIC,
                 # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's
@@ -484,18 +642,16 @@ def down(lab_dir: pathlib.Path, *, report: Report = _silent) -> dict[str, str]:
             outcome[f"agent {name}"] = regions.stop(agent.pid, agent.config, grace_s=10)
             report(f"agent {name}: {outcome[f'agent {name}']}")
     for name, region in topology.regions.items():
-        proc = region_process(lab_dir, region)
-        for pid in region.pids:
-            # A frozen region cannot handle SIGTERM; thaw it first.
-            regions.signal_region(pid, regions.region_marker(proc), signal.SIGCONT)
-            outcome[f"region {name}"] = regions.stop(pid, regions.region_marker(proc))
-            report(f"region {name}: {outcome[f'region {name}']}")
+        for role, happened in _stop_site(_site(lab_dir, region), region.pids).items():
+            what = f"region {name}" if role == "standalone" else f"region {name} {role}"
+            outcome[what] = happened
+            report(f"{what}: {happened}")
     if topology.wan:
         outcome["wan"] = wan.stop_server(lab_dir, topology.wan)
         report(f"wan: {outcome['wan']}")
     stopped = replace(
         topology,
-        regions={n: replace(r, pids=()) for n, r in topology.regions.items()},
+        regions={n: _with_pids(lab_dir, r, ()) for n, r in topology.regions.items()},
         agents={n: replace(a, pid=None) for n, a in topology.agents.items()},
         wan={**topology.wan, "pid": None} if topology.wan else {},
     )
@@ -509,12 +665,12 @@ def stop_region(lab_dir: pathlib.Path, name: str, *, kill: bool = False) -> topo
     topology = load(lab_dir)
     region = topology.region(name)
     proc = region_process(lab_dir, region)
-    for pid in region.pids:
-        regions.signal_region(pid, regions.region_marker(proc), signal.SIGCONT)
-        if kill:
+    if kill:
+        for pid in region.pids:
+            regions.signal_region(pid, regions.region_marker(proc), signal.SIGCONT)
             regions.signal_region(pid, regions.region_marker(proc), signal.SIGKILL)
-        regions.stop(pid, regions.region_marker(proc), grace_s=0 if kill else 20)
-    topology = replace(topology, regions={**topology.regions, name: replace(region, pids=())})
+    _stop_site(_site(lab_dir, region), region.pids, grace_s=0 if kill else 20)
+    topology = replace(topology, regions={**topology.regions, name: _with_pids(lab_dir, region, ())})
     save(lab_dir, topology)
     return topology
 
@@ -532,10 +688,18 @@ def start_region(lab_dir: pathlib.Path, name: str, *, deadline_s: float = 240.0)
     extra = {**plugins.plugin_conf(plugins.ensure_plugins()), **regions.batch_index_conf(batch_index_acks)}
     if topology.wan:
         extra.update(wan.advertised_listeners(name, proc.ports.broker, topology.wan))
-    pid = regions.start(distribution.ensure_pulsar(topology.pulsar_version), proc, extra_conf=extra)
-    topology = replace(topology, regions={**topology.regions, name: replace(region, pids=(pid,))})
+    home = distribution.ensure_pulsar(topology.pulsar_version)
+    cluster = cluster_region(lab_dir, region)
+    if cluster is not None:
+        pids = tuple(clusters.start(home, cluster, extra_conf=extra, deadline_s=deadline_s))
+    else:
+        pids = (regions.start(home, proc, extra_conf=extra),)
+    topology = replace(topology, regions={**topology.regions, name: _with_pids(lab_dir, region, pids)})
     save(lab_dir, topology)
-    regions.wait_ready(proc, pid, deadline_s=deadline_s)
+    if cluster is not None:
+        clusters.wait_ready(cluster, list(pids), deadline_s=deadline_s)
+    else:
+        regions.wait_ready(proc, pids[0], deadline_s=deadline_s)
     return topology
 
 
@@ -568,6 +732,7 @@ def status(lab_dir: pathlib.Path) -> dict[str, Any]:
             "admin_url": region.admin_url,
             "service_url": region.service_url,
             "rss_mb": round(sum(regions.rss_mb(p) for p in region.pids), 1),
+            "brokers": [_broker_status(lab_dir, region, b) for b in region.brokers],
         }
         if alive[name]:
             admin = AdminClient(region.admin_url, timeout=3)
@@ -591,6 +756,7 @@ def status(lab_dir: pathlib.Path) -> dict[str, Any]:
         out["regions"][name] = entry
     out["healthy"] = all(
         r["process"] == "running"
+        and all(b["process"] == "running" for b in r["brokers"])
         and r.get("admin") == "ok"
         and all(isinstance(v, dict) and all(v.values()) for v in r.get("replication", {}).values())
         for r in out["regions"].values()
@@ -601,6 +767,16 @@ def status(lab_dir: pathlib.Path) -> dict[str, Any]:
         out["wan"] = {"api": topology.wan["api"], "process": "running" if running else "stopped"}
         out["healthy"] = out["healthy"] and running
     return out
+
+
+def _broker_status(lab_dir: pathlib.Path, region: topo.Region, broker: topo.Broker) -> dict[str, Any]:
+    marker = regions.region_marker(region_process(lab_dir, region))
+    running = broker.pid is not None and regions.owns(broker.pid, marker)
+    return {
+        **broker.to_dict(),
+        "process": "running" if running else "stopped",
+        "rss_mb": round(regions.rss_mb(broker.pid), 1) if running and broker.pid else 0.0,
+    }
 
 
 def dump_json(data: Any) -> str:

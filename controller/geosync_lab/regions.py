@@ -27,17 +27,18 @@ from geosync_lab.errors import LabError
 # Lean JVM settings, measured in bench/lab_boot.py (BENCHMARKS.md).
 JVM_MEM = os.environ.get("GEOSYNC_REGION_MEM", "-Xms128m -Xmx512m -XX:MaxDirectMemorySize=256m")
 JVM_GC = "-XX:+UseSerialGC -XX:+PerfDisableSharedMem"
+JVM_EXTRA_OPTS = (
+    "-Dzookeeper.admin.enableServer=false -Dpulsar.allocator.exit_on_oom=true "
+    "-Dio.netty.recycler.maxCapacityPerThread=4096 -XX:TieredStopAtLevel=1"
+)
 
-_CONF_OVERRIDES = {
+BROKER_CONF = {
     "bindAddress": "127.0.0.1",
     "advertisedAddress": "127.0.0.1",
     "managedLedgerDefaultEnsembleSize": "1",
     "managedLedgerDefaultWriteQuorum": "1",
     "managedLedgerDefaultAckQuorum": "1",
     "managedLedgerCacheSizeMB": "32",
-    "dbStorage_writeCacheMaxSizeMb": "16",
-    "dbStorage_readAheadCacheMaxSizeMb": "16",
-    "dbStorage_rocksDB_blockCacheSize": "16777216",
     "webSocketServiceEnabled": "false",
     "numIOThreads": "2",
     "numHttpServerThreads": "4",
@@ -48,6 +49,15 @@ _CONF_OVERRIDES = {
     "brokerShutdownTimeoutMs": "3000",
     "replicationConnectionsPerBroker": "1",
     "enableReplicatedSubscriptions": "true",
+}
+"""Broker keys of every lab broker, a standalone region's or one of a multi-broker region's (``clusters``)."""
+
+_CONF_OVERRIDES = {
+    **BROKER_CONF,
+    # The standalone's in-process bookie reads its keys from the same file.
+    "dbStorage_writeCacheMaxSizeMb": "16",
+    "dbStorage_readAheadCacheMaxSizeMb": "16",
+    "dbStorage_rocksDB_blockCacheSize": "16777216",
 }
 
 
@@ -144,7 +154,7 @@ def batch_index_conf(enabled: bool) -> dict[str, str]:
 
 
 def render_conf(pulsar_home: pathlib.Path, region: RegionProcess, extra: dict[str, str] | None = None) -> str:
-    """The distribution's standalone.conf with our keys replaced in place (last one wins in Java props)."""
+    """The distribution's standalone.conf with our keys replaced in place."""
     values = dict(_CONF_OVERRIDES)
     values.update(
         clusterName=region.name,
@@ -153,9 +163,15 @@ def render_conf(pulsar_home: pathlib.Path, region: RegionProcess, extra: dict[st
         narExtractionDirectory=str(region.root / "nar"),
     )
     values.update(extra or {})
+    return render_props((pulsar_home / "conf" / "standalone.conf").read_text(), values)
+
+
+def render_props(template: str, values: dict[str, str]) -> str:
+    """A Java properties file with each key of ``values`` set: replaced in place where the template sets
+    it, appended otherwise (last one wins in Java props, so nothing below may set it again)."""
     lines = []
     seen: set[str] = set()
-    for line in (pulsar_home / "conf" / "standalone.conf").read_text().splitlines():
+    for line in template.splitlines():
         key = line.split("=", 1)[0].strip()
         if not line.lstrip().startswith("#") and "=" in line and key in values:
             lines.append(f"{key}={values[key]}")
@@ -183,11 +199,7 @@ def start(
         PULSAR_GC_LOG=" ",
         PULSAR_LOG_DIR=str(region.log_dir),
         PULSAR_STANDALONE_CONF=str(region.conf_path),
-        PULSAR_EXTRA_OPTS=(
-            "-Dzookeeper.admin.enableServer=false -Dpulsar.allocator.exit_on_oom=true "
-            "-Dio.netty.recycler.maxCapacityPerThread=4096 -XX:TieredStopAtLevel=1 "
-            f"-Dgeosync.region={region.name}"
-        ),
+        PULSAR_EXTRA_OPTS=f"{JVM_EXTRA_OPTS} -Dgeosync.region={region.name}",
     )
     cmd = [
         str(pulsar_home / "bin" / "pulsar"),
@@ -232,7 +244,7 @@ def owns(pid: int, marker: str) -> bool:
         return False
 
 
-def _starting(pid: int, *, since: float, grace_s: float = 5.0) -> bool:
+def starting(pid: int, *, since: float, grace_s: float = 5.0) -> bool:
     """Alive but not (yet) showing its marker shortly after the start: between fork and exec the child still
     carries the parent's command line, so an early check would report a live region as dead."""
     if time.monotonic() - since > grace_s:
@@ -244,8 +256,9 @@ def _starting(pid: int, *, since: float, grace_s: float = 5.0) -> bool:
 
 
 def region_marker(region: RegionProcess) -> str:
-    """What identifies a region's JVM on its command line: its own config file path (unique per lab)."""
-    return str(region.conf_path)
+    """What identifies a region's JVMs on their command lines: the region's own directory (unique per lab;
+    every process of a region, standalone or one of a multi-broker region's, names a file under it)."""
+    return f"{region.root}{os.sep}"
 
 
 def rss_mb(pid: int) -> float:
@@ -294,7 +307,7 @@ def wait_ready(
     while True:
         if is_ready(admin, region.name):
             return time.monotonic() - started
-        if not owns(pid, region_marker(region)) and not _starting(pid, since=started):
+        if not owns(pid, region_marker(region)) and not starting(pid, since=started):
             raise RegionDied(
                 f"region {region.name!r} exited during start-up\n{log_tail(region)}",
                 hint="read the log above; a port taken by another program is retried automatically",
