@@ -297,13 +297,13 @@ def test_forged_and_garbage_control_messages_change_nothing(lab: Lab, unique: st
     produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(10)])
     wait_backlog(lab, "b", topic, sub, 10)
     before = _agent_state(lab, "b")["counters"]
-    # A claim that everything of a's ledgers 0..10^6 was acknowledged, signed with the wrong key,
-    # unsigned, altered after signing, and garbage: none may move b's cursor.
+    # A claim that everything of a's ledgers 0..10^6 was acknowledged, signed with a legacy shared key the
+    # agents do not accept, unsigned, altered after signing, and garbage: none may move b's cursor.
     claim = envelopes.encode_ack_state(topic, sub, region="a", acks=_everything())
     forged = envelopes.Envelope(kind=envelopes.ACK_STATE, region="a", seq=2**62, sent_at_ms=0, payload=claim)
     wrong_key = envelopes.seal(b"not-the-deployment-key-0123456789", forged)
     unsigned = json.dumps(forged.fields()).encode()
-    key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
+    key = labs.signer(lab.dir, "a")  # a's own signing key: these messages are genuine
     genuine = envelopes.seal(key, forged)
     altered = genuine.replace(b'"seq":4611686018427387904', b'"seq":4611686018427387905')
     assert altered != genuine, "the alteration must take effect, or the test would send a valid claim"
@@ -329,7 +329,7 @@ def test_genuine_messages_copied_onto_a_control_topic_do_not_block_its_claims(la
     topic: a policy-mirror event (here with a sequence number far above the agent's) and a's states for a
     topic of another namespace. b refuses both as misplaced, its replay guard for a does not jump, and a's
     next claims are still applied (they were refused until a restart before)."""
-    key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
+    key = labs.signer(lab.dir, "a")  # a's own signing key: these messages are genuine
     control = f"persistent://geo/ab/{labs.CONTROL_TOPIC}"
     before = _agent_state(lab, "b")["counters"].get("control_rejected_misplaced", 0)
     event = envelopes.Envelope(
@@ -362,7 +362,7 @@ def test_genuine_messages_copied_onto_a_control_topic_do_not_block_its_claims(la
 
 
 def test_replayed_old_control_message_is_rejected(lab: Lab, unique: str) -> None:
-    key = (lab.dir / "agents" / "hmac.key").read_text().strip().encode()
+    key = labs.signer(lab.dir, "a")  # a's own signing key: these messages are genuine
     control = f"persistent://geo/ab/{labs.CONTROL_TOPIC}"
     # Only meaningful once b has accepted a newer message from a (a restarted agent starts a new guard).
     wait_for(
