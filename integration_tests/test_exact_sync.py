@@ -202,6 +202,49 @@ def test_producers_in_two_regions_at_once(lab: Lab, unique: str) -> None:
     assert sorted(got) == sorted(everything - acked)
 
 
+def test_copies_from_a_region_removed_from_the_namespace_are_named_by_the_brokers(
+    lab: Lab, unique: str, cursor_path: str
+) -> None:
+    """Region c takes part in a namespace, then is removed from it (issue 17.1): a's and b's topics keep c's
+    copies, and agents restarted afterwards re-read them with a cluster list of two. They used to take every
+    copy for "the other region's" message, so a's claims on c's messages matched nothing in b (duplicates
+    after failover) or, with colliding ledger ids, a message of a or b (loss)."""
+    namespace = f"geo/removed-{unique}"
+    for region in ("a", "b", "c"):
+        lab.admin(region).create_namespace(namespace)
+        lab.admin(region).set_replication_clusters(namespace, ["a", "b", "c"])
+    topic, sub = f"persistent://{namespace}/t", f"removed-{unique}"
+    for region in ("a", "b"):
+        subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Shared)
+    payloads = {f"{region}{i}" for region in ("a", "b", "c") for i in range(30)}
+    for region in ("c", "a", "b"):
+        produce(lab.service_url(region), topic, [f"{region}{i}".encode() for i in range(30)])
+    wait_backlog(lab, "a", topic, sub, len(payloads))
+    wait_backlog(lab, "b", topic, sub, len(payloads))
+    for region in ("a", "b", "c"):
+        lab.admin(region).set_replication_clusters(namespace, ["a", "b"])
+    for region in ("a", "b"):
+        labs.stop_agent(lab.dir, region)
+    for region in ("a", "b"):
+        labs.start_agent(lab.dir, region, plugin_cursors=cursor_path == "plugin")
+    for region in ("a", "b"):
+        wait_for(functools.partial(_agent_ready, lab, region), timeout_s=120, what=f"agent {region} ready")
+    rng = random.Random(unique)
+    acked = consume_some(
+        lab,
+        "a",
+        topic,
+        sub,
+        total=len(payloads),
+        consumer_type=pulsar.ConsumerType.Shared,
+        choose=lambda _i: rng.random() < 0.7,
+    )
+    expected = sorted(payloads - acked)
+    wait_backlog(lab, "b", topic, sub, len(expected), timeout_s=60)
+    got = consume_all(lab.service_url("b"), topic, sub)
+    assert sorted(got) == expected
+
+
 def ack_half_in_c_then_fail_over(
     lab: Lab, unique: str, topic: str, sub: str, *, per_region: int, to: str
 ) -> None:
