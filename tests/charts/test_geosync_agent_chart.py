@@ -173,3 +173,55 @@ def test_plugins_can_be_left_out_and_deployment_mode_does_not_allow_cursor_write
 def test_bad_values_are_refused(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
         helm.Chart.load(str(CHART)).render(values, name="r1", namespace="pulsar")
+
+
+PUBLIC = "ed25519:" + "A" * 43 + "="
+
+
+def mounts(docs: list[dict[str, Any]]) -> dict[str, str]:
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    return {
+        m["mountPath"]: secrets[m["name"]]
+        for m in pod["containers"][0]["volumeMounts"]
+        if m["name"] in secrets
+    }
+
+
+def test_per_region_signing_key_and_keyring() -> None:
+    keyring = {"a": {"a-2": PUBLIC}, "b": {"b-1": PUBLIC}}
+    docs = render({"agent": {"region": "a"}, "signing": {"keyId": "a-2", "keyring": keyring}})
+    config = agent_config(docs)
+    assert config["signing_key_id"] == "a-2"
+    assert config["signing_key_file"] == "/var/run/secrets/geosync/signing/a-2.key"
+    assert config["keyring_file"] == "/etc/geosync/keyring.yaml"
+    assert "key_file" not in config
+    assert yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["keyring.yaml"]) == keyring
+    assert mounts(docs) == {"/var/run/secrets/geosync/signing": "geosync-signing"}
+
+
+def test_upgrade_from_the_legacy_key_keeps_it_mounted_and_accepted() -> None:
+    keyring = {"a": {"a-1": PUBLIC}}
+    step1 = agent_config(render({"agent": {"region": "a"}, "signing": {"keyring": keyring}}))
+    assert (step1["keyring_file"], step1["key_file"]) == (
+        "/etc/geosync/keyring.yaml",
+        "/var/run/secrets/geosync/hmac/hmac.key",
+    )
+    assert "signing_key_id" not in step1
+    docs = render(
+        {"agent": {"region": "a"}, "signing": {"keyId": "a-1", "keyring": keyring, "acceptLegacy": True}}
+    )
+    assert agent_config(docs)["key_file"] == "/var/run/secrets/geosync/hmac/hmac.key"
+    assert set(mounts(docs)) == {"/var/run/secrets/geosync/signing", "/var/run/secrets/geosync/hmac"}
+
+
+def test_a_signing_key_without_a_keyring_is_refused() -> None:
+    with pytest.raises(Exception, match=r"signing\.keyId needs signing\.keyring"):
+        render({"agent": {"region": "a"}, "signing": {"keyId": "a-1"}})
+
+
+def test_metrics_bind_address_is_a_value() -> None:
+    assert (
+        agent_config(render({"agent": {"region": "a"}, "metrics": {"host": "127.0.0.1"}}))["metrics_host"]
+        == "127.0.0.1"
+    )

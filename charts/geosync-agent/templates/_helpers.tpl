@@ -19,6 +19,12 @@ the chart's appVersion, the version scripts/build-images.sh tags). Called with (
 {{- printf "%s/%s:%s" (trimSuffix "/" $root.Values.image.registry) (index . 1) $tag -}}
 {{- end -}}
 
+{{/* "true" when the agent needs the legacy shared HMAC key: no per-region key yet, or legacy envelopes still
+accepted during an upgrade (signing.acceptLegacy). */}}
+{{- define "geosync-agent.legacyKey" -}}
+{{- or (not .Values.signing.keyId) .Values.signing.acceptLegacy -}}
+{{- end -}}
+
 {{/* The agent container: used by the Deployment, and the sidecar to add to the brokers. */}}
 {{- define "geosync-agent.container" -}}
 name: geosync-agent
@@ -40,7 +46,12 @@ resources:
   {{- toYaml .Values.resources | nindent 2 }}
 volumeMounts:
   - {name: geosync-config, mountPath: /etc/geosync, readOnly: true}
+  {{- if .Values.signing.keyId }}
+  - {name: geosync-signing, mountPath: /var/run/secrets/geosync/signing, readOnly: true}
+  {{- end }}
+  {{- if eq (include "geosync-agent.legacyKey" .) "true" }}
   - {name: geosync-hmac, mountPath: /var/run/secrets/geosync/hmac, readOnly: true}
+  {{- end }}
   {{- if .Values.token.enabled }}
   - {name: geosync-token, mountPath: /var/run/secrets/geosync/token, readOnly: true}
   {{- end }}
@@ -49,8 +60,14 @@ volumeMounts:
 {{- define "geosync-agent.volumes" -}}
 - name: geosync-config
   configMap: {name: {{ include "geosync-agent.fullname" . }}}
+{{- if .Values.signing.keyId }}
+- name: geosync-signing
+  secret: {secretName: {{ .Values.signing.secretName }}, defaultMode: 0400}
+{{- end }}
+{{- if eq (include "geosync-agent.legacyKey" .) "true" }}
 - name: geosync-hmac
   secret: {secretName: {{ .Values.hmacKey.secretName }}, defaultMode: 0400}
+{{- end }}
 {{- if .Values.token.enabled }}
 - name: geosync-token
   secret: {secretName: {{ .Values.token.secretName }}, defaultMode: 0400}
