@@ -269,12 +269,18 @@ def rss_mb(pid: int) -> float:
 
 
 def log_tail(region: RegionProcess, lines: int = 25) -> str:
+    """The last lines of a standalone region's log, or of each process's log in a multi-broker region."""
     for path in (region.log_file, region.stdout_file):
         if path.exists():
             text = path.read_text(errors="replace").splitlines()
             if text:
                 return f"last lines of {path}:\n" + "\n".join(line[:300] for line in text[-lines:])
-    return f"(no log written yet under {region.log_dir})"
+    tails = []
+    for path in sorted(region.log_dir.glob("*.stdout.log")):
+        text = path.read_text(errors="replace").splitlines()
+        if text:
+            tails.append(f"last lines of {path}:\n" + "\n".join(line[:300] for line in text[-lines:]))
+    return "\n\n".join(tails) or f"(no log written yet under {region.log_dir})"
 
 
 def port_conflict(region: RegionProcess) -> bool:
