@@ -60,7 +60,8 @@ def main() -> None:
 
 @main.group()
 def lab() -> None:
-    """A local lab of real Pulsar regions (one standalone + ZooKeeper each) on this machine.
+    """A local lab of real Pulsar regions (one standalone + ZooKeeper each, or with --brokers a cluster of
+    processes each) on this machine.
 
     The lab downloads Pulsar from Maven Central once (cached under ~/.cache/geosync), boots one
     region per name with free ports, wires geo-replication between them and writes DIR/topology.json,
