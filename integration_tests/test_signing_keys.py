@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import time
 from collections import Counter
 
@@ -116,11 +117,13 @@ def test_rotating_a_regions_key_while_syncing_keeps_failover_exact(lab: Lab, uni
     keyring_edit("add", "--keyring", keyring, "--region", "a", "--public", str(keys_dir / f"{new_id}.pub"))
     for region in ("b", "c", "a"):
         rejections.restart(region)
+        assert _agent_state(lab, region)["signing"]["accepts"]["a"] == sorted([old_id, new_id])
         if region == "b":
             ack_in_a(1)  # b accepts both keys, a still signs with the old one
     # 2. a signs with the new key.
     rejections.restart("a", key_id=new_id)
     assert labs.signing_key_id(lab.dir, "a") == new_id
+    assert _agent_state(lab, "a")["signing"]["key_id"] == new_id
     ack_in_a(2)
     # 3. The old key is dropped from every keyring; agents restarted one by one.
     keyring_edit("drop", "--keyring", keyring, "--region", "a", "--key-id", old_id)
@@ -185,6 +188,9 @@ def test_no_key_or_token_bytes_in_an_agents_log_state_or_metrics(
         labs.stop_agent(lab.dir, "c")
         labs.start_agent(lab.dir, "c")
     assert b"legacy signing" in pages["log"], "the legacy key's warning is missing"
+    signing_state = json.loads(pages["/state"])["signing"]
+    assert signing_state["key_id"] == labs.signing_key_id(lab.dir, "c")
+    assert signing_state["legacy_shared_key"] is True
     private = labs.signer(lab.dir, "c").private
     raw = private.private_bytes(
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()

@@ -10,7 +10,7 @@ Metrics (every one labelled with ``region``):
 * ``geosync_pending_holes``: holes held back because application consumers are connected;
 * ``geosync_applied_updates_total{kind}``: mark-delete moves and holes acknowledged;
 * ``geosync_control_rejected_total{reason}``: control messages refused (unsigned, bad signature, replayed,
-  stale, malformed);
+  malformed, misplaced, unknown key, another region's key);
 * ``geosync_admin_errors_total{operation}``: failed admin API work (apply, discovery, sync round, publish);
 * ``geosync_policy_events_total{event}`` and ``geosync_policy_mirror_leader``: the policy mirror;
 * ``geosync_agent_events_total{event}`` (every raw counter) and ``geosync_agent_{topics,...}`` gauges.
@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from geosync_agent.runtime import Agent
+from geosync_core import envelopes
 
 ADMIN_ERRORS = {
     "apply_errors": "apply",
@@ -130,6 +131,15 @@ def _gauge(name: str, documentation: str, region: str, value: float) -> GaugeMet
     return gauge
 
 
+def signing_state(keys: envelopes.Keys) -> dict[str, Any]:
+    """Which key the agent signs with and which it accepts, for /state: key ids only, never key material."""
+    return {
+        "key_id": keys.signer.key_id,
+        "accepts": keys.keyring.key_ids(),
+        "legacy_shared_key": keys.keyring.shared is not None,
+    }
+
+
 def endpoint(
     agent: Agent, mirror: Any = None, *, alive: Callable[[], bool]
 ) -> http.server.ThreadingHTTPServer | None:
@@ -163,7 +173,8 @@ def endpoint(
                 ok, why = agent.readiness(time.monotonic())
                 self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain")
             elif self.path == "/state":
-                self._send(200, json.dumps(agent.status(), default=str).encode(), "application/json")
+                state = {**agent.status(), "signing": signing_state(agent.keys)}
+                self._send(200, json.dumps(state, default=str).encode(), "application/json")
             else:
                 self._send(404, b"not found\n", "text/plain")
 
