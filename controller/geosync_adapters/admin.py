@@ -390,6 +390,14 @@ class AdminClient:
     def topics(self, namespace: str) -> list[str]:
         return list(self.get(f"/admin/v2/namespaces/{namespace}/topics") or [])
 
+    def create_topic(self, topic: str) -> bool:
+        """Create a non-partitioned topic; False if it exists already."""
+        try:
+            self.put(f"/admin/v2/{self.topic_path(topic)}")
+        except AdminConflict:
+            return False
+        return True
+
     # -- subscriptions and cursors -----------------------------------------------------------------
 
     def create_subscription(self, topic: str, subscription: str, *, at: tuple[int, int] = (-1, -1)) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 import pulsar
 
 from geosync_core import resolving
-from geosync_core.errors import TemporaryError
+from geosync_core.errors import PermanentError, TemporaryError
 from geosync_core.positions import Position
 
 REPL_SOURCE_POSITION = resolving.REPL_SOURCE_POSITION
@@ -36,6 +36,10 @@ agent's long-lived client keeps the Python logger (its warnings belong in the ag
 
 class MessagingUnavailable(TemporaryError):
     """The region's brokers did not answer in time."""
+
+
+class TopicMissing(PermanentError):
+    """The topic does not exist and the brokers will not create it (auto topic creation is off)."""
 
 
 @contextlib.contextmanager
@@ -188,6 +192,10 @@ class Messaging:
             )
         except pulsar.Timeout as e:
             raise MessagingUnavailable(f"{topic}: no reader within the timeout", delay=1.0) from e
+        except pulsar.TopicNotFound as e:
+            raise TopicMissing(f"{topic} does not exist (and auto topic creation is off)") from e
+        except pulsar.PulsarException as e:
+            raise MessagingUnavailable(f"{topic}: no reader: {e}", delay=1.0) from e
         return _Closing(reader)
 
     def producer(self, topic: str) -> _Sender:

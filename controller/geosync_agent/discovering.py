@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -33,6 +34,9 @@ class Discovered:
     topics: tuple[str, ...]
     subscriptions: dict[str, dict[str, tuple[int, str]]]
     """topic -> subscription -> (application consumers, subscription type as the broker reports it)"""
+    scanned_at: float | None = None
+    """Monotonic time the pass started: what the agent learned after it is newer than the pass's absences
+    (None: unknown, absences then delete nothing)."""
 
 
 class Latest(Generic[T]):
@@ -104,8 +108,10 @@ def synced_namespaces(admin: Admin, config: AgentConfig) -> dict[str, frozenset[
     return out
 
 
-def scan(admin: Admin, config: AgentConfig) -> Discovered:
-    """One discovery pass (see the module docstring)."""
+def scan(admin: Admin, config: AgentConfig, *, now: float | None = None) -> Discovered:
+    """One discovery pass (see the module docstring), started at monotonic time ``now`` (default: the
+    clock's)."""
+    scanned_at = time.monotonic() if now is None else now
     namespaces = synced_namespaces(admin, config)
     topics: list[str] = []
     subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
@@ -119,7 +125,9 @@ def scan(admin: Admin, config: AgentConfig) -> Discovered:
             except adm.AdminNotFound:
                 continue
             subscriptions[topic] = subscriptions_of(config, topic, stats)
-    return Discovered(namespaces=namespaces, topics=tuple(topics), subscriptions=subscriptions)
+    return Discovered(
+        namespaces=namespaces, topics=tuple(topics), subscriptions=subscriptions, scanned_at=scanned_at
+    )
 
 
 def subscriptions_of(config: AgentConfig, topic: str, stats: dict[str, Any]) -> dict[str, tuple[int, str]]:

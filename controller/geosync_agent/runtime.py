@@ -67,6 +67,8 @@ FAILING_S = 15.0
 REDISCOVER_FOR_FEED_S = 1.0
 CLAIMED_LOOKUP_S = 60.0
 """Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
+REOPEN_S = 5.0
+"""Seconds between attempts to open a reader that could not be opened (topic missing, brokers failing)."""
 MAX_UNOBSERVED = 20000
 """Feed reports kept for subscriptions not tracked yet (the oldest beyond it are dropped, counted; a poll
 then still sees their whole entries)."""
@@ -125,6 +127,17 @@ class Subscription:
     last_applied_at: float = 0.0
     behind_since: float | None = None
     """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
+    confirmed_at: float = 0.0
+    """Monotonic time this region last showed the subscription existing (0: never)."""
+    deleted_here: bool = False
+    """It existed here and a discovery pass started later no longer found it: someone deleted it on
+    purpose, and the agent does not create it again from other regions' claims (until it exists again)."""
+
+    def confirm(self, at: float) -> None:
+        """The subscription exists here as of monotonic time ``at``."""
+        self.exists = True
+        self.deleted_here = False
+        self.confirmed_at = max(self.confirmed_at, at)
 
     @property
     def key(self) -> fx.SubKey:
@@ -143,6 +156,8 @@ class TopicState:
     tail: Tail
     resync_at: float
     poll: pacing.PollState = field(default_factory=pacing.PollState)
+    tracked_at: float = 0.0
+    """Monotonic time tracking started: a discovery pass begun before it may not list the topic yet."""
 
 
 @dataclass
@@ -284,6 +299,7 @@ class Agent:
 
     def round(self, now: Now) -> None:
         self.adopt(now)
+        self._reopen(now)
         self.index(now)
         self.receive(now)
         self.observe(now)
@@ -339,33 +355,107 @@ class Agent:
             control = self._control_topic(ns)
             if control not in self.controls:
                 tail = Tail(control, -1, wake=self.wake)
-                tail.open(self.messaging)
+                self._open(tail, now, control=True)
                 self.controls[control] = tail
         for topic in found.topics:
             self._track_topic(topic, now)
+        if found.scanned_at is not None:
+            self._forget_gone(found.topics, found.scanned_at, now)
         by_topic = self._by_topic(existing_only=False)
         for topic, present in found.subscriptions.items():
-            self._track_subscriptions(topic, present)
+            self._track_subscriptions(topic, present, at=found.scanned_at or now.mono)
             for state in by_topic.get(topic, ()):
                 if state.name not in present:
-                    state.exists = False
+                    self._absent(state, found.scanned_at)
+
+    def _absent(self, state: Subscription, scanned_at: float | None) -> None:
+        """A discovery pass started at ``scanned_at`` did not find ``state`` here."""
+        if scanned_at is not None and scanned_at <= state.confirmed_at:
+            return  # seen (or created) since the pass began: the pass is older news
+        if state.exists and state.confirmed_at > 0 and scanned_at is not None:
+            state.deleted_here = True
+            self.stats.inc("subscriptions_deleted_here")
+            log.info(
+                "subscription %s on %s was deleted here: not created again from other regions' claims "
+                "(it is synced again once it exists here)",
+                state.name,
+                state.topic,
+            )
+        state.exists = False
+
+    def _forget_gone(self, listed: tuple[str, ...], scanned_at: float, now: Now) -> None:
+        """Stop tracking the topics (and control topics) a discovery pass no longer lists: deleted, or out
+        of the synced namespaces. Their readers close and their state and metric series go; a topic tracked
+        after the pass began is kept (the pass may predate it)."""
+        keep = set(listed)
+        for topic, ts in list(self.topics.items()):
+            if topic in keep or ts.tracked_at >= scanned_at:
+                continue
+            ts.tail.close()
+            del self.topics[topic]
+            for key in [k for k in self.subs if k[0] == topic]:
+                del self.subs[key]
+            for key in [k for k in self.unobserved if k[0] == topic]:
+                del self.unobserved[key]
+            for cache in (self.plugin_runs, self.plugin_floor, self.plugin_asked, self.claimed_untracked):
+                cache.pop(topic, None)
+            self.stats.inc("topics_forgotten")
+            log.info("%s is gone (deleted, or its namespace is no longer synced): stopped tracking it", topic)
+        wanted_controls = {self._control_topic(ns) for ns in self.namespaces}
+        for control in [c for c in self.controls if c not in wanted_controls]:
+            self.controls.pop(control).close()
 
     def _track_topic(self, topic: str, now: Now) -> TopicState:
         """Start tailing ``topic`` (from its earliest entry) unless it is tracked already."""
         ts = self.topics.get(topic)
         if ts is None:
             tail = Tail(topic, partition_of(topic))
-            tail.open(self.messaging)
+            self._open(tail, now)
             phase = self.rng.random()
             resync_at = pacing.first_resync(now.mono, period_s=self.config.resync_interval_s, phase=phase)
-            ts = self.topics[topic] = TopicState(tail, resync_at=resync_at)
+            ts = self.topics[topic] = TopicState(tail, resync_at=resync_at, tracked_at=now.mono)
         return ts
 
-    def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]]) -> None:
-        """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type))."""
+    def _open(self, tail: Tail, now: Now, *, control: bool = False) -> bool:
+        """Open ``tail``'s reader; on failure leave it closed, to be tried again in REOPEN_S. A control topic
+        that does not exist is created first (with auto topic creation off nobody else creates it; its
+        publishers need it too)."""
+        for attempt in range(2):
+            try:
+                tail.open(self.messaging)
+                return True
+            except msg.TopicMissing as e:
+                if not control or attempt:
+                    self._not_opened(tail, e, now)
+                    return False
+                try:
+                    if self.effector.admin().create_topic(tail.topic):
+                        log.info("created the control topic %s (auto topic creation is off)", tail.topic)
+                except adm.AdminError as e2:
+                    self._not_opened(tail, e2, now)
+                    return False
+            except msg.MessagingUnavailable as e:
+                self._not_opened(tail, e, now)
+                return False
+        return False
+
+    def _not_opened(self, tail: Tail, error: Exception, now: Now) -> None:
+        tail.reopen_at = now.mono + REOPEN_S
+        self.stats.inc("reader_open_failures")
+        log.warning("cannot read %s (trying again in %.0f s): %s", tail.topic, REOPEN_S, error)
+
+    def _reopen(self, now: Now) -> None:
+        """Try again to open the readers that could not be opened."""
+        for tail in [*self.controls.values(), *(ts.tail for ts in self.topics.values())]:
+            if tail.reader is None and now.mono >= tail.reopen_at:
+                self._open(tail, now, control=tail.topic in self.controls)
+
+    def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]], *, at: float) -> None:
+        """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type)) at
+        monotonic time ``at``."""
         for name, (consumers, kind) in present.items():
             state = self.subs.setdefault((topic, name), Subscription(topic, name))
-            state.exists = True
+            state.confirm(at)
             state.consumers = consumers
             state.learn_kind(kind)
 
@@ -574,7 +664,7 @@ class Agent:
             tracked = self.subs.setdefault(
                 (topic, work.update_for), Subscription(topic, work.update_for, exists=False)
             )
-            tracked.exists = True
+            tracked.confirm(now.mono)
         self._perform(list(work.effects), now)
 
     def snapshot_round(self, now: Now) -> None:
@@ -616,7 +706,9 @@ class Agent:
                 continue
             del self.claimed_untracked[topic]
             self._track_topic(topic, now)
-            self._track_subscriptions(topic, discovering.subscriptions_of(self.config, topic, stats))
+            self._track_subscriptions(
+                topic, discovering.subscriptions_of(self.config, topic, stats), at=now.mono
+            )
             self.stats.inc("tracked_from_claims")
 
     def handle_control(self, data: bytes, *, topic: str, now: Now) -> None:
@@ -755,7 +847,7 @@ class Agent:
                 unknown = True
                 self.stats.inc("tracked_from_feed")
                 state = self.subs.setdefault(key, Subscription(topic, name))
-                state.exists = True
+                state.confirm(now.mono)
             tracked = self._track_topic(topic, now)
             if report.batches and not tracked.tail.has_read(max(b.position for b in report.batches)):
                 continue  # the batch sizes are not known yet: the report waits for the tail
@@ -952,7 +1044,8 @@ class Agent:
             if ts is None:
                 continue
             if not state.exists:
-                creates.append(fx.CreateSubscription(state.key))
+                if not state.deleted_here:
+                    creates.append(fx.CreateSubscription(state.key))
                 continue
             if state.cursor is None:
                 continue
@@ -1074,7 +1167,7 @@ class Agent:
                 log.info("created subscription %s on %s at the earliest message", state.name, state.topic)
                 state.cursor = None
             if not outcome.topic_missing:  # else the topic does not exist here yet; replication creates it
-                state.exists = True
+                state.confirm(now.mono)
                 self.rediscover.set()
         elif isinstance(outcome, fx.AdminMoved):
             self._fold_admin_move(state, outcome, now)
@@ -1121,6 +1214,7 @@ class Agent:
             "round_seconds_max": max(rounds, default=0),
             "control_transit_ms": self.transit_ms.percentiles(),
             "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},
+            "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],
             "snapshots": self.snapshots.status(),
             "synced": [
                 {

@@ -78,6 +78,8 @@ class Tail:
     """Entries named by a retry after they were read."""
     malformed: int = 0
     """Entries skipped for a stamp that is not a position (set by an application, not a broker)."""
+    reopen_at: float = 0.0
+    """When to try opening the reader again after it could not be opened (monotonic)."""
     wake: threading.Event | None = None
     """Set on every message, to end the runtime's wait between rounds early (control topics)."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from geosync_adapters import admin as adm
-from geosync_adapters.messaging import Received
+from geosync_adapters.messaging import Received, TopicMissing
 from geosync_agent import discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
@@ -58,6 +58,8 @@ class FakeRegion:
     headers: dict[tuple[str, Position], adm.EntryHeaders] = field(default_factory=dict)
     """What entry_headers answers per (topic, entry); local and not batched when absent."""
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+    missing: set[str] = field(default_factory=set)
+    """Topics that do not exist (auto topic creation off): readers on them fail until ``create_topic``."""
 
     # discovery
     def tenants(self) -> list[str]:
@@ -99,6 +101,13 @@ class FakeRegion:
                 if t == topic
             }
         }
+
+    def create_topic(self, topic: str) -> bool:
+        self.calls.append(("create_topic", topic))
+        if topic not in self.missing:
+            return False
+        self.missing.discard(topic)
+        return True
 
     def create_subscription(self, topic: str, subscription: str, *, at: tuple[int, int] = (-1, -1)) -> bool:
         self.calls.append(("create", topic, subscription))
@@ -245,6 +254,8 @@ class FakeMessaging:
         self.shadow: list[tuple[str, str, tuple[Position, ...]]] = []
 
     def reader(self, topic: str, on_message: Callable[[Received], None]) -> Any:
+        if topic in self.region.missing:
+            raise TopicMissing(f"{topic} does not exist")
         self.listeners[topic] = on_message
         return self
 
@@ -329,7 +340,7 @@ class Harness:
         return cls(region, config, msgs, agent)
 
     def discover(self) -> None:
-        self.agent.discovered.put(discovering.scan(AdminView(self.region), self.config))
+        self.agent.discovered.put(discovering.scan(AdminView(self.region), self.config, now=self.clock))
 
     def step(self, seconds: float = 1.0) -> None:
         self.clock += seconds

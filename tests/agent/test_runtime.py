@@ -10,7 +10,7 @@ import time
 import pytest
 
 from geosync_adapters import admin as adm
-from geosync_agent import supervising
+from geosync_agent import discovering, supervising
 from geosync_agent.runtime import Now
 from geosync_core import envelopes
 from geosync_core.capabilities import Capability
@@ -18,7 +18,7 @@ from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import KEY, FakeRegion, Harness, message
+from tests.agent.fakes import KEY, AdminView, FakeRegion, Harness, message
 
 NS = "geo/ab"
 TOPIC = f"persistent://{NS}/orders"
@@ -445,3 +445,101 @@ def test_a_subscription_created_with_its_traffic_is_claimed_as_soon_as_its_entri
         b.messaging.deliver(fresh, message(fresh, p, properties=stamp, producer="a-1-0"))
     b.step()
     assert b.region.cursors[(fresh, SUB)] == AckState.of(b_log[1]).ack(b_log[3])
+
+
+def test_a_subscription_deleted_here_is_not_created_again_until_it_exists_again() -> None:
+    a, b = pair()
+    del b.region.cursors[(TOPIC, SUB)]  # an operator deletes it in b on purpose
+    b.step()  # a discovery pass started before the deletion is older news: nothing changes yet
+    b.discover()
+    b.step()
+    assert b.agent.subs[(TOPIC, SUB)].deleted_here
+    assert b.agent.stats.counters["subscriptions_deleted_here"] == 1
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
+    a.step()
+    carry(a, b)
+    for _ in range(3):
+        b.step()
+    assert ("create", TOPIC, SUB) not in b.region.calls  # the old code created it at the earliest message
+    assert (TOPIC, SUB) not in b.region.cursors
+    # Created here again (by the operator): synced again.
+    b.region.cursors[(TOPIC, SUB)] = AckState.of(Position(9, -1))
+    b.discover()
+    b.step()
+    b.step()
+    assert not b.agent.subs[(TOPIC, SUB)].deleted_here
+    assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[2]
+
+
+def test_a_subscription_the_agent_creates_is_not_taken_for_deleted_by_an_older_pass() -> None:
+    a, b = pair()
+    a.region.cursors[(TOPIC, "audit")] = AckState.of(Position(5, -1))
+    a.discover()
+    a.step()
+    a.region.consumer_acks(TOPIC, "audit", A_LOG[:1])
+    a.step()
+    stale = discovery_of(b)  # a pass that began before the agent created "audit" in b
+    carry(a, b)
+    b.step()
+    assert ("create", TOPIC, "audit") in b.region.calls
+    b.agent.discovered.put(stale)
+    b.step()
+    assert not b.agent.subs[(TOPIC, "audit")].deleted_here
+    b.discover()
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, "audit")].mark_delete == B_LOG[0]
+
+
+def test_a_deleted_topic_is_forgotten_reader_state_and_series() -> None:
+    _, b = pair()
+    tail = b.agent.topics[TOPIC].tail
+    assert tail.reader is not None
+    del b.region.topics[TOPIC]
+    del b.region.cursors[(TOPIC, SUB)]
+    b.step()
+    b.discover()
+    b.step()
+    assert TOPIC not in b.agent.topics
+    assert not [k for k in b.agent.subs if k[0] == TOPIC]
+    assert tail.reader is None  # closed
+    assert all(s["topic"] != TOPIC for s in b.agent.status()["synced"])
+    assert b.agent.stats.counters["topics_forgotten"] == 1
+
+
+def test_a_topic_tracked_after_a_pass_began_is_kept() -> None:
+    _, b = pair()
+    fresh = f"persistent://{NS}/fresh"
+    stale = discovery_of(b)
+    b.region.topics[fresh] = [Position(11, 0)]
+    b.region.cursors[(fresh, SUB)] = AckState.of(Position(11, -1))
+    b.discover()
+    b.step()
+    assert fresh in b.agent.topics
+    b.agent.discovered.put(stale)
+    b.step()
+    assert fresh in b.agent.topics
+
+
+def discovery_of(h: Harness) -> discovering.Discovered:
+    """A discovery pass of ``h``'s region as it is now, begun at ``h``'s clock."""
+    return discovering.scan(AdminView(h.region), h.config, now=h.clock)
+
+
+def test_with_auto_topic_creation_off_the_control_topic_is_created_and_a_missing_topic_waits() -> None:
+    a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    a.cursors[(TOPIC, SUB)] = AckState.of(Position(5, -1))
+    a.missing = {CONTROL, TOPIC}  # listed by the admin API a moment ago, deleted since; no control topic yet
+    h = Harness.build(a)
+    h.discover()
+    h.step()  # the old code raised TopicNotFound out of the loop here, every round
+    assert ("create_topic", CONTROL) in a.calls
+    assert h.agent.controls[CONTROL].reader is not None
+    assert ("create_topic", TOPIC) not in a.calls  # data topics are never created by the agent
+    assert h.agent.topics[TOPIC].tail.reader is None
+    assert h.agent.stats.counters["reader_open_failures"] == 1
+    a.missing.clear()  # it exists again
+    h.step(1.0)
+    assert h.agent.topics[TOPIC].tail.reader is None  # not before REOPEN_S
+    h.step(5.0)
+    assert h.agent.topics[TOPIC].tail.reader is not None
