@@ -8,7 +8,6 @@ that used the lab fails, the last lines of every region's log are attached to it
 
 from __future__ import annotations
 
-import os
 import pathlib
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from geosync_lab import labs
-from integration_tests.helpers import Lab
+from integration_tests.helpers import Lab, given_or_booted
 
 LAB_REGIONS = ["a", "b", "c"]
 
@@ -32,17 +31,11 @@ def _reusable(path: pathlib.Path) -> bool:
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    given = os.environ.get("GEOSYNC_TEST_LAB")
-    if given and _reusable(pathlib.Path(given)):
-        yield Lab(dir=pathlib.Path(given).resolve(), owned=False)
-        return
-    lab_dir = tmp_path_factory.mktemp("lab")
-    labs.up(lab_dir, LAB_REGIONS)
-    handle = Lab(dir=lab_dir.resolve(), owned=True)
-    try:
+    def boot(lab_dir: pathlib.Path) -> None:
+        labs.up(lab_dir, LAB_REGIONS)
+
+    with given_or_booted("GEOSYNC_TEST_LAB", _reusable, boot, tmp_path_factory.mktemp("lab")) as handle:
         yield handle
-    finally:
-        labs.down(lab_dir)
 
 
 @pytest.fixture

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,26 @@ class Lab:
         for region in self.topology.regions.values():
             out.append(regions.log_tail(labs.region_process(self.dir, region), lines))
         return "\n\n".join(out)
+
+
+@contextlib.contextmanager
+def given_or_booted(
+    env: str,
+    reusable: Callable[[pathlib.Path], bool],
+    boot: Callable[[pathlib.Path], object],
+    lab_dir: pathlib.Path,
+) -> Iterator[Lab]:
+    """The running lab the environment variable ``env`` names, if ``reusable`` accepts it (left running);
+    else one ``boot`` starts in ``lab_dir``, stopped after the block."""
+    given = os.environ.get(env)
+    if given and reusable(pathlib.Path(given)):
+        yield Lab(dir=pathlib.Path(given).resolve(), owned=False)
+        return
+    boot(lab_dir)
+    try:
+        yield Lab(dir=lab_dir.resolve(), owned=True)
+    finally:
+        labs.down(lab_dir)
 
 
 def produce(

@@ -10,7 +10,6 @@ DIR``), which is then left running.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import threading
 import time
@@ -23,7 +22,7 @@ from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient
 from geosync_core import topology as topo
 from geosync_lab import labs, regions
-from integration_tests.helpers import Lab
+from integration_tests.helpers import Lab, given_or_booted
 
 NAMESPACE = "geo/ab"
 BROKERS = 2
@@ -40,16 +39,12 @@ def _reusable(path: pathlib.Path) -> bool:
 
 @pytest.fixture(scope="module")
 def mb_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    given = os.environ.get("GEOSYNC_TEST_MULTIBROKER_LAB")
-    if given and _reusable(pathlib.Path(given)):
-        yield Lab(dir=pathlib.Path(given).resolve(), owned=False)
-        return
+    def boot(lab_dir: pathlib.Path) -> None:
+        labs.up(lab_dir, ["a", "b"], agents=False, brokers=BROKERS)
+
     lab_dir = tmp_path_factory.mktemp("multibroker")
-    labs.up(lab_dir, ["a", "b"], agents=False, brokers=BROKERS)
-    try:
-        yield Lab(dir=lab_dir.resolve(), owned=True)
-    finally:
-        labs.down(lab_dir)
+    with given_or_booted("GEOSYNC_TEST_MULTIBROKER_LAB", _reusable, boot, lab_dir) as lab:
+        yield lab
 
 
 def _rest(topic: str) -> str:

@@ -8,7 +8,6 @@ lab without agents (about 35 s), or reuses the one ``GEOSYNC_TEST_WAN_LAB`` name
 
 from __future__ import annotations
 
-import os
 import pathlib
 import statistics
 import time
@@ -19,7 +18,7 @@ import pytest
 
 from geosync_adapters import messaging
 from geosync_lab import labs, wan
-from integration_tests.helpers import Lab
+from integration_tests.helpers import Lab, given_or_booted
 
 NAMESPACE = "geo/ab"
 
@@ -34,18 +33,13 @@ def _reusable(path: pathlib.Path) -> bool:
 
 @pytest.fixture(scope="module")
 def wan_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    given = os.environ.get("GEOSYNC_TEST_WAN_LAB")
-    if given and _reusable(pathlib.Path(given)):
-        yield Lab(dir=pathlib.Path(given).resolve(), owned=False)
-        return
-    if wan.server_binary() is None:
-        pytest.skip("toxiproxy-server is not installed (scripts/setup.sh builds it with Go)")
-    lab_dir = tmp_path_factory.mktemp("wanlab")
-    labs.up(lab_dir, ["a", "b"], agents=False, with_wan=True)
-    try:
-        yield Lab(dir=lab_dir.resolve(), owned=True)
-    finally:
-        labs.down(lab_dir)
+    def boot(lab_dir: pathlib.Path) -> None:
+        if wan.server_binary() is None:
+            pytest.skip("toxiproxy-server is not installed (scripts/setup.sh builds it with Go)")
+        labs.up(lab_dir, ["a", "b"], agents=False, with_wan=True)
+
+    with given_or_booted("GEOSYNC_TEST_WAN_LAB", _reusable, boot, tmp_path_factory.mktemp("wanlab")) as lab:
+        yield lab
 
 
 @pytest.fixture
