@@ -180,15 +180,24 @@ class Messaging:
             **client_options(token=token, tls_trust_certs_file=tls_trust_certs_file),
         )
 
-    def reader(self, topic: str, on_message: Callable[[Received], None]) -> _Closing:
+    def reader(
+        self, topic: str, on_message: Callable[[Received], None], *, start: Position | None = None
+    ) -> _Closing:
+        """Read ``topic`` from its earliest retained message, or from entry ``start`` (included)."""
         # The "geosync-" subscription prefix lets the broker plugins' entry filter show us snapshot markers.
+        first = (
+            pulsar.MessageId.earliest
+            if start is None
+            else pulsar.MessageId(-1, start.ledger, start.entry, -1)
+        )
         try:
             reader = self._client.create_reader(
                 topic,
-                pulsar.MessageId.earliest,
+                first,
                 reader_listener=lambda _reader, msg: on_message(received(msg)),
                 receiver_queue_size=1000,
                 subscription_role_prefix="geosync-tail",
+                start_message_id_inclusive=start is not None,
             )
         except pulsar.Timeout as e:
             raise MessagingUnavailable(f"{topic}: no reader within the timeout", delay=1.0) from e

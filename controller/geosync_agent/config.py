@@ -85,6 +85,11 @@ class AgentConfig:
     """Local name of the replicated control topic created in every synced namespace."""
     metrics_port: int = 0
     """Port for Prometheus metrics, /healthz, /readyz and /state (0: none)."""
+    state_dir: str = ""
+    """Directory for the agent's checkpoint (``checkpoint.json.z``), so a restart resumes where it stopped
+    instead of re-reading every topic from its earliest message ("": no checkpoint). The sidecar's volume."""
+    checkpoint_interval_s: float = 10.0
+    """How often the checkpoint is written (and once more at shutdown)."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint binds (0.0.0.0 in a pod, so the kubelet and Prometheus reach it)."""
     zookeeper: str = ""

@@ -62,8 +62,11 @@ class Reader(Protocol):
 class Messaging(Protocol):
     """The region's brokers over the binary protocol."""
 
-    def reader(self, topic: str, on_message: Callable[[Received], None]) -> Reader:
-        """Read ``topic`` from its earliest retained message; ``on_message`` runs on the client's thread."""
+    def reader(
+        self, topic: str, on_message: Callable[[Received], None], *, start: Position | None = None
+    ) -> Reader:
+        """Read ``topic`` from its earliest retained message, or from entry ``start`` (included);
+        ``on_message`` runs on the client's thread."""
         ...
 
     def producer(self, topic: str) -> Producer: ...

@@ -38,7 +38,7 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
-from geosync_agent import discovering, snapshotting
+from geosync_agent import checkpointing, discovering, snapshotting
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced, wanted
@@ -67,6 +67,8 @@ FAILING_S = 15.0
 REDISCOVER_FOR_FEED_S = 1.0
 CLAIMED_LOOKUP_S = 60.0
 """Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
+CHECKPOINT_CONFIRMED = 1e-9
+"""``confirmed_at`` of a subscription that existed at the checkpoint: earlier than any discovery pass."""
 REOPEN_S = 5.0
 """Seconds between attempts to open a reader that could not be opened (topic missing, brokers failing)."""
 MAX_UNOBSERVED = 20000
@@ -261,6 +263,9 @@ class Agent:
         last success: when the first failure was (monotonic) and the last error."""
         self.round_seconds: list[float] = []
         self.started_ms = int(time.time() * 1000)
+        self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
+        self.checkpoint_at = 0.0
+        self.checkpoint_info: dict[str, Any] = {}
         self.transit_ms = Recent()
         """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
 
@@ -307,6 +312,109 @@ class Agent:
         self.snapshot_round(now)
         self.ready = True
         self.round_done_at = now.mono
+        if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
+            self.checkpoint_at = now.mono + self.config.checkpoint_interval_s
+            self.save_checkpoint()
+
+    # -- checkpoint (see geosync_agent.checkpointing) ----------------------------------------------
+
+    def save_checkpoint(self) -> None:
+        """Write the checkpoint now (a failure is logged and counted; the next one tries again)."""
+        if self.checkpoint_path is None:
+            return
+        started = time.monotonic()
+        try:
+            size = checkpointing.save(
+                self.checkpoint_path, region=self.config.region, state=self.checkpoint()
+            )
+        except (OSError, ValueError) as e:
+            self.stats.inc("checkpoint_errors")
+            log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
+            return
+        self.stats.inc("checkpoints_written")
+        self.checkpoint_info = {
+            "bytes": size,
+            "seconds": round(time.monotonic() - started, 4),
+            "at": time.time(),
+        }
+
+    def checkpoint(self) -> dict[str, Any]:
+        """What a restarted agent needs to resume without re-reading history, as JSON values."""
+        return {
+            "topics": {t: ts.tail.to_wire() for t, ts in self.topics.items() if not ts.tail.stale},
+            "controls": {
+                t: [tail.last.ledger, tail.last.entry] for t, tail in self.controls.items() if tail.last
+            },
+            "guards": {
+                t: {"highest": [list(h) for h in g.highest], "recent": [[r, list(s)] for r, s in g.recent]}
+                for t, g in self.guards.items()
+            },
+            "subscriptions": [
+                {
+                    "topic": s.topic,
+                    "name": s.name,
+                    "exists": s.exists,
+                    "deleted_here": s.deleted_here,
+                    "announced": s.announced,
+                    "kind": s.kind,
+                    "key_shared": s.key_shared,
+                    "received": envelopes.acks_to_json(s.received),
+                    "published": None if s.published is None else envelopes.acks_to_json(s.published),
+                }
+                for s in self.subs.values()
+            ],
+        }
+
+    def restore(self, state: dict[str, Any], now: Now) -> None:
+        """Take up a checkpoint before the first round: tails resume at their last entry (their readers open
+        in the first round), subscriptions keep the claims received and published, control topics their read
+        position and replay guard. ``ValueError`` (nothing restored) for a state this agent cannot use."""
+        try:
+            topics = {
+                topic: TopicState(
+                    Tail.from_wire(topic, partition_of(topic), value),
+                    resync_at=pacing.first_resync(
+                        now.mono, period_s=self.config.resync_interval_s, phase=self.rng.random()
+                    ),
+                )
+                for topic, value in dict(state["topics"]).items()
+            }
+            controls: dict[str, Tail] = {}
+            for topic, last in dict(state["controls"]).items():
+                tail = controls[topic] = Tail(topic, -1, wake=self.wake)
+                tail.last = tail.resume_at = Position(int(last[0]), int(last[1]))
+            guards = {
+                topic: envelopes.ReplayGuard(
+                    tuple((str(r), int(s)) for r, s in g["highest"]),
+                    tuple((str(r), tuple(int(x) for x in seqs)) for r, seqs in g["recent"]),
+                )
+                for topic, g in dict(state["guards"]).items()
+            }
+            subs: dict[fx.SubKey, Subscription] = {}
+            for item in list(state["subscriptions"]):
+                sub = Subscription(str(item["topic"]), str(item["name"]), exists=bool(item["exists"]))
+                sub.deleted_here = bool(item["deleted_here"])
+                sub.announced = bool(item["announced"])
+                sub.kind, sub.key_shared = str(item["kind"]), bool(item["key_shared"])
+                sub.received = envelopes.acks_from_json(item["received"])
+                if item["published"] is not None:
+                    sub.published = envelopes.acks_from_json(item["published"])
+                if sub.exists:
+                    sub.confirmed_at = (
+                        CHECKPOINT_CONFIRMED  # a discovery pass not finding it: deleted meanwhile
+                    )
+                subs[sub.key] = sub
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"checkpoint content not usable: {type(e).__name__}: {e}") from e
+        self.topics, self.controls, self.guards, self.subs = topics, controls, guards, subs
+        self.stats.inc("checkpoint_restored")
+        log.info(
+            "resuming from the checkpoint: %d topics (%d index runs), %d subscriptions, %d control topics",
+            len(topics),
+            sum(len(ts.tail.index) for ts in topics.values()),
+            len(subs),
+            len(controls),
+        )
 
     def part_outcome(self, part: str, error: object | None, now_mono: float) -> None:
         """Record a success (``error`` None) or failure of ``part`` for the readiness probe."""
@@ -338,7 +446,9 @@ class Agent:
         return True, "ready"
 
     def close(self) -> None:
-        """Close readers (producers and the client belong to the effector and the composition root)."""
+        """Write a last checkpoint and close readers (producers and the client belong to the effector and
+        the composition root)."""
+        self.save_checkpoint()
         for ts in self.topics.values():
             ts.tail.close()
         for tail in self.controls.values():
@@ -477,6 +587,9 @@ class Agent:
         for topic, ts in self.topics.items():
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
             drained = ts.tail.drain(self.resolver, now=now.mono)
+            if ts.tail.stale:
+                self._rebuild(ts, now)
+                continue
             filled = ts.tail.retry(self.resolver, now=now.mono) if ts.tail.pending else 0
             if filled:
                 self.stats.inc("origins_resolved_late", filled)
@@ -506,6 +619,24 @@ class Agent:
                     self._on_marker(ts, position, properties, data, now)
         if grown:
             self._translate_again(frozenset(grown), now)
+
+    def _rebuild(self, ts: TopicState, now: Now) -> None:
+        """The checkpoint does not match the topic any more (its reader started below where the checkpoint
+        stopped: deleted and re-created, region rebuilt): read the topic again from its earliest message."""
+        stale = ts.tail
+        stale.close()
+        self.stats.inc("checkpoint_topics_rebuilt")
+        log.error(
+            "%s: the checkpoint does not match the topic (it holds entries below %s, where the checkpoint "
+            "stopped): rebuilding its origin index from the earliest message",
+            stale.topic,
+            stale.resume_at,
+        )
+        ts.tail = Tail(stale.topic, stale.partition)
+        self._open(ts.tail, now)
+        for state in self.subs.values():
+            if state.topic == stale.topic:
+                state.incomplete_at = -1
 
     def _translate_again(self, topics: frozenset[str], now: Now) -> None:
         """Claim what a translation left out once the tail has read as far as the cursor acknowledged
@@ -685,6 +816,13 @@ class Agent:
                     message = tail.inbox.get_nowait()
                 except queue.Empty:
                     break
+                if tail.resume_at is not None:
+                    if message.position < tail.resume_at:
+                        tail.last = None  # the topic is not the one checkpointed: take everything in it
+                    tail.resume_at = None
+                if tail.last is not None and message.position <= tail.last:
+                    continue  # read before the restart (the reader resumes at the last entry read)
+                tail.last = message.position
                 self.handle_control(message.data, topic=topic, now=now)
         self._track_claimed(now)
 
@@ -1215,6 +1353,7 @@ class Agent:
             "control_transit_ms": self.transit_ms.percentiles(),
             "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},
             "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],
+            "checkpoint": dict(self.checkpoint_info),
             "snapshots": self.snapshots.status(),
             "synced": [
                 {

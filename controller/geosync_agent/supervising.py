@@ -20,11 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from geosync_agent import discovering, serving
+from geosync_agent import checkpointing, discovering, serving
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
-from geosync_agent.runtime import Agent
+from geosync_agent.runtime import Agent, Now
 
 log = logging.getLogger("geosync.agent")
 MAX_RESTARTS = 5
@@ -82,6 +82,25 @@ class Supervisor:
                 thread.join(timeout=JOIN_S)
 
 
+def resume(agent: Agent) -> bool:
+    """Restore the agent's checkpoint if it has one it can trust; otherwise it rebuilds from the earliest
+    messages, and a checkpoint that exists but cannot be used is said loudly. Whether one was restored."""
+    path = agent.checkpoint_path
+    if path is None:
+        return False
+    try:
+        state = checkpointing.load(path, region=agent.config.region)
+        if state is not None:
+            agent.restore(state, Now.read())
+            return True
+    except (checkpointing.CheckpointError, ValueError) as e:
+        agent.stats.inc("checkpoint_rejected")
+        log.error("checkpoint refused, rebuilding every topic from its earliest message: %s", e)
+        return False
+    log.info("no checkpoint in %s: reading every topic from its earliest message", path.parent)
+    return False
+
+
 def run(config: AgentConfig, stop: threading.Event) -> int:
     """Build the agent's parts, run its tasks until ``stop`` is set or a task is given up; the exit status."""
     keys = config.keys()
@@ -116,6 +135,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         first_seq=time.time_ns() // 1000,
     )
     effector.on_sent = agent.on_sent
+    resume(agent)
     mirror = Mirror(config, keys) if config.zookeeper and config.mirror_policies else None
     supervisor = Supervisor(stop)
     server = serving.endpoint(agent, mirror, alive=lambda: supervisor.alive() and not stop.is_set())

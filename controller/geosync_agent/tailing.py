@@ -23,6 +23,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from geosync_adapters.messaging import Received
 from geosync_agent.ports import Messaging, Reader
@@ -78,6 +79,11 @@ class Tail:
     """Entries named by a retry after they were read."""
     malformed: int = 0
     """Entries skipped for a stamp that is not a position (set by an application, not a broker)."""
+    resume_at: Position | None = None
+    """Restored from a checkpoint: the reader starts at this entry (the last one read), not the earliest."""
+    stale: bool = False
+    """The reader's first message lay below ``resume_at``: the checkpoint does not match the topic any more
+    (deleted and re-created, region rebuilt); the runtime rebuilds this tail from the earliest message."""
     reopen_at: float = 0.0
     """When to try opening the reader again after it could not be opened (monotonic)."""
     wake: threading.Event | None = None
@@ -90,7 +96,7 @@ class Tail:
             self.wake.set()
 
     def open(self, messaging: Messaging) -> None:
-        self.reader = messaging.reader(self.topic, self.listener)
+        self.reader = messaging.reader(self.topic, self.listener, start=self.resume_at)
 
     def close(self) -> None:
         if self.reader is not None:
@@ -112,6 +118,11 @@ class Tail:
             except queue.Empty:
                 break
             position = msg.position
+            if self.resume_at is not None:
+                if position < self.resume_at:
+                    self.stale = True
+                    return appended
+                self.resume_at = None  # the checkpoint matches what the topic holds
             self.messages_read += 1
             self.bytes_read += len(msg.data)
             if self.last is not None and position <= self.last:
@@ -183,6 +194,47 @@ class Tail:
             self.version += 1
         return filled
 
+    def to_wire(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this tail (see ``geosync_agent.checkpointing``)."""
+        return {
+            "index": self.index.to_wire(),
+            "last": _pos(self.last),
+            "keys": [[p.ledger, p.entry, k] for p, k in self.keys.items()],
+            "sizes": [[p.ledger, p.entry, n] for p, n in self.sizes.items()],
+            "message_keys": [[p.ledger, p.entry, i, k] for (p, i), k in self.message_keys.items()],
+            "unresolved": [[p.ledger, p.entry] for p in self.unresolved],
+            "pending": [
+                [
+                    p.ledger,
+                    p.entry,
+                    item.properties.get(resolving.REPL_SOURCE_POSITION),
+                    item.producer,
+                    item.batched,
+                ]
+                for p, item in self.pending.items()
+            ],
+        }
+
+    @classmethod
+    def from_wire(cls, topic: str, partition: int, value: Any) -> Tail:
+        """A tail restored from ``to_wire``'s values, to resume reading at its last entry; ``ValueError``
+        for anything else."""
+        if not isinstance(value, dict):
+            raise ValueError("not a tail")
+        tail = cls(topic, partition, index=OriginIndex.from_wire(value.get("index")))
+        tail.last = _position(value.get("last")) if value.get("last") is not None else None
+        tail.resume_at = tail.last
+        tail.keys = {Position(int(lg), int(e)): str(k) for lg, e, k in value.get("keys", [])}
+        tail.sizes = {Position(int(lg), int(e)): int(n) for lg, e, n in value.get("sizes", [])}
+        tail.message_keys = {
+            (Position(int(lg), int(e)), int(i)): str(k) for lg, e, i, k in value.get("message_keys", [])
+        }
+        tail.unresolved = [Position(int(lg), int(e)) for lg, e in value.get("unresolved", [])]
+        for lg, e, stamp, producer, batched in value.get("pending", []):
+            properties = {} if stamp is None else {resolving.REPL_SOURCE_POSITION: str(stamp)}
+            tail.pending[Position(int(lg), int(e))] = Pending(properties, str(producer), bool(batched))
+        return tail
+
     def _more_of_batch(self, position: Position, msg: Received) -> int:
         """A further message of the batched entry just indexed: its size grows; 1 if plans must be redone."""
         size = msg.batch_index + 1
@@ -238,3 +290,13 @@ class Tail:
         if self.unresolved:
             out = sorted({*out, *(p for p in self.unresolved if p > floor)})
         return out
+
+
+def _pos(p: Position | None) -> list[int] | None:
+    return None if p is None else [p.ledger, p.entry]
+
+
+def _position(value: Any) -> Position:
+    if not isinstance(value, list) or len(value) != 2 or not all(type(n) is int for n in value):
+        raise ValueError(f"not a position: {value!r}")
+    return Position(value[0], value[1])

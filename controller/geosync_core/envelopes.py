@@ -418,6 +418,19 @@ def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
     return out
 
 
+def acks_to_json(acks: OriginAcks) -> JsonObject:
+    """``acks`` in the ack-state encoding (for the agent's checkpoint); ``acks_from_json`` reads it back."""
+    return _encode_state("-", "-", "-", acks, _version_for([acks]))
+
+
+def acks_from_json(value: Any) -> OriginAcks:
+    """The acknowledgements ``acks_to_json`` wrote; ``ValueError`` for anything else."""
+    decoded = _decode_state(value, "-") if isinstance(value, dict) else Rejected(Reason.MALFORMED)
+    if isinstance(decoded, Rejected):
+        raise ValueError(f"not acknowledgements: {decoded.reason.value}")
+    return decoded.acks
+
+
 def _decode_state(
     payload: JsonObject, sender: str, batch_version: int | None = None
 ) -> AckStateMessage | Rejected:

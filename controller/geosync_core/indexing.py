@@ -21,6 +21,7 @@ Invariants:
 * lookups are O(log runs); the number of runs is at most one more than the number of breaks in the
   stream (origin region switch, origin or local ledger switch, gap in origin entries);
 * ``truncate_below(p)`` forgets exactly the entries below ``p``;
+* ``OriginIndex.from_wire(index.to_wire())`` answers every question as ``index`` does;
 * ``fill(p, o)`` records an entry the reader passed without indexing (its origin was named later): after
   it ``origin_of(p) == o``, every other answer of ``origin_of`` is unchanged, and ``local_of(o) == p``
   unless another local entry was already indexed with origin ``o``.
@@ -230,12 +231,83 @@ class OriginIndex:
             return None
         return Position(run.local_ledger, run.local_first + p.entry - run.origin_first)
 
+    def to_wire(self) -> dict[str, Any]:
+        """The index as JSON-ready values (the agent's checkpoint); ``from_wire`` reads it back."""
+        return {
+            "runs": [_run_wire(r) for r in self._runs],
+            "by_origin": {region: [_run_wire(r) for r in runs] for region, runs in self._by_origin.items()},
+            "last": None if self._last is None else [self._last.ledger, self._last.entry],
+            "floor": None if self._floor is None else [self._floor.ledger, self._floor.entry],
+        }
+
+    @classmethod
+    def from_wire(cls, value: Any) -> OriginIndex:
+        """The index ``to_wire`` wrote; ``ValueError`` for anything else (a checkpoint is input too)."""
+        if not isinstance(value, dict) or set(value) != {"runs", "by_origin", "last", "floor"}:
+            raise ValueError("not an origin index")
+        index = cls()
+        index._runs = [_run_from(item) for item in _list(value["runs"])]
+        by_origin = value["by_origin"]
+        if not isinstance(by_origin, dict):
+            raise ValueError("not an origin index")
+        index._by_origin = {
+            str(region): [_run_from(item) for item in _list(runs)] for region, runs in by_origin.items()
+        }
+        index._last = _position_from(value["last"])
+        index._floor = _position_from(value["floor"])
+        locals_ = [_local_key(r) for r in index._runs]
+        if locals_ != sorted(locals_) or any(
+            [_origin_key(r) for r in runs] != sorted(_origin_key(r) for r in runs)
+            for runs in index._by_origin.values()
+        ):
+            raise ValueError("origin index runs out of order")
+        if index._runs and (
+            index._last is None
+            or Position(index._runs[-1].local_ledger, index._runs[-1].local_last) > index._last
+        ):
+            raise ValueError("origin index runs beyond its last entry")
+        return index
+
     def truncate_below(self, position: Position) -> None:
         """Forget every local entry below ``position`` (they are acknowledged everywhere that matters)."""
         self._floor = max(position, self._floor) if self._floor is not None else position
         self._runs = _truncated(self._runs, position)
         for region, runs in list(self._by_origin.items()):
             self._by_origin[region] = _truncated(runs, position)
+
+
+def _run_wire(run: Run) -> list[int | str]:
+    return [run.local_ledger, run.local_first, run.region, run.origin_ledger, run.origin_first, run.length]
+
+
+def _run_from(item: Any) -> Run:
+    if not isinstance(item, list) or len(item) != 6 or not isinstance(item[2], str) or not item[2]:
+        raise ValueError(f"not a run: {item!r}")
+    numbers = [item[0], item[1], item[3], item[4], item[5]]
+    if not all(type(n) is int and n >= 0 for n in numbers) or item[5] < 1:
+        raise ValueError(f"not a run: {item!r}")
+    return Run(
+        local_ledger=item[0],
+        local_first=item[1],
+        region=item[2],
+        origin_ledger=item[3],
+        origin_first=item[4],
+        length=item[5],
+    )
+
+
+def _position_from(item: Any) -> Position | None:
+    if item is None:
+        return None
+    if not isinstance(item, list) or len(item) != 2 or not all(type(n) is int for n in item):
+        raise ValueError(f"not a position: {item!r}")
+    return Position(item[0], item[1])
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"not a list: {value!r}")
+    return value
 
 
 def _extend(runs: list[Run], local: Position, origin: Origin) -> list[Run]:

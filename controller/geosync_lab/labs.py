@@ -551,6 +551,8 @@ def start_agent(
                 "poll_interval_s": poll_interval_s,
                 "plugin_cursors": plugin_cursors,
                 "plugin_index": plugin_cursors,
+                "state_dir": str(agents_dir / f"{name}-state"),
+                "checkpoint_interval_s": 2.0,
                 "discover_interval_s": 5.0,
                 "control_topic": CONTROL_TOPIC,
                 # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's

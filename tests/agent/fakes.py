@@ -8,7 +8,7 @@ import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from geosync_adapters import admin as adm
@@ -252,8 +252,14 @@ class FakeMessaging:
         self.listeners: dict[str, Callable[[Received], None]] = {}
         self.producers: dict[str, FakeProducer] = {}
         self.shadow: list[tuple[str, str, tuple[Position, ...]]] = []
+        self.control_positions: dict[str, int] = {}
+        self.starts: dict[str, Position | None] = {}
+        """Where each topic's last reader was opened (None: the earliest message)."""
 
-    def reader(self, topic: str, on_message: Callable[[Received], None]) -> Any:
+    def reader(
+        self, topic: str, on_message: Callable[[Received], None], *, start: Position | None = None
+    ) -> Any:
+        self.starts[topic] = start
         if topic in self.region.missing:
             raise TopicMissing(f"{topic} does not exist")
         self.listeners[topic] = on_message
@@ -269,6 +275,10 @@ class FakeMessaging:
         self.region.acknowledge(topic, subscription, positions)
 
     def deliver(self, topic: str, message: Received) -> None:
+        if topic.endswith("/geosync-control"):
+            # A control topic is one log: its reader sees positions in delivery order, whatever tests pass.
+            n = self.control_positions[topic] = self.control_positions.get(topic, -1) + 1
+            message = replace(message, position=Position(77, n))
         self.listeners[topic](message)
 
     def close(self) -> None:

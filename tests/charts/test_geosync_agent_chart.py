@@ -225,3 +225,27 @@ def test_metrics_bind_address_is_a_value() -> None:
         agent_config(render({"agent": {"region": "a"}, "metrics": {"host": "127.0.0.1"}}))["metrics_host"]
         == "127.0.0.1"
     )
+
+
+@pytest.mark.parametrize(
+    ("state", "volume"),
+    [
+        ({}, {"emptyDir": {"sizeLimit": "256Mi"}}),
+        ({"existingClaim": "geosync-a"}, {"persistentVolumeClaim": {"claimName": "geosync-a"}}),
+    ],
+)
+def test_the_checkpoint_lives_on_a_writable_volume(state: dict[str, Any], volume: dict[str, Any]) -> None:
+    docs = render({"agent": {"region": "a", "state": state}})
+    config = agent_config(docs)
+    assert config["state_dir"] == "/var/lib/geosync"
+    assert config["checkpoint_interval_s"] == 10
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    assert {"name": "geosync-state", **volume} in pod["volumes"]
+    assert {"name": "geosync-state", "mountPath": "/var/lib/geosync"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_without_a_state_volume_there_is_no_checkpoint() -> None:
+    docs = render({"agent": {"region": "a", "state": {"enabled": False}}})
+    assert "state_dir" not in agent_config(docs)
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    assert all(v["name"] != "geosync-state" for v in pod["volumes"])

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -269,3 +270,45 @@ def test_filling_refuses_a_contradiction_and_ignores_what_lies_below_the_floor()
     index.fill(P("5:1"), O("b", "9:1"))
     assert index.origin_of(P("5:1")) is None
     assert index.local_of(O("b", "9:2")) == P("5:2")
+
+
+@settings(fast, max_examples=40)
+@given(local_logs(), st.integers(0, 30))
+def test_an_index_read_back_from_its_wire_form_answers_alike(
+    log: list[tuple[Position, Origin]], cut: int
+) -> None:
+    index = indexed(log)
+    if log:
+        index.truncate_below(log[min(cut, len(log) - 1)][0])
+    back = OriginIndex.from_wire(json.loads(json.dumps(index.to_wire())))
+    assert back.to_wire() == index.to_wire()
+    for ledger in range(6):
+        for entry in range(-1, 40):
+            p = Position(ledger, entry)
+            assert back.origin_of(p) == index.origin_of(p)
+            for region in REGIONS:
+                assert back.local_of(Origin(region, p)) == index.local_of(Origin(region, p))
+    assert (back.first, back.last) == (index.first, index.last)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        None,
+        {},
+        {"runs": [], "by_origin": {}, "last": None},
+        {"runs": [[1, 0, "a", 1, 0, 0]], "by_origin": {}, "last": [1, 0], "floor": None},
+        {"runs": [[1, 0, "", 1, 0, 1]], "by_origin": {}, "last": [1, 0], "floor": None},
+        {
+            "runs": [[1, 5, "a", 1, 0, 1], [1, 0, "a", 1, 9, 1]],
+            "by_origin": {},
+            "last": [1, 5],
+            "floor": None,
+        },
+        {"runs": [[1, 0, "a", 1, 0, 3]], "by_origin": {}, "last": [1, 1], "floor": None},
+        {"runs": [[1, 0, "a", True, 0, 1]], "by_origin": {}, "last": [1, 0], "floor": None},
+    ],
+)
+def test_anything_but_an_index_is_refused(wire: object) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - each case has its own message
+        OriginIndex.from_wire(wire)

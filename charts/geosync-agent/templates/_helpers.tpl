@@ -46,6 +46,9 @@ resources:
   {{- toYaml .Values.resources | nindent 2 }}
 volumeMounts:
   - {name: geosync-config, mountPath: /etc/geosync, readOnly: true}
+  {{- if .Values.agent.state.enabled }}
+  - {name: geosync-state, mountPath: /var/lib/geosync}
+  {{- end }}
   {{- if .Values.signing.keyId }}
   - {name: geosync-signing, mountPath: /var/run/secrets/geosync/signing, readOnly: true}
   {{- end }}
@@ -60,6 +63,14 @@ volumeMounts:
 {{- define "geosync-agent.volumes" -}}
 - name: geosync-config
   configMap: {name: {{ include "geosync-agent.fullname" . }}}
+{{- if .Values.agent.state.enabled }}
+- name: geosync-state
+  {{- if .Values.agent.state.existingClaim }}
+  persistentVolumeClaim: {claimName: {{ .Values.agent.state.existingClaim }}}
+  {{- else }}
+  emptyDir: {sizeLimit: {{ .Values.agent.state.sizeLimit }}}
+  {{- end }}
+{{- end }}
 {{- if .Values.signing.keyId }}
 - name: geosync-signing
   secret: {secretName: {{ .Values.signing.secretName }}, defaultMode: 0400}

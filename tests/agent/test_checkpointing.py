@@ -1,0 +1,113 @@
+"""The agent's checkpoint: the file is trusted only whole, and a restarted agent resumes without history."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from geosync_agent import checkpointing, supervising
+from geosync_agent.runtime import Now
+from geosync_core.positions import Position
+from tests.agent.fakes import Harness, message
+from tests.agent.test_runtime import A_LOG, B_LOG, SUB, TOPIC, carry, pair
+
+STATE = {"topics": {"t": {"last": [1, 2]}}, "n": [1, 2.5, None, "x"]}
+
+
+def test_a_checkpoint_reads_back_as_written(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "state" / checkpointing.FILE
+    size = checkpointing.save(path, region="b", state=STATE)
+    assert size == path.stat().st_size
+    assert checkpointing.load(path, region="b") == STATE
+    assert checkpointing.load(tmp_path / "none", region="b") is None
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda d: d[:-1], "checksum"),
+        (lambda d: d[:-5] + bytes([d[-5] ^ 1]) + d[-4:], "checksum"),
+        (lambda d: d.replace(b'"region": "b"', b'"region": "c"'), "region"),
+        (lambda d: d.replace(b'"version": 1', b'"version": 9'), "version"),
+        (lambda d: b"garbage", "header"),
+        (lambda d: b"{}\n" + d.split(b"\n", 1)[1], "not a GeoSync"),
+    ],
+)
+def test_a_damaged_or_foreign_checkpoint_is_refused(
+    tmp_path: pathlib.Path, damage: object, reason: str
+) -> None:
+    path = tmp_path / checkpointing.FILE
+    checkpointing.save(path, region="b", state=STATE)
+    path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
+    with pytest.raises(checkpointing.CheckpointError, match=reason):
+        checkpointing.load(path, region="b")
+
+
+def restarted(h: Harness, tmp_path: pathlib.Path) -> Harness:
+    """``h``'s region with a new agent that resumed from the checkpoint ``h``'s agent wrote at shutdown."""
+    h.agent.close()
+    again = Harness.build(h.region, state_dir=str(tmp_path))
+    assert supervising.resume(again.agent)
+    again.clock = h.clock
+    return again
+
+
+def test_a_restarted_agent_resumes_without_reading_history(tmp_path: pathlib.Path) -> None:
+    a, b = pair(state_dir=str(tmp_path / "a"))
+    b.agent.checkpoint_path = checkpointing.path_in(str(tmp_path / "b"))
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])
+    a.step()
+    carry(a, b)
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[0]
+    b2 = restarted(b, tmp_path / "b")
+    b2.discover()
+    b2.step()
+    assert b2.messaging.starts[TOPIC] == B_LOG[-1]  # resumes at the last entry read, not the earliest
+    assert b2.agent.topics[TOPIC].tail.index.origin_of(B_LOG[3]) is not None  # no history re-read
+    # The reader resumes with the entry it stopped at; then a acknowledges more while b restarted.
+    b2.messaging.deliver(TOPIC, message(TOPIC, B_LOG[-1], properties=stamp(A_LOG[-1]), producer="a-1-0"))
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[1], A_LOG[4]])
+    a.step()
+    carry(a, b2)
+    b2.step()
+    b2.step()
+    cursor = b2.region.cursors[(TOPIC, SUB)]
+    assert cursor.mark_delete == B_LOG[2]
+    assert B_LOG[4] in cursor
+    assert B_LOG[3] not in cursor
+    assert b2.agent.stats.counters["checkpoint_restored"] == 1
+    assert b2.agent.stats.counters.get("control_rejected_replayed", 0) == 0
+
+
+def test_a_checkpoint_that_no_longer_matches_its_topic_rebuilds_that_topic(tmp_path: pathlib.Path) -> None:
+    _, b = pair(state_dir=str(tmp_path))
+    b2 = restarted(b, tmp_path)
+    b2.discover()
+    b2.step()
+    # The topic was deleted and re-created with lower positions (a rebuilt region): the reader's first
+    # message lies below where the checkpoint stopped.
+    b2.messaging.deliver(TOPIC, message(TOPIC, Position(3, 0), properties=stamp(A_LOG[0]), producer="a-1-0"))
+    b2.step()
+    assert b2.agent.stats.counters["checkpoint_topics_rebuilt"] == 1
+    assert b2.messaging.starts[TOPIC] is None  # read again from the earliest message
+    assert b2.agent.topics[TOPIC].tail.index.origin_of(B_LOG[0]) is None
+
+
+def test_a_corrupted_checkpoint_is_refused_loudly_and_the_agent_rebuilds(tmp_path: pathlib.Path) -> None:
+    _, b = pair(state_dir=str(tmp_path))
+    b.agent.close()
+    path = checkpointing.path_in(str(tmp_path))
+    path.write_bytes(path.read_bytes()[:-3])
+    again = Harness.build(b.region, state_dir=str(tmp_path))
+    assert not supervising.resume(again.agent)
+    assert again.agent.stats.counters["checkpoint_rejected"] == 1
+    again.discover()
+    again.agent.round(Now(again.clock, again.clock))
+    assert again.messaging.starts[TOPIC] is None
+
+
+def stamp(origin: Position) -> dict[str, str]:
+    return {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
