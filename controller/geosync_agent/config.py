@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from geosync_adapters import admin as adm
-from geosync_adapters import messaging, signing
+from geosync_adapters import messaging, routing, signing
 from geosync_core import envelopes
 from geosync_core.errors import PermanentError
 
@@ -41,6 +41,11 @@ class AgentConfig:
     """The region's admin REST API, e.g. http://broker:8080."""
     service_url: str
     """The region's binary protocol URL, e.g. pulsar://broker:6650."""
+    broker_admin_urls: tuple[str, ...] = ()
+    """Further admin URLs of the region's brokers, asked when ``admin_url`` does not answer, until the
+    region's list of active brokers (``/admin/v2/brokers/{region}``, every ``brokers_refresh_s``) does."""
+    brokers_refresh_s: float = 30.0
+    """How often the region's active brokers are listed (their acknowledgement feeds are all read)."""
     key_file: str = ""
     """Legacy, insecure: a file holding one HMAC key shared by every region's agent (or env GEOSYNC_KEY);
     any holder can sign for any region. Alone: legacy mode. Next to ``keyring_file``: legacy envelopes are
@@ -177,14 +182,18 @@ class AgentConfig:
             )
         return envelopes.SharedKey(data)
 
-    def admin_client(self, *, timeout: float) -> adm.AdminClient:
-        """An admin client for this region with the configured token (a token file is read again when it
-        changes) and CA bundle."""
-        return adm.AdminClient(
+    def admin_client(self, *, timeout: float) -> routing.RegionAdmin:
+        """An admin client for this region's brokers (``routing``: every broker's feed, plugin calls at the
+        topic's owner, fail-over between brokers) with the configured token (a token file is read again
+        when it changes) and CA bundle."""
+        return routing.RegionAdmin(
             self.admin_url,
             token=self.token_source(),
             timeout=timeout,
             verify=self.tls_trust_certs_file or True,
+            region=self.region,
+            seeds=self.broker_admin_urls,
+            refresh_s=self.brokers_refresh_s,
         )
 
     def messaging(self) -> messaging.Messaging:
@@ -248,6 +257,7 @@ def load(path: str | pathlib.Path) -> AgentConfig:
             "mirror_tenants",
             "mirror_exclude_tenants",
             "snapshot_namespaces",
+            "broker_admin_urls",
         ):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: '{name}' must be a list of strings")
@@ -272,6 +282,7 @@ def dump(config: AgentConfig) -> str:
         "mirror_tenants",
         "mirror_exclude_tenants",
         "snapshot_namespaces",
+        "broker_admin_urls",
     ):
         data[name] = list(data[name])
     return yaml.safe_dump(data, sort_keys=True)

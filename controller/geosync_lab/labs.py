@@ -418,7 +418,7 @@ def up(
             hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
         ) from e
     if agents:
-        # One agent per region, talking to the region's first broker (README: "Multi-broker regions").
+        # One agent per region, covering every broker of it (README: "Multi-broker regions").
         for name in region_names:
             topology = start_agent(lab_dir, name)
             report(f"agent {name}: started (pid {topology.agents[name].pid})")
@@ -542,6 +542,9 @@ def start_agent(
             {
                 "region": name,
                 "admin_url": region.admin_url,
+                # Every broker, so the agent reaches the admin API while the first is down (it lists the
+                # region's active brokers itself once one answers: README, "Multi-broker regions").
+                "broker_admin_urls": [b.admin_url for b in region.brokers[1:]],
                 "service_url": region.service_url,
                 "zookeeper": region.zookeeper,
                 "signing_key_file": str(agents_dir / "keys" / f"{key_id}.key"),
