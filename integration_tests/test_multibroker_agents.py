@@ -1,0 +1,174 @@
+"""One agent per region on multi-broker regions (the deployment mode), on real Pulsar: with topics on both
+brokers of a, a Shared consumer acknowledges about 90 % of batched messages at random, and a failover to b
+then delivers exactly what a left unacknowledged (nothing lost, nothing twice) for the topics of BOTH
+brokers; the same while a bundle unload moves a topic to the other broker in the middle of the traffic.
+Each test prints the sync lag per broker (a's last acknowledgement to b's backlog 0), the figure
+BENCHMARKS.md quotes (``bench/multibroker_lag.py`` measures it before and after routing).
+
+Shares ``test_multibroker``'s lab (booted per module without agents, or ``GEOSYNC_TEST_MULTIBROKER_LAB``);
+the module starts both agents with the lab's agent configuration and stops them at the end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pulsar
+import pytest
+
+from geosync_adapters import messaging
+from geosync_adapters.admin import AdminClient
+from geosync_lab import labs
+from integration_tests.helpers import Lab, consume_all, wait_for
+from integration_tests.test_batch_failover import consume_and_ack, produce_batched, wait_applied
+from integration_tests.test_multibroker import NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def agents(mb_lab: Lab) -> Iterator[Lab]:  # noqa: F811
+    for name in ("a", "b"):
+        labs.start_agent(mb_lab.dir, name)
+    try:
+        for name in ("a", "b"):
+            labs.wait_agent_ready(mb_lab.dir, name, timeout_s=120)
+        yield mb_lab
+    finally:
+        for name in ("a", "b"):
+            labs.stop_agent(mb_lab.dir, name)
+
+
+def topics_on_each_broker(lab: Lab, prefix: str) -> dict[str, str]:
+    """One new topic per broker of a: broker service URL -> topic (created, owned by that broker)."""
+    admin = lab.admin("a")
+    found: dict[str, str] = {}
+    for i in range(16):
+        topic = f"persistent://{NAMESPACE}/{prefix}-{i}"
+        admin.put(f"/admin/v2/{topic.replace('persistent://', 'persistent/')}")
+        found.setdefault(owner(admin, topic), topic)
+        if len(found) == len(lab.topology.region("a").brokers):
+            return found
+    raise AssertionError(f"16 topics did not spread over a's brokers: {found}")
+
+
+def backlog(admin: AdminClient, topic: str, sub: str) -> int | None:
+    try:
+        subs = admin.topic_stats(topic).get("subscriptions") or {}
+    except Exception:
+        return None
+    return None if sub not in subs else int(subs[sub].get("msgBacklog", -1))
+
+
+def fail_over_exactly(
+    lab: Lab, topic: str, sub: str, everything: set[str], acked: set[str], *, copies: bool = False
+) -> None:
+    """b delivers exactly the messages a left unacknowledged. ``copies``: b may hold a message twice where
+    Pulsar stored it twice (a producer's or the replicator's resend across a bundle unload, without broker
+    deduplication, as test_multibroker shows); each copy then comes, as it would in a."""
+    got = consume_all(lab.service_url("b"), topic, sub)
+    lost = (everything - acked) - set(got)
+    again = set(got) & acked
+    assert not lost, f"{topic}: lost {len(lost)}: {sorted(lost)[:10]}"
+    assert not again, f"{topic}: {len(again)} acknowledged messages delivered again: {sorted(again)[:10]}"
+    assert set(got) == everything - acked
+    if copies:
+        print(f"{topic}: {len(got) - len(set(got))} stored copies of unacknowledged messages delivered")
+    else:
+        assert len(got) == len(set(got)), f"{topic}: a message arrived twice in b"
+
+
+def test_random_batched_acks_fail_over_exactly_for_topics_on_both_brokers(agents: Lab, unique: str) -> None:
+    lab = agents
+    by_broker = topics_on_each_broker(lab, f"mbsync-{unique}")
+    sub = f"mbsync-{unique}"
+    for topic in by_broker.values():
+        with messaging.client(lab.service_url("a")) as c:
+            c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
+    sent: dict[str, set[str]] = {}
+    for n, topic in enumerate(by_broker.values()):
+        payloads = {r: [f"{r}{n}-{i}" for i in range(300)] for r in ("a", "b")}
+        for region, batch in payloads.items():
+            produce_batched(lab.service_url(region), topic, batch)
+        sent[topic] = set(payloads["a"]) | set(payloads["b"])
+    started = time.time()
+    acked: dict[str, set[str]] = {}
+    for topic, everything in sent.items():
+        acked[topic], _ = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=topic)
+        assert 0 < len(acked[topic]) < len(everything)
+    for topic in sent:
+        wait_applied(lab, "b", topic, sub, after=started)
+    for topic, everything in sent.items():
+        fail_over_exactly(lab, topic, sub, everything, acked[topic])
+
+
+def test_a_bundle_unload_mid_traffic_still_fails_over_exactly(agents: Lab, unique: str) -> None:
+    lab = agents
+    region = lab.topology.region("a")
+    admin = lab.admin("a")
+    topic = next(iter(topics_on_each_broker(lab, f"mbmove-{unique}").values()))
+    sub = f"mbmove-{unique}"
+    with messaging.client(lab.service_url("a")) as c:
+        c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
+    payloads = [f"m{i}" for i in range(600)]
+    started = time.time()
+    acked: set[str] = set()
+    moved: list[int] = []
+
+    def unload_mid_way() -> None:
+        before = owner(admin, topic)
+        other = next(b for b in region.brokers if b.service_url != before)
+        moved.append(move_bundle(admin, topic, other))
+
+    # The first half is produced and partly acknowledged, the bundle moves, then the second half.
+    produce_batched(lab.service_url("a"), topic, payloads[:300])
+    first, _ = consume_and_ack(lab, "a", topic, sub, total=300, share=0.9, seed=f"{unique}-1")
+    mover = threading.Thread(target=unload_mid_way, name="unload")
+    mover.start()
+    produce_batched(lab.service_url("a"), topic, payloads[300:])
+    mover.join(timeout=120)
+    assert moved, "the bundle did not move"
+    second, _ = consume_and_ack(lab, "a", topic, sub, total=300, share=0.9, seed=f"{unique}-2")
+    acked = first | second
+    wait_applied(lab, "b", topic, sub, after=started)
+    fail_over_exactly(lab, topic, sub, set(payloads), acked, copies=True)
+
+
+def test_sync_lag_is_alike_on_both_brokers(agents: Lab, unique: str) -> None:
+    """Prints, per broker of a, the seconds from a's last acknowledgement to b's backlog 0 (all acked)."""
+    lab = agents
+    by_broker = topics_on_each_broker(lab, f"mblag-{unique}")
+    sub = f"mblag-{unique}"
+    lags: dict[str, list[float]] = {url: [] for url in by_broker}
+    for round_ in range(3):
+        for url, topic in by_broker.items():
+            lags[url].append(sync_lag(lab, topic, sub, n=100, tag=f"{round_}"))
+    for url, values in lags.items():
+        print(f"sync lag, topic on {url}: " + ", ".join(f"{v:.2f}" for v in values) + " s")
+    worst = max(max(v) for v in lags.values())
+    assert worst < 5.0, lags
+
+
+def sync_lag(lab: Lab, topic: str, sub: str, *, n: int, tag: str) -> float:
+    remote = lab.admin("b")
+    remote.create_subscription(topic, sub)  # at the earliest message; the agents would create it later
+    with messaging.client(lab.service_url("a")) as c:
+        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        produce_batched(lab.service_url("a"), topic, [f"{tag}-{i}" for i in range(n)])
+        messages: list[Any] = [consumer.receive(timeout_millis=30_000) for _ in range(n)]
+        # Replicated to b before a acknowledges anything: the same backlog (in entries) on both sides.
+        local = lab.admin("a")
+        wait_for(
+            lambda: backlog(remote, topic, sub) == backlog(local, topic, sub),
+            timeout_s=60,
+            what=f"{sub}'s backlog in b to be a's",
+        )
+        for msg in messages:
+            consumer.acknowledge(msg)
+        acked_at = time.monotonic()
+        consumer.close()
+    wait_for(lambda: backlog(remote, topic, sub) == 0, timeout_s=60, what=f"b's backlog of {topic} to be 0")
+    return time.monotonic() - acked_at
