@@ -543,3 +543,29 @@ def test_with_auto_topic_creation_off_the_control_topic_is_created_and_a_missing
     assert h.agent.topics[TOPIC].tail.reader is None  # not before REOPEN_S
     h.step(5.0)
     assert h.agent.topics[TOPIC].tail.reader is not None
+
+
+def test_entries_a_moved_topics_new_owner_never_indexed_are_named_from_their_headers_and_counted() -> None:
+    """After a bundle unload the new owner's origin index starts at the topic's new ledger: the entries
+    before it are named from their admin headers (one counted look-up each), never guessed from the index."""
+    b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(B_LOG)})
+    b.cursors[(TOPIC, SUB)] = AckState.of(Position(9, -1))
+    b.origin_runs[TOPIC] = [OriginRun(10, 0, 3, "a", Position(5, 6))]  # all the new owner recorded
+    for local, origin in zip(B_LOG, A_LOG, strict=True):
+        stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+        b.headers[(TOPIC, local)] = adm.EntryHeaders("a", stamp, None)
+    hb = Harness.build(b)
+    hb.discover()
+    hb.step()
+    for p, origin in zip(B_LOG, A_LOG, strict=True):
+        stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+        hb.messaging.deliver(TOPIC, message(TOPIC, p, properties=stamp, producer="x"))
+    hb.step()
+    index = hb.agent.topics[TOPIC].tail.index
+    for local, origin in zip(B_LOG, A_LOG, strict=True):
+        found = index.origin_of(local)
+        assert found is not None
+        assert (found.region, found.position) == ("a", origin)
+    assert hb.agent.stats.counters["origin_lookups"] >= len(B_LOG)
+    assert hb.agent.stats.counters["origin_plugin_hits"] == 0
+    assert hb.agent.plugin_floor[TOPIC] == Position(10, 0)
