@@ -28,18 +28,10 @@ import pulsar
 import yaml
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
 from geosync_lab import labs
 
 NAMESPACE = "geo/ab"
-
-
-def backlog(admin: AdminClient, topic: str, sub: str) -> int | None:
-    try:
-        subs = admin.topic_stats(topic).get("subscriptions") or {}
-    except AdminError:
-        return None
-    return None if sub not in subs else int(subs[sub].get("msgBacklog", -1))
 
 
 def until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
@@ -76,12 +68,12 @@ def lag_once(lab: pathlib.Path, topic: str, sub: str, n: int) -> float:
         producer.flush()
         producer.close()
         received = [consumer.receive(timeout_millis=30_000) for _ in range(n)]
-        until(lambda: backlog(remote, topic, sub) == backlog(local, topic, sub), "b to hold the messages")
+        until(lambda: remote.backlog(topic, sub) == local.backlog(topic, sub), "b to hold the messages")
         for msg in received:
             consumer.acknowledge(msg)
         acked_at = time.monotonic()
         consumer.close()
-    until(lambda: backlog(remote, topic, sub) == 0, "b's backlog to reach 0")
+    until(lambda: remote.backlog(topic, sub) == 0, "b's backlog to reach 0")
     return time.monotonic() - acked_at
 
 

@@ -20,7 +20,6 @@ import pulsar
 import pytest
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient
 from geosync_lab import labs
 from integration_tests.helpers import Lab, consume_all, wait_for
 from integration_tests.test_batch_failover import consume_and_ack, produce_batched, wait_applied
@@ -53,14 +52,6 @@ def topics_on_each_broker(lab: Lab, prefix: str) -> dict[str, str]:
         if len(found) == len(lab.topology.region("a").brokers):
             return found
     raise AssertionError(f"16 topics did not spread over a's brokers: {found}")
-
-
-def backlog(admin: AdminClient, topic: str, sub: str) -> int | None:
-    try:
-        subs = admin.topic_stats(topic).get("subscriptions") or {}
-    except Exception:
-        return None
-    return None if sub not in subs else int(subs[sub].get("msgBacklog", -1))
 
 
 def fail_over_exactly(
@@ -162,7 +153,7 @@ def sync_lag(lab: Lab, topic: str, sub: str, *, n: int, tag: str) -> float:
         # Replicated to b before a acknowledges anything: the same backlog (in entries) on both sides.
         local = lab.admin("a")
         wait_for(
-            lambda: backlog(remote, topic, sub) == backlog(local, topic, sub),
+            lambda: remote.backlog(topic, sub) == local.backlog(topic, sub),
             timeout_s=60,
             what=f"{sub}'s backlog in b to be a's",
         )
@@ -170,5 +161,5 @@ def sync_lag(lab: Lab, topic: str, sub: str, *, n: int, tag: str) -> float:
             consumer.acknowledge(msg)
         acked_at = time.monotonic()
         consumer.close()
-    wait_for(lambda: backlog(remote, topic, sub) == 0, timeout_s=60, what=f"b's backlog of {topic} to be 0")
+    wait_for(lambda: remote.backlog(topic, sub) == 0, timeout_s=60, what=f"b's backlog of {topic} to be 0")
     return time.monotonic() - acked_at

@@ -384,6 +384,15 @@ class AdminClient:
     def topic_stats(self, topic: str, **kw: Any) -> dict[str, Any]:
         return dict(self.get(f"/admin/v2/{self.topic_path(topic)}/stats", **kw) or {})
 
+    def backlog(self, topic: str, subscription: str) -> int | None:
+        """A subscription's ``msgBacklog`` from the topic's stats (entries, for batched messages); None if the
+        topic or the subscription does not exist."""
+        try:
+            subs = self.topic_stats(topic).get("subscriptions") or {}
+        except AdminNotFound:
+            return None
+        return None if subscription not in subs else int(subs[subscription].get("msgBacklog", -1))
+
     def internal_stats(self, topic: str, **kw: Any) -> dict[str, Any]:
         return dict(self.get(f"/admin/v2/{self.topic_path(topic)}/internalStats", **kw) or {})
 

@@ -268,3 +268,13 @@ def test_a_token_file_is_read_again_when_it_changes(tmp_path: pathlib.Path) -> N
 def test_an_unreadable_token_file_fails_at_once(tmp_path: pathlib.Path) -> None:
     with pytest.raises(FileNotFoundError):
         adm.TokenFile(tmp_path / "missing")()
+
+
+def test_backlog_of_a_subscription_and_of_what_does_not_exist(server: tuple[str, type[_Handler]]) -> None:
+    url, handler = server
+    stats = {"subscriptions": {"s": {"msgBacklog": 4}}}
+    handler.routes["GET /admin/v2/persistent/t/ns/x/stats"] = [(200, {}, stats)]
+    client = adm.AdminClient(url, retry=FAST)
+    assert client.backlog("persistent://t/ns/x", "s") == 4
+    assert client.backlog("persistent://t/ns/x", "other") is None
+    assert client.backlog("persistent://t/ns/gone", "s") is None  # 404
