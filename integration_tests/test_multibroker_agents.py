@@ -11,8 +11,10 @@ the module starts both agents with the lab's agent configuration and stops them 
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +22,9 @@ import pulsar
 import pytest
 
 from geosync_adapters import messaging
-from geosync_lab import labs
+from geosync_lab import labs, regions
 from integration_tests.helpers import Lab, consume_all, wait_for
-from integration_tests.test_batch_failover import consume_and_ack, produce_batched, wait_applied
+from integration_tests.test_batch_failover import consume_and_ack, produce_batched, synced_entry, wait_applied
 from integration_tests.test_multibroker import NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
 
 pytestmark = pytest.mark.lab
@@ -163,3 +165,41 @@ def sync_lag(lab: Lab, topic: str, sub: str, *, n: int, tag: str) -> float:
         consumer.close()
     wait_for(lambda: remote.backlog(topic, sub) == 0, timeout_s=60, what=f"b's backlog of {topic} to be 0")
     return time.monotonic() - acked_at
+
+
+def test_with_the_first_broker_killed_the_agent_fails_over_and_stays_exact(agents: Lab, unique: str) -> None:
+    """The agents' ``admin_url`` is broker 1's. With broker 1 of a killed, a's agent keeps discovering,
+    reading broker 2's feed and publishing (its admin calls go to broker 2), and a failover to b of a topic
+    on broker 2 is exact. Last in the module: it restarts region a afterwards."""
+    lab = agents
+    region = lab.topology.region("a")
+    first, second = region.brokers
+    topic = topics_on_each_broker(lab, f"mbdown-{unique}")[second.service_url]
+    sub = f"mbdown-{unique}"
+    with messaging.client(lab.service_url("a")) as c:
+        c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
+    marker = regions.region_marker(labs.region_process(lab.dir, region))
+    assert first.pid is not None
+    regions.signal_region(first.pid, marker, signal.SIGKILL)
+    try:
+        killed_at = time.monotonic()
+        payloads = [f"d{i}" for i in range(300)]
+        produce_batched(second.service_url, topic, payloads)
+        started = time.time()
+        acked, _ = consume_and_ack(lab, "a", topic, sub, total=len(payloads), share=0.9, seed=unique)
+
+        def applied() -> bool:
+            entry = synced_entry(lab, "b", topic, sub)
+            return entry is not None and (entry.get("last_applied_at") or 0) >= started
+
+        # a's control topic may have been on broker 1: it moves once broker 1's metadata session expires.
+        waited = wait_for(applied, timeout_s=150, what="b to apply what a acknowledged with broker 1 down")
+        since_kill = time.monotonic() - killed_at
+        print(f"broker 1 killed: b applied a's acks {since_kill:.1f} s after it ({waited:.1f} s after a's)")
+        wait_applied(lab, "b", topic, sub, after=started)
+        with urllib.request.urlopen(labs.agent_metrics_url(lab.dir, "a") + "/readyz", timeout=5) as answer:
+            assert answer.status == 200
+        fail_over_exactly(lab, topic, sub, set(payloads), acked)
+    finally:
+        labs.stop_region(lab.dir, "a", kill=True)
+        labs.start_region(lab.dir, "a")
