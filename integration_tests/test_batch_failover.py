@@ -172,7 +172,7 @@ def test_a_message_delayed_by_a_day_stays_a_hole_across_failover(
     topic, sub = f"persistent://geo/ab/delayed-{unique}", f"delayed-{unique}"
     with messaging.client(lab.service_url("a")) as c:
         c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
-        producer = c.create_producer(topic, batching_max_publish_delay_ms=20)
+        producer = c.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=20)
         for i in range(60):
             later = {"deliver_after": timedelta(days=1)} if i % 15 == 7 else {}
             producer.send_async(f"m{i}".encode(), None, **later)

@@ -34,8 +34,10 @@ def _subscriptions(lab: Lab, region: str, topic: str) -> set[str]:
 
 def _produce_batched(lab: Lab, region: str, topic: str, payloads: list[str]) -> None:
     with messaging.client(lab.service_url(region)) as c:
-        # Batching on, as the client's default; a full queue waits rather than drops.
-        producer = c.create_producer(topic, batching_max_publish_delay_ms=20, block_if_queue_full=True)
+        # Batching on (Java clients' default); a full queue waits rather than drops.
+        producer = c.create_producer(
+            topic, batching_enabled=True, batching_max_publish_delay_ms=20, block_if_queue_full=True
+        )
         for p in payloads:
             producer.send_async(p.encode(), None)
         producer.flush()
@@ -45,7 +47,9 @@ def _produce_batched(lab: Lab, region: str, topic: str, payloads: list[str]) -> 
 def _ack_some(lab: Lab, region: str, topic: str, sub: str, *, total: int, rng: random.Random) -> set[str]:
     acked: set[str] = set()
     with messaging.client(lab.service_url(region)) as c:
-        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        consumer = c.subscribe(
+            topic, sub, consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
+        )
         for _ in range(total):
             msg = consumer.receive(timeout_millis=30000)
             if rng.random() < 0.7:

@@ -371,8 +371,8 @@ def demo() -> None:
     "--batching/--no-batching",
     default=True,
     show_default=True,
-    help="Publish with the client's default batching and acknowledge with batch-index acknowledgements "
-    "(what applications do by default), or one message per entry.",
+    help="Publish with batching on and the client's batching settings (the Java client's default) and "
+    "acknowledge with batch-index acknowledgements, or one message per entry.",
 )
 @output_option
 @_lab_errors
