@@ -158,7 +158,7 @@ class RegionAdmin(AdminClient):
         self.stats("owner_lookups")
         answer = self.get(f"/lookup/v2/topic/{self.topic_path(topic)}") or {}
         tls = self._scheme() == "https"
-        url = str(answer.get("httpUrlTls") if tls else answer.get("httpUrl") or "").rstrip("/")
+        url = str((answer.get("httpUrlTls") if tls else answer.get("httpUrl")) or "").rstrip("/")
         if not url:
             raise pluginapi.PluginApiError(f"the look-up of {topic} named no web service URL: {answer!r}")
         if len(self._owners) >= MAX_OWNERS:

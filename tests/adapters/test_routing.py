@@ -242,3 +242,12 @@ def test_one_broker_is_an_admin_client(region: Any) -> None:
     assert admin.plugin_write([item])[0].status is pluginapi.Status.NOT_LOADED
     assert not any("lookup" in c for b in brokers for c in b.calls)
     assert brokers[1].calls == []
+
+
+def test_a_look_up_without_the_web_service_url_of_the_admin_scheme_is_an_error(region: Any) -> None:
+    shared, _, _ = region
+    shared.owners = {T1: 0}
+    # An https admin API (refused here, so the call fails over to the plain seed) needs httpUrlTls.
+    admin = routing.RegionAdmin("https://127.0.0.1:1", seeds=(shared.urls[0],), retry=FAST, timeout=2)
+    with pytest.raises(pluginapi.PluginApiError):
+        admin.owner(T1)
