@@ -27,7 +27,6 @@ from rich.table import Table
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient
 from geosync_core import topology as topo
-from geosync_core.positions import Position
 from geosync_lab import failover, labs, probes
 
 console = Console(width=150)
@@ -41,9 +40,6 @@ def one_run(topology: topo.Topology, *, mode: str, messages: int, limit_s: float
     builtin = mode == "builtin"
     sub = f"{failover.BUILTIN_PREFIX if builtin else 'fresh-'}{suffix}"
     a, b = topology.region("a"), topology.region("b")
-    rng = random.Random(seed)
-    acked: set[Message] = set()
-    received: list[Message] = []
     with messaging.client(a.service_url) as c:
         consumer = c.subscribe(
             topic,
@@ -60,14 +56,9 @@ def one_run(topology: topo.Topology, *, mode: str, messages: int, limit_s: float
             producer.send_async(f"m{i}".encode(), None)
         producer.flush()
         producer.close()
-        for _ in range(messages):
-            msg = consumer.receive(timeout_millis=30000)
-            mid = msg.message_id()
-            key = (Position(mid.ledger_id(), mid.entry_id()), mid.batch_index())
-            received.append(key)
-            if rng.random() < 0.9:
-                consumer.acknowledge(msg)
-                acked.add(key)
+        received, acked = probes.receive_and_acknowledge(
+            consumer, messages, share=0.9, rng=random.Random(seed)
+        )
         time.sleep(0.2)  # the client's grouped acknowledgements go out
         consumer.close()
     stopped = time.monotonic()

@@ -34,7 +34,6 @@ from rich.table import Table
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient
 from geosync_core import topology as topo
-from geosync_core.positions import Position
 from geosync_lab import labs, probes
 
 console = Console(width=150)
@@ -102,17 +101,7 @@ def one_run(
     if mode == "rebuild":
         (lab_dir / "agents" / "b-state" / CHECKPOINT).unlink(missing_ok=True)
     publish(topology, topic, acks, quiet=True)
-    rng = random.Random(seed)
-    received: list[probes.Message] = []
-    acked: set[probes.Message] = set()
-    for _ in range(acks):
-        msg = consumer.receive(timeout_millis=30000)
-        mid = msg.message_id()
-        key = (Position(mid.ledger_id(), mid.entry_id()), mid.batch_index())
-        received.append(key)
-        if rng.random() < 0.9:
-            consumer.acknowledge(msg)
-            acked.add(key)
+    received, acked = probes.receive_and_acknowledge(consumer, acks, share=0.9, rng=random.Random(seed))
     time.sleep(0.5)  # grouped acknowledgements go out
     admin_b = AdminClient(topology.region("b").admin_url, timeout=10)
     mapping = probes.copies(admin_b, topic, origin="a")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -156,3 +157,23 @@ def consume_all(
         finally:
             consumer.close()
     return got
+
+
+def ack_some(
+    service_url: str, topic: str, sub: str, *, total: int, share: float, rng: random.Random
+) -> set[str]:
+    """A Shared consumer with batch-index acknowledgements receives ``total`` messages and acknowledges each
+    with probability ``share`` (holes at random); the payloads acknowledged."""
+    acked: set[str] = set()
+    with messaging.client(service_url) as c:
+        consumer = c.subscribe(
+            topic, sub, consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
+        )
+        for _ in range(total):
+            msg = consumer.receive(timeout_millis=30000)
+            if rng.random() < share:
+                consumer.acknowledge(msg)
+                acked.add(msg.data().decode())
+        time.sleep(0.5)  # the client's grouped acknowledgements go out
+        consumer.close()
+    return acked

@@ -11,12 +11,11 @@ import random
 import time
 from typing import Any
 
-import pulsar
 import requests
 
 from geosync_adapters import messaging
 from geosync_lab import labs
-from integration_tests.helpers import Lab, consume_all, wait_for
+from integration_tests.helpers import Lab, ack_some, consume_all, wait_for
 
 
 def _state(lab: Lab, region: str) -> dict[str, Any]:
@@ -44,22 +43,6 @@ def _produce_batched(lab: Lab, region: str, topic: str, payloads: list[str]) -> 
         producer.close()
 
 
-def _ack_some(lab: Lab, region: str, topic: str, sub: str, *, total: int, rng: random.Random) -> set[str]:
-    acked: set[str] = set()
-    with messaging.client(lab.service_url(region)) as c:
-        consumer = c.subscribe(
-            topic, sub, consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
-        )
-        for _ in range(total):
-            msg = consumer.receive(timeout_millis=30000)
-            if rng.random() < 0.7:
-                consumer.acknowledge(msg)
-                acked.add(msg.data().decode())
-        time.sleep(0.3)  # let grouped acknowledgements flush
-        consumer.close()
-    return acked
-
-
 def test_a_subscription_deleted_in_b_stays_deleted_until_created_there_again(lab: Lab, unique: str) -> None:
     topic, sub = f"persistent://geo/ab/deleted-sub-{unique}", f"deleted-{unique}"
     payloads = [f"m{i}" for i in range(60)]
@@ -76,7 +59,9 @@ def test_a_subscription_deleted_in_b_stays_deleted_until_created_there_again(lab
     )
 
     claims_before = _state(lab, "b")["counters"].get("claims_received", 0)
-    acked = _ack_some(lab, "a", topic, sub, total=len(payloads), rng=random.Random(unique))
+    acked = ack_some(
+        lab.service_url("a"), topic, sub, total=len(payloads), share=0.7, rng=random.Random(unique)
+    )
     wait_for(
         lambda: _state(lab, "b")["counters"].get("claims_received", 0) > claims_before,
         timeout_s=30,
@@ -113,7 +98,7 @@ def test_a_deleted_topic_is_forgotten_with_its_series(lab: Lab, unique: str) -> 
         admin.put(f"/admin/v2/{admin.topic_path(topic)}", None)
         admin.create_subscription(topic, sub)
     _produce_batched(lab, "a", topic, [f"m{i}" for i in range(20)])
-    _ack_some(lab, "a", topic, sub, total=20, rng=random.Random(unique))
+    ack_some(lab.service_url("a"), topic, sub, total=20, share=0.7, rng=random.Random(unique))
     wait_for(lambda: topic in _metrics(lab, "b"), timeout_s=30, what="b's agent to export the topic's series")
     forgotten = _state(lab, "b")["counters"].get("topics_forgotten", 0)
     for region in ("a", "b"):

@@ -10,12 +10,11 @@ import random
 import time
 from typing import Any
 
-import pulsar
 import requests
 
 from geosync_adapters import messaging
 from geosync_lab import labs
-from integration_tests.helpers import Lab, consume_all, wait_for
+from integration_tests.helpers import Lab, ack_some, consume_all, wait_for
 
 RETAINED = 3000
 
@@ -64,19 +63,8 @@ def test_an_agent_killed_and_restarted_resumes_from_its_checkpoint(lab: Lab, uni
     time.sleep(2.5)  # one more checkpoint after the topic was read to its end
     labs.stop_agent(lab.dir, "b", kill=True)
 
-    rng = random.Random(unique)
-    acked: set[str] = set()
-    with messaging.client(lab.service_url("a")) as c:  # while b's agent is down
-        consumer = c.subscribe(
-            topic, sub, consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
-        )
-        for _ in range(RETAINED):
-            msg = consumer.receive(timeout_millis=30000)
-            if rng.random() < 0.9:
-                consumer.acknowledge(msg)
-                acked.add(msg.data().decode())
-        time.sleep(0.5)
-        consumer.close()
+    # While b's agent is down:
+    acked = ack_some(lab.service_url("a"), topic, sub, total=RETAINED, share=0.9, rng=random.Random(unique))
 
     started = time.monotonic()
     labs.start_agent(lab.dir, "b")

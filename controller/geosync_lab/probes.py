@@ -7,6 +7,9 @@ the interceptor's cursor endpoint (an empty write answers the cursor's state, ba
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_core.pluginapi import AckItem, PluginApiError
 from geosync_core.positions import Position
@@ -44,6 +47,24 @@ def acknowledged(admin: AdminClient, topic: str, sub: str, messages: list[Messag
     whole = AckState.parse(str(report.mark_delete), report.individually_deleted)
     unacked = {b.position: set(b.unacked) for b in report.batches}
     return {(p, i) for p, i in messages if p in whole or (i >= 0 and p in unacked and i not in unacked[p])}
+
+
+def receive_and_acknowledge(
+    consumer: Any, count: int, *, share: float, rng: random.Random
+) -> tuple[list[Message], set[Message]]:
+    """Receive ``count`` messages and acknowledge each with probability ``share`` (holes at random); the
+    messages received and those acknowledged, by id."""
+    received: list[Message] = []
+    acked: set[Message] = set()
+    for _ in range(count):
+        msg = consumer.receive(timeout_millis=30000)
+        mid = msg.message_id()
+        key = (Position(mid.ledger_id(), mid.entry_id()), mid.batch_index())
+        received.append(key)
+        if rng.random() < share:
+            consumer.acknowledge(msg)
+            acked.add(key)
+    return received, acked
 
 
 def percentile(values: list[float], q: float) -> float | None:
