@@ -56,6 +56,10 @@ from geosync_core.rangesets import AckState
 log = logging.getLogger("geosync.agent")
 STATES_PER_ENVELOPE = 64
 """Subscription states per control message (a round's states for one namespace are batched)."""
+MAX_ENVELOPE_BYTES = 1 << 20
+"""A control message larger than this is sent in parts (brokers refuse messages over maxMessageSize, 5 MB
+by default): its states in two envelopes, a single state's claims in two halves (receivers merge claims, so
+parts say what the whole says). Claims of a subscription with many permanent holes grow for weeks."""
 PLUGIN_ASK_GAP_S = 1.0
 """An entry the interceptor's last answer (less than this ago) should have covered and did not, and any
 entry after an empty answer, is not asked about again: one answer covers every entry recorded when it was
@@ -1143,20 +1147,41 @@ class Agent:
                 for start in range(0, len(states), STATES_PER_ENVELOPE)
             ]
             for batch in chunks:
-                # Wall-clock microseconds (never backwards): another agent of this region, during a rolling
-                # update, numbers its messages alike, and peers accept both (envelopes.REPLAY_WINDOW).
-                self.seq = max(self.seq + 1, now.wall_ms * 1000)
-                envelope = envelopes.Envelope(
-                    kind=envelopes.ACK_STATES,
-                    region=self.config.region,
-                    seq=self.seq,
-                    sent_at_ms=now.wall_ms,
-                    payload=envelopes.encode_ack_states(batch, region=self.config.region),
-                )
-                data = envelopes.seal(self.keys.signer, envelope)
-                sends.append(fx.Publish(self._control_topic(namespace), data, "envelopes_published"))
+                for data in self._sealed(batch, now):
+                    sends.append(fx.Publish(self._control_topic(namespace), data, "envelopes_published"))
                 self.stats.inc("states_published", len(batch))
         self._perform(sends, now)
+
+    def _sealed(self, states: list[envelopes.AckStateMessage], now: Now) -> list[bytes]:
+        """``states`` as signed control messages of at most MAX_ENVELOPE_BYTES each (see there); a single
+        state whose claims cannot be halved any more goes out as it is."""
+        # Wall-clock microseconds (never backwards): another agent of this region, during a rolling update,
+        # numbers its messages alike, and peers accept both (envelopes.REPLAY_WINDOW).
+        seq = max(self.seq + 1, now.wall_ms * 1000)
+        envelope = envelopes.Envelope(
+            kind=envelopes.ACK_STATES,
+            region=self.config.region,
+            seq=seq,
+            sent_at_ms=now.wall_ms,
+            payload=envelopes.encode_ack_states(states, region=self.config.region),
+        )
+        data = envelopes.seal(self.keys.signer, envelope)
+        if len(data) <= MAX_ENVELOPE_BYTES:
+            self.seq = seq
+            return [data]
+        if len(states) > 1:
+            half = len(states) // 2
+            return self._sealed(states[:half], now) + self._sealed(states[half:], now)
+        (state,) = states
+        try:
+            first, second = state.acks.split()
+        except ValueError:
+            self.seq = seq
+            return [data]
+        self.stats.inc("states_split")
+        return self._sealed([replace(state, acks=first)], now) + self._sealed(
+            [replace(state, acks=second)], now
+        )
 
     def on_sent(self, ok: bool) -> None:
         # On the client's thread: only count and note the time (single assignments). A lost state goes out

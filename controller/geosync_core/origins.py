@@ -190,6 +190,25 @@ class OriginAcks:
             (item for acks in every for item in acks.partials),
         )
 
+    def split(self) -> tuple[OriginAcks, OriginAcks]:
+        """Two halves (by spans and partly claimed entries) whose ``merge`` is this value, for sending a claim
+        too large for one message in parts (receivers merge claims, so parts say the same as the whole);
+        ``ValueError`` when there is only one span or partial entry to send."""
+        items: list[tuple[str, Span | tuple[Position, BatchAcks]]] = [
+            *((r, s) for r, spans in self.by_region for s in spans),
+            *((r, b) for r, batches in self.partials for b in batches),
+        ]
+        if len(items) < 2:
+            raise ValueError("a single span or partial entry cannot be split")
+        half = len(items) // 2
+
+        def build(part: list[tuple[str, Span | tuple[Position, BatchAcks]]]) -> OriginAcks:
+            spans = [(r, [x]) for r, x in part if isinstance(x, Span)]
+            partials = [(r, [x]) for r, x in part if not isinstance(x, Span)]
+            return OriginAcks.of(spans, partials)
+
+        return build(items[:half]), build(items[half:])
+
     def count(self) -> int:
         """How many whole entries are claimed."""
         return sum(len(s) for _, spans in self.by_region for s in spans)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from geosync_adapters import admin as adm
-from geosync_agent import discovering, supervising
+from geosync_agent import discovering, runtime, supervising
 from geosync_agent.runtime import Now
 from geosync_core import envelopes
 from geosync_core.capabilities import Capability
@@ -569,3 +569,39 @@ def test_entries_a_moved_topics_new_owner_never_indexed_are_named_from_their_hea
     assert hb.agent.stats.counters["origin_lookups"] >= len(B_LOG)
     assert hb.agent.stats.counters["origin_plugin_hits"] == 0
     assert hb.agent.plugin_floor[TOPIC] == Position(10, 0)
+
+
+def test_claims_too_large_for_one_message_go_out_in_parts_that_say_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime, "MAX_ENVELOPE_BYTES", 1500)
+    a_log = [Position(5, e) for e in range(400)]
+    b_log = [Position(9, e) for e in range(400)]
+    a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(a_log)})
+    b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(b_log)})
+    a.cursors[(TOPIC, SUB)] = AckState.of(Position(5, -1))
+    b.cursors[(TOPIC, SUB)] = AckState.of(Position(9, -1))
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(a_log), "a")]
+    b.origin_runs[TOPIC] = [OriginRun(9, 0, len(b_log), "a", a_log[0])]
+    ha, hb = Harness.build(a), Harness.build(b)
+    for h in (ha, hb):
+        h.discover()
+        h.step()
+    for p in a_log:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    for p, origin in zip(b_log, a_log, strict=True):
+        stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+        hb.messaging.deliver(TOPIC, message(TOPIC, p, properties=stamp, producer="a-1-0"))
+    acked = a_log[1::2]  # every other message: 200 holes, 200 spans (about 5 kB of claims)
+    a.consumer_acks(TOPIC, SUB, acked)
+    ha.step()
+    hb.step()
+    sent = ha.sent_on(CONTROL)
+    assert len(sent) > 1
+    assert all(len(data) <= 1500 for data in sent)
+    assert ha.agent.stats.counters["states_split"] > 0
+    carry(ha, hb)
+    hb.step()
+    hb.step()
+    cursor = b.cursors[(TOPIC, SUB)]
+    assert {p for p in b_log if p in cursor} == set(b_log[1::2])

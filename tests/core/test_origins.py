@@ -176,3 +176,18 @@ def test_merge_with_partials_is_a_semilattice(a: OriginAcks, b: OriginAcks, c: O
     assert a.merge(b).merge(c) == a.merge(b.merge(c)) == a.merge(b, c)
     assert a.merge(a) == a
     assert a.merge(OriginAcks()) == a
+
+
+@fast
+@given(batched_acks)
+def test_split_halves_merge_back_to_the_whole(acks: OriginAcks) -> None:
+    items = sum(len(spans) for _, spans in acks.by_region) + sum(len(b) for _, b in acks.partials)
+    if items < 2:
+        with pytest.raises(ValueError, match="cannot be split"):
+            acks.split()
+        return
+    first, second = acks.split()
+    assert first.merge(second) == acks
+    assert messages(first) | messages(second) == messages(acks)
+    assert first  # both carry something: repeated splits end
+    assert second
