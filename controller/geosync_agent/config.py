@@ -124,6 +124,11 @@ class AgentConfig:
     """ZooKeeper session timeout of the mirror; a standby takes over about this long after a crash."""
     mirror_recheck_interval_s: float = 2.0
     """How often parked (rejected) events are re-checked and the checkpoint is written."""
+    mirror_tombstone_ttl_s: float = 7 * 86400.0
+    """A deletion's tombstone is kept at least this long, and until every peer region sent a newer event."""
+    mirror_checkpoint_part_bytes: int = 512 * 1024
+    """The mirror checkpoint is cut into ZooKeeper nodes of at most this many compressed bytes
+    (ZooKeeper refuses nodes over ``jute.maxbuffer``, about 1 MB)."""
 
     def keys(self) -> envelopes.Keys:
         """The signer and keyring; a ``ConfigError`` saying what to do when they are missing or unusable."""

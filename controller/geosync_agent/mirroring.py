@@ -21,13 +21,18 @@ are in ``geosync_core.policies``. This module is their runtime:
   compare-and-set, and kept in the replica only once the store write succeeded. A rejected or
   not-yet-applicable event (parent missing, children left) is parked and re-checked every
   ``mirror_recheck_interval_s``; ``snapshot()`` lists what is parked.
-* **Nothing lost.** The replica, clock, replay guard, sequence number and the reader's position are
-  checkpointed in ``{mirror_root}/state`` (compressed JSON, version 1, written with compare-and-set and
-  the fence). A new leadership term (start, standby take-over, session expiry) loads it, reads the topic
-  from the checkpointed position, and scans the store (``scan_store``) for what changed while nobody
-  watched. Without a checkpoint it first drains the topic from the beginning (applying history; a node
-  the store already holds is dated by its mtime, as the scan would), then scans. A session expiry ends
-  the term; the next one starts from the store and the checkpoint, so no change made meanwhile is lost.
+* **Nothing lost.** The replica, clock, replay guard, sequence number, the newest stamp received from
+  each region and the reader's position are checkpointed in ``{mirror_root}/state`` (compressed JSON,
+  written with compare-and-set and the fence; over ``mirror_checkpoint_part_bytes`` it is cut into parts
+  behind a pointer, ``geosync_agent.mirrorstate``). A new leadership term (start, standby take-over,
+  session expiry) loads it, reads the topic from the checkpointed position, and scans the store
+  (``scan_store``) for what changed while nobody watched. Without a checkpoint it first drains the topic
+  from the beginning (applying history; a node the store already holds is dated by its mtime, as the scan
+  would), then scans. A session expiry ends the term; the next one starts from the store and the
+  checkpoint, so no change made meanwhile is lost.
+* **Bounded.** Tombstones that every peer region is past, and older than ``mirror_tombstone_ttl_s``, are
+  collected at each recheck (``policies.collect_tombstones`` says why that resurrects nothing), so the
+  checkpoint holds the live policies plus the deletions of the last days, not every deletion ever made.
 
 Scope: only ``/admin/policies/{tenant}`` and ``/admin/policies/{tenant}/{ns}`` of tenants matching
 ``mirror_tenants`` and not ``mirror_exclude_tenants`` (by default ``public`` and ``pulsar``, which every
@@ -54,6 +59,7 @@ import pulsar
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
+from geosync_agent.mirrorstate import StateNodes
 from geosync_agent.recent import Recent
 from geosync_core import allowedclusters, clocks, envelopes, policies
 from geosync_core.errors import TemporaryError
@@ -64,7 +70,8 @@ log = logging.getLogger("geosync.mirror")
 EVENT_KIND = "policy-event"
 POLICIES_ROOT = "/admin/policies"
 CLUSTERS_ROOT = "/admin/clusters"
-CHECKPOINT_MAGIC = b"GSM1"  # GeoSync mirror checkpoint, version 1: zlib-compressed JSON follows
+CHECKPOINT_MAGIC = b"GSM1"  # GeoSync mirror checkpoint: zlib-compressed JSON (document version 1 or 2)
+CHECKPOINT_VERSION = 2  # 2 added "seen"; version 1 documents are read with none
 _MAX_ATTEMPTS = 5
 _QUEUE_HIGH_WATER = 10_000
 
@@ -83,17 +90,20 @@ class Checkpoint:
     guard: envelopes.ReplayGuard = field(default_factory=envelopes.ReplayGuard)
     reader: bytes | None = None
     parked: dict[str, Record] = field(default_factory=dict)
+    seen: dict[str, clocks.Hlc] = field(default_factory=dict)
+    """Per region, the highest stamp of any valid event received from it (tombstone collection)."""
 
 
 def encode_checkpoint(cp: Checkpoint) -> bytes:
     doc = {
-        "v": 1,
+        "v": CHECKPOINT_VERSION,
         "clock": None if cp.clock is None else clocks.encode(cp.clock),
         "seq": cp.seq,
         "guard": dict(cp.guard.highest),
         "reader": None if cp.reader is None else base64.b64encode(cp.reader).decode("ascii"),
         "records": [policies.event_to_payload(r) for _, r in sorted(cp.replica.items())],
         "parked": [policies.event_to_payload(r) for _, r in sorted(cp.parked.items())],
+        "seen": {region: clocks.encode(stamp) for region, stamp in sorted(cp.seen.items())},
     }
     return CHECKPOINT_MAGIC + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
@@ -104,8 +114,9 @@ def decode_checkpoint(data: bytes) -> Checkpoint | None:
         return None
     try:
         doc = json.loads(zlib.decompress(data[len(CHECKPOINT_MAGIC) :]))
-        if not isinstance(doc, dict) or doc.get("v") != 1:
+        if not isinstance(doc, dict) or doc.get("v") not in (1, CHECKPOINT_VERSION):
             return None
+        seen = {str(region): clocks.decode(text) for region, text in doc.get("seen", {}).items()}
         records = [policies.event_from_payload(p) for p in doc["records"]]
         parked = [policies.event_from_payload(p) for p in doc["parked"]]
         clock = None if doc["clock"] is None else clocks.decode(doc["clock"])
@@ -116,8 +127,9 @@ def decode_checkpoint(data: bytes) -> Checkpoint | None:
             guard=envelopes.ReplayGuard(tuple(sorted((str(k), int(v)) for k, v in doc["guard"].items()))),
             reader=None if doc["reader"] is None else base64.b64decode(doc["reader"]),
             parked={r.path: r for r in parked if isinstance(r, Record)},
+            seen={region: stamp for region, stamp in seen.items() if stamp is not None},
         )
-    except (ValueError, KeyError, TypeError, zlib.error) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, zlib.error) as e:
         log.warning("mirror checkpoint unreadable, starting afresh: %s", e)
         return None
 
@@ -152,6 +164,7 @@ class Mirror:
         self._producer: Any = None
         self._dirty = False
         self._state_node: zk.Node | None = None
+        self._state_nodes: StateNodes | None = None
         self._have_checkpoint = False
         self._started_ms = _now_ms()
         # Recent remote events: ms from the sender's publish to our read, and from our read to applied.
@@ -241,6 +254,9 @@ class Mirror:
                 return
             self._store = store
             self._fence = (f"{lock.path}/{lock.node}", 0)
+            self._state_nodes = StateNodes(
+                store, root, budget=self.config.mirror_checkpoint_part_bytes, fence=self._fence
+            )
             self.terms += 1
             log.info("policy mirror %s: leading (%s)", self.region, self.identifier)
             client = pulsar.Client(
@@ -286,6 +302,7 @@ class Mirror:
             self._producer = None
             self._store = None
             self._fence = None
+            self._state_nodes = None
             if client is not None:
                 with contextlib.suppress(Exception):
                     client.close()
@@ -342,6 +359,7 @@ class Mirror:
             if time.monotonic() >= next_recheck:
                 self._refresh_registered()
                 self._recheck_parked()
+                self._collect_tombstones()
                 if self._dirty:
                     self._save_checkpoint()
                 next_recheck = time.monotonic() + interval
@@ -509,6 +527,9 @@ class Mirror:
             self._count("rejected_replayed")
             return
         self.cp.guard = guard
+        held = self.cp.seen.get(opened.region)
+        if held is None or record.stamp > held:
+            self.cp.seen[opened.region] = record.stamp
         if not self.in_scope(record.path):
             self._count("out_of_scope")
             return
@@ -602,15 +623,33 @@ class Mirror:
         for _path, event in sorted(self.cp.parked.items()):
             self._apply(event)
 
+    def _collect_tombstones(self) -> None:
+        """Forget the tombstones every peer region is past (``policies.collect_tombstones``)."""
+        peers = (set(self.registered) | set(self.cp.seen)) - {self.region}
+        replica, gone = policies.collect_tombstones(
+            self.cp.replica,
+            seen=self.cp.seen,
+            peers=peers,
+            now_ms=_now_ms(),
+            ttl_ms=int(self.config.mirror_tombstone_ttl_s * 1000),
+            keep=self.cp.parked,
+        )
+        if gone:
+            with self._lock:
+                self.cp.replica = replica
+            self._dirty = True
+            self._count("tombstones_collected", len(gone))
+
     # -- checkpoint --------------------------------------------------------------------------------
 
-    def _state_path(self) -> str:
-        return f"{self.config.mirror_root.rstrip('/')}/state"
+    def _need_state_nodes(self) -> StateNodes:
+        if self._state_nodes is None:
+            raise SessionLost("not leading: no checkpoint nodes")
+        return self._state_nodes
 
     def _load_checkpoint(self) -> None:
-        store = self._need_store()
-        node = store.read(self._state_path())
-        cp = decode_checkpoint(node.value) if node is not None else None
+        node, data = self._need_state_nodes().read()
+        cp = decode_checkpoint(data) if data is not None else None
         self._state_node = node  # an unreadable one is overwritten at the next save
         self._have_checkpoint = cp is not None
         self.cp = cp or Checkpoint()
@@ -619,16 +658,14 @@ class Mirror:
         self._clock()
 
     def _save_checkpoint(self) -> None:
-        store = self._need_store()
+        nodes = self._need_state_nodes()
         data = encode_checkpoint(self.cp)
-        path = self._state_path()
         try:
-            store.write(path, data, expected=self._state_node, fence=self._fence)
+            self._state_node = nodes.write(data, expected=self._state_node)
         except zk.ZkStale:
             # Someone else wrote our checkpoint: another leader. Stop this term.
             raise SessionLost("the mirror checkpoint changed under us: another leader") from None
         except zk.ZkFenced as e:
             raise SessionLost(f"no longer the leader: {e}") from e
-        self._state_node = store.read(path)
         self._dirty = False
         self._count("checkpoints")

@@ -45,6 +45,19 @@ Invariants (each is a test in ``tests/core/test_policies.py``):
 7. ``diff`` lists exactly the paths whose values differ between regions.
 8. The JSON helpers change only the field they write; ``event_from_payload(event_to_payload(r)) == r``
    and ``event_from_payload`` never raises, whatever it is given.
+9. A collected tombstone resurrects nothing: with each region's events arriving in the order it stamped
+   them, a replica that runs ``collect_tombstones`` at any point ends with the same values as one that
+   keeps every tombstone.
+
+Tombstones are kept until every region is past them (``collect_tombstones``). A tombstone is only needed
+to make an older record for its path lose; once the mirror has received, from every peer region, an event
+stamped above the tombstone, no older record can come from that region any more, because a region stamps
+its events from one hybrid logical clock and the event topic delivers each region's events in the order it
+published them. One kind of event is dated otherwise: a change found by ``scan_store`` carries ZooKeeper's
+mtime, which may be older than the region's newest stamp. Such a change was made while no agent watched,
+and each leadership term scans before it publishes anything else, so it is older than the newest stamp we
+hold from that region by at most the time an agent was away; the age floor (``ttl_ms``, days) covers that
+and any clock skew between regions. A region that never sent an event keeps every tombstone.
 """
 
 from __future__ import annotations
@@ -182,6 +195,38 @@ def local_change(
         raise ValueError(f"stamp {encode(stamp)} is not above {encode(held.stamp)} held for {path}")
     event = Record(path, value, stamp)
     return {**replica, path: event}, event
+
+
+def collect_tombstones(
+    replica: Replica,
+    *,
+    seen: Mapping[str, Hlc],
+    peers: Iterable[str],
+    now_ms: int,
+    ttl_ms: int,
+    keep: Iterable[str] = (),
+) -> tuple[dict[str, Record], list[str]]:
+    """``replica`` without the tombstones every region is past; the paths collected.
+
+    ``seen`` maps each region to the highest stamp received from it; ``peers`` are the regions whose events
+    must be past a tombstone (every one that may still send); a tombstone goes when it is older than
+    ``ttl_ms`` at ``now_ms`` and below ``seen`` of every peer. ``keep``: paths never collected now (the
+    mirror passes those with a parked event, which the tombstone must still beat).
+    """
+    floors = [seen.get(region) for region in set(peers)]
+    if any(floor is None for floor in floors):
+        return dict(replica), []
+    kept = set(keep)
+    gone = [
+        path
+        for path, record in replica.items()
+        if record.value is None
+        and path not in kept
+        and record.stamp.wall_ms + ttl_ms < now_ms
+        and all(record.stamp < floor for floor in floors if floor is not None)
+    ]
+    collected = set(gone)
+    return {p: r for p, r in replica.items() if p not in collected}, sorted(gone)
 
 
 def stamp_found_change(held: Record | None, *, mtime_ms: int, region: str) -> Hlc:

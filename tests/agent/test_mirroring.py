@@ -1,14 +1,22 @@
-"""The policy mirror's own pure parts: the checkpoint it hands the next leadership term, and its scope.
-Its behaviour against ZooKeeper and Pulsar is proven in integration_tests/test_policy_mirror.py."""
+"""The policy mirror's own pure parts: the checkpoint it hands the next leadership term, where that lives
+in ZooKeeper (one node or parts, on a fake store here), and its scope. Its behaviour against ZooKeeper and
+Pulsar is proven in integration_tests/test_policy_mirror.py."""
 
 from __future__ import annotations
 
+import json
+import os
+import random
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import CHECKPOINT_MAGIC, Checkpoint, Mirror, decode_checkpoint, encode_checkpoint
+from geosync_agent.mirrorstate import POINTER_MAGIC, StateNodes, decode_pointer, split
 from geosync_core import envelopes
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
@@ -25,12 +33,24 @@ def _checkpoint() -> Checkpoint:
         guard=envelopes.ReplayGuard((("b", 17), ("c", 3))),
         reader=b"\x08\x01\x10\x02",
         parked={"/admin/policies/x": Record("/admin/policies/x", b"{}", Hlc(1_700_000_000_003, 0, "c"))},
+        seen={"b": Hlc(1_700_000_000_001, 0, "b"), "c": Hlc(1_699_999_999_000, 3, "c")},
     )
 
 
 def test_a_checkpoint_survives_the_round_trip() -> None:
     cp = _checkpoint()
     assert decode_checkpoint(encode_checkpoint(cp)) == cp
+
+
+def test_a_version_1_checkpoint_is_still_read() -> None:
+    """Written before version 2 added ``seen``: read with none, so no tombstone goes until peers speak."""
+    cp = _checkpoint()
+    doc = json.loads(zlib.decompress(encode_checkpoint(cp)[len(CHECKPOINT_MAGIC) :]))
+    doc["v"] = 1
+    del doc["seen"]
+    old = CHECKPOINT_MAGIC + zlib.compress(json.dumps(doc).encode())
+    cp.seen = {}
+    assert decode_checkpoint(old) == cp
 
 
 @pytest.mark.parametrize(
@@ -42,6 +62,7 @@ def test_a_checkpoint_survives_the_round_trip() -> None:
         CHECKPOINT_MAGIC + zlib.compress(b'{"v": 2}'),
         CHECKPOINT_MAGIC + zlib.compress(b'{"v": 1, "records": []}'),
         CHECKPOINT_MAGIC + zlib.compress(b"[1, 2]"),
+        CHECKPOINT_MAGIC + zlib.compress(b'{"v": 3}'),
     ],
 )
 def test_an_unreadable_checkpoint_means_starting_afresh(data: bytes) -> None:
@@ -65,3 +86,162 @@ def test_scope_follows_the_tenant_patterns() -> None:
     assert not mirror.in_scope("/admin/policies/public/default")
     assert not mirror.in_scope("/admin/policies/other/ns")
     assert not mirror.in_scope("/admin/clusters/a")
+
+
+# -- where the checkpoint lives: one node, or parts behind a pointer -----------------------------------------
+
+
+class _Crash(Exception):
+    """The fake store's stand-in for the process dying at a chosen write."""
+
+
+class _FakeStore:
+    """What ``StateNodes`` uses of ``zk.Store``, in memory: versions, compare-and-set, a fence, and a crash
+    injected before the n-th write. A fake is enough for the shapes; the real ZooKeeper test is in
+    integration_tests/test_policy_mirror.py."""
+
+    def __init__(self, *, max_node_bytes: int = 1024 * 1024) -> None:
+        self.nodes: dict[str, tuple[bytes, int]] = {"/fence": (b"", 0)}
+        self.max_node_bytes = max_node_bytes
+        self.crash_at: int | None = None
+        self.writes = 0
+
+    def read(self, path: str, *, watch: bool = False) -> zk.Node | None:
+        held = self.nodes.get(path)
+        return None if held is None else zk.Node(held[0], held[1], 0)
+
+    def children(self, path: str, *, watch: bool = False) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        return sorted(
+            {p[len(prefix) :] for p in self.nodes if p.startswith(prefix) and "/" not in p[len(prefix) :]}
+        )
+
+    def ensure_path(self, path: str) -> None:
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            self.nodes.setdefault("/" + "/".join(parts[:i]), (b"", 0))
+
+    def write(
+        self,
+        path: str,
+        value: bytes | None,
+        *,
+        expected: zk.Node | None,
+        fence: tuple[str, int] | None = None,
+    ) -> None:
+        self.writes += 1
+        if self.crash_at is not None and self.writes >= self.crash_at:
+            raise _Crash(path)
+        if fence is not None and self.nodes.get(fence[0], (b"", -1))[1] != fence[1]:
+            raise zk.ZkFenced("fence gone", path=path)
+        held = self.nodes.get(path)
+        if (held is None) != (expected is None) or (
+            held is not None and expected and held[1] != expected.version
+        ):
+            raise zk.ZkStale("stale", path=path)
+        if value is None:
+            assert not self.children(path), f"{path} has children"
+            del self.nodes[path]
+            return
+        assert len(value) <= self.max_node_bytes, f"{path}: {len(value)} bytes is over jute.maxbuffer"
+        assert path.rsplit("/", 1)[0] in self.nodes, f"{path}: no parent"
+        self.nodes[path] = (value, 0 if held is None else held[1] + 1)
+
+
+def _nodes(store: _FakeStore, budget: int = 1000) -> StateNodes:
+    store.ensure_path("/m")
+    return StateNodes(store, "/m", budget=budget, fence=("/fence", 0))  # type: ignore[arg-type]
+
+
+def _big_checkpoint(n: int, seed: int = 7) -> Checkpoint:
+    rng = random.Random(seed)
+    replica = {}
+    for i in range(n):
+        path = f"/admin/policies/t{i % 97}/ns{i}"
+        value = None if i % 3 == 0 else json.dumps({"bundles": rng.getrandbits(64), "i": i}).encode()
+        replica[path] = Record(path, value, Hlc(1_700_000_000_000 + i, rng.randrange(4), "abc"[i % 3]))
+    return Checkpoint(replica=replica, clock=Hlc(1_800_000_000_000, 0, "a"), seq=n)
+
+
+def test_a_checkpoint_within_the_budget_stays_one_node_in_the_version_1_shape() -> None:
+    store = _FakeStore()
+    data = encode_checkpoint(_checkpoint())
+    written = _nodes(store, budget=len(data)).write(data, expected=None)
+    assert written.value == data
+    assert data.startswith(CHECKPOINT_MAGIC)
+    assert store.children("/m") == ["state"]
+    assert _nodes(store).read() == (written, data)
+
+
+def test_a_large_checkpoint_round_trips_through_parts_none_over_the_budget() -> None:
+    budget = 64 * 1024
+    store = _FakeStore(max_node_bytes=budget)
+    cp = _big_checkpoint(20_000)
+    data = encode_checkpoint(cp)
+    assert len(data) > 3 * budget
+    nodes = _nodes(store, budget=budget)
+    state = nodes.write(data, expected=None)
+    pointer = decode_pointer(state.value)
+    assert pointer is not None
+    assert pointer.parts == len(split(data, budget)) > 3
+    node, back = nodes.read()
+    assert node == state
+    assert back == data
+    assert back is not None
+    assert decode_checkpoint(back) == cp
+
+
+@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=6), crash_at=st.integers(1, 25))
+@settings(deadline=None, max_examples=150)
+def test_a_crash_anywhere_in_a_write_leaves_the_old_or_the_new_checkpoint_whole(
+    sizes: list[int], crash_at: int
+) -> None:
+    """Writes of inline and split checkpoints in turn; one crashes at a chosen store write. What is read
+    afterwards is exactly the last checkpoint written in full or the one that crashed, never a mix, and the
+    next write (a new term, re-reading ``state``) leaves no orphan parts."""
+    store = _FakeStore()
+    nodes = _nodes(store)
+    checkpoints = [os.urandom(size) for size in sizes]
+    whole = None
+    state = None
+    for i, data in enumerate(checkpoints):
+        if i == len(checkpoints) - 1:
+            store.crash_at = store.writes + crash_at
+        try:
+            state = nodes.write(data, expected=state)
+            whole = data
+        except _Crash:
+            break
+    store.crash_at = None
+    state, back = nodes.read()
+    assert back in (whole, checkpoints[-1])
+    nodes.write(b"after", expected=state)
+    assert store.children("/m/parts") == []
+    assert nodes.read()[1] == b"after"
+
+
+def test_a_write_from_a_deposed_leader_changes_nothing() -> None:
+    store = _FakeStore()
+    nodes = _nodes(store)
+    state = nodes.write(os.urandom(3000), expected=None)
+    before = dict(store.nodes)
+    store.nodes["/fence"] = (b"", 1)  # the lock node is another session's now
+    with pytest.raises(zk.ZkFenced):
+        nodes.write(os.urandom(3000), expected=state)
+    assert {p: v for p, v in store.nodes.items() if p != "/fence"} == {
+        p: v for p, v in before.items() if p != "/fence"
+    }
+
+
+def test_parts_that_do_not_match_the_pointer_are_refused() -> None:
+    store = _FakeStore()
+    nodes = _nodes(store)
+    nodes.write(os.urandom(3000), expected=None)
+    pointer = decode_pointer(store.nodes["/m/state"][0])
+    assert pointer is not None
+    assert store.nodes["/m/state"][0].startswith(POINTER_MAGIC)
+    part = f"/m/parts/{pointer.generation}/000001"
+    store.nodes[part] = (b"x" + store.nodes[part][0][1:], 1)
+    assert nodes.read()[1] is None
+    del store.nodes[part]
+    assert nodes.read()[1] is None

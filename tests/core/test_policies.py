@@ -25,6 +25,7 @@ from geosync_core.policies import (
     Replica,
     apply_remote,
     classify,
+    collect_tombstones,
     diff,
     digest,
     event_from_payload,
@@ -479,3 +480,108 @@ def test_event_from_payload_never_raises(payload: object) -> None:
     assert isinstance(result, Record | Malformed)
     if isinstance(result, Record):
         assert event_to_payload(result) == payload
+
+
+# -- 9. collected tombstones resurrect nothing ------------------------------------------------------------
+
+DAY_MS = 86_400_000
+TTL_MS = 7 * DAY_MS
+T0 = 1_700_000_000_000
+GONE = "/admin/policies/t/gone"
+
+
+def _tomb(wall_ms: int, region: str = "a") -> Record:
+    return Record(GONE, None, Hlc(wall_ms, 0, region))
+
+
+def test_a_tombstone_goes_once_old_and_every_peer_is_past_it() -> None:
+    live = Record("/admin/policies/t", b"{}", Hlc(T0, 0, "a"))
+    replica = {GONE: _tomb(T0), live.path: live}
+    seen = {"b": Hlc(T0 + 1, 0, "b"), "c": Hlc(T0 + 5, 0, "c")}
+    kept, gone = collect_tombstones(
+        replica, seen=seen, peers=("b", "c"), now_ms=T0 + TTL_MS + 1, ttl_ms=TTL_MS
+    )
+    assert gone == [GONE]
+    assert kept == {live.path: live}
+
+
+@pytest.mark.parametrize(
+    ("seen", "now_ms", "keep", "why"),
+    [
+        ({"b": Hlc(T0 + 1, 0, "b")}, T0 + TTL_MS + 1, (), "c never sent anything"),
+        ({"b": Hlc(T0 + 1, 0, "b"), "c": Hlc(T0 - 1, 0, "c")}, T0 + TTL_MS + 1, (), "c is not past it"),
+        ({"b": Hlc(T0 + 1, 0, "b"), "c": Hlc(T0, 0, "a")}, T0 + TTL_MS + 1, (), "c's newest equals it"),
+        ({"b": Hlc(T0 + 1, 0, "b"), "c": Hlc(T0 + 1, 0, "c")}, T0 + TTL_MS, (), "not older than the ttl"),
+        (
+            {"b": Hlc(T0 + 1, 0, "b"), "c": Hlc(T0 + 1, 0, "c")},
+            T0 + TTL_MS + 1,
+            (GONE,),
+            "an event is parked",
+        ),
+    ],
+)
+def test_a_tombstone_stays_while_some_region_may_still_send_an_older_record(
+    seen: dict[str, Hlc], now_ms: int, keep: tuple[str, ...], why: str
+) -> None:
+    replica = {GONE: _tomb(T0)}
+    kept, gone = collect_tombstones(
+        replica, seen=seen, peers=("b", "c"), now_ms=now_ms, ttl_ms=TTL_MS, keep=keep
+    )
+    assert (kept, gone) == (replica, []), why
+
+
+def test_a_tombstone_kept_while_a_peer_lags_makes_its_late_older_edit_lose() -> None:
+    """Region b edited the path before a deleted it, but b's event is late: b is not past the tombstone,
+    so collection keeps it, and the late edit loses instead of resurrecting the deleted policy."""
+    late = Record(GONE, b'{"late":true}', Hlc(T0 - 10, 0, "b"))
+    replica: Replica = {GONE: _tomb(T0)}
+    seen = {"b": Hlc(T0 - 20, 0, "b")}  # b's newest event so far is older than the tombstone
+    replica, gone = collect_tombstones(
+        replica, seen=seen, peers=("b",), now_ms=T0 + 30 * DAY_MS, ttl_ms=TTL_MS
+    )
+    assert gone == []
+    assert apply_remote(replica, late) == (replica, Decision.IGNORE_OLDER)
+
+
+@st.composite
+def region_streams(draw: st.DrawFn) -> tuple[dict[str, list[Record]], list[str]]:
+    """Per region, events stamped from one clock (strictly increasing stamps), and a delivery order that
+    interleaves the regions but keeps each region's order, as the event topic does."""
+    paths = [f"/admin/policies/t/n{i}" for i in range(3)]
+    streams: dict[str, list[Record]] = {}
+    for region in REGIONS:
+        walls = sorted(draw(st.sets(st.integers(0, 60), max_size=8)))
+        streams[region] = [
+            Record(
+                draw(st.sampled_from(paths)),
+                draw(st.sampled_from([None, b"1", b"2"])),
+                Hlc(T0 + w, 0, region),
+            )
+            for w in walls
+        ]
+    order = draw(st.permutations([r for r, events in streams.items() for _ in events]))
+    return streams, list(order)
+
+
+@given(region_streams(), st.lists(st.booleans(), min_size=30, max_size=30))
+@settings(deadline=None, max_examples=200)
+def test_collecting_tombstones_at_any_point_changes_no_outcome(
+    streamed: tuple[dict[str, list[Record]], list[str]], collect_after: list[bool]
+) -> None:
+    streams, order = streamed
+    cursor = dict.fromkeys(streams, 0)
+    full: Replica = {}
+    collected: Replica = {}
+    seen: dict[str, Hlc] = {}
+    for i, region in enumerate(order):
+        event = streams[region][cursor[region]]
+        cursor[region] += 1
+        full = apply_remote(full, event)[0]
+        collected = apply_remote(collected, event)[0]
+        seen[region] = event.stamp
+        if collect_after[i % len(collect_after)]:
+            collected, _ = collect_tombstones(
+                collected, seen=seen, peers=REGIONS, now_ms=T0 + TTL_MS + 61, ttl_ms=TTL_MS
+            )
+    values = {p: r.value for p, r in full.items() if r.value is not None}
+    assert {p: r.value for p, r in collected.items() if r.value is not None} == values
