@@ -15,6 +15,10 @@ Markers are ordinary messages, so they would reach applications: the broker plug
 from every subscription but the agents' (``geosync-*``). Without that filter the agent refuses to inject
 markers into the namespace and says how to enable it.
 
+State stays bounded however long the agent runs: each topic partition caches at most ``max_cached``
+completed snapshots (``SnapshotCache.thinned``: recent ones dense, older ones sparse), and ``retain`` drops
+the state of topics the runtime no longer tracks (deleted, or moved out of snapshot mode).
+
 Everything snapshot mode does is here: the runtime hands it markers read, cursors observed and the time, and
 carries out the effects it returns (``Publish`` for markers, ``AdminMove`` for updates from other regions).
 """
@@ -35,6 +39,8 @@ from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent.snapshots")
 ENTRY_FILTER = "geosync"
+MAX_CACHED = 16
+"""Completed snapshots cached per topic partition by default (recent ones dense, older ones sparse)."""
 
 
 @dataclass
@@ -94,6 +100,7 @@ class Snapshotting:
         interval_s: float,
         timeout_s: float,
         first_seq: int,
+        max_cached: int = MAX_CACHED,
     ) -> None:
         self.region = region
         self.keys = keys
@@ -102,12 +109,21 @@ class Snapshotting:
         self.timeout_ms = int(timeout_s * 1000)
         self.topics: dict[str, TopicSnapshots] = {}
         self.seq = first_seq
+        self.max_cached = max_cached
 
     def covers(self, topic: str) -> bool:
         """Whether ``topic`` is in a snapshot-mode namespace."""
         rest = topic.split("://", 1)[-1]
         namespace = "/".join(rest.split("/")[:2])
         return any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+
+    def retain(self, tracked: Iterable[str]) -> list[str]:
+        """Forget every topic not in ``tracked`` (its cache, builder, counters); the topics forgotten."""
+        keep = set(tracked)
+        gone = sorted(t for t in self.topics if t not in keep)
+        for topic in gone:
+            del self.topics[topic]
+        return gone
 
     def seal(self, marker: markers.Marker, *, now_ms: int) -> tuple[dict[str, str], bytes]:
         self.seq += 1
@@ -249,7 +265,7 @@ class Snapshotting:
                 if isinstance(effect, markers.SnapshotRequest):
                     out.append((effect, None))
                 elif isinstance(effect, markers.Snapshot):
-                    state.cache = state.cache.add(effect)
+                    state.cache = state.cache.add(effect).thinned(self.max_cached)
                     state.completed += 1
                     state.last_completed_version = state.last_started_version
                     out.append((effect, [self.region]))  # local only: found again after a restart
@@ -257,7 +273,7 @@ class Snapshotting:
                     state.aborted += 1
             return out
         if isinstance(marker, markers.Snapshot) and marker.region == self.region:
-            state.cache = state.cache.add(marker)
+            state.cache = state.cache.add(marker).thinned(self.max_cached)
         return []
 
     def on_cursor(self, topic: str, subscription: str, mark_delete: Position) -> markers.Update | None:

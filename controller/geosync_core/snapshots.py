@@ -12,9 +12,10 @@ those of the first round, and L is where the last second-round response landed.
 
 ``Builder`` is one snapshot in progress: ``start`` makes it and the first request, ``step`` consumes
 responses and time. ``SnapshotCache`` holds completed snapshots of one topic partition; ``advanced`` hands
-out the highest one a mark-delete has passed, like Pulsar's cache, but without a size bound that would drop
-the snapshots a slowly moving mark-delete still needs: snapshots are removed only once consumed (memory
-grows with snapshots above the slowest subscription; ~200 bytes each).
+out the highest one a mark-delete has passed, like Pulsar's cache. Pulsar bounds its cache by dropping the
+oldest, which starves a slowly moving mark-delete; ``thinned`` bounds it by dropping the snapshots whose
+neighbours are closest relative to their age, so recent snapshots stay dense and older ones sparse
+(roughly geometric spacing): a lagging subscription still finds one not far below its mark-delete.
 
 Invariants:
 
@@ -25,7 +26,8 @@ Invariants:
 * a completed snapshot's positions are the first response of each region, its local position the latest
   response seen;
 * ``advanced`` returns the highest snapshot at or below the mark-delete and never one above it; cached
-  snapshots come back in increasing order, each at most once.
+  snapshots come back in increasing order, each at most once;
+* ``thinned(limit)`` keeps at most ``limit`` snapshots, always the newest and the oldest, in order.
 """
 
 from __future__ import annotations
@@ -138,20 +140,27 @@ class SnapshotCache:
     """Completed snapshots of one topic partition, ordered by local position."""
 
     snapshots: tuple[Snapshot, ...] = ()
+    ordinals: tuple[int, ...] = ()
+    """Per snapshot, how many had been added before it: its age in snapshots, for ``thinned``."""
+    added: int = 0
 
     def add(self, snapshot: Snapshot) -> SnapshotCache:
         keys = [s.local_position for s in self.snapshots]
         if snapshot.local_position in keys:
             return self
         i = bisect.bisect_left(keys, snapshot.local_position)
-        return SnapshotCache((*self.snapshots[:i], snapshot, *self.snapshots[i:]))
+        snaps = (*self.snapshots[:i], snapshot, *self.snapshots[i:])
+        return SnapshotCache(snaps, (*self.ordinals[:i], self.added, *self.ordinals[i:]), self.added + 1)
+
+    def _from(self, i: int) -> SnapshotCache:
+        return SnapshotCache(self.snapshots[i:], self.ordinals[i:], self.added)
 
     def advanced(self, mark_delete: Position) -> tuple[SnapshotCache, Snapshot | None]:
         """Consume every snapshot at or below ``mark_delete``; return the highest of them."""
         i = bisect.bisect_right([s.local_position for s in self.snapshots], mark_delete)
         if i == 0:
             return self, None
-        return SnapshotCache(self.snapshots[i:]), self.snapshots[i - 1]
+        return self._from(i), self.snapshots[i - 1]
 
     def latest_at_or_below(self, position: Position) -> Snapshot | None:
         """The highest snapshot at or below ``position``, without consuming anything (one cache per topic
@@ -162,7 +171,28 @@ class SnapshotCache:
     def without_below(self, position: Position) -> SnapshotCache:
         """Drop snapshots below the highest one at or below ``position`` (every subscription passed them)."""
         i = bisect.bisect_right([s.local_position for s in self.snapshots], position)
-        return SnapshotCache(self.snapshots[max(0, i - 1) :])
+        return self._from(max(0, i - 1))
+
+    def thinned(self, limit: int) -> SnapshotCache:
+        """At most ``limit`` (2 or more) snapshots, the newest and the oldest always among them. While over,
+        the inner snapshot whose neighbours are closest (in snapshots added), relative to its age, goes:
+        recent ones stay dense, older ones sparse, so a subscription that lags still gets one not far below
+        its mark-delete, and one whose cursor never moves no longer holds every snapshot taken since."""
+        if limit < 2:
+            raise ValueError(f"a snapshot cache keeps at least 2, not {limit}")
+        snaps = list(self.snapshots)
+        if len(snaps) <= limit:
+            return self
+        # A cache built from snapshots alone (not by ``add``) counts them as added in order.
+        ords = list(self.ordinals) if len(self.ordinals) == len(snaps) else list(range(len(snaps)))
+        added = max(self.added, max(ords) + 1)
+        while len(snaps) > limit:
+            i = min(
+                range(1, len(snaps) - 1),
+                key=lambda i: ((ords[i + 1] - ords[i - 1]) / (added - ords[i]), i),
+            )
+            del snaps[i], ords[i]
+        return SnapshotCache(tuple(snaps), tuple(ords), added)
 
     def __len__(self) -> int:
         return len(self.snapshots)

@@ -149,3 +149,32 @@ def test_shared_cache_serves_each_subscription_without_consuming() -> None:
     pruned = cache.without_below(P("5:12"))
     assert pruned.snapshots == (snap("5:10"), snap("5:30"))
     assert pruned.latest_at_or_below(P("5:12")) == snap("5:10")
+
+
+@settings(fast, max_examples=100)
+@given(st.sets(st.integers(0, 500), max_size=120), st.integers(2, 40))
+def test_a_thinned_cache_is_bounded_and_keeps_the_newest_and_the_oldest(ats: set[int], limit: int) -> None:
+    cache = SnapshotCache()
+    for e in sorted(ats):
+        cache = cache.add(snap(f"5:{e}")).thinned(limit)
+        assert len(cache) <= limit
+        assert cache.snapshots[-1] == snap(f"5:{e}")
+        assert cache.snapshots[0] == snap(f"5:{min(ats)}")
+    kept = [s.local_position.entry for s in cache.snapshots]
+    assert kept == sorted(kept)
+    assert set(kept) <= ats
+
+
+def test_a_thinned_cache_spaces_snapshots_by_age_and_still_serves_a_lagging_subscription() -> None:
+    cache = SnapshotCache()
+    for e in range(1, 1001):
+        cache = cache.add(snap(f"5:{e}")).thinned(16)
+    kept = [s.local_position.entry for s in cache.snapshots]
+    assert kept[0] == 1
+    assert kept[-3:] == [998, 999, 1000]
+    for lag in (10, 100, 500):
+        got = cache.latest_at_or_below(Position(5, 1000 - lag))
+        assert got is not None
+        assert got.local_position.entry >= 1000 - 2 * lag  # within about the lag itself below
+    built = SnapshotCache(tuple(snap(f"5:{e}") for e in range(1, 40)))  # not by add: counted in order
+    assert len(built.thinned(5)) == 5
