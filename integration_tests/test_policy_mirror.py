@@ -7,6 +7,7 @@ process), so tenant ``geo`` and the lab's agents are left alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -27,8 +28,11 @@ from geoctl.cli import main
 from geosync_adapters import admin as adm
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
-from geosync_agent.mirroring import Mirror
+from geosync_agent.mirroring import Checkpoint, Mirror, decode_checkpoint, encode_checkpoint
+from geosync_agent.mirrorstate import StateNodes, decode_pointer
 from geosync_core import envelopes
+from geosync_core.clocks import Hlc
+from geosync_core.policies import Record
 from integration_tests.helpers import Lab, wait_for
 
 pytestmark = pytest.mark.lab
@@ -301,3 +305,76 @@ def test_reading_a_watched_path_again_does_not_multiply_its_notifications(lab: L
     finally:
         store.client.delete(path, recursive=True)
         store.stop()
+
+
+def test_a_checkpoint_over_one_nodes_budget_is_written_in_parts_and_read_back(lab: Lab) -> None:
+    """40,000 policy records compress to over 1 MB, over what a default ZooKeeper takes in one node: written
+    as parts behind a pointer, read back whole, and the parts of a replaced generation are gone."""
+    store = zk.Store(lab.topology.region("a").zookeeper)
+    store.start()
+    root = f"/geosync/checkpoint-{uuid.uuid4().hex[:8]}"
+    try:
+        store.ensure_path(root)
+        cp = Checkpoint(
+            replica={
+                f"/admin/policies/t{i % 100}/ns{i}": Record(
+                    f"/admin/policies/t{i % 100}/ns{i}",
+                    None if i % 4 == 0 else json.dumps({"i": i, "pad": os.urandom(24).hex()}).encode(),
+                    Hlc(1_700_000_000_000 + i, 0, "a"),
+                )
+                for i in range(40_000)
+            }
+        )
+        data = encode_checkpoint(cp)
+        # Over ZooKeeper's default jute.maxbuffer (1 MB; the lab's Pulsar raises it to 10 MB, as Pulsar's
+        # scripts do, so the lab itself would take it in one node).
+        assert len(data) > 1024 * 1024
+        nodes = StateNodes(store, root)
+        first = nodes.write(data, expected=None)
+        pointer = decode_pointer(first.value)
+        assert pointer is not None
+        assert pointer.parts == -(-len(data) // nodes.budget)
+        node, back = StateNodes(store, root).read()
+        assert node == first
+        assert back is not None
+        assert decode_checkpoint(back) == cp
+        nodes.write(b"small", expected=first)  # back to one node: the parts go
+        assert store.children(f"{root}/parts") == []
+        assert StateNodes(store, root).read()[1] == b"small"
+    finally:
+        store.client.delete(root, recursive=True)
+        store.stop()
+
+
+def test_a_mirror_whose_checkpoint_is_in_parts_resumes_from_it(lab: Lab) -> None:
+    """A mirror with a tiny part budget saves its checkpoint in parts; the next leader loads it (so it does
+    not drain the event topic from the beginning again)."""
+    config = dataclasses.replace(Mirrors(lab).config("a"), mirror_checkpoint_part_bytes=64)
+    r = lab.topology.region("a")
+    first = Mirror(config, envelopes.Keys.shared(KEY))
+    first.start()
+    try:
+        wait_for(lambda: first.snapshot()["leader"], timeout_s=60, what="the first mirror to lead")
+        wait_for(
+            lambda: first.snapshot()["counters"].get("checkpoints", 0) > 0, timeout_s=60, what="a checkpoint"
+        )
+    finally:
+        first.stop()
+    kazoo = KazooClient(hosts=r.zookeeper)
+    kazoo.start(timeout=15)
+    try:
+        state, _ = kazoo.get(f"{config.mirror_root}/state")
+        pointer = decode_pointer(state)
+        assert pointer is not None
+        assert pointer.parts > 1
+        assert kazoo.get_children(f"{config.mirror_root}/parts") == [pointer.generation]
+        second = Mirror(config, envelopes.Keys.shared(KEY))
+        second.start()
+        try:
+            wait_for(lambda: second.snapshot()["leader"], timeout_s=60, what="the second mirror to lead")
+            assert "drained" not in second.snapshot()["counters"]  # it found the checkpoint
+        finally:
+            second.stop()
+    finally:
+        kazoo.delete(config.mirror_root, recursive=True)
+        kazoo.stop()

@@ -17,7 +17,7 @@ from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import CHECKPOINT_MAGIC, Checkpoint, Mirror, decode_checkpoint, encode_checkpoint
 from geosync_agent.mirrorstate import POINTER_MAGIC, StateNodes, decode_pointer, split
-from geosync_core import envelopes
+from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
 
@@ -245,3 +245,45 @@ def test_parts_that_do_not_match_the_pointer_are_refused() -> None:
     assert nodes.read()[1] is None
     del store.nodes[part]
     assert nodes.read()[1] is None
+
+
+class _Message:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def data(self) -> bytes:
+        return self._data
+
+    def message_id(self) -> _Message:
+        return self
+
+    def serialize(self) -> bytes:
+        return b"id"
+
+
+def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_peer_is_past() -> None:
+    keys = envelopes.Keys.shared(b"k" * 32)
+    config = AgentConfig(
+        region="a",
+        admin_url="http://fake",
+        service_url="pulsar://fake",
+        zookeeper="127.0.0.1:1",
+        mirror_tenants=("geo",),
+        mirror_tombstone_ttl_s=1.0,
+    )
+    mirror = Mirror(config, keys)
+    mirror.registered = {"a": frozenset(), "b": frozenset()}
+    gone = Record("/admin/policies/geo/old", None, Hlc(1_700_000_000_000, 0, "a"))
+    mirror.cp.replica = {gone.path: gone}
+    mirror._collect_tombstones()
+    assert gone.path in mirror.cp.replica  # b has not said anything yet
+    for seq, wall in ((1, 1_600_000_000_000), (2, 1_700_000_000_001)):
+        event = Record("/admin/policies/other/ns", b"{}", Hlc(wall, 0, "b"))  # out of scope: no store needed
+        envelope = envelopes.Envelope(
+            kind="policy-event", region="b", seq=seq, sent_at_ms=0, payload=policies.event_to_payload(event)
+        )
+        mirror._on_message(_Message(envelopes.seal(keys.signer, envelope)))
+    assert mirror.cp.seen == {"b": Hlc(1_700_000_000_001, 0, "b")}
+    mirror._collect_tombstones()
+    assert mirror.cp.replica == {}
+    assert mirror.counters["tombstones_collected"] == 1
