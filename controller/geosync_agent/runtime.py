@@ -515,6 +515,7 @@ class Agent:
                 cache.pop(topic, None)
             self.stats.inc("topics_forgotten")
             log.info("%s is gone (deleted, or its namespace is no longer synced): stopped tracking it", topic)
+        self.snapshots.retain(self.topics)  # snapshot mode's caches of topics gone go too
         wanted_controls = {self._control_topic(ns) for ns in self.namespaces}
         for control in [c for c in self.controls if c not in wanted_controls]:
             self.controls.pop(control).close()

@@ -12,6 +12,7 @@ import pytest
 from geosync_adapters import admin as adm
 from geosync_agent import discovering, runtime, supervising
 from geosync_agent.runtime import Now
+from geosync_agent.snapshotting import TopicSnapshots
 from geosync_core import envelopes
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
@@ -495,6 +496,7 @@ def test_a_deleted_topic_is_forgotten_reader_state_and_series() -> None:
     _, b = pair()
     tail = b.agent.topics[TOPIC].tail
     assert tail.reader is not None
+    b.agent.snapshots.topics[TOPIC] = TopicSnapshots()  # as if synced in snapshot mode
     del b.region.topics[TOPIC]
     del b.region.cursors[(TOPIC, SUB)]
     b.step()
@@ -505,6 +507,7 @@ def test_a_deleted_topic_is_forgotten_reader_state_and_series() -> None:
     assert tail.reader is None  # closed
     assert all(s["topic"] != TOPIC for s in b.agent.status()["synced"])
     assert b.agent.stats.counters["topics_forgotten"] == 1
+    assert TOPIC not in b.agent.snapshots.topics  # snapshot mode's cache of it went too
 
 
 def test_a_topic_tracked_after_a_pass_began_is_kept() -> None:
