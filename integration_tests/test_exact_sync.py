@@ -99,12 +99,7 @@ def _answers(url: str) -> bool:
 
 
 def _restart_agents(lab: Lab, *, plugin_cursors: bool) -> None:
-    for region in lab.topology.regions:
-        labs.stop_agent(lab.dir, region)
-    for region in lab.topology.regions:
-        labs.start_agent(lab.dir, region, plugin_cursors=plugin_cursors)
-    for region in lab.topology.regions:
-        wait_for(functools.partial(_agent_ready, lab, region), timeout_s=60, what=f"agent {region} ready")
+    _restart(lab, tuple(lab.topology.regions), plugin_cursors=plugin_cursors, plugin_index=True)
 
 
 @pytest.fixture(scope="module", params=["plugin", "admin-api"])
@@ -223,12 +218,28 @@ def test_copies_from_a_region_removed_from_the_namespace_are_named_by_the_broker
     wait_backlog(lab, "b", topic, sub, len(payloads))
     for region in ("a", "b", "c"):
         lab.admin(region).set_replication_clusters(namespace, ["a", "b"])
-    for region in ("a", "b"):
+    # Agents restarted now re-read c's copies with a cluster list of two; on the admin path they name origins
+    # from entry headers, as with brokers without the interceptor (its index would name them right anyway).
+    plugin = cursor_path == "plugin"
+    _restart(lab, ("a", "b"), plugin_cursors=plugin, plugin_index=plugin)
+    try:
+        _fail_over_from_a_to_b(lab, unique, topic, sub, payloads)
+    finally:
+        if not plugin:  # the other tests of this phase expect the interceptor's index
+            _restart(lab, ("a", "b"), plugin_cursors=False, plugin_index=True)
+
+
+def _restart(lab: Lab, regions: tuple[str, ...], *, plugin_cursors: bool, plugin_index: bool) -> None:
+    for region in regions:
         labs.stop_agent(lab.dir, region)
-    for region in ("a", "b"):
-        labs.start_agent(lab.dir, region, plugin_cursors=cursor_path == "plugin")
-    for region in ("a", "b"):
+    for region in regions:
+        labs.start_agent(lab.dir, region, plugin_cursors=plugin_cursors, plugin_index=plugin_index)
+    for region in regions:
         wait_for(functools.partial(_agent_ready, lab, region), timeout_s=120, what=f"agent {region} ready")
+
+
+def _fail_over_from_a_to_b(lab: Lab, unique: str, topic: str, sub: str, payloads: set[str]) -> None:
+    """A Shared consumer in a acknowledges about 70 % at random; one in b gets exactly the rest."""
     rng = random.Random(unique)
     acked = consume_some(
         lab,

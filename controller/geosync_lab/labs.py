@@ -519,11 +519,13 @@ def start_agent(
     *,
     poll_interval_s: float = 0.25,
     plugin_cursors: bool = True,
+    plugin_index: bool = True,
     key_id: str | None = None,
 ) -> topo.Topology:
     """Start (or restart) the agent of region ``name`` as a process; its config names only its region.
-    ``plugin_cursors=False`` makes it use the admin API only, for cursors and origins alike (the path for
-    brokers without the plugin).
+    ``plugin_cursors=False`` makes it read and move cursors through the admin API only (the path for brokers
+    without the plugin); ``plugin_index=False`` makes it name origins from entry headers, not the
+    interceptor's index.
     ``key_id``: sign with that key of ``agents/keys`` (default: the key it signed with before)."""
     lab_dir = lab_dir.resolve()
     topology = load(lab_dir)
@@ -553,7 +555,7 @@ def start_agent(
                 "metrics_port": metrics_port,
                 "poll_interval_s": poll_interval_s,
                 "plugin_cursors": plugin_cursors,
-                "plugin_index": plugin_cursors,
+                "plugin_index": plugin_index,
                 "state_dir": str(agents_dir / f"{name}-state"),
                 "checkpoint_interval_s": 2.0,
                 "discover_interval_s": 5.0,
