@@ -30,22 +30,10 @@ from click.testing import CliRunner
 from geoctl.cli import main
 from geosync_adapters import messaging
 from geosync_lab import labs
-from integration_tests.helpers import Lab, consume_all, wait_for
+from integration_tests.helpers import Lab, consume_all, produce_batched, wait_for
 from integration_tests.test_exact_sync import cursor_path  # noqa: F401  (module-scoped fixture)
 
 pytestmark = pytest.mark.lab
-
-
-def produce_batched(service_url: str, topic: str, payloads: list[str], *, batch: int = 20) -> None:
-    """Publish through a producer with the client's batching on (bursts of ``batch`` per entry)."""
-    with messaging.client(service_url) as c:
-        producer = c.create_producer(
-            topic, batching_enabled=True, batching_max_messages=batch, batching_max_publish_delay_ms=20
-        )
-        for data in payloads:
-            producer.send_async(data.encode(), None)
-        producer.flush()
-        producer.close()
 
 
 def consume_and_ack(

@@ -12,8 +12,8 @@ import time
 import pulsar
 
 from geosync_adapters import messaging
-from integration_tests.helpers import Lab, consume_all
-from integration_tests.test_batch_failover import consume_and_ack, produce_batched, wait_applied
+from integration_tests.helpers import Lab, consume_all, produce_batched
+from integration_tests.test_batch_failover import consume_and_ack, wait_applied
 
 
 def test_batched_three_regions_with_colliding_ledgers_fail_over_exactly(lab: Lab, unique: str) -> None:

@@ -13,9 +13,8 @@ from typing import Any
 
 import requests
 
-from geosync_adapters import messaging
 from geosync_lab import labs
-from integration_tests.helpers import Lab, ack_some, consume_all, wait_for
+from integration_tests.helpers import Lab, ack_some, consume_all, produce_batched, wait_for
 
 
 def _state(lab: Lab, region: str) -> dict[str, Any]:
@@ -31,24 +30,12 @@ def _subscriptions(lab: Lab, region: str, topic: str) -> set[str]:
     return set(lab.admin(region).topic_stats(topic).get("subscriptions") or {})
 
 
-def _produce_batched(lab: Lab, region: str, topic: str, payloads: list[str]) -> None:
-    with messaging.client(lab.service_url(region)) as c:
-        # Batching on (Java clients' default); a full queue waits rather than drops.
-        producer = c.create_producer(
-            topic, batching_enabled=True, batching_max_publish_delay_ms=20, block_if_queue_full=True
-        )
-        for p in payloads:
-            producer.send_async(p.encode(), None)
-        producer.flush()
-        producer.close()
-
-
 def test_a_subscription_deleted_in_b_stays_deleted_until_created_there_again(lab: Lab, unique: str) -> None:
     topic, sub = f"persistent://geo/ab/deleted-sub-{unique}", f"deleted-{unique}"
     payloads = [f"m{i}" for i in range(60)]
     for region in ("a", "b"):
         lab.admin(region).create_subscription(topic, sub)
-    _produce_batched(lab, "a", topic, payloads)
+    produce_batched(lab.service_url("a"), topic, payloads, batch=1000)
     wait_for(
         lambda: sub in {s["subscription"] for s in _state(lab, "b")["synced"]}, what="b's agent to sync it"
     )
@@ -97,7 +84,7 @@ def test_a_deleted_topic_is_forgotten_with_its_series(lab: Lab, unique: str) -> 
         admin.post(f"/admin/v2/namespaces/{namespace}/autoTopicCreation", {"allowAutoTopicCreation": False})
         admin.put(f"/admin/v2/{admin.topic_path(topic)}", None)
         admin.create_subscription(topic, sub)
-    _produce_batched(lab, "a", topic, [f"m{i}" for i in range(20)])
+    produce_batched(lab.service_url("a"), topic, [f"m{i}" for i in range(20)], batch=1000)
     ack_some(lab.service_url("a"), topic, sub, total=20, share=0.7, rng=random.Random(unique))
     wait_for(lambda: topic in _metrics(lab, "b"), timeout_s=30, what="b's agent to export the topic's series")
     forgotten = _state(lab, "b")["counters"].get("topics_forgotten", 0)

@@ -27,8 +27,8 @@ import pytest
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_lab import labs, regions
-from integration_tests.helpers import Lab, consume_all, wait_for
-from integration_tests.test_batch_failover import consume_and_ack, produce_batched, synced_entry, wait_applied
+from integration_tests.helpers import Lab, consume_all, produce_batched, wait_for
+from integration_tests.test_batch_failover import consume_and_ack, synced_entry, wait_applied
 from integration_tests.test_multibroker import NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
 
 pytestmark = pytest.mark.lab

@@ -12,9 +12,8 @@ from typing import Any
 
 import requests
 
-from geosync_adapters import messaging
 from geosync_lab import labs
-from integration_tests.helpers import Lab, ack_some, consume_all, wait_for
+from integration_tests.helpers import Lab, ack_some, consume_all, produce_batched, wait_for
 
 RETAINED = 3000
 
@@ -38,15 +37,7 @@ def test_an_agent_killed_and_restarted_resumes_from_its_checkpoint(lab: Lab, uni
     payloads = [f"m{i}" for i in range(RETAINED)]
     for region in ("a", "b"):
         lab.admin(region).create_subscription(topic, sub)
-    with messaging.client(lab.service_url("a")) as c:
-        # Batching on (Java clients' default); a full queue waits rather than drops.
-        producer = c.create_producer(
-            topic, batching_enabled=True, batching_max_publish_delay_ms=10, block_if_queue_full=True
-        )
-        for p in payloads:
-            producer.send_async(p.encode(), None)
-        producer.flush()
-        producer.close()
+    produce_batched(lab.service_url("a"), topic, payloads, batch=1000)
     wait_for(
         lambda: (
             _messages_in(lab, "b", topic) == RETAINED
