@@ -75,12 +75,12 @@ def test_partitioned_topic_replicates_per_partition(lab: Lab, unique: str) -> No
 
 def test_killed_region_catches_up_after_restart(lab: Lab, unique: str) -> None:
     topic = f"persistent://geo/ab/catchup-{unique}"
+    # A durable subscription in b keeps "before" there: without one, b's only cursor is its replicator's,
+    # which has passed it, and the ledger holding it is trimmed once b reopens the topic after the restart
+    # (geo/ab has no retention). A clean-clone CI run saw b come back without "before" that way.
+    lab.admin("b").create_subscription(topic, f"keep-{unique}")
     produce(lab.service_url("a"), topic, [b"before"])
     assert len(read_all(lab.service_url("b"), topic, expect=1)) == 1
-    # The standalone's bookie runs with journalSyncData=false: a kill -9 just after a write can lose it in
-    # b itself (seen once in a clean-clone CI run: b came back without "before"), which is not what this
-    # test is about. Let the bookie's journal reach the OS first.
-    time.sleep(2.0)
     labs.stop_region(lab.dir, "b", kill=True)
     try:
         assert not labs.alive_regions(lab.dir, lab.topology)["b"]
