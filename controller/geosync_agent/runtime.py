@@ -346,9 +346,7 @@ class Agent:
         """What a restarted agent needs to resume without re-reading history, as JSON values."""
         return {
             "topics": {t: ts.tail.to_wire() for t, ts in self.topics.items() if not ts.tail.stale},
-            "controls": {
-                t: [tail.last.ledger, tail.last.entry] for t, tail in self.controls.items() if tail.last
-            },
+            "controls": {t: tail.last.to_wire() for t, tail in self.controls.items() if tail.last},
             "guards": {
                 t: {"highest": [list(h) for h in g.highest], "recent": [[r, list(s)] for r, s in g.recent]}
                 for t, g in self.guards.items()
@@ -386,7 +384,7 @@ class Agent:
             controls: dict[str, Tail] = {}
             for topic, last in dict(state["controls"]).items():
                 tail = controls[topic] = Tail(topic, -1, wake=self.wake)
-                tail.last = tail.resume_at = Position(int(last[0]), int(last[1]))
+                tail.last = tail.resume_at = Position.from_wire(last)
             guards = {
                 topic: envelopes.ReplayGuard(
                     tuple((str(r), int(s)) for r, s in g["highest"]),
@@ -535,29 +533,28 @@ class Agent:
         """Open ``tail``'s reader; on failure leave it closed, to be tried again in REOPEN_S. A control topic
         that does not exist is created first (with auto topic creation off nobody else creates it; its
         publishers need it too)."""
-        for attempt in range(2):
-            try:
-                tail.open(self.messaging)
-                return True
-            except msg.TopicMissing as e:
-                if not control or attempt:
-                    self._not_opened(tail, e, now)
-                    return False
-                try:
-                    if self.effector.admin().create_topic(tail.topic):
-                        log.info("created the control topic %s (auto topic creation is off)", tail.topic)
-                except adm.AdminError as e2:
-                    self._not_opened(tail, e2, now)
-                    return False
-            except msg.MessagingUnavailable as e:
-                self._not_opened(tail, e, now)
-                return False
-        return False
+        try:
+            tail.open(self.messaging)
+            return True
+        except msg.TopicMissing as e:
+            if not control:
+                return self._not_opened(tail, e, now)
+        except msg.MessagingUnavailable as e:
+            return self._not_opened(tail, e, now)
+        try:
+            if self.effector.admin().create_topic(tail.topic):
+                log.info("created the control topic %s (auto topic creation is off)", tail.topic)
+            tail.open(self.messaging)
+            return True
+        except (adm.AdminError, msg.TopicMissing, msg.MessagingUnavailable) as e:
+            return self._not_opened(tail, e, now)
 
-    def _not_opened(self, tail: Tail, error: Exception, now: Now) -> None:
+    def _not_opened(self, tail: Tail, error: Exception, now: Now) -> bool:
+        """Leave ``tail`` closed until REOPEN_S from now; False (not opened)."""
         tail.reopen_at = now.mono + REOPEN_S
         self.stats.inc("reader_open_failures")
         log.warning("cannot read %s (trying again in %.0f s): %s", tail.topic, REOPEN_S, error)
+        return False
 
     def _reopen(self, now: Now) -> None:
         """Try again to open the readers that could not be opened."""

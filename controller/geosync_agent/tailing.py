@@ -198,7 +198,7 @@ class Tail:
         """What a checkpoint keeps of this tail (see ``geosync_agent.checkpointing``)."""
         return {
             "index": self.index.to_wire(),
-            "last": _pos(self.last),
+            "last": None if self.last is None else self.last.to_wire(),
             "keys": [[p.ledger, p.entry, k] for p, k in self.keys.items()],
             "sizes": [[p.ledger, p.entry, n] for p, n in self.sizes.items()],
             "message_keys": [[p.ledger, p.entry, i, k] for (p, i), k in self.message_keys.items()],
@@ -222,7 +222,7 @@ class Tail:
         if not isinstance(value, dict):
             raise ValueError("not a tail")
         tail = cls(topic, partition, index=OriginIndex.from_wire(value.get("index")))
-        tail.last = _position(value.get("last")) if value.get("last") is not None else None
+        tail.last = None if value.get("last") is None else Position.from_wire(value["last"])
         tail.resume_at = tail.last
         tail.keys = {Position(int(lg), int(e)): str(k) for lg, e, k in value.get("keys", [])}
         tail.sizes = {Position(int(lg), int(e)): int(n) for lg, e, n in value.get("sizes", [])}
@@ -290,13 +290,3 @@ class Tail:
         if self.unresolved:
             out = sorted({*out, *(p for p in self.unresolved if p > floor)})
         return out
-
-
-def _pos(p: Position | None) -> list[int] | None:
-    return None if p is None else [p.ledger, p.entry]
-
-
-def _position(value: Any) -> Position:
-    if not isinstance(value, list) or len(value) != 2 or not all(type(n) is int for n in value):
-        raise ValueError(f"not a position: {value!r}")
-    return Position(value[0], value[1])

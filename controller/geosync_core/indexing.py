@@ -236,8 +236,8 @@ class OriginIndex:
         return {
             "runs": [_run_wire(r) for r in self._runs],
             "by_origin": {region: [_run_wire(r) for r in runs] for region, runs in self._by_origin.items()},
-            "last": None if self._last is None else [self._last.ledger, self._last.entry],
-            "floor": None if self._floor is None else [self._floor.ledger, self._floor.entry],
+            "last": None if self._last is None else self._last.to_wire(),
+            "floor": None if self._floor is None else self._floor.to_wire(),
         }
 
     @classmethod
@@ -253,8 +253,8 @@ class OriginIndex:
         index._by_origin = {
             str(region): [_run_from(item) for item in _list(runs)] for region, runs in by_origin.items()
         }
-        index._last = _position_from(value["last"])
-        index._floor = _position_from(value["floor"])
+        index._last = None if value["last"] is None else Position.from_wire(value["last"])
+        index._floor = None if value["floor"] is None else Position.from_wire(value["floor"])
         locals_ = [_local_key(r) for r in index._runs]
         if locals_ != sorted(locals_) or any(
             [_origin_key(r) for r in runs] != sorted(_origin_key(r) for r in runs)
@@ -294,14 +294,6 @@ def _run_from(item: Any) -> Run:
         origin_first=item[4],
         length=item[5],
     )
-
-
-def _position_from(item: Any) -> Position | None:
-    if item is None:
-        return None
-    if not isinstance(item, list) or len(item) != 2 or not all(type(n) is int for n in item):
-        raise ValueError(f"not a position: {item!r}")
-    return Position(item[0], item[1])
 
 
 def _list(value: Any) -> list[Any]:

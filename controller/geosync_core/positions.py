@@ -9,7 +9,8 @@ Invariants:
 * positions are totally ordered by ``(ledger, entry)``; ledger ids only grow within one log;
 * ``entry == -1`` is legal and means "before the first entry of the ledger" (``12:-1`` is a mark-delete
   with nothing acknowledged in ledger 12); ledger ``-1`` is Pulsar's "earliest" sentinel;
-* ``Position.parse(str(p)) == p`` for every position, and ``parse`` accepts nothing else.
+* ``Position.parse(str(p)) == p`` for every position, and ``parse`` accepts nothing else; likewise
+  ``Position.from_wire(p.to_wire()) == p``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ class Position:
 
     def __str__(self) -> str:
         return f"{self.ledger}:{self.entry}"
+
+    def to_wire(self) -> list[int]:
+        """``[ledger, entry]``, as the agent's checkpoint stores a position; ``from_wire`` reads it back."""
+        return [self.ledger, self.entry]
+
+    @classmethod
+    def from_wire(cls, value: object) -> Position:
+        """The position ``to_wire`` wrote; ``ValueError`` for anything else (a checkpoint is input too)."""
+        if not isinstance(value, list) or len(value) != 2 or not all(type(n) is int for n in value):
+            raise ValueError(f"not a position: {value!r}")
+        return cls(value[0], value[1])
 
 
 def positions_in_ledgers(ledgers: Iterable[tuple[int, int]]) -> Iterator[Position]:

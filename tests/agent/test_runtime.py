@@ -228,13 +228,18 @@ def test_a_malformed_stamp_is_counted_and_blocks_no_one_else(stamp: str) -> None
     assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[2]
 
 
-def test_a_subscription_another_region_has_is_created_here() -> None:
-    a, b = pair()
-    a.region.cursors[(TOPIC, "audit")] = AckState.of(Position(5, -1))
+def acknowledge_on_a_new_subscription(a: Harness, name: str) -> None:
+    """A subscription ``name`` appears in a and its consumer acknowledges a's first message."""
+    a.region.cursors[(TOPIC, name)] = AckState.of(Position(5, -1))
     a.discover()
     a.step()
-    a.region.consumer_acks(TOPIC, "audit", A_LOG[:1])
+    a.region.consumer_acks(TOPIC, name, A_LOG[:1])
     a.step()
+
+
+def test_a_subscription_another_region_has_is_created_here() -> None:
+    a, b = pair()
+    acknowledge_on_a_new_subscription(a, "audit")
     carry(a, b)
     b.step()
     assert ("create", TOPIC, "audit") in b.region.calls
@@ -474,11 +479,7 @@ def test_a_subscription_deleted_here_is_not_created_again_until_it_exists_again(
 
 def test_a_subscription_the_agent_creates_is_not_taken_for_deleted_by_an_older_pass() -> None:
     a, b = pair()
-    a.region.cursors[(TOPIC, "audit")] = AckState.of(Position(5, -1))
-    a.discover()
-    a.step()
-    a.region.consumer_acks(TOPIC, "audit", A_LOG[:1])
-    a.step()
+    acknowledge_on_a_new_subscription(a, "audit")
     stale = discovery_of(b)  # a pass that began before the agent created "audit" in b
     carry(a, b)
     b.step()

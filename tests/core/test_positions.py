@@ -44,6 +44,13 @@ def test_total_order_is_ledger_then_entry(a: Position, b: Position) -> None:
 @given(st.builds(Position, st.integers(-1, 2**63), st.integers(-1, 2**63)))
 def test_format_round_trips(p: Position) -> None:
     assert Position.parse(str(p)) == p
+    assert Position.from_wire(p.to_wire()) == p
+
+
+@pytest.mark.parametrize("wire", [None, "3:4", [3], [3, 4, 5], [3, 4.0], [True, 4], [3, -2], (3, 4)])
+def test_anything_but_a_wire_position_is_refused(wire: object) -> None:
+    with pytest.raises(ValueError, match="not a position"):
+        Position.from_wire(wire)
 
 
 def test_positions_in_ledgers() -> None:
