@@ -95,6 +95,10 @@ class AgentConfig:
     instead of re-reading every topic from its earliest message ("": no checkpoint). The sidecar's volume."""
     checkpoint_interval_s: float = 10.0
     """How often the checkpoint is written (and once more at shutdown)."""
+    max_entry_details: int = 5_000_000
+    """Budget of entries whose key and batch size the agent keeps, over all topics (about 12 bytes each).
+    Details are dropped below every subscription's mark-delete anyway; this bounds what a subscription
+    nobody consumes holds back: the oldest go first (counted), costing duplicates there, never a loss."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint binds (0.0.0.0 in a pod, so the kubelet and Prometheus reach it)."""
     zookeeper: str = ""

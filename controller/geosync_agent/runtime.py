@@ -312,6 +312,7 @@ class Agent:
         self.index(now)
         self.receive(now)
         self.observe(now)
+        self.bound_details()
         self.apply(now)
         self.snapshot_round(now)
         self.ready = True
@@ -319,6 +320,32 @@ class Agent:
         if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
             self.checkpoint_at = now.mono + self.config.checkpoint_interval_s
             self.save_checkpoint()
+
+    def bound_details(self) -> None:
+        """Keep the entries' keys and batch sizes within ``max_entry_details`` over all topics: the largest
+        tails give up their oldest first (a subscription nobody consumes holds their floor back)."""
+        budget = self.config.max_entry_details
+        total = sum(len(ts.tail.details) for ts in self.topics.values())
+        if total <= budget:
+            return
+        excess = total - budget * 9 // 10
+        for ts in sorted(self.topics.values(), key=lambda t: len(t.tail.details), reverse=True):
+            if excess <= 0:
+                break
+            held = len(ts.tail.details)
+            forgotten = ts.tail.details.forget_oldest(min(excess, held // 2 + 1))
+            dropped = held - len(ts.tail.details)
+            excess -= dropped
+            ts.tail.details_dropped += dropped
+            self.stats.inc("entry_details_dropped", dropped)
+            log.warning(
+                "%s: over the budget of %d entry details: forgot keys and batch sizes up to %s (%d entries; "
+                "a failover of a subscription below them may deliver some of their messages again)",
+                ts.tail.topic,
+                budget,
+                forgotten,
+                dropped,
+            )
 
     # -- checkpoint (see geosync_agent.checkpointing) ----------------------------------------------
 
@@ -622,23 +649,46 @@ class Agent:
         if grown:
             self._translate_again(frozenset(grown), now)
 
+    def _behind_forgotten(self, ts: TopicState, state: Subscription, cursor: AckState) -> bool:
+        """Whether ``state``'s cursor lies below entries the tail already forgot (a subscription created at
+        the earliest message after the others moved on, or rewound): nothing is planned or claimed for it,
+        and the tail is read again from the earliest message (next round)."""
+        forgotten = ts.tail.forgot_above(cursor.mark_delete)
+        if forgotten is None:
+            return False
+        if not ts.tail.stale:
+            ts.tail.stale = True
+            ts.tail.stale_reason = (
+                f"subscription {state.name!r} is at {cursor.mark_delete}, below the entries forgotten up to "
+                f"{forgotten} once every subscription known then had acknowledged them"
+            )
+        return True
+
     def _rebuild(self, ts: TopicState, now: Now) -> None:
-        """The checkpoint does not match the topic any more (its reader started below where the checkpoint
-        stopped: deleted and re-created, region rebuilt): read the topic again from its earliest message."""
+        """The tail cannot answer for the topic any more: the checkpoint does not match it (its reader
+        started below where the checkpoint stopped: deleted and re-created, region rebuilt), or a
+        subscription lies below the entries it forgot. Read the topic again from its earliest message."""
         stale = ts.tail
         stale.close()
-        self.stats.inc("checkpoint_topics_rebuilt")
-        log.error(
-            "%s: the checkpoint does not match the topic (it holds entries below %s, where the checkpoint "
-            "stopped): rebuilding its origin index from the earliest message",
-            stale.topic,
-            stale.resume_at,
-        )
+        if stale.stale_reason:
+            self.stats.inc("topics_reread")
+            log.warning(
+                "%s: %s: reading the topic again from the earliest message", stale.topic, stale.stale_reason
+            )
+        else:
+            self.stats.inc("checkpoint_topics_rebuilt")
+            log.error(
+                "%s: the checkpoint does not match the topic (it holds entries below %s, where the "
+                "checkpoint stopped): rebuilding its origin index from the earliest message",
+                stale.topic,
+                stale.resume_at,
+            )
         ts.tail = Tail(stale.topic, stale.partition)
         self._open(ts.tail, now)
         for state in self.subs.values():
             if state.topic == stale.topic:
                 state.incomplete_at = -1
+                state.planned = None  # plans are made from the new tail (its versions start again)
 
     def _translate_again(self, topics: frozenset[str], now: Now) -> None:
         """Claim what a translation left out once the tail has read as far as the cursor acknowledged
@@ -1063,7 +1113,7 @@ class Agent:
         ts = self.topics[topic]
         cursors_known = [s.cursor.mark_delete for s in states if s.cursor is not None]
         if len(cursors_known) == len(states):
-            ts.tail.forget_keys_up_to(min(cursors_known))
+            ts.tail.forget_up_to(min(cursors_known))
         if polled:
             ts.poll = pacing.after_poll(
                 ts.poll,
@@ -1088,6 +1138,8 @@ class Agent:
         if ts is None or state.cursor is None:
             return
         tail, cursor = ts.tail, state.cursor
+        if self._behind_forgotten(ts, state, cursor):
+            return
         if self.snapshots.covers(state.topic):
             update = self.snapshots.on_subscription(
                 state.topic, state.name, cursor, tail.positions_above(cursor.mark_delete), tail.last
@@ -1100,7 +1152,7 @@ class Agent:
         if state.key_shared:
             key_order = claiming.KeyOrder(
                 tail.positions_above(cursor.mark_delete),
-                tail.keys.get,
+                tail.key_of,
                 size_of=tail.size_of,
                 key_of_message=tail.key_of_message,
             )
@@ -1208,7 +1260,7 @@ class Agent:
                 if not state.deleted_here:
                     creates.append(fx.CreateSubscription(state.key))
                 continue
-            if state.cursor is None:
+            if state.cursor is None or self._behind_forgotten(ts, state, state.cursor):
                 continue
             basis = (state.cursor, ts.tail.version, state.received.count() + state.received.count_partial())
             if basis == state.planned and state.pending_move is None:

@@ -9,8 +9,11 @@ Batched entries: the reader hands over every message of a batch, one after anoth
 entry's origin (``batched=True``: a batched replicated copy shows no stamp, see ``resolving``), the others
 only tell the batch's size (highest batch index + 1) and their keys. Sizes are what batch-index
 acknowledgements are planned with (``syncing.plan_apply(size_of=...)``) and keys what Key_Shared order is
-judged with (``syncing.key_ordered(key_of_message=...)``); only keys that differ from the entry's first
-message are kept per message.
+judged with (``syncing.key_ordered(key_of_message=...)``); both live in ``geosync_core.details`` columns
+(about 12 bytes an entry), and only keys that differ from the entry's first message are kept per message.
+They are forgotten below the slowest subscription's mark-delete and, past a budget (a subscription nobody
+consumes holds that floor back), oldest first: an entry whose details are gone is planned as having none
+(partial claims about it unused, Key_Shared claims stop before it), which costs duplicates, never a loss.
 
 An entry whose origin could not be named because the brokers could not answer (an admin error, a 404 from
 a broker that lost its record for a moment) is retried with backoff (``retry``): once named it is filled
@@ -28,6 +31,7 @@ from typing import Any
 from geosync_adapters.messaging import Received
 from geosync_agent.ports import Messaging, Reader
 from geosync_core import resolving
+from geosync_core.details import EntryDetails
 from geosync_core.indexing import OriginIndex
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.positions import Position
@@ -61,12 +65,11 @@ class Tail:
     last: Position | None = None
     markers: list[tuple[Position, dict[str, str], bytes]] = field(default_factory=list)
     """Snapshot markers read since the runtime last took them."""
-    keys: dict[Position, str] = field(default_factory=dict)
-    """Each indexed entry's ordering key (or partition key; "" without one), for Key_Shared order rules."""
-    sizes: dict[Position, int] = field(default_factory=dict)
-    """Batch sizes of the indexed batched entries (an entry absent here holds one message)."""
-    message_keys: dict[tuple[Position, int], str] = field(default_factory=dict)
-    """Keys of batched messages whose key differs from their entry's first message."""
+    details: EntryDetails = field(default_factory=EntryDetails)
+    """Each entry's ordering key (or partition key; "" without one), for Key_Shared order rules, and the
+    batch sizes of batched entries (an entry without one holds one message)."""
+    details_dropped: int = 0
+    """Entries whose details were forgotten over the budget while a subscription was still below them."""
     version: int = 0
     """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
     bytes_read: int = 0
@@ -84,6 +87,8 @@ class Tail:
     stale: bool = False
     """The reader's first message lay below ``resume_at``: the checkpoint does not match the topic any more
     (deleted and re-created, region rebuilt); the runtime rebuilds this tail from the earliest message."""
+    stale_reason: str = ""
+    """Why the tail must be read again when it is not the checkpoint's mismatch (see ``forgot_above``)."""
     reopen_at: float = 0.0
     """When to try opening the reader again after it could not be opened (monotonic)."""
     wake: threading.Event | None = None
@@ -135,9 +140,11 @@ class Tail:
                 # not indexed, not in any log a plan walks; handed to snapshot mode instead.
                 self.markers.append((position, dict(msg.properties), msg.data))
                 continue
-            self.keys[position] = msg.ordering_key or msg.key or ""
-            if msg.batch_index >= 0:
-                self.sizes[position] = msg.batch_index + 1
+            self.details.record(
+                position,
+                msg.ordering_key or msg.key or "",
+                msg.batch_index + 1 if msg.batch_index >= 0 else None,
+            )
             origin = resolver.origin_of(
                 self.topic,
                 position,
@@ -196,12 +203,13 @@ class Tail:
 
     def to_wire(self) -> dict[str, Any]:
         """What a checkpoint keeps of this tail (see ``geosync_agent.checkpointing``)."""
+        keys, sizes, message_keys = self.details.items()
         return {
             "index": self.index.to_wire(),
             "last": None if self.last is None else self.last.to_wire(),
-            "keys": [[p.ledger, p.entry, k] for p, k in self.keys.items()],
-            "sizes": [[p.ledger, p.entry, n] for p, n in self.sizes.items()],
-            "message_keys": [[p.ledger, p.entry, i, k] for (p, i), k in self.message_keys.items()],
+            "keys": [[p.ledger, p.entry, k] for p, k in keys],
+            "sizes": [[p.ledger, p.entry, n] for p, n in sizes],
+            "message_keys": [[p.ledger, p.entry, i, k] for (p, i), k in message_keys.items()],
             "unresolved": [[p.ledger, p.entry] for p in self.unresolved],
             "pending": [
                 [
@@ -224,11 +232,11 @@ class Tail:
         tail = cls(topic, partition, index=OriginIndex.from_wire(value.get("index")))
         tail.last = None if value.get("last") is None else Position.from_wire(value["last"])
         tail.resume_at = tail.last
-        tail.keys = {Position(int(lg), int(e)): str(k) for lg, e, k in value.get("keys", [])}
-        tail.sizes = {Position(int(lg), int(e)): int(n) for lg, e, n in value.get("sizes", [])}
-        tail.message_keys = {
-            (Position(int(lg), int(e)), int(i)): str(k) for lg, e, i, k in value.get("message_keys", [])
-        }
+        tail.details = EntryDetails.from_items(
+            [(Position(int(lg), int(e)), str(k)) for lg, e, k in value.get("keys", [])],
+            [(Position(int(lg), int(e)), int(n)) for lg, e, n in value.get("sizes", [])],
+            {(Position(int(lg), int(e)), int(i)): str(k) for lg, e, i, k in value.get("message_keys", [])},
+        )
         tail.unresolved = [Position(int(lg), int(e)) for lg, e in value.get("unresolved", [])]
         for lg, e, stamp, producer, batched in value.get("pending", []):
             properties = {} if stamp is None else {resolving.REPL_SOURCE_POSITION: str(stamp)}
@@ -237,15 +245,8 @@ class Tail:
 
     def _more_of_batch(self, position: Position, msg: Received) -> int:
         """A further message of the batched entry just indexed: its size grows; 1 if plans must be redone."""
-        size = msg.batch_index + 1
-        if position in self.keys:
-            key = msg.ordering_key or msg.key or ""
-            if key != self.keys[position]:
-                self.message_keys[(position, msg.batch_index)] = key
-        if size <= self.sizes.get(position, 1):
-            return 0
-        self.sizes[position] = size
-        return 1
+        self.details.set_message_key(position, msg.batch_index, msg.ordering_key or msg.key or "")
+        return 1 if self.details.grow(position, msg.batch_index + 1) else 0
 
     def has_read(self, position: Position) -> bool:
         """Whether every message of entry ``position`` (and all before it) has been indexed."""
@@ -255,25 +256,39 @@ class Tail:
 
     def size_of(self, position: Position) -> int | None:
         """The number of messages in local entry ``position`` as read (None: not a batch, or not read)."""
-        return self.sizes.get(position)
+        return self.details.size(position)
+
+    def key_of(self, position: Position) -> str | None:
+        """The key of entry ``position``'s first message (None: not read, or forgotten)."""
+        return self.details.key(position)
 
     def key_of_message(self, position: Position, index: int) -> str | None:
         """The key of message ``index`` of entry ``position`` (None: the entry was not read)."""
-        return self.message_keys.get((position, index), self.keys.get(position))
+        return self.details.key_of_message(position, index)
 
-    def forget_keys_up_to(self, floor: Position) -> None:
-        """Drop keys, sizes and unresolved entries at or below ``floor`` (every tracked subscription
-        acknowledged them)."""
-        if self.keys and next(iter(self.keys)) <= floor:
-            self.keys = {p: k for p, k in self.keys.items() if p > floor}
-        if self.sizes and next(iter(self.sizes)) <= floor:
-            self.sizes = {p: n for p, n in self.sizes.items() if p > floor}
-        if self.message_keys and next(iter(self.message_keys))[0] <= floor:
-            self.message_keys = {pk: k for pk, k in self.message_keys.items() if pk[0] > floor}
+    def forget_up_to(self, floor: Position) -> None:
+        """Drop details, origins and unresolved entries at or below ``floor`` (every tracked subscription
+        acknowledged them): what an agent keeps per topic follows its slowest subscription, not retention."""
+        lowest = self.details.lowest()
+        if lowest is not None and lowest <= floor:
+            self.details.forget_up_to(floor)
+        first = self.index.first
+        if first is not None and first <= floor:
+            self.index.truncate_below(Position(floor.ledger, floor.entry + 1))
         if self.unresolved and self.unresolved[0] <= floor:
             # Every tracked subscription acknowledged them here: their origin no longer matters.
             self.unresolved = [p for p in self.unresolved if p > floor]
             self.pending = {p: item for p, item in self.pending.items() if p > floor}
+
+    def forgot_above(self, mark_delete: Position) -> Position | None:
+        """The highest forgotten entry if it lies above ``mark_delete`` (None otherwise): a subscription
+        that far behind (created at the earliest message after the others moved on, or rewound) cannot be
+        planned from what is left; the tail must be read again from the earliest message."""
+        floor = self.index.floor
+        if floor is None:
+            return None
+        forgotten = Position(floor.ledger, floor.entry - 1)
+        return forgotten if mark_delete < forgotten else None
 
     def positions_above(self, floor: Position) -> list[Position]:
         """Every indexed local entry above ``floor``, in order (what a consumer could be dispatched)."""

@@ -163,6 +163,11 @@ class OriginIndex:
         return Position(self._runs[0].local_ledger, self._runs[0].local_first) if self._runs else None
 
     @property
+    def floor(self) -> Position | None:
+        """The lowest local position still indexable: every entry below it was truncated (None: never)."""
+        return self._floor
+
+    @property
     def last(self) -> Position | None:
         """The highest local position ever appended (the reader's progress), even if truncated since."""
         return self._last

@@ -609,3 +609,66 @@ def test_claims_too_large_for_one_message_go_out_in_parts_that_say_the_same(
     hb.step()
     cursor = b.cursors[(TOPIC, SUB)]
     assert {p for p in b_log if p in cursor} == set(b_log[1::2])
+
+
+def deliver_b_copies(b: Harness) -> None:
+    for p, origin in zip(B_LOG, A_LOG, strict=True):
+        stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+        b.messaging.deliver(TOPIC, message(TOPIC, p, properties=stamp, producer="a-1-0"))
+
+
+def test_what_every_subscription_acknowledged_is_forgotten_and_one_below_it_has_the_topic_read_again() -> (
+    None
+):
+    """Issue 17.7: an agent keeps origins, keys and sizes only above its slowest subscription (not for the
+    whole retention). A subscription that turns up below what was forgotten is neither planned nor claimed
+    from what is left (the mark-delete would jump the forgotten entries: a loss); the topic is read again."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:4])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[3])
+    b.region.feed.append(b.region.report(TOPIC, SUB))
+    b.step()
+    tail = b.agent.topics[TOPIC].tail
+    assert tail.index.first == B_LOG[4]
+    assert tail.key_of(B_LOG[3]) is None
+    assert tail.key_of(B_LOG[4]) == ""
+    assert tail.index.origin_of(B_LOG[3]) is None
+    # "audit" appears in b at the earliest message (a consumer subscribed there, or a user rewound it)
+    b.region.cursors[(TOPIC, "audit")] = AckState.of(Position(9, -1))
+    b.discover()
+    acknowledge_on_a_new_subscription(a, "audit")  # in a too: a's consumer acknowledges the first message
+    a.step()
+    assert a.agent.stats.counters["topics_reread"] == 1  # a had forgotten it as well: nothing claimed yet
+    assert carry(a, b) == 0
+    for p in A_LOG:  # a's new reader, from the earliest message
+        a.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.step()
+    carry(a, b)
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, "audit")] == AckState.of(Position(9, -1))  # nothing planned on a guess
+    assert b.agent.stats.counters["topics_reread"] == 1
+    assert b.messaging.starts[TOPIC] is None  # the new reader starts at the earliest message
+    deliver_b_copies(b)
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, "audit")] == AckState.of(B_LOG[0])
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[3])
+    assert b.agent.stats.counters["topics_reread"] == 1
+
+
+def test_entry_details_over_the_budget_go_oldest_first_and_cost_no_loss() -> None:
+    a, b = pair(max_entry_details=4)
+    tail = b.agent.topics[TOPIC].tail
+    assert len(tail.details) <= 4  # six read, the oldest over the budget forgotten (and counted)
+    assert b.agent.stats.counters["entry_details_dropped"] >= 2
+    assert tail.key_of(B_LOG[0]) is None
+    # Origins stay: a's acknowledgements of all six still land exactly.
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[4]])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[4])

@@ -83,7 +83,7 @@ def test_malformed_stamps_are_not_retried_and_acknowledged_entries_are_dropped()
     assert tail.malformed == 1
     assert set(tail.pending) == {Position(7, 1), Position(7, 2)}
     # Every tracked subscription acknowledged up to 7:1 here: those no longer need an origin.
-    tail.forget_keys_up_to(Position(7, 1))
+    tail.forget_up_to(Position(7, 1))
     assert tail.unresolved == [Position(7, 2)]
     assert set(tail.pending) == {Position(7, 2)}
 

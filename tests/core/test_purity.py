@@ -16,6 +16,7 @@ CORE = pathlib.Path(__file__).resolve().parents[2] / "controller" / "geosync_cor
 ALLOWED = {
     "__future__",
     "abc",
+    "array",
     "base64",
     "bisect",
     "collections",
