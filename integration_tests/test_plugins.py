@@ -120,11 +120,13 @@ def drain(
     return got
 
 
-def marker_messages(region: str, n: int) -> list[tuple[bytes, dict[str, str]]]:
+def marker_messages(region: str, topic: str, n: int) -> list[tuple[bytes, dict[str, str]]]:
     out = []
     for i in range(n):
         marker = markers.SnapshotRequest(snapshot_id=f"snap-{i}", source_region=region, round=1 + i % 2)
-        props, data = markers.encode_marker(KEY, marker, seq=i + 1, sent_at_ms=int(time.time() * 1000))
+        props, data = markers.encode_marker(
+            KEY, marker, topic=topic, seq=i + 1, sent_at_ms=int(time.time() * 1000)
+        )
         out.append((data, props))
     return out
 
@@ -154,7 +156,7 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
     ns = "geo/ab"
     topic = f"persistent://{ns}/markers-{unique}"
     data = [(f"m{i}".encode(), {"app": "yes"}) for i in range(5)]
-    marks = marker_messages("a", 3)
+    marks = marker_messages("a", topic, 3)
     interleaved = [data[0], marks[0], data[1], data[2], marks[1], data[3], marks[2], data[4]]
     # Create the subscriptions first, so they exist before anything is written. The application's is named
     # unsynced-*: the lab's agents leave it alone, so each region's copy is drained independently.
@@ -174,7 +176,9 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
         assert not any(markers.is_marker(m.properties) for m in app + reader)
         assert len(agent) == len(interleaved), region
         decoded = [
-            markers.decode_marker(KEY, m.properties, m.data) for m in agent if markers.is_marker(m.properties)
+            markers.decode_marker(KEY, m.properties, m.data, topic=topic)
+            for m in agent
+            if markers.is_marker(m.properties)
         ]
         assert [d.snapshot_id for d in decoded if isinstance(d, markers.SnapshotRequest)] == [
             "snap-0",
@@ -208,7 +212,9 @@ def test_filter_survives_garbage(plugin_lab: Lab, unique: str) -> None:
     assert sorted(m.data for m in app) == visible
     agent = drain(plugin_lab.service_url("a"), topic, subscription=f"{AGENT_SUB}-{unique}")
     assert sorted(m.data for m in agent) == sorted(d for d, _ in items)
-    assert all(isinstance(markers.decode_marker(KEY, m.properties, m.data), Rejected) for m in agent)
+    assert all(
+        isinstance(markers.decode_marker(KEY, m.properties, m.data, topic=topic), Rejected) for m in agent
+    )
     assert status(plugin_lab, "a")["errors"] == 0
     assert plugin_lab.admin("a").clusters()
 

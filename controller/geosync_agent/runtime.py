@@ -54,6 +54,8 @@ from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
+BEFORE_ALL = Position(-1, -1)
+"""A mark-delete before the earliest message."""
 STATES_PER_ENVELOPE = 64
 """Subscription states per control message (a round's states for one namespace are batched)."""
 MAX_ENVELOPE_BYTES = 1 << 20
@@ -74,6 +76,9 @@ CLAIMED_LOOKUP_S = 60.0
 CHECKPOINT_CONFIRMED = 1e-9
 """``confirmed_at`` of a subscription that existed at the checkpoint: earlier than any discovery pass."""
 REOPEN_S = 5.0
+REWIND_SETTLE_S = 30.0
+"""After the agent rewound a cursor itself (following a newer generation), backward moves down to where it
+rewound it are its own for this long (a report taken before the rewind may arrive after it)."""
 """Seconds between attempts to open a reader that could not be opened (topic missing, brokers failing)."""
 MAX_UNOBSERVED = 20000
 """Feed reports kept for subscriptions not tracked yet (the oldest beyond it are dropped, counted; a poll
@@ -138,9 +143,33 @@ class Subscription:
     deleted_here: bool = False
     """It existed here and a discovery pass started later no longer found it: someone deleted it on
     purpose, and the agent does not create it again from other regions' claims (until it exists again)."""
+    generation: int = 0
+    """The generation of the claims held and published (``envelopes.AckStateMessage.generation``): a
+    rewind here starts a newer one; claims of an older one are dropped, a newer one replaces them."""
+    seen_feed: Position | None = None
+    seen_poll: Position | None = None
+    """The mark-delete the acknowledgement feed, and the last poll, showed: a later report of the same
+    source below it is a rewind (each source reports in the order things happened; two sources may not)."""
+    recreated: bool = False
+    """Created again after it was deleted here: its first cursor starts a new generation."""
+    active: bool = False
+    """The last acknowledgements nobody had claimed before were made here (by consumers here): this region
+    is where the subscription is consumed, and a rewind here is deliberate. A passive region's copy
+    follows the active one's claims; a rewind there is undone by them."""
+    follow: bool = False
+    """A newer generation arrived: rewind the cursor to what its claims acknowledge (if it acknowledges
+    more) before claiming anything from it."""
+    reset_to: tuple[Position | None, float] | None = None
+    """The agent's own rewind: the mark-delete it set, and until when (monotonic) backward moves down to
+    it are that rewind's."""
 
     def confirm(self, at: float) -> None:
-        """The subscription exists here as of monotonic time ``at``."""
+        """The subscription exists here as of monotonic time ``at``. One deleted here is a new subscription:
+        its old cursor goes, and its first one starts a new generation of claims."""
+        if self.deleted_here:
+            self.recreated = True
+            self.cursor = self.seen_feed = self.seen_poll = None
+            self.planned = self.pending_move = None
         self.exists = True
         self.deleted_here = False
         self.confirmed_at = max(self.confirmed_at, at)
@@ -374,10 +403,8 @@ class Agent:
         return {
             "topics": {t: ts.tail.to_wire() for t, ts in self.topics.items() if not ts.tail.stale},
             "controls": {t: tail.last.to_wire() for t, tail in self.controls.items() if tail.last},
-            "guards": {
-                t: {"highest": [list(h) for h in g.highest], "recent": [[r, list(s)] for r, s in g.recent]}
-                for t, g in self.guards.items()
-            },
+            "guards": {t: _guard_to_wire(g) for t, g in self.guards.items()},
+            "marker_guards": {t: _guard_to_wire(g) for t, g in self.snapshots.guards.items()},
             "subscriptions": [
                 {
                     "topic": s.topic,
@@ -389,6 +416,9 @@ class Agent:
                     "key_shared": s.key_shared,
                     "received": envelopes.acks_to_json(s.received),
                     "published": None if s.published is None else envelopes.acks_to_json(s.published),
+                    "generation": s.generation,
+                    "follow": s.follow,
+                    "active": s.active,
                 }
                 for s in self.subs.values()
             ],
@@ -412,12 +442,10 @@ class Agent:
             for topic, last in dict(state["controls"]).items():
                 tail = controls[topic] = Tail(topic, -1, wake=self.wake)
                 tail.last = tail.resume_at = Position.from_wire(last)
-            guards = {
-                topic: envelopes.ReplayGuard(
-                    tuple((str(r), int(s)) for r, s in g["highest"]),
-                    tuple((str(r), tuple(int(x) for x in seqs)) for r, seqs in g["recent"]),
-                )
-                for topic, g in dict(state["guards"]).items()
+            guards = {topic: _guard_from_wire(g) for topic, g in dict(state["guards"]).items()}
+            # Absent in checkpoints of agents before markers had a replay guard.
+            marker_guards = {
+                topic: _guard_from_wire(g) for topic, g in dict(state.get("marker_guards", {})).items()
             }
             subs: dict[fx.SubKey, Subscription] = {}
             for item in list(state["subscriptions"]):
@@ -428,6 +456,9 @@ class Agent:
                 sub.received = envelopes.acks_from_json(item["received"])
                 if item["published"] is not None:
                     sub.published = envelopes.acks_from_json(item["published"])
+                # Absent in checkpoints of agents before generations: 0, the generation of their claims.
+                sub.generation, sub.follow = int(item.get("generation", 0)), bool(item.get("follow", False))
+                sub.active = bool(item.get("active", False))
                 if sub.exists:
                     sub.confirmed_at = (
                         CHECKPOINT_CONFIRMED  # a discovery pass not finding it: deleted meanwhile
@@ -436,6 +467,7 @@ class Agent:
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"checkpoint content not usable: {type(e).__name__}: {e}") from e
         self.topics, self.controls, self.guards, self.subs = topics, controls, guards, subs
+        self.snapshots.guards = marker_guards
         self.stats.inc("checkpoint_restored")
         log.info(
             "resuming from the checkpoint: %d topics (%d index runs), %d subscriptions, %d control topics",
@@ -934,7 +966,16 @@ class Agent:
             (message.topic, message.subscription),
             Subscription(message.topic, message.subscription, exists=False),
         )
+        if message.generation < state.generation:
+            self.stats.inc("claims_superseded")  # from before a rewind: they would undo it
+            return
+        if message.generation > state.generation:
+            self._follow(state, message.generation)
         merged = state.received.merge(message.acks)
+        if state.active and merged != state.received:
+            known = state.received if state.published is None else state.received.merge(state.published)
+            if known.merge(message.acks) != known:
+                state.active = False  # acknowledged elsewhere first: consumed there now
         state.received_from[message.region] = now.wall
         state.announced = True
         if message.topic not in self.topics:
@@ -951,6 +992,51 @@ class Agent:
             if ts is not None and self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is not True:
                 # Plugin writes answer the cursor's state; admin calls need a fresh read to plan from.
                 ts.poll = replace(ts.poll, next_at=0.0)
+
+    def _follow(self, state: Subscription, generation: int) -> None:
+        """Another region rewound the subscription (a newer generation of claims): its claims replace the
+        ones held, and the cursor here is rewound to them before it claims anything (see ``apply``)."""
+        self._new_generation(state, generation)
+        state.follow = True
+        self.stats.inc("rewinds_followed")
+        log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
+
+    def _new_generation(self, state: Subscription, generation: int) -> None:
+        state.generation = generation
+        state.received = OriginAcks.of({})
+        state.published = state.translated = None
+        state.planned = state.pending_move = state.reset_to = None
+        state.follow = False
+
+    def _rewound(self, state: Subscription, cursor: AckState, *, polled: bool, now: Now) -> bool:
+        """Whether ``cursor`` shows ``state`` rewound here by someone else than the agent (its mark-delete
+        below what the same source showed last; or its first cursor after it was created again): then a new
+        generation of its claims starts, made of this cursor alone."""
+        md = cursor.mark_delete
+        seen = state.seen_poll if polled else state.seen_feed
+        if polled:
+            state.seen_poll = md
+        else:
+            state.seen_feed = md
+        recreated, state.recreated = state.recreated, False
+        if not recreated and (seen is None or md >= seen):
+            return False
+        if not state.active:
+            self.stats.inc("rewinds_passive")  # a passive copy: the active region's claims undo it
+            return False
+        own = state.reset_to
+        if not recreated and own is not None and now.mono < own[1] and (own[0] is None or md >= own[0]):
+            return False  # where the agent rewound it itself, seen late by this source
+        self._new_generation(state, max(state.generation + 1, now.wall_ms))
+        self.stats.inc("rewinds")
+        log.info(
+            "%s on %s was %s here: its claims start again from this cursor (generation %d)",
+            state.name,
+            state.topic,
+            "created again" if recreated else f"rewound from {seen} to {md}",
+            state.generation,
+        )
+        return True
 
     def _reject(self, rejected: envelopes.Rejected) -> None:
         self.stats.inc(f"control_rejected_{rejected.reason.value}")
@@ -1010,10 +1096,13 @@ class Agent:
             return {}
         self.part_outcome("acknowledgement feed", None, now.mono)
         if feed.epoch != self.feed.epoch:
-            # The broker (re)started: what was acknowledged before it is only known to a poll.
+            # The broker (re)started: what was acknowledged before it is only known to a poll, and a
+            # cursor that lost its last acknowledgements in a crash moved back without a rewind.
             self.feed.epoch = feed.epoch
             for ts in self.topics.values():
                 ts.poll = replace(ts.poll, next_at=0.0)
+            for sub in self.subs.values():
+                sub.seen_feed = sub.seen_poll = None
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
         self.feed.seq = feed.seq
         self.stats.inc("feed_reads")
@@ -1092,6 +1181,8 @@ class Agent:
             cursor = cursors.get(state.name)
             if cursor is None:
                 continue
+            if not self.snapshots.covers(topic):
+                self._rewound(state, cursor, polled=polled, now=now)
             if (
                 polled
                 and state.cursor is not None
@@ -1135,8 +1226,8 @@ class Agent:
 
     def _publish(self, state: Subscription, *, force: bool, now: Now) -> None:
         ts = self.topics.get(state.topic)
-        if ts is None or state.cursor is None:
-            return
+        if ts is None or state.cursor is None or state.follow:
+            return  # following a rewind: this cursor may acknowledge what the newer claims do not
         tail, cursor = ts.tail, state.cursor
         if self._behind_forgotten(ts, state, cursor):
             return
@@ -1168,6 +1259,10 @@ class Agent:
         )
         if claim is None:
             return
+        if not state.active and claim.claims != (
+            state.received if state.published is None else state.received.merge(state.published)
+        ):
+            state.active = True  # acknowledged here first: consumed here
         state.translated = cursor
         state.incomplete_at = None if claim.complete else tail.version
         if not claim.send:
@@ -1178,7 +1273,9 @@ class Agent:
         if namespace not in self.namespaces:
             return
         self.outgoing.setdefault(namespace, []).append(
-            envelopes.AckStateMessage(state.topic, state.name, self.config.region, claim.claims)
+            envelopes.AckStateMessage(
+                state.topic, state.name, self.config.region, claim.claims, state.generation
+            )
         )
         state.published = claim.claims
 
@@ -1262,6 +1359,12 @@ class Agent:
                 continue
             if state.cursor is None or self._behind_forgotten(ts, state, state.cursor):
                 continue
+            if state.follow:
+                reset = self._follow_rewind(state, ts, now)
+                if reset is not None:
+                    creates.append(reset)
+                if reset is not None or state.follow:
+                    continue
             basis = (state.cursor, ts.tail.version, state.received.count() + state.received.count_partial())
             if basis == state.planned and state.pending_move is None:
                 continue
@@ -1311,6 +1414,28 @@ class Agent:
             if move is not None:
                 moves.append(move)
         self._perform(moves, now)
+
+    def _follow_rewind(self, state: Subscription, ts: TopicState, now: Now) -> fx.ResetCursor | None:
+        """The rewind that makes ``state``'s cursor acknowledge no more than its newer claims: back to the end
+        of the longest prefix of the log they acknowledge (the claims' holes above it are applied after, as
+        always). None when no rewind is needed (``follow`` cleared) or the tail has not read as far as the
+        cursor acknowledged yet (``follow`` kept)."""
+        assert state.cursor is not None
+        tail = ts.tail
+        if tail.last is None or tail.last < state.cursor.reach:
+            return None
+        state.follow = False
+        own = syncing.to_origin_acks(tail.index, state.cursor)
+        if not isinstance(own, syncing.Translation) or own.acks.merge(state.received) == state.received:
+            return None
+        plan = syncing.plan_apply(
+            tail.index,
+            AckState.of(BEFORE_ALL),
+            remote=state.received,
+            log=tail.positions_above(BEFORE_ALL),
+            size_of=tail.size_of,
+        )
+        return fx.ResetCursor(state.key, plan.new_mark_delete)
 
     def _admin_move(
         self, state: Subscription, ts: TopicState, plan: syncing.ApplyPlan, now: Now
@@ -1384,6 +1509,25 @@ class Agent:
                 self.rediscover.set()
         elif isinstance(outcome, fx.AdminMoved):
             self._fold_admin_move(state, outcome, now)
+        elif isinstance(outcome, fx.CursorReset):
+            self._fold_reset(state, outcome, now)
+
+    def _fold_reset(self, state: Subscription, outcome: fx.CursorReset, now: Now) -> None:
+        if outcome.error:
+            self.stats.inc("apply_errors")
+            state.follow = True  # try again next round
+            return
+        self.stats.inc("cursors_rewound")
+        log.info(
+            "rewound %s on %s to %s, as another region did", state.name, state.topic, outcome.mark_delete
+        )
+        state.reset_to = (outcome.mark_delete, now.mono + REWIND_SETTLE_S)
+        state.cursor = state.seen_feed = state.seen_poll = None  # read it again before planning
+        state.planned = state.pending_move = None
+        state.last_applied_at = now.wall
+        ts = self.topics.get(state.topic)
+        if ts is not None:
+            ts.poll = replace(ts.poll, next_at=0.0)
 
     def _fold_admin_move(self, state: Subscription, outcome: fx.AdminMoved, now: Now) -> None:
         if outcome.error:
@@ -1442,6 +1586,8 @@ class Agent:
                     "last_applied_at": s.last_applied_at or None,
                     "received_from": dict(s.received_from),
                     "consumers": s.consumers,
+                    "generation": s.generation,
+                    "active": s.active,
                 }
                 for s in list(self.subs.values())
                 if s.exists
@@ -1451,3 +1597,14 @@ class Agent:
 
 def _run_start(run: OriginRun) -> tuple[int, int]:
     return (run.ledger, run.first)
+
+
+def _guard_to_wire(guard: envelopes.ReplayGuard) -> dict[str, Any]:
+    return {"highest": [list(h) for h in guard.highest], "recent": [[r, list(s)] for r, s in guard.recent]}
+
+
+def _guard_from_wire(value: Any) -> envelopes.ReplayGuard:
+    return envelopes.ReplayGuard(
+        tuple((str(r), int(s)) for r, s in value["highest"]),
+        tuple((str(r), tuple(int(x) for x in seqs)) for r, seqs in value["recent"]),
+    )

@@ -15,6 +15,13 @@ Markers are ordinary messages, so they would reach applications: the broker plug
 from every subscription but the agents' (``geosync-*``). Without that filter the agent refuses to inject
 markers into the namespace and says how to enable it.
 
+Markers read are checked like control messages: signed by their sender region's key, written for the topic
+partition they are read from (a genuine marker copied into another topic is refused as misplaced), and, from
+other regions, not seen before: a replay guard per topic partition and sender (``guards``; kept in the
+agent's checkpoint) refuses a marker copied back into its own topic. This region's own markers skip the
+guard: re-reading them after a restart is how its snapshots are found again, and they name facts of that
+topic only.
+
 State stays bounded however long the agent runs: each topic partition caches at most ``max_cached``
 completed snapshots (``SnapshotCache.thinned``: recent ones dense, older ones sparse), and ``retain`` drops
 the state of topics the runtime no longer tracks (deleted, or moved out of snapshot mode).
@@ -108,6 +115,8 @@ class Snapshotting:
         self.interval_s = interval_s
         self.timeout_ms = int(timeout_s * 1000)
         self.topics: dict[str, TopicSnapshots] = {}
+        self.guards: dict[str, envelopes.ReplayGuard] = {}
+        """Per topic partition, the markers admitted from other regions (replays are refused)."""
         self.seq = first_seq
         self.max_cached = max_cached
 
@@ -123,17 +132,19 @@ class Snapshotting:
         gone = sorted(t for t in self.topics if t not in keep)
         for topic in gone:
             del self.topics[topic]
+        for topic in [t for t in self.guards if t not in keep]:
+            del self.guards[topic]
         return gone
 
-    def seal(self, marker: markers.Marker, *, now_ms: int) -> tuple[dict[str, str], bytes]:
+    def seal(self, marker: markers.Marker, *, topic: str, now_ms: int) -> tuple[dict[str, str], bytes]:
         self.seq += 1
-        return markers.encode_marker(self.keys.signer, marker, seq=self.seq, sent_at_ms=now_ms)
+        return markers.encode_marker(self.keys.signer, marker, topic=topic, seq=self.seq, sent_at_ms=now_ms)
 
     def publishing(self, topic: str, outgoing: Outgoing, *, now_ms: int) -> list[Publish]:
         """The effects that write ``outgoing`` markers into ``topic``."""
         out = []
         for marker, replicate_to in outgoing:
-            properties, data = self.seal(marker, now_ms=now_ms)
+            properties, data = self.seal(marker, topic=topic, now_ms=now_ms)
             counter = f"markers_sent_{markers.kind_of(marker)}"
             out.append(Publish(topic, data, counter, properties=properties, replicate_to=replicate_to))
         return out
@@ -154,9 +165,15 @@ class Snapshotting:
     ) -> MarkerWork:
         """A marker read in the local log of ``topic``; ``subscription_state(name)`` tells whether the
         subscription an update names exists here and its cursor (None if not read yet)."""
-        marker = markers.decode_marker(self.keys.keyring, properties, data)
-        if isinstance(marker, envelopes.Rejected):
-            return MarkerWork(rejected=marker)
+        opened = markers.open_marker(self.keys.keyring, properties, data, topic=topic)
+        if isinstance(opened, envelopes.Rejected):
+            return MarkerWork(rejected=opened)
+        envelope, marker = opened
+        if envelope.region != self.region:
+            guard, admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(envelope)
+            if isinstance(admitted, envelopes.Rejected):
+                return MarkerWork(rejected=admitted)
+            self.guards[topic] = guard
         if isinstance(marker, markers.Update):
             if marker.region == self.region:
                 return MarkerWork()

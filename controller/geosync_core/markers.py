@@ -16,7 +16,9 @@ Wire form of one marker message:
   batched message are not in the entry's metadata, where the filter looks).
 * payload = a sealed envelope (``geosync_core.envelopes``, version 1) whose ``kind`` equals the property
   and whose ``region`` is the sender; its payload is the marker body, a JSON object with ``version``
-  (``MARKER_VERSION``) and, per kind (positions are ``[ledger, entry]`` in the named region's log)::
+  (``MARKER_VERSION``, 2), ``topic`` (the topic partition the marker was written into, so a genuine marker
+  copied into another topic is refused as misplaced) and, per kind (positions are ``[ledger, entry]`` in
+  the named region's log)::
 
     snapshot-request   {snapshot_id, source_region, round}                 sender: source_region
     snapshot-response  {snapshot_id, source_region, region, position}     sender: region (responder)
@@ -24,14 +26,17 @@ Wire form of one marker message:
     update             {subscription, region, positions}                  sender: region
 
   ``positions`` is an object ``{region: [ledger, entry]}``; ``round`` is 1 or 2 (two rounds with three or
-  more regions, as PIP-33 does).
+  more regions, as PIP-33 does). Version 1 bodies had no ``topic``; they are refused (unsupported-version):
+  a marker that names no topic could be replayed into any topic.
 
 Invariants:
 
-* ``decode_marker(key, *encode_marker(key, m, ...)) == m`` for every marker;
+* ``decode_marker(key, *encode_marker(key, m, topic=t, ...), topic=t) == m`` for every marker;
 * ``decode_marker`` never raises: any input yields a marker or ``Rejected(reason)``;
 * a marker is accepted only if its envelope verifies, its envelope kind equals its property, its body
-  version is known, and its body's sender region is the envelope's region (a region speaks for itself);
+  version is known, its body's sender region is the envelope's region (a region speaks for itself), and
+  its body's topic is the topic it was read from (else ``misplaced``);
+* replays are the reader's to refuse (``open_marker`` hands back the envelope for a ``ReplayGuard``).
 * ``is_marker`` looks at the properties only (what the entry filter does in the broker).
 """
 
@@ -45,7 +50,7 @@ from geosync_core.envelopes import Envelope, Keyring, Reason, Rejected, Signer, 
 from geosync_core.positions import Position
 
 PROPERTY = "__geosync_marker"
-MARKER_VERSION = 1
+MARKER_VERSION = 2
 
 SNAPSHOT_REQUEST = "snapshot-request"
 SNAPSHOT_RESPONSE = "snapshot-response"
@@ -171,9 +176,10 @@ def is_marker(properties: Mapping[str, str]) -> bool:
     return PROPERTY in properties
 
 
-def encode_body(marker: Marker) -> dict[str, Any]:
-    """The marker body (the envelope's payload)."""
-    body: dict[str, Any] = {"version": MARKER_VERSION}
+def encode_body(marker: Marker, *, topic: str) -> dict[str, Any]:
+    """The marker body (the envelope's payload) of ``marker`` written into ``topic``."""
+    _check_text(topic)
+    body: dict[str, Any] = {"version": MARKER_VERSION, "topic": topic}
     if isinstance(marker, SnapshotRequest):
         body.update(snapshot_id=marker.snapshot_id, source_region=marker.source_region, round=marker.round)
     elif isinstance(marker, SnapshotResponse):
@@ -200,18 +206,33 @@ def encode_body(marker: Marker) -> dict[str, Any]:
 
 
 def encode_marker(
-    key: Signer | bytes, marker: Marker, *, seq: int, sent_at_ms: int
+    key: Signer | bytes, marker: Marker, *, topic: str, seq: int, sent_at_ms: int
 ) -> tuple[dict[str, str], bytes]:
-    """The properties and payload of the message that carries ``marker`` (publish it unbatched)."""
+    """The properties and payload of the message that carries ``marker`` into ``topic`` (publish it
+    unbatched, into that topic partition only)."""
     kind = kind_of(marker)
     envelope = Envelope(
-        kind=kind, region=marker.sender, seq=seq, sent_at_ms=sent_at_ms, payload=encode_body(marker)
+        kind=kind,
+        region=marker.sender,
+        seq=seq,
+        sent_at_ms=sent_at_ms,
+        payload=encode_body(marker, topic=topic),
     )
     return {PROPERTY: kind}, seal(key, envelope)
 
 
-def decode_marker(key: Keyring | bytes, properties: Mapping[str, str], data: bytes) -> Marker | Rejected:
-    """Verify and decode a marker message; never raises."""
+def decode_marker(
+    key: Keyring | bytes, properties: Mapping[str, str], data: bytes, *, topic: str
+) -> Marker | Rejected:
+    """Verify and decode a marker message read from ``topic``; never raises."""
+    opened = open_marker(key, properties, data, topic=topic)
+    return opened if isinstance(opened, Rejected) else opened[1]
+
+
+def open_marker(
+    key: Keyring | bytes, properties: Mapping[str, str], data: bytes, *, topic: str
+) -> tuple[Envelope, Marker] | Rejected:
+    """``decode_marker`` with the envelope too (its sender and ``seq``, for the reader's replay guard)."""
     kind = properties.get(PROPERTY)
     if kind is None:
         return Rejected(Reason.MALFORMED)
@@ -220,25 +241,32 @@ def decode_marker(key: Keyring | bytes, properties: Mapping[str, str], data: byt
         return opened
     if opened.kind != kind:
         return Rejected(Reason.MALFORMED)
-    return decode_body(opened)
+    marker = decode_body(opened, topic=topic)
+    return marker if isinstance(marker, Rejected) else (opened, marker)
 
 
-def decode_body(envelope: Envelope) -> Marker | Rejected:
-    """The marker in an opened envelope; never raises."""
+def decode_body(envelope: Envelope, *, topic: str) -> Marker | Rejected:
+    """The marker in an opened envelope read from ``topic``; never raises."""
     body = envelope.payload
     version = body.get("version")
     if not (isinstance(version, int) and not isinstance(version, bool) and 0 <= version < _LIMIT):
         return Rejected(Reason.MALFORMED)
     if version != MARKER_VERSION:
         return Rejected(Reason.UNSUPPORTED_VERSION)
-    fields = {k: v for k, v in body.items() if k != "version"}
+    fields = {k: v for k, v in body.items() if k not in ("version", "topic")}
     try:
         marker = _build(envelope.kind, fields)
     except (ValueError, TypeError, KeyError):
         return Rejected(Reason.MALFORMED)
-    if marker is None or marker.sender != envelope.region:
+    if marker is None or marker.sender != envelope.region or not _is_text(body.get("topic")):
         return Rejected(Reason.MALFORMED)
+    if body["topic"] != topic:
+        return Rejected(Reason.MISPLACED)
     return marker
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 _FIELDS = {

@@ -84,7 +84,14 @@ class RangeSet:
                     merged[-1] = Range(merged[-1].lower, r.upper)
             else:
                 merged.append(r)
-        return cls(tuple(merged))
+        return cls._trusted(tuple(merged))
+
+    @classmethod
+    def _trusted(cls, ranges: tuple[Range, ...]) -> RangeSet:
+        """A set ``of`` or ``above`` built canonical itself, without checking it again."""
+        made = object.__new__(cls)
+        object.__setattr__(made, "ranges", ranges)
+        return made
 
     @classmethod
     def parse(cls, text: str) -> RangeSet:
@@ -132,7 +139,7 @@ class RangeSet:
         for r in self.ranges:
             if r.upper > floor:
                 kept.append(r if r.lower >= floor else Range(floor, r.upper))
-        return RangeSet(tuple(kept))
+        return RangeSet._trusted(tuple(kept))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +172,16 @@ class AckState:
         whole = [Range.single(p) for p, acks in partial.items() if acks.is_full]
         rest = RangeSet.of((*ranges, *whole)).above(mark_delete)
         if rest and rest.ranges[0].lower == mark_delete:
-            mark_delete, rest = rest.ranges[0].upper, RangeSet(rest.ranges[1:])
+            mark_delete, rest = rest.ranges[0].upper, RangeSet._trusted(rest.ranges[1:])
         kept = sorted(
             (p, acks) for p, acks in partial.items() if acks.is_partial and p > mark_delete and p not in rest
         )
-        return cls(mark_delete, rest, tuple(kept))
+        # Normalized by construction (the checks of __post_init__ cost as much again; tests run them).
+        state = object.__new__(cls)
+        object.__setattr__(state, "mark_delete", mark_delete)
+        object.__setattr__(state, "ranges", rest)
+        object.__setattr__(state, "batches", tuple(kept))
+        return state
 
     @classmethod
     def parse(

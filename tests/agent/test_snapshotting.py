@@ -1,13 +1,19 @@
 """Snapshot mode's state stays bounded: a topic whose subscriptions never move caches at most
-``max_cached`` snapshots, and ``retain`` forgets topics the runtime no longer tracks (deleted ones)."""
+``max_cached`` snapshots, and ``retain`` forgets topics the runtime no longer tracks (deleted ones).
+Markers read are refused when copied into another topic or replayed into their own."""
 
 from __future__ import annotations
 
 import itertools
+import json
 
-from geosync_agent.snapshotting import MAX_CACHED, Snapshotting
+from geosync_agent.effects import AdminMove
+from geosync_agent.runtime import Now
+from geosync_agent.snapshotting import MAX_CACHED, MarkerWork, Snapshotting
 from geosync_core import envelopes, markers, snapshots
 from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from tests.agent.fakes import KEY, FakeRegion, Harness
 
 TOPIC = "persistent://geo/snap-ab/t"
 
@@ -73,3 +79,82 @@ def test_retain_forgets_topics_no_longer_tracked() -> None:
     assert set(s.topics) == {TOPIC}
     assert s.status()["cached"] == 1
     assert s.retain([TOPIC]) == []
+
+
+KEYS = envelopes.Keys.shared(b"k" * 32)
+OTHER = "persistent://geo/snap-ab/other"
+
+
+def _read(s: Snapshotting, topic: str, sealed: tuple[dict[str, str], bytes], at: int) -> MarkerWork:
+    """``sealed`` read in ``topic``; the update's subscription exists there with its cursor at the start
+    (so a move is never a no-op: whatever is refused is refused by the checks, not by the cursor)."""
+    properties, data = sealed
+    return s.on_read(
+        topic,
+        -1,
+        Position(5, at),
+        properties,
+        data,
+        markers_allowed=True,
+        subscription_state=lambda _: (True, AckState(Position(9, 0))),
+        now_ms=0,
+    )
+
+
+def _update_from_b(
+    topic: str, seq: int, *, sender: str = "b", to: str = "a", keys: envelopes.Keys = KEYS
+) -> tuple[dict[str, str], bytes]:
+    update = markers.Update(subscription="billing", region=sender, positions=((to, Position(9, 40)),))
+    return markers.encode_marker(keys.signer, update, topic=topic, seq=seq, sent_at_ms=0)
+
+
+def test_a_marker_copied_into_another_topic_is_refused_as_misplaced() -> None:
+    """Someone allowed to produce on OTHER copies b's genuine update there: the subscription of the same
+    name on OTHER must not move (before topic binding it moved to a's position of TOPIC)."""
+    s = _snapshotting()
+    sealed = _update_from_b(TOPIC, seq=1)
+    copied = _read(s, OTHER, sealed, at=1)
+    assert copied.rejected == envelopes.Rejected(envelopes.Reason.MISPLACED)
+    assert copied.effects == ()
+    genuine = _read(s, TOPIC, sealed, at=2)
+    assert genuine.rejected is None
+    assert [e.move for e in genuine.effects if isinstance(e, AdminMove)] == [Position(9, 40)]
+
+
+def test_a_marker_replayed_into_its_own_topic_is_refused() -> None:
+    s = _snapshotting()
+    first, later = _update_from_b(TOPIC, seq=10), _update_from_b(TOPIC, seq=11)
+    assert _read(s, TOPIC, first, at=1).rejected is None
+    assert _read(s, TOPIC, later, at=2).rejected is None
+    replayed = _read(s, TOPIC, first, at=3)
+    assert replayed.rejected == envelopes.Rejected(envelopes.Reason.REPLAYED)
+    assert replayed.effects == ()
+    # Guards are per topic partition: the same sequence numbers on another topic are that topic's own.
+    assert _read(s, OTHER, _update_from_b(OTHER, seq=10), at=1).rejected is None
+    s.retain([TOPIC])
+    assert set(s.guards) == {TOPIC}
+
+
+def test_own_markers_read_again_after_a_restart_are_not_refused() -> None:
+    """A restarted agent finds its snapshots again by re-reading its topics; its own markers skip the
+    guard."""
+    s = _snapshotting()
+    snap = markers.Snapshot(
+        snapshot_id="s1", region="a", local_position=Position(5, 1), positions=(("b", Position(9, 1)),)
+    )
+    sealed = markers.encode_marker(KEYS.signer, snap, topic=TOPIC, seq=3, sent_at_ms=0)
+    for at in (2, 2):
+        assert _read(s, TOPIC, sealed, at=at).rejected is None
+    assert len(s.topics[TOPIC].cache) == 1
+
+
+def test_marker_guards_survive_a_restart_in_the_checkpoint() -> None:
+    b = Harness.build(FakeRegion("b", {}))
+    from_a = _update_from_b(TOPIC, seq=10, sender="a", to="b", keys=envelopes.Keys.shared(KEY))
+    assert _read(b.agent.snapshots, TOPIC, from_a, at=1).rejected is None
+    guards = dict(b.agent.snapshots.guards)
+    assert guards  # the update from another region was admitted
+    state = json.loads(json.dumps(b.agent.checkpoint()))
+    again = Harness.build(FakeRegion("b", {}))
+    again.agent.restore(state, Now(again.clock, again.clock))
+    assert again.agent.snapshots.guards == guards

@@ -32,6 +32,7 @@ VECTORS = json.loads(
     (pathlib.Path(__file__).resolve().parents[2] / "testdata" / "markers" / "vectors.json").read_text("utf-8")
 )
 KEY = bytes.fromhex(VECTORS["key_hex"])
+TOPIC = VECTORS["topic"]
 
 names = st.text(min_size=1, max_size=8).filter(
     lambda s: s.encode("utf-8", "surrogatepass") == s.encode("utf-8", "ignore")
@@ -54,18 +55,18 @@ def test_valid_vectors(vector: dict[str, Any]) -> None:
     wire = bytes.fromhex(vector["wire_hex"])
     assert wire == vector["wire"].encode()
     assert vector["properties"] == {PROPERTY: vector["kind"]}
-    marker = decode_marker(KEY, vector["properties"], wire)
+    marker = decode_marker(KEY, vector["properties"], wire, topic=TOPIC)
     assert not isinstance(marker, Rejected), marker
     assert kind_of(marker) == vector["kind"]
     assert marker.sender == vector["region"]
-    assert encode_body(marker) == vector["body"]
-    props, again = encode_marker(KEY, marker, seq=vector["seq"], sent_at_ms=vector["sent_at_ms"])
+    assert encode_body(marker, topic=TOPIC) == vector["body"]
+    props, again = encode_marker(KEY, marker, topic=TOPIC, seq=vector["seq"], sent_at_ms=vector["sent_at_ms"])
     assert (props, again) == (vector["properties"], wire)
 
 
 @pytest.mark.parametrize("vector", VECTORS["rejected"], ids=lambda v: v["name"])
 def test_rejected_vectors(vector: dict[str, Any]) -> None:
-    got = decode_marker(KEY, vector["properties"], bytes.fromhex(vector["wire_hex"]))
+    got = decode_marker(KEY, vector["properties"], bytes.fromhex(vector["wire_hex"]), topic=TOPIC)
     assert got == Rejected(Reason(vector["reason"]))
 
 
@@ -84,10 +85,12 @@ def test_vectors_cover_every_kind() -> None:
 @fast
 @given(markers, st.integers(0, 2**63 - 1))
 def test_encode_decode_round_trips(marker: Marker, seq: int) -> None:
-    props, wire = encode_marker(KEY, marker, seq=seq, sent_at_ms=0)
+    props, wire = encode_marker(KEY, marker, topic=TOPIC, seq=seq, sent_at_ms=0)
     assert is_marker(props)
-    assert decode_marker(KEY, props, wire) == marker
-    assert decode_marker(b"other key", props, wire) == Rejected(Reason.BAD_SIGNATURE)
+    assert decode_marker(KEY, props, wire, topic=TOPIC) == marker
+    assert decode_marker(b"other key", props, wire, topic=TOPIC) == Rejected(Reason.BAD_SIGNATURE)
+    # A genuine marker copied into another topic (or another partition of its topic) is refused.
+    assert decode_marker(KEY, props, wire, topic=TOPIC + "x") == Rejected(Reason.MISPLACED)
     opened = open_envelope(KEY, wire)
     assert isinstance(opened, Envelope)
     assert (opened.kind, opened.region, opened.seq) == (kind_of(marker), marker.sender, seq)
@@ -97,7 +100,7 @@ def test_encode_decode_round_trips(marker: Marker, seq: int) -> None:
 @given(st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=3), st.binary(max_size=200))
 def test_decode_never_raises_on_garbage(properties: dict[str, str], data: bytes) -> None:
     assert isinstance(
-        decode_marker(KEY, properties, data),
+        decode_marker(KEY, properties, data, topic=TOPIC),
         SnapshotRequest | SnapshotResponse | Snapshot | Update | Rejected,
     )
 
@@ -124,6 +127,7 @@ json_values = st.recursive(
                 "local_position",
                 "positions",
                 "subscription",
+                "topic",
             ]
         ),
         json_values,
@@ -132,7 +136,7 @@ json_values = st.recursive(
 def test_decode_body_never_raises(kind: str, body: dict[str, Any]) -> None:
     envelope = Envelope(kind=kind, region="a", seq=1, sent_at_ms=0, payload=body)
     assert isinstance(
-        decode_body(envelope), SnapshotRequest | SnapshotResponse | Snapshot | Update | Rejected
+        decode_body(envelope, topic=TOPIC), SnapshotRequest | SnapshotResponse | Snapshot | Update | Rejected
     )
 
 

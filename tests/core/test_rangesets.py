@@ -105,7 +105,17 @@ def test_non_canonical_tuple_is_refused() -> None:
 @fast
 @given(st.lists(ranges(), max_size=6), positions)
 def test_above_keeps_exactly_what_lies_above(rs: list[Range], floor: Position) -> None:
-    assert members(RangeSet.of(rs).above(floor)) == {p for p in model(rs) if p > floor}
+    above = RangeSet.of(rs).above(floor)
+    assert members(above) == {p for p in model(rs) if p > floor}
+    assert RangeSet(above.ranges) == above  # built without the check (speed): the check accepts it
+
+
+@fast
+@given(batched_ack_states, st.lists(entries, max_size=4), positions)
+def test_states_built_without_checks_pass_them(state: AckState, acked: list[Position], at: Position) -> None:
+    """``of`` (and so every operation) skips ``__post_init__``'s checks for speed: they accept its values."""
+    for made in (state, state.ack(*acked), state.ack_cumulative(at)):
+        assert AckState(made.mark_delete, RangeSet(made.ranges.ranges), made.batches) == made
 
 
 # --- AckState -----------------------------------------------------------------------------------------

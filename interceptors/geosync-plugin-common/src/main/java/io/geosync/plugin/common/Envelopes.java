@@ -37,7 +37,9 @@ public final class Envelopes {
         BAD_SIGNATURE("bad-signature"),
         MALFORMED("malformed"),
         UNSUPPORTED_VERSION("unsupported-version"),
-        REPLAYED("replayed");
+        REPLAYED("replayed"),
+        /** Genuine, but read where it was not written (a marker copied into another topic). */
+        MISPLACED("misplaced");
 
         private final String wire;
 

@@ -20,11 +20,12 @@ import java.util.TreeMap;
  *
  * <p>A marker message carries the property {@link #PROPERTY} (its presence alone makes it a marker; the
  * value is the kind) and a payload that is a sealed {@link Envelopes envelope} whose kind equals the
- * property, whose region is the sender, and whose payload is the versioned marker body.
+ * property, whose region is the sender, and whose payload is the versioned marker body. The body names the
+ * topic partition the marker was written into (version 2); a marker read from another topic is misplaced.
  */
 public final class Markers {
     public static final String PROPERTY = "__geosync_marker";
-    public static final int MARKER_VERSION = 1;
+    public static final int MARKER_VERSION = 2;
     public static final String SNAPSHOT_REQUEST = "snapshot-request";
     public static final String SNAPSHOT_RESPONSE = "snapshot-response";
     public static final String SNAPSHOT = "snapshot";
@@ -150,14 +151,20 @@ public final class Markers {
         return properties.containsKey(PROPERTY);
     }
 
-    /** The properties and payload of the message that carries {@code marker} (publish it unbatched). */
-    public static Map.Entry<Map<String, String>, byte[]> encode(byte[] key, Marker marker, long seq, long sentAtMs) {
-        Envelope envelope = new Envelope(marker.kind(), marker.sender(), seq, sentAtMs, marker.body());
+    /** The properties and payload of the message that carries {@code marker} into {@code topic} (publish it
+     * unbatched). */
+    public static Map.Entry<Map<String, String>, byte[]> encode(
+            byte[] key, Marker marker, String topic, long seq, long sentAtMs) {
+        text(topic);
+        Map<String, Object> body = new HashMap<>(marker.body());
+        body.put("topic", topic);
+        Envelope envelope = new Envelope(marker.kind(), marker.sender(), seq, sentAtMs, body);
         return Map.entry(Map.of(PROPERTY, marker.kind()), Envelopes.seal(key, envelope));
     }
 
-    /** Verify and decode a marker message: a {@link Marker} or a {@link Rejected}; never throws. */
-    public static Opened decode(byte[] key, Map<String, String> properties, byte[] data) {
+    /** Verify and decode a marker message read from {@code topic}: a {@link Marker} or a {@link Rejected};
+     * never throws. */
+    public static Opened decode(byte[] key, Map<String, String> properties, byte[] data, String topic) {
         try {
             String kind = properties.get(PROPERTY);
             if (kind == null) {
@@ -170,14 +177,14 @@ public final class Markers {
             if (!envelope.kind().equals(kind)) {
                 return new Rejected(Reason.MALFORMED);
             }
-            return decodeBody(envelope);
+            return decodeBody(envelope, topic);
         } catch (RuntimeException e) {
             return new Rejected(Reason.MALFORMED);
         }
     }
 
-    /** The marker in an opened envelope; never throws. */
-    public static Opened decodeBody(Envelope envelope) {
+    /** The marker in an opened envelope read from {@code topic}; never throws. */
+    public static Opened decodeBody(Envelope envelope, String topic) {
         Map<String, Object> body = envelope.payload();
         Object version = body.get("version");
         if (!Envelopes.isCount(version)) {
@@ -188,16 +195,17 @@ public final class Markers {
         }
         Map<String, Object> fields = new HashMap<>(body);
         fields.remove("version");
+        Object bound = fields.remove("topic");
         Marker marker;
         try {
             marker = build(envelope.kind(), fields);
         } catch (IllegalArgumentException | NullPointerException | ClassCastException e) {
             return new Rejected(Reason.MALFORMED);
         }
-        if (marker == null || !marker.sender().equals(envelope.region())) {
+        if (marker == null || !marker.sender().equals(envelope.region()) || !Envelopes.isText(bound)) {
             return new Rejected(Reason.MALFORMED);
         }
-        return marker;
+        return bound.equals(topic) ? marker : new Rejected(Reason.MISPLACED);
     }
 
     private static Marker build(String kind, Map<String, Object> f) {

@@ -37,6 +37,10 @@ class MarkersTest {
         return Vectors.hex(vectors().get("key_hex"));
     }
 
+    static String topic() throws Exception {
+        return (String) vectors().get("topic");
+    }
+
     static Stream<Map<String, Object>> valid() throws Exception {
         return Vectors.list(vectors(), "valid").stream();
     }
@@ -57,14 +61,16 @@ class MarkersTest {
     @MethodSource("valid")
     void validVectorsDecodeAndEncodeToTheSameBytes(Map<String, Object> vector) throws Exception {
         byte[] wire = Vectors.hex(vector.get("wire_hex"));
-        Opened got = Markers.decode(key(), properties(vector), wire);
+        Opened got = Markers.decode(key(), properties(vector), wire, topic());
         Marker marker = assertInstanceOf(Marker.class, got, String.valueOf(got));
         assertEquals(vector.get("kind"), marker.kind());
         assertEquals(vector.get("region"), marker.sender());
-        assertEquals(Json.sorted((Map<String, Object>) vector.get("body")), Json.sorted(marker.body()));
+        Map<String, Object> body = new HashMap<>(marker.body());
+        body.put("topic", topic());
+        assertEquals(Json.sorted((Map<String, Object>) vector.get("body")), Json.sorted(body));
         long seq = ((BigInteger) vector.get("seq")).longValueExact();
         long sentAt = ((BigInteger) vector.get("sent_at_ms")).longValueExact();
-        Map.Entry<Map<String, String>, byte[]> encoded = Markers.encode(key(), marker, seq, sentAt);
+        Map.Entry<Map<String, String>, byte[]> encoded = Markers.encode(key(), marker, topic(), seq, sentAt);
         assertEquals(properties(vector), encoded.getKey());
         assertArrayEquals(wire, encoded.getValue(), (String) vector.get("name"));
     }
@@ -72,7 +78,7 @@ class MarkersTest {
     @ParameterizedTest
     @MethodSource("rejected")
     void rejectedVectorsGiveThePythonReason(Map<String, Object> vector) throws Exception {
-        Opened got = Markers.decode(key(), properties(vector), Vectors.hex(vector.get("wire_hex")));
+        Opened got = Markers.decode(key(), properties(vector), Vectors.hex(vector.get("wire_hex")), topic());
         assertEquals(new Rejected(Reason.fromWire((String) vector.get("reason"))), got, (String) vector.get("name"));
     }
 
@@ -98,9 +104,10 @@ class MarkersTest {
                 case 2 -> new Snapshot("s" + i, "c", new Position(3, i), positions);
                 default -> new Update("sub-" + i, "zürich", positions);
             };
-            Map.Entry<Map<String, String>, byte[]> wire = Markers.encode(k, m, i, 1000L * i);
+            Map.Entry<Map<String, String>, byte[]> wire = Markers.encode(k, m, "t-" + i, i, 1000L * i);
             assertTrue(Markers.isMarker(wire.getKey()));
-            assertEquals(m, Markers.decode(k, wire.getKey(), wire.getValue()));
+            assertEquals(m, Markers.decode(k, wire.getKey(), wire.getValue(), "t-" + i));
+            assertEquals(new Rejected(Reason.MISPLACED), Markers.decode(k, wire.getKey(), wire.getValue(), "t"));
         }
     }
 
@@ -111,7 +118,7 @@ class MarkersTest {
         for (int i = 0; i < 3000; i++) {
             byte[] data = new byte[random.nextInt(100)];
             random.nextBytes(data);
-            assertInstanceOf(Rejected.class, Markers.decode(k, Map.of(Markers.PROPERTY, "x"), data));
+            assertInstanceOf(Rejected.class, Markers.decode(k, Map.of(Markers.PROPERTY, "x"), data, "t"));
         }
     }
 
