@@ -1562,6 +1562,10 @@ class Agent:
             "subscriptions": len(self.subs),
             "capabilities": self.caps.as_dict(),
             "index_runs": sum(len(t.tail.index) for t in topics),
+            "entry_details": sum(len(t.tail.details) for t in topics),
+            "claim_spans": sum(
+                _claim_size(s.published) + _claim_size(s.received) for s in list(self.subs.values())
+            ),
             "unresolved": {t.tail.topic: len(t.tail.unresolved) for t in topics if t.tail.unresolved},
             "retrying": sum(len(t.tail.pending) for t in topics),
             "bytes_read": sum(t.tail.bytes_read for t in topics),
@@ -1593,6 +1597,13 @@ class Agent:
                 if s.exists
             ],
         }
+
+
+def _claim_size(acks: OriginAcks | None) -> int:
+    """Spans and partly claimed entries in ``acks``: what a subscription's claims cost to keep and send."""
+    if acks is None:
+        return 0
+    return sum(len(spans) for _, spans in acks.by_region) + sum(len(b) for _, b in acks.partials)
 
 
 def _run_start(run: OriginRun) -> tuple[int, int]:

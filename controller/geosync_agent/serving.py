@@ -174,6 +174,8 @@ def endpoint(
                 self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain")
             elif self.path == "/state":
                 state = {**agent.status(), "signing": signing_state(agent.keys)}
+                if mirror is not None:
+                    state["mirror"] = mirror.snapshot()
                 self._send(200, json.dumps(state, default=str).encode(), "application/json")
             else:
                 self._send(404, b"not found\n", "text/plain")
