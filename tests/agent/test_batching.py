@@ -169,3 +169,21 @@ def test_states_with_partial_batches_travel_apart_from_the_others() -> None:
         if isinstance(o, envelopes.Envelope)
     )
     assert versions == [(1, [other]), (2, [SUB])]
+
+
+def test_a_partial_claim_completed_later_is_applied_whole() -> None:
+    """Claims that change while their count of entries plus partial messages does not (a partial entry
+    becoming whole: one entry more, one partial message less) are planned again."""
+    a, b = batched_pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0]])
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[1], SIZE, 0)
+    a.step()
+    carry(a, b)
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)].batch(B_LOG[1]) == BatchAcks.of(SIZE, [0])
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[1], SIZE, 1, 2, 3)
+    a.step()
+    assert carry(a, b) == 1
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]
