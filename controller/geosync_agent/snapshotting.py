@@ -119,12 +119,17 @@ class Snapshotting:
         """Per topic partition, the markers admitted from other regions (replays are refused)."""
         self.seq = first_seq
         self.max_cached = max_cached
+        self.covered: dict[str, bool] = {}
+        """``covers``'s answers per topic (it is asked for every subscription every round)."""
 
     def covers(self, topic: str) -> bool:
         """Whether ``topic`` is in a snapshot-mode namespace."""
-        rest = topic.split("://", 1)[-1]
-        namespace = "/".join(rest.split("/")[:2])
-        return any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+        known = self.covered.get(topic)
+        if known is None:
+            rest = topic.split("://", 1)[-1]
+            namespace = "/".join(rest.split("/")[:2])
+            known = self.covered[topic] = any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+        return known
 
     def retain(self, tracked: Iterable[str]) -> list[str]:
         """Forget every topic not in ``tracked`` (its cache, builder, counters); the topics forgotten."""
@@ -134,6 +139,7 @@ class Snapshotting:
             del self.topics[topic]
         for topic in [t for t in self.guards if t not in keep]:
             del self.guards[topic]
+        self.covered = {t: c for t, c in self.covered.items() if t in keep}
         return gone
 
     def seal(self, marker: markers.Marker, *, topic: str, now_ms: int) -> tuple[dict[str, str], bytes]:

@@ -81,6 +81,18 @@ def test_retain_forgets_topics_no_longer_tracked() -> None:
     assert s.retain([TOPIC]) == []
 
 
+def test_covers_answers_per_topic_and_forgets_topics_no_longer_tracked() -> None:
+    s = _snapshotting()
+    plain = "persistent://geo/ab/orders"
+    assert s.covers(TOPIC)
+    assert not s.covers(plain)
+    assert s.covers(TOPIC)  # remembered: the same answer
+    assert not s.covers(plain)
+    assert s.covered == {TOPIC: True, plain: False}
+    s.retain([TOPIC])
+    assert s.covered == {TOPIC: True}
+
+
 KEYS = envelopes.Keys.shared(b"k" * 32)
 OTHER = "persistent://geo/snap-ab/other"
 
