@@ -8,6 +8,13 @@ error *objects* into the result list rather than raising (a stale version does n
 result is checked. kazoo's errors become the project's: ``ZkStale`` (re-read and decide again),
 ``ZkUnavailable`` (connection or session trouble: retry later), ``ZkRefused`` (permanent).
 
+Authentication (``ZkAuth``, README "ZooKeeper authentication"): with digest credentials the session
+authenticates, and every node the store creates gets an ACL giving that identity all rights and nobody else
+any (or read, ``world_read``): GeoSync's own nodes (the mirror's lock and checkpoint) cannot be written or
+deleted by another client. Nodes Pulsar also manages (policies) are created ``public``, world-open, as Pulsar
+creates them itself without ZooKeeper authentication. The password never reaches a log: kazoo logs its
+authentication request at DEBUG, and this module's logger redacts it.
+
 Watches are ZooKeeper's one-shot data and child watches, re-armed by the next read of the node. Their
 callbacks run on kazoo's event thread, so they only hand a ``Fired`` value to ``notify`` (which must not
 block; the mirror passes a queue's ``put``). Watches do not survive a session expiry: a caller that sees
@@ -18,16 +25,60 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 from geosync_core.errors import PermanentError, TemporaryError
 
 log = logging.getLogger("geosync.zookeeper")
+
+DIGEST = "digest"
+SCHEMES = (DIGEST,)
+
+
+@dataclass(frozen=True)
+class ZkAuth:
+    """Digest credentials of the agent's ZooKeeper identity (``user``), and who else may read its nodes."""
+
+    user: str
+    password: str = field(repr=False)
+    world_read: bool = False
+
+    def acl(self) -> list[ACL]:
+        """The ACL of the nodes this identity creates: all rights for it, none (or read) for anyone else."""
+        own = make_digest_acl(self.user, self.password, all=True)
+        return [own, make_acl("world", "anyone", read=True)] if self.world_read else [own]
+
+    def credential(self) -> str:
+        return f"{self.user}:{self.password}"
+
+
+class _Redact(logging.Filter):
+    """Replaces the credentials of every authenticated store in this module's records (kazoo logs its
+    requests, the authentication one included, at DEBUG through the logger it is given)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            hidden = message
+            for secret in self.secrets:
+                hidden = hidden.replace(secret, "<redacted>")
+            if hidden != message:
+                record.msg, record.args = hidden, ()
+        return True
+
+
+_REDACT = _Redact()
+log.addFilter(_REDACT)
 
 
 class ZkError(Exception):
@@ -117,7 +168,8 @@ def translate(error: BaseException, *, op: str, path: str) -> ZkError:
 
 
 class Store:
-    """One region's ZooKeeper. ``notify`` receives fired watches; ``client`` may be injected (tests)."""
+    """One region's ZooKeeper. ``notify`` receives fired watches; ``auth``: authenticate, and create nodes
+    with that identity's ACL (module docstring); ``client`` may be injected (tests)."""
 
     def __init__(
         self,
@@ -125,12 +177,20 @@ class Store:
         *,
         session_timeout_s: float = 10.0,
         notify: Callable[[Fired], None] | None = None,
+        auth: ZkAuth | None = None,
         client: Any = None,
     ) -> None:
         self.hosts = hosts
         self.notify = notify
+        self.auth = auth
         self._watchers: dict[str, Callable[[WatchedEvent], None]] = {}
-        self.client: Any = client or KazooClient(hosts=hosts, timeout=session_timeout_s, logger=log)
+        options: dict[str, Any] = {}
+        if auth is not None:
+            _REDACT.secrets.update((auth.credential(), auth.password))
+            options = {"auth_data": [(DIGEST, auth.credential())], "default_acl": auth.acl()}
+        self.client: Any = client or KazooClient(
+            hosts=hosts, timeout=session_timeout_s, logger=log, **options
+        )
 
     # -- session -----------------------------------------------------------------------------------
 
@@ -219,11 +279,13 @@ class Store:
         expected: Node | None,
         fence: tuple[str, int] | None = None,
         ephemeral: bool = False,
+        public: bool = False,
     ) -> None:
         """Make ``path`` hold ``value`` (``None``: no node) if it still is ``expected`` (``None``: absent).
 
         ``fence`` is ``(path, version)`` of a node that must be unchanged for the write to happen (checked
         in the same transaction). Deleting an absent node that was expected absent does nothing.
+        ``public``: a node created is world-open (one Pulsar manages too), not this identity's.
         """
         if value is None and expected is None:
             return
@@ -232,7 +294,7 @@ class Store:
             txn.check(fence[0], fence[1])
         if expected is None:
             op = "create"
-            txn.create(path, value, ephemeral=ephemeral)
+            txn.create(path, value, ephemeral=ephemeral, acl=OPEN_ACL_UNSAFE if public else None)
         elif value is None:
             op = "delete"
             txn.delete(path, version=expected.version)
@@ -276,3 +338,23 @@ class Store:
             self.client.ensure_path(path)
         except Exception as e:
             raise translate(e, op="ensure", path=path) from e
+
+    def secure(self, path: str) -> int:
+        """Give ``path`` and every node below it this identity's ACL where it differs (nodes created before
+        authentication was configured, or by another tool); how many were changed. Nothing without auth."""
+        if self.auth is None:
+            return 0
+        acl, changed, pending = self.auth.acl(), 0, [path]
+        while pending:
+            node = pending.pop()
+            try:
+                current, stat = self.client.get_acls(node)
+                if sorted(current) != sorted(acl):
+                    self.client.set_acls(node, acl, version=stat.aversion)
+                    changed += 1
+                pending.extend(f"{node.rstrip('/')}/{child}" for child in self.client.get_children(node))
+            except kx.NoNodeError:
+                continue  # an ephemeral lock node gone meanwhile
+            except Exception as e:
+                raise translate(e, op="acl", path=node) from e
+        return changed

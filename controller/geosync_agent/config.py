@@ -1,8 +1,9 @@
 """The agent's settings: one YAML file per region, checked at start-up with the bad key named.
 
-Secrets never come from the command line: the region's signing key, the legacy shared HMAC key and the
-admin/broker token are read from files (``signing_key_file``, ``key_file``, ``token_file``) or from the
-environment (``GEOSYNC_KEY``, ``GEOSYNC_TOKEN``), and are never logged.
+Secrets never come from the command line: the region's signing key, the legacy shared HMAC key, the
+admin/broker token and the ZooKeeper credentials are read from files (``signing_key_file``, ``key_file``,
+``token_file``, ``zookeeper_auth_file``) or from the environment (``GEOSYNC_KEY``, ``GEOSYNC_TOKEN``), and are
+never logged, nor shown in ``/state`` or the metrics.
 
 Signing (README, "Signing keys"): each region signs its control messages with its own Ed25519 key
 (``signing_key_file``, ``signing_key_id``) and accepts each region's messages under the keys its keyring
@@ -22,6 +23,7 @@ import yaml
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging, routing, signing
+from geosync_adapters import zookeeper as zk
 from geosync_core import envelopes
 from geosync_core.errors import PermanentError
 
@@ -103,6 +105,14 @@ class AgentConfig:
     """Address the metrics endpoint binds (0.0.0.0 in a pod, so the kubelet and Prometheus reach it)."""
     zookeeper: str = ""
     """The region's ZooKeeper (policy mirror)."""
+    zookeeper_auth_scheme: str = "digest"
+    """How the mirror authenticates to ZooKeeper when ``zookeeper_auth_file`` is set (``digest`` only)."""
+    zookeeper_auth_file: str = ""
+    """A file holding ``user:password``: the mirror authenticates with it and creates its own nodes (under
+    ``mirror_root``) with an ACL giving that identity every right and nobody else any ("": unauthenticated,
+    world-open nodes). README, "ZooKeeper authentication"."""
+    zookeeper_world_read: bool = False
+    """Let every ZooKeeper client read (never write) the mirror's own nodes (with ``zookeeper_auth_file``)."""
     snapshot_namespaces: tuple[str, ...] = ()
     """fnmatch patterns of namespaces synced in snapshot mode (PIP-33 markers; mark-delete only), for
     brokers that do not stamp __MSG_PROP_REPL_SOURCE_POSITION (before 3.0.11 / 3.3.6 / 4.0.4).
@@ -190,6 +200,27 @@ class AgentConfig:
                 "random bytes (e.g. openssl rand -hex 32), or better, per-region keys (geoctl keys generate)"
             )
         return envelopes.SharedKey(data)
+
+    def zookeeper_auth(self) -> zk.ZkAuth | None:
+        """The mirror's ZooKeeper credentials (None: unauthenticated); a ``ConfigError`` naming the file,
+        never its content, when they are unusable."""
+        if not self.zookeeper_auth_file:
+            return None
+        if self.zookeeper_auth_scheme not in zk.SCHEMES:
+            raise ConfigError(
+                f"zookeeper_auth_scheme {self.zookeeper_auth_scheme!r} is not supported; use "
+                + " or ".join(zk.SCHEMES)
+            )
+        try:
+            text = pathlib.Path(self.zookeeper_auth_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"zookeeper_auth_file {self.zookeeper_auth_file!r} cannot be read: {e}") from e
+        user, colon, password = text.partition(":")
+        if not (user and colon and password) or "\n" in text:
+            raise ConfigError(
+                f"zookeeper_auth_file {self.zookeeper_auth_file!r} must hold one line user:password"
+            )
+        return zk.ZkAuth(user, password, world_read=self.zookeeper_world_read)
 
     def admin_client(self, *, timeout: float) -> routing.RegionAdmin:
         """An admin client for this region's brokers (``routing``: every broker's feed, plugin calls at the

@@ -34,6 +34,12 @@ are in ``geosync_core.policies``. This module is their runtime:
   collected at each recheck (``policies.collect_tombstones`` says why that resurrects nothing), so the
   checkpoint holds the live policies plus the deletions of the last days, not every deletion ever made.
 
+ZooKeeper authentication (``zookeeper_auth_file``): the mirror's session authenticates with digest
+credentials, its own nodes under ``mirror_root`` (lock, checkpoint) are created with, and at each term's
+start set to, an ACL that lets no other client write or delete them, so nobody but the agent's identity can
+fence the leader off, forge its checkpoint or take its lock. Policy nodes it creates stay world-open, as
+Pulsar's own are where ZooKeeper has no authentication (brokers must keep managing them).
+
 Scope: only ``/admin/policies/{tenant}`` and ``/admin/policies/{tenant}/{ns}`` of tenants matching
 ``mirror_tenants`` and not ``mirror_exclude_tenants`` (by default ``public`` and ``pulsar``, which every
 cluster creates for itself). Events outside the scope are counted and ignored.
@@ -237,6 +243,7 @@ class Mirror:
             self.config.zookeeper,
             session_timeout_s=self.config.mirror_session_timeout_s,
             notify=lambda fired: q.put(("zk", fired)),
+            auth=self.config.zookeeper_auth(),
         )
         store.on_state(lambda state: q.put(("state", state)))
         client: pulsar.Client | None = None
@@ -247,6 +254,10 @@ class Mirror:
             store.start()
             root = self.config.mirror_root.rstrip("/")
             store.ensure_path(root)
+            if secured := store.secure(root):
+                log.info(
+                    "policy mirror %s: %d node(s) under %s given the agent's ACL", self.region, secured, root
+                )
             lock = store.lock(f"{root}/leader", self.identifier)
             while not self._stop.is_set() and not store.try_acquire(lock, timeout_s=1.0):
                 self._check_state_items()
@@ -569,7 +580,7 @@ class Mirror:
                 continue
             if current != event.value:
                 try:
-                    store.write(event.path, event.value, expected=node, fence=self._fence)
+                    store.write(event.path, event.value, expected=node, fence=self._fence, public=True)
                 except zk.ZkFenced as e:
                     raise SessionLost(f"no longer the leader: {e}") from e
                 except zk.ZkStale:

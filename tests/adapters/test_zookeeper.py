@@ -8,12 +8,14 @@ and chained; watch callbacks only hand a value over.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from kazoo import exceptions as kx
+from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
 from geosync_adapters import zookeeper as zk
 from geosync_core.errors import PermanentError, TemporaryError
@@ -34,8 +36,9 @@ class _Txn:
     def check(self, path: str, version: int) -> None:
         self.ops.append(("check", path, version))
 
-    def create(self, path: str, value: bytes, ephemeral: bool = False) -> None:
+    def create(self, path: str, value: bytes, ephemeral: bool = False, acl: Any = None) -> None:
         self.ops.append(("create", path, value))
+        self.fake.created_acls[path] = acl
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         self.ops.append(("set", path, value, version))
@@ -87,6 +90,7 @@ class _FakeKazoo:
         self.raise_on_get: BaseException | None = None
         self.connected = True
         self.client_id = (42, b"")
+        self.created_acls: dict[str, Any] = {}
 
     def transaction(self) -> _Txn:
         return _Txn(self)
@@ -204,3 +208,39 @@ def test_watches_only_hand_a_value_to_notify(fake: _FakeKazoo) -> None:
     fake.watchers["/admin/x"](_Event("/admin/x", "CHANGED"))
     fake.watchers["/admin/absent"](_Event("/admin/absent", "CREATED"))
     assert got == [zk.Fired("/admin/x", "data", "CHANGED"), zk.Fired("/admin/absent", "data", "CREATED")]
+
+
+def test_public_nodes_are_created_world_open_others_with_the_stores_acl(fake: _FakeKazoo) -> None:
+    """Policy nodes (``public``) stay manageable by the brokers; the rest take the client's default ACL
+    (the agent's identity's, when authenticated: ``ZkAuth.acl``)."""
+    store = zk.Store("fake", client=fake)
+    store.write("/admin/policy", b"{}", expected=None, public=True)
+    store.write("/admin/own", b"x", expected=None)
+    assert fake.created_acls == {"/admin/policy": list(OPEN_ACL_UNSAFE), "/admin/own": None}
+
+
+def test_digest_credentials_give_the_identity_every_right_and_others_none_or_read() -> None:
+    auth = zk.ZkAuth("agent", "pw-never-shown")
+    (own,) = auth.acl()
+    assert (own.perms, own.id.scheme) == (Permissions.ALL, "digest")
+    assert own.id.id.startswith("agent:")
+    assert "pw-never-shown" not in own.id.id
+    readable = zk.ZkAuth("agent", "pw-never-shown", world_read=True).acl()
+    assert [(a.perms, a.id.scheme) for a in readable] == [
+        (Permissions.ALL, "digest"),
+        (Permissions.READ, "world"),
+    ]
+    assert "pw-never-shown" not in repr(auth)
+    client = zk.Store("127.0.0.1:1", auth=auth).client
+    assert client.default_acl == [own]
+    assert (zk.DIGEST, "agent:pw-never-shown") in client.auth_data
+
+
+def test_credentials_are_redacted_from_the_adapters_log(caplog: pytest.LogCaptureFixture) -> None:
+    zk.Store("127.0.0.1:1", auth=zk.ZkAuth("agent", "pw-redact-me"))
+    caplog.set_level(logging.DEBUG, logger="geosync.zookeeper")
+    logging.getLogger("geosync.zookeeper").debug(
+        "Sending request(xid=%s): %s", -4, "Auth(auth='agent:pw-redact-me')"
+    )
+    assert "pw-redact-me" not in caplog.text
+    assert "<redacted>" in caplog.text

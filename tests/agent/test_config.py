@@ -164,3 +164,39 @@ def test_signing_settings_that_cannot_work_say_what_to_do(
     for settings, match in cases:
         with pytest.raises(cfg.ConfigError, match=match):
             cfg.load(write(tmp_path, **settings)).keys()
+
+
+def test_zookeeper_credentials_are_read_from_their_file(tmp_path: pathlib.Path) -> None:
+    secret = tmp_path / "zk.auth"
+    secret.write_text("geosync-agent:s3cret-pass\n")
+    auth = cfg.load(
+        write(tmp_path, zookeeper_auth_file=str(secret), zookeeper_world_read=True)
+    ).zookeeper_auth()
+    assert auth is not None
+    assert (auth.user, auth.password, auth.world_read) == ("geosync-agent", "s3cret-pass", True)
+    assert "s3cret-pass" not in repr(auth)
+    assert [a.id.scheme for a in auth.acl()] == ["digest", "world"]
+    assert cfg.load(write(tmp_path)).zookeeper_auth() is None
+
+
+@pytest.mark.parametrize(
+    ("content", "settings", "message"),
+    [
+        ("no-colon-s3cret", {}, "one line user:password"),
+        (":s3cret", {}, "one line user:password"),
+        ("user:s3cret\nmore:s3cret", {}, "one line user:password"),
+        ("user:s3cret", {"zookeeper_auth_scheme": "sasl"}, "not supported"),
+    ],
+)
+def test_unusable_zookeeper_credentials_are_named_never_shown(
+    tmp_path: pathlib.Path, content: str, settings: dict[str, str], message: str
+) -> None:
+    secret = tmp_path / "zk.auth"
+    secret.write_text(content)
+    loaded = cfg.load(write(tmp_path, zookeeper_auth_file=str(secret), **settings))
+    with pytest.raises(cfg.ConfigError, match=message) as refused:
+        loaded.zookeeper_auth()
+    assert "s3cret" not in str(refused.value)
+    missing = cfg.load(write(tmp_path, zookeeper_auth_file=str(tmp_path / "absent")))
+    with pytest.raises(cfg.ConfigError, match="cannot be read"):
+        missing.zookeeper_auth()

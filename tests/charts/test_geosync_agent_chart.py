@@ -249,3 +249,22 @@ def test_without_a_state_volume_there_is_no_checkpoint() -> None:
     assert "state_dir" not in agent_config(docs)
     pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
     assert all(v["name"] != "geosync-state" for v in pod["volumes"])
+
+
+def test_zookeeper_credentials_come_from_a_mounted_secret() -> None:
+    docs = render(
+        {
+            "agent": {"region": "east", "zookeeper": "zk:2181"},
+            "zookeeperAuth": {"enabled": True, "secretName": "zk-digest", "worldRead": True},
+        }
+    )
+    config = agent_config(docs)
+    assert config["zookeeper_auth_scheme"] == "digest"
+    assert config["zookeeper_auth_file"] == "/var/run/secrets/geosync/zookeeper/zookeeper.auth"
+    assert config["zookeeper_world_read"] is True
+    spec = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["geosync-zookeeper"]["secret"] == {"secretName": "zk-digest", "defaultMode": 0o400}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["geosync-zookeeper"]["mountPath"] == "/var/run/secrets/geosync/zookeeper"
+    assert "zookeeper_auth_file" not in agent_config(render({"agent": {"region": "east"}}))

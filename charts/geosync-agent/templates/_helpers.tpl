@@ -58,6 +58,9 @@ volumeMounts:
   {{- if .Values.token.enabled }}
   - {name: geosync-token, mountPath: /var/run/secrets/geosync/token, readOnly: true}
   {{- end }}
+  {{- if .Values.zookeeperAuth.enabled }}
+  - {name: geosync-zookeeper, mountPath: /var/run/secrets/geosync/zookeeper, readOnly: true}
+  {{- end }}
 {{- end -}}
 
 {{- define "geosync-agent.volumes" -}}
@@ -82,6 +85,10 @@ volumeMounts:
 {{- if .Values.token.enabled }}
 - name: geosync-token
   secret: {secretName: {{ .Values.token.secretName }}, defaultMode: 0400}
+{{- end }}
+{{- if .Values.zookeeperAuth.enabled }}
+- name: geosync-zookeeper
+  secret: {secretName: {{ .Values.zookeeperAuth.secretName }}, defaultMode: 0400}
 {{- end }}
 {{- end -}}
 
