@@ -300,6 +300,8 @@ class Agent:
         self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
         self.checkpoint_at = 0.0
         self.checkpoint_info: dict[str, Any] = {}
+        self.checkpoint_writer: threading.Thread | None = None
+        """The thread writing the last checkpoint a round took (None before the first)."""
         self.transit_ms = Recent()
         """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
 
@@ -349,7 +351,7 @@ class Agent:
         self.round_done_at = now.mono
         if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
             self.checkpoint_at = now.mono + self.config.checkpoint_interval_s
-            self.save_checkpoint()
+            self.save_checkpoint(background=True)
 
     def bound_details(self) -> None:
         """Keep the entries' keys and batch sizes within ``max_entry_details`` over all topics: the largest
@@ -379,15 +381,41 @@ class Agent:
 
     # -- checkpoint (see geosync_agent.checkpointing) ----------------------------------------------
 
-    def save_checkpoint(self) -> None:
-        """Write the checkpoint now (a failure is logged and counted; the next one tries again)."""
+    def save_checkpoint(self, *, background: bool = False) -> None:
+        """Write the checkpoint now (a failure is logged and counted; the next one tries again). The state
+        is taken on the loop's thread (the only one that reads it); with ``background`` it is encoded,
+        compressed and written on a thread of its own (a second or more at 10,000 subscriptions on a busy
+        machine, which the rounds no longer wait for), and skipped while the previous one is still being
+        written (the next interval writes a newer one). Without, it waits for that one and writes now."""
         if self.checkpoint_path is None:
             return
+        writer = self.checkpoint_writer
+        if writer is not None and writer.is_alive():
+            if background:
+                self.stats.inc("checkpoints_skipped")
+                return
+            writer.join()
         started = time.monotonic()
         try:
-            size = checkpointing.save(
-                self.checkpoint_path, region=self.config.region, state=self.checkpoint()
+            state = self.checkpoint()
+        except ValueError as e:
+            self.stats.inc("checkpoint_errors")
+            log.warning("cannot take the checkpoint: %s", e)
+            return
+        taken = time.monotonic() - started
+        if background:
+            self.checkpoint_writer = threading.Thread(
+                target=self._write_checkpoint, args=(state, started, taken), name="checkpoint", daemon=True
             )
+            self.checkpoint_writer.start()
+        else:
+            self._write_checkpoint(state, started, taken)
+
+    def _write_checkpoint(self, state: dict[str, Any], started: float, taken: float) -> None:
+        """Encode and write ``state`` (on the checkpoint thread or the loop's: it only counts and assigns)."""
+        assert self.checkpoint_path is not None
+        try:
+            size = checkpointing.save(self.checkpoint_path, region=self.config.region, state=state)
         except (OSError, ValueError) as e:
             self.stats.inc("checkpoint_errors")
             log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
@@ -396,6 +424,7 @@ class Agent:
         self.checkpoint_info = {
             "bytes": size,
             "seconds": round(time.monotonic() - started, 4),
+            "taken_in_loop_seconds": round(taken, 4),
             "at": time.time(),
         }
 

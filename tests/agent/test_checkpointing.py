@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+import threading
+from typing import Any
 
 import pytest
 
@@ -111,3 +113,37 @@ def test_a_corrupted_checkpoint_is_refused_loudly_and_the_agent_rebuilds(tmp_pat
 
 def stamp(origin: Position) -> dict[str, str]:
     return {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+
+
+def test_rounds_write_the_checkpoint_on_a_thread_of_their_own(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round takes the state and hands the writing over; while one is being written the next round's is
+    skipped (counted); close() waits for it and writes the newest state."""
+    _, b = pair(state_dir=str(tmp_path))
+    path = checkpointing.path_in(str(tmp_path))
+    release = threading.Event()
+    real_save = checkpointing.save
+
+    def slow_save(*args: Any, **kwargs: Any) -> int:
+        release.wait(10)
+        return real_save(*args, **kwargs)
+
+    if b.agent.checkpoint_writer is not None:
+        b.agent.checkpoint_writer.join(10)
+    skipped = b.agent.stats.counters["checkpoints_skipped"]
+    monkeypatch.setattr(checkpointing, "save", slow_save)
+    b.step(b.config.checkpoint_interval_s + 1)
+    writer = b.agent.checkpoint_writer
+    assert writer is not None
+    assert writer.is_alive()  # the round did not wait for the file
+    b.step(b.config.checkpoint_interval_s + 1)
+    assert b.agent.checkpoint_writer is writer
+    assert b.agent.stats.counters["checkpoints_skipped"] == skipped + 1
+    release.set()
+    writer.join(10)
+    assert checkpointing.load(path, region="b") is not None
+    written = b.agent.stats.counters["checkpoints_written"]
+    b.agent.close()
+    assert b.agent.stats.counters["checkpoints_written"] == written + 1
+    assert checkpointing.load(path, region="b") == b.agent.checkpoint()
