@@ -446,3 +446,6 @@ main.add_command(_tenants.tenants_group)
 from geoctl import keys as _keys  # noqa: E402
 
 main.add_command(_keys.keys_group)
+from geoctl import chaos as _chaos  # noqa: E402
+
+main.add_command(_chaos.chaos_group)

@@ -1,0 +1,211 @@
+"""``geoctl chaos run`` and ``geoctl chaos check``: a seeded fault run on a lab, and its independent checker.
+
+The run itself is ``geosync_lab.chaos`` (generator, nemesis, history); the verdict is
+``geosync_lab.chaos_checker``, which reads only the history. This command supplies what the lab layer
+may not import: quiescent failovers wait on ``geoctl failover check`` for the subscription that moves.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+import time
+from typing import Any
+
+import click
+
+from geoctl import access
+from geoctl import failover as failover_cmd
+from geoctl.errors import EXIT_LAB, EXIT_UNHEALTHY, GeoctlError
+from geoctl.output import emit, output_option
+from geosync_lab import chaos as engine
+from geosync_lab import chaos_checker, labs
+from geosync_lab.errors import LabError
+
+
+def settle_by_check(lab_dir: pathlib.Path, namespace: str = engine.NAMESPACE) -> engine.Settle:
+    """Wait until ``failover check`` judges moving the subscription safe, or time out: the last verdict."""
+    topology = labs.topology_path(lab_dir.resolve())
+
+    def settle(source: str, target: str, subscription: str, timeout_s: float) -> tuple[str, dict[str, Any]]:
+        started, verdict, detail = time.monotonic(), "unknown", {}
+        while True:
+            try:
+                # Read every time: an agent restarted by the nemesis listens on a new port.
+                sites = access.load(topology, None)
+                found = failover_cmd.check(sites, source, target, [namespace], subscriptions=[subscription])
+                verdict = found.outcome
+                detail = {
+                    "duplicates": found.duplicates,
+                    "wait_for": found.wait_for[:5],
+                    "errors": found.errors[:3],
+                    "unread": found.unread,
+                }
+            except Exception as e:  # a region the nemesis froze or killed: cannot tell
+                verdict, detail = "unknown", {"errors": [f"{type(e).__name__}: {e}"]}
+            if verdict == failover_cmd.SAFE or time.monotonic() - started >= timeout_s:
+                return verdict, detail
+            time.sleep(1.0)
+
+    return settle
+
+
+def text_summary(data: dict[str, Any]) -> None:
+    click.echo(f"seed {data['seed']}: {'OK' if data['ok'] else 'VIOLATIONS'}")
+    ops = data["operations"]
+    click.echo(
+        f"operations: {ops.get('send_ok', 0)} sent ({ops.get('send_failed', 0)} failed), "
+        f"{ops.get('recv', 0)} received, {ops.get('ack', 0)} acknowledged, {ops.get('hole', 0)} holes"
+    )
+    click.echo("faults: " + (", ".join(f"{k} {v}" for k, v in data["faults"].items()) or "none"))
+    for kind, why in data["unavailable"].items():
+        click.echo(f"  unavailable: {kind}: {why}")
+    f = data["failovers"]
+    click.echo(
+        f"failovers: {f.get('total', 0)} ({f.get('quiescent', 0)} quiescent, "
+        f"{f.get('settled', 0)} judged safe, "
+        f"{f.get('final', 0)} final)"
+    )
+    click.echo(f"lost: {data['lost_total']}  " + ", ".join(f"{s} {n}" for s, n in data["lost"].items()))
+    click.echo("duplicates: " + (", ".join(f"{k} {v}" for k, v in data["duplicates"].items()) or "none"))
+    click.echo(f"Key_Shared order violations: {data['order_violations']}")
+    p = data["policies"]
+    click.echo(
+        f"policies: {p.get('edits', 0)} edits, {p.get('conflicting_rounds', 0)} conflicting rounds, "
+        f"{'converged' if p.get('converged') else 'NOT converged'}"
+    )
+    for v in data["violations"]:
+        click.echo(f"VIOLATION: {v}", err=True)
+    if not data["ok"]:
+        click.echo(
+            f"replay with: geoctl chaos run --seed {data['seed']} (same --duration and lab shape)", err=True
+        )
+
+
+def _finish(summary: chaos_checker.Summary, output: str, extra: dict[str, Any]) -> None:
+    data = {**summary.as_dict(), **extra}
+    emit(data, output, text_summary)
+    if not summary.ok:
+        raise SystemExit(EXIT_UNHEALTHY)
+
+
+@click.group("chaos")
+def chaos_group() -> None:
+    """Seeded fault runs on a lab, with a checker independent of the agent."""
+
+
+@chaos_group.command("run")
+@click.option(
+    "--dir",
+    "lab_dir",
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    default=pathlib.Path("lab"),
+    show_default=True,
+    envvar="GEOSYNC_LAB_DIR",
+    help="Directory of a running lab (env GEOSYNC_LAB_DIR).",
+)
+@click.option(
+    "--duration",
+    type=failover_cmd.DURATION,
+    default="10m",
+    show_default=True,
+    help="Length of the fault phase.",
+)
+@click.option(
+    "--seed", type=int, required=True, help="Seed of the schedule; the same seed gives the same schedule."
+)
+@click.option(
+    "--history",
+    "history_path",
+    type=click.Path(dir_okay=False, path_type=pathlib.Path),
+    default=None,
+    help="Write the history (JSON lines) here (default: a temporary file, named in the summary).",
+)
+@click.option(
+    "--faults",
+    default=",".join(engine.KINDS),
+    show_default=True,
+    help="Comma-separated fault kinds to choose from (those the lab cannot do are reported unavailable).",
+)
+@click.option("--rate", type=float, default=8.0, show_default=True, help="Messages per second per region.")
+@click.option(
+    "--failover-every",
+    type=failover_cmd.DURATION,
+    default="20s",
+    show_default=True,
+    help="Mean time between failovers.",
+)
+@click.option(
+    "--fault-every",
+    type=failover_cmd.DURATION,
+    default="15s",
+    show_default=True,
+    help="Mean quiet time between faults.",
+)
+@click.option("--verbose", is_flag=True, help="Print each fault and failover as it happens (to stderr).")
+@output_option
+def chaos_run(  # noqa: PLR0917
+    lab_dir: pathlib.Path,
+    duration: float,
+    seed: int,
+    history_path: pathlib.Path | None,
+    faults: str,
+    rate: float,
+    failover_every: float,
+    fault_every: float,
+    verbose: bool,
+    output: str,
+) -> None:
+    """Run producers, consumers with holes, failovers and faults for --duration, then check the history.
+
+    Exit 0 when the checker found no violation; 6 otherwise (the seed to replay is printed); 3 when the
+    lab is not running.
+    """
+    kinds = tuple(k.strip() for k in faults.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in engine.KINDS]
+    if unknown:
+        raise GeoctlError(f"unknown fault kind(s): {', '.join(unknown)}; known: {', '.join(engine.KINDS)}")
+    if history_path is None:
+        history_path = pathlib.Path(tempfile.mkstemp(prefix=f"geosync-chaos-{seed}-", suffix=".jsonl")[1])
+    settings = engine.Settings(
+        rate_per_region=rate, failover_every_s=failover_every, fault_every_s=fault_every
+    )
+
+    def report(line: str) -> None:
+        if verbose:
+            click.echo(line, err=True)
+
+    started = time.monotonic()
+    try:
+        with history_path.open("w") as out:
+            engine.run(
+                lab_dir,
+                seed=seed,
+                duration_s=duration,
+                history_out=out,
+                settle=settle_by_check(lab_dir),
+                kinds=kinds,
+                settings=settings,
+                report=report,
+            )
+    except LabError as e:
+        raise GeoctlError(str(e), exit_code=EXIT_LAB) from e
+    summary = chaos_checker.check(chaos_checker.read_history(history_path))
+    _finish(
+        summary, output, {"history": str(history_path), "elapsed_s": round(time.monotonic() - started, 1)}
+    )
+
+
+@chaos_group.command("check")
+@click.option(
+    "--history",
+    "history_path",
+    type=click.Path(dir_okay=False, exists=True, path_type=pathlib.Path),
+    required=True,
+    help="A history written by 'geoctl chaos run --history'.",
+)
+@output_option
+def chaos_check(history_path: pathlib.Path, output: str) -> None:
+    """Check a recorded history again (exit 6 on any violation)."""
+    summary = chaos_checker.check(chaos_checker.read_history(history_path))
+    _finish(summary, output, {"history": str(history_path)})

@@ -1,0 +1,285 @@
+"""The chaos run's checker: judges a history (JSON lines) by itself, without any of the agent's code.
+
+A chaos run (``geosync_lab.chaos``) records every send, receive, acknowledgement, failover, fault and
+policy read with its time. This module reads only that record, so it stays independent of what it
+judges: it imports nothing of the agent, its translation of positions, or its control messages. Messages
+are named by the ``uid`` their producer wrote into the payload; positions never enter the verdict.
+
+Invariants (each a violation when broken):
+
+- **No loss.** Every message whose send was confirmed is acknowledged, for every subscription, by some
+  consumer of that subscription in some region. The run ends with a quiescent failover and a drain that
+  acknowledges everything delivered, so a message no consumer acknowledged was never delivered after the
+  final failover: acknowledged somewhere (by an agent) although no consumer acknowledged it.
+- **Per-key order (Key_Shared).** For each producer and key, the first deliveries of its messages follow
+  the order they were sent in. Redeliveries (holes, duplicates) are not first deliveries.
+- **Duplicates only where the model allows them.** A delivery of a message some consumer of the same
+  subscription had already acknowledged is a duplicate. Allowed, and counted by cause:
+  ``failover-not-quiescent`` (a failover between the acknowledgement and the delivery moved consumers
+  without waiting), ``failover-not-settled`` (it waited, but the move was never judged safe in time),
+  ``broker-crash`` (a broker of either region was killed or frozen between the acknowledgement and the
+  delivery: Pulsar persists cursors asynchronously, an acknowledgement in flight can be lost) and
+  ``written-twice`` (the producer's client resent a message the broker had already stored: two copies
+  in one region). Any other is ``unexplained``: a violation.
+- **Sync settles once the faults are healed.** Every subscription's final failover (after every fault
+  was healed and the producers stopped) must be judged safe within its wait: one that never is means
+  acknowledgements that are never carried over (its duplicates are then counted as
+  ``failover-not-settled`` and the run fails on this rule instead).
+- **Policies identical everywhere at the end** of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+Event = dict[str, Any]
+
+CRASH_KINDS = frozenset({"broker-kill", "freeze"})
+ALLOWED_CAUSES = ("failover-not-quiescent", "failover-not-settled", "broker-crash", "written-twice")
+UNEXPLAINED = "unexplained"
+CRASH_MARGIN_S = 2.0
+"""An acknowledgement this long before a crash may still have been in flight when it hit."""
+EXAMPLES = 5
+
+
+def read_history(path: pathlib.Path) -> list[Event]:
+    """The events of a history file, in the order written (lines that are not JSON objects are refused)."""
+    events = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        value = json.loads(line)
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}:{n}: not a JSON object")
+        events.append(value)
+    return events
+
+
+@dataclass
+class Summary:
+    seed: int | None
+    operations: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    failovers: dict[str, int] = field(default_factory=dict)
+    lost: dict[str, int] = field(default_factory=dict)
+    duplicates: dict[str, int] = field(default_factory=dict)
+    order_violations: int = 0
+    policies: dict[str, Any] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "ok": self.ok,
+            "operations": self.operations,
+            "faults": self.faults,
+            "unavailable": self.unavailable,
+            "failovers": self.failovers,
+            "lost": self.lost,
+            "lost_total": sum(self.lost.values()),
+            "duplicates": self.duplicates,
+            "order_violations": self.order_violations,
+            "policies": self.policies,
+            "violations": self.violations,
+        }
+
+
+@dataclass(frozen=True)
+class _Window:
+    kind: str
+    regions: frozenset[str]
+    start: float
+    end: float
+
+
+def _faults(events: list[Event]) -> list[_Window]:
+    """Each fault as the span of time it held, with the regions it hit (open ones last to the end)."""
+    open_: dict[str, Event] = {}
+    out = []
+    last = max((float(e["t"]) for e in events), default=0.0)
+    for e in events:
+        if e.get("ev") != "fault":
+            continue
+        if e.get("phase") == "start":
+            open_[str(e["id"])] = e
+        elif e.get("phase") == "end" and str(e["id"]) in open_:
+            s = open_.pop(str(e["id"]))
+            out.append(_Window(str(s["kind"]), frozenset(s.get("regions") or ()), s["t"], e["t"]))
+    for s in open_.values():
+        out.append(_Window(str(s["kind"]), frozenset(s.get("regions") or ()), s["t"], last))
+    return out
+
+
+def _failover_cause(failovers: list[Event], sub: str, acked_at: float, seen_at: float) -> str | None:
+    """The cause a failover of ``sub`` between an acknowledgement and a delivery gives, if any."""
+    # The old consumer acknowledged, then closed (``closed_at``), then the new one opened (``t``).
+    moved = [
+        f
+        for f in failovers
+        if f["sub"] == sub and acked_at <= float(f.get("closed_at") or f["t"]) and f["t"] <= seen_at
+    ]
+    if any(not f["quiescent"] for f in moved):
+        return "failover-not-quiescent"
+    if any(not f["settled"] for f in moved):
+        return "failover-not-settled"
+    return None
+
+
+def _crashed(windows: list[_Window], regions: set[str], start: float, end: float) -> bool:
+    return any(
+        w.kind in CRASH_KINDS and w.regions & regions and w.start <= end and w.end >= start - CRASH_MARGIN_S
+        for w in windows
+    )
+
+
+def _written_twice(events: Iterable[Event]) -> set[str]:
+    """Messages seen in one region under two different message ids: two copies in the topic."""
+    ids: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for e in events:
+        if e.get("ev") == "recv" and e.get("msg_id"):
+            ids[(str(e["uid"]), str(e["region"]))].add(str(e["msg_id"]))
+    return {uid for (uid, _), found in ids.items() if len(found) > 1}
+
+
+def _duplicates(events: list[Event], summary: Summary) -> None:
+    failovers = [e for e in events if e.get("ev") == "failover"]
+    windows = _faults(events)
+    twice = _written_twice(events)
+    first_ack: dict[tuple[str, str], Event] = {}
+    causes: Counter[str] = Counter()
+    examples: list[str] = []
+    for e in events:
+        ev = e.get("ev")
+        if ev == "ack":
+            first_ack.setdefault((e["sub"], e["uid"]), e)
+        elif ev == "recv" and (e["sub"], e["uid"]) in first_ack:
+            acked = first_ack[(e["sub"], e["uid"])]
+            cause = _failover_cause(failovers, e["sub"], acked["t"], e["t"])
+            if cause is None and _crashed(windows, {acked["region"], e["region"]}, acked["t"], e["t"]):
+                cause = "broker-crash"
+            if cause is None and e["uid"] in twice:
+                cause = "written-twice"
+            cause = cause or UNEXPLAINED
+            causes[cause] += 1
+            if cause == UNEXPLAINED and len(examples) < EXAMPLES:
+                examples.append(
+                    f"{e['uid']} on {e['sub']}: acknowledged in {acked['region']} at {acked['t']:.1f} s, "
+                    f"delivered again in {e['region']} at {e['t']:.1f} s"
+                )
+    summary.duplicates = dict(sorted(causes.items()))
+    if causes[UNEXPLAINED]:
+        summary.violations.append(
+            f"{causes[UNEXPLAINED]} duplicate(s) no failover or crash explains, e.g. " + "; ".join(examples)
+        )
+
+
+def _losses(events: list[Event], subs: dict[str, str], summary: Summary) -> None:
+    confirmed = {e["uid"] for e in events if e.get("ev") == "send" and e.get("ok")}
+    acked: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e.get("ev") == "ack":
+            acked[e["sub"]].add(e["uid"])
+    for sub in subs:
+        missing = sorted(confirmed - acked[sub])
+        summary.lost[sub] = len(missing)
+        if missing:
+            summary.violations.append(
+                f"{len(missing)} message(s) sent but never acknowledged on {sub} (lost), e.g. "
+                + ", ".join(missing[:EXAMPLES])
+            )
+
+
+def _order(events: list[Event], subs: dict[str, str], summary: Summary) -> None:
+    seq = {e["uid"]: (e["producer"], e["key"], int(e["seq"])) for e in events if e.get("ev") == "send"}
+    for sub, kind in subs.items():
+        if kind != "Key_Shared":
+            continue
+        seen: set[str] = set()
+        last: dict[tuple[str, str], int] = {}
+        for e in events:
+            if e.get("ev") != "recv" or e["sub"] != sub or e["uid"] in seen or e["uid"] not in seq:
+                continue
+            seen.add(e["uid"])
+            producer, key, n = seq[e["uid"]]
+            if n < last.get((producer, key), -1):
+                summary.order_violations += 1
+                if summary.order_violations <= EXAMPLES:
+                    summary.violations.append(
+                        f"{sub}: key {key} of {producer} delivered #{n} after #{last[(producer, key)]} "
+                        f"(in {e['region']} at {e['t']:.1f} s)"
+                    )
+            last[(producer, key)] = max(n, last.get((producer, key), -1))
+
+
+def _policies(events: list[Event], summary: Summary) -> None:
+    edits = [e for e in events if e.get("ev") == "policy-edit"]
+    rounds: dict[Any, set[str]] = defaultdict(set)
+    for e in edits:
+        if e.get("ok"):
+            rounds[e["round"]].add(json.dumps(e["value"], sort_keys=True))
+    finals = [e for e in events if e.get("ev") == "policies"]
+    final = finals[-1] if finals else None
+    equal = bool(final and final.get("equal"))
+    summary.policies = {
+        "edits": len(edits),
+        "conflicting_rounds": sum(1 for values in rounds.values() if len(values) > 1),
+        "converged": equal,
+        "differing": final.get("differing", []) if final else [],
+    }
+    if edits and not equal:
+        summary.violations.append(
+            "policies differ between regions at the end: "
+            + (", ".join(final.get("differing", [])) if final else "never read")
+        )
+
+
+def _count(events: Iterable[Event]) -> Iterator[tuple[str, int]]:
+    kinds: Counter[str] = Counter(str(e.get("ev")) for e in events)
+    yield from sorted(kinds.items())
+
+
+def check(events: list[Event]) -> Summary:
+    """Judge a whole history; ``Summary.violations`` is empty when every invariant held."""
+    run = next((e for e in events if e.get("ev") == "run"), {})
+    subs: dict[str, str] = dict(run.get("subscriptions") or {})
+    summary = Summary(seed=run.get("seed"))
+    sends = [e for e in events if e.get("ev") == "send"]
+    summary.operations = {
+        **dict(_count(e for e in events if e.get("ev") in {"recv", "ack", "hole"})),
+        "send_ok": sum(1 for e in sends if e.get("ok")),
+        "send_failed": sum(1 for e in sends if not e.get("ok")),
+    }
+    starts = [e for e in events if e.get("ev") == "fault" and e.get("phase") == "start"]
+    summary.faults = dict(sorted(Counter(str(e["kind"]) for e in starts).items()))
+    summary.unavailable = dict(run.get("unavailable") or {})
+    failovers = [e for e in events if e.get("ev") == "failover"]
+    summary.failovers = {
+        "total": len(failovers),
+        "quiescent": sum(1 for f in failovers if f["quiescent"]),
+        "settled": sum(1 for f in failovers if f["settled"]),
+        "final": sum(1 for f in failovers if f.get("phase") == "final"),
+    }
+    for f in failovers:
+        if f.get("phase") == "final" and not f["settled"]:
+            summary.violations.append(
+                f"{f['sub']}: the final failover from {f['from']} to {f['to']} was never judged safe "
+                f"({f.get('verdict')}, {f.get('check') or {}}) although every fault was healed and the "
+                "producers had stopped: sync did not settle"
+            )
+    if not any(e.get("ev") == "end" for e in events):
+        summary.violations.append("the history has no end: the run did not finish its final drain")
+    _losses(events, subs, summary)
+    _order(events, subs, summary)
+    _duplicates(events, summary)
+    _policies(events, summary)
+    return summary

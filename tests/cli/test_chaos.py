@@ -1,0 +1,308 @@
+"""geoctl chaos: the schedule is a pure function of the seed, and the checker finds each kind of violation
+in hand-written histories (a loss, an unexplained duplicate, Key_Shared order, policies that differ) while
+accepting the duplicates its model allows. That a real run on the lab passes is in
+integration_tests/test_chaos.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from click.testing import CliRunner
+
+from geoctl.cli import main
+from geoctl.errors import EXIT_UNHEALTHY
+from geosync_lab import chaos, chaos_checker
+
+REGIONS = ["a", "b", "c"]
+
+# -- the schedule ----------------------------------------------------------------------------------
+
+
+def test_the_same_seed_gives_the_same_schedule() -> None:
+    one = chaos.plan(42, 600.0, REGIONS, list(chaos.KINDS))
+    two = chaos.plan(42, 600.0, list(reversed(REGIONS)), list(chaos.KINDS))
+    assert one == two
+    assert one.as_dict() == two.as_dict()
+    assert chaos.plan(43, 600.0, REGIONS, list(chaos.KINDS)) != one
+
+
+def test_every_kind_comes_once_before_any_repeats() -> None:
+    plan = chaos.plan(7, 1800.0, REGIONS, list(chaos.KINDS))
+    first = [s.action for s in plan.faults[: len(chaos.KINDS)]]
+    assert sorted(first) == sorted(chaos.KINDS)
+    assert len(plan.faults) > len(chaos.KINDS)
+
+
+def test_faults_do_not_overlap_and_fit_in_the_run() -> None:
+    plan = chaos.plan(3, 900.0, REGIONS, list(chaos.KINDS))
+    for before, after in zip(plan.faults, plan.faults[1:], strict=False):
+        held = float(before.args.get("hold_s", before.args.get("down_s", 0.0)))
+        assert after.at >= before.at + held
+    assert all(s.at < 900.0 for s in plan.faults + plan.failovers)
+
+
+def test_failovers_chain_from_region_to_region() -> None:
+    plan = chaos.plan(11, 900.0, REGIONS, [])
+    where = dict(plan.homes)
+    assert plan.failovers
+    assert not plan.faults
+    for step in plan.failovers:
+        sub = step.args["sub"]
+        assert step.args["from"] == where[sub] != step.args["to"]
+        where[sub] = step.args["to"]
+    assert {s.args["quiescent"] for s in plan.failovers} == {True, False}
+    assert all(plan.final[sub] != where[sub] for sub in chaos.SUBSCRIPTIONS)
+
+
+def test_zookeeper_expiry_outlasts_the_session_timeout() -> None:
+    plan = chaos.plan(5, 3600.0, REGIONS, ["zk-expiry"])
+    assert all(float(s.args["hold_s"]) > chaos.ZK_SESSION_TIMEOUT_S + 3 for s in plan.faults)
+
+
+def test_concurrent_policy_edits_write_different_values_in_several_regions() -> None:
+    plan = chaos.plan(9, 600.0, REGIONS, ["policy-edit"])
+    for step in plan.faults:
+        edits = step.args["edits"]
+        assert len(edits) >= 2
+        assert len(set(edits.values())) == len(edits)
+        assert step.args["field"] in chaos.POLICY_FIELDS
+
+
+def _topology(*, wan: bool, agents: bool = True) -> Any:
+    regions = {n: SimpleNamespace(lab={"brokers": 1}) for n in REGIONS}
+    return cast(
+        Any,
+        SimpleNamespace(
+            wan={"api": "x"} if wan else {},
+            regions=regions,
+            agents=dict.fromkeys(REGIONS, 1) if agents else {},
+        ),
+    )
+
+
+def test_wan_faults_need_a_wan_lab() -> None:
+    usable, unavailable = chaos.available_kinds(_topology(wan=False))
+    assert set(unavailable) == {"partition", "latency"}
+    assert "--wan" in unavailable["partition"]
+    assert set(usable) == set(chaos.KINDS) - {"partition", "latency"}
+    usable, unavailable = chaos.available_kinds(_topology(wan=True))
+    assert not unavailable
+    assert usable == list(chaos.KINDS)
+
+
+def test_the_history_is_json_lines_with_times() -> None:
+    out = io.StringIO()
+    history = chaos.History(out)
+    history.record("send", uid="a-b-0", ok=True)
+    history.record("end")
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [e["ev"] for e in lines] == ["send", "end"]
+    assert lines[0]["t"] <= lines[1]["t"]
+    assert lines[0]["uid"] == "a-b-0"
+    assert history.counts == {"send": 1, "end": 1}
+
+
+# -- the checker -----------------------------------------------------------------------------------
+
+SUBS = {"shared": "Shared", "key-shared": "Key_Shared"}
+
+
+class H:
+    """A history written by hand, one event at a time, with increasing times."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.events: list[dict[str, Any]] = [{"t": 0.0, "ev": "run", "seed": 99, "subscriptions": SUBS}]
+
+    def add(self, ev: str, **fields: Any) -> H:
+        self.t += 1.0
+        self.events.append({"t": self.t, "ev": ev, **fields})
+        return self
+
+    def send(self, uid: str, *, key: str = "k0", ok: bool = True) -> H:
+        producer, seq = uid.rsplit("-", 1)
+        return self.add("send", uid=uid, producer=producer, seq=int(seq), key=key, ok=ok)
+
+    def got(self, sub: str, region: str, uid: str, *, ack: bool = True, msg_id: str = "") -> H:
+        self.add("recv", sub=sub, region=region, uid=uid, msg_id=msg_id or f"{region}:{uid}")
+        return self.add("ack" if ack else "hole", sub=sub, region=region, uid=uid)
+
+    def failover(
+        self, sub: str, src: str, dst: str, *, quiescent: bool, settled: bool, phase: str = "run"
+    ) -> H:
+        fields = {"from": src, "to": dst, "closed_at": self.t}
+        return self.add("failover", sub=sub, quiescent=quiescent, settled=settled, phase=phase, **fields)
+
+    def fault(self, kind: str, region: str, n: int = 0) -> H:
+        self.add("fault", id=n, phase="start", kind=kind, regions=[region])
+        return self.add("fault", id=n, phase="end", kind=kind, regions=[region])
+
+    def check(self, *, end: bool = True) -> chaos_checker.Summary:
+        events = self.events + ([{"t": self.t + 1, "ev": "end"}] if end else [])
+        return chaos_checker.check(events)
+
+
+def _both(h: H, uid: str, region: str = "a") -> H:
+    for sub in SUBS:
+        h.got(sub, region, uid)
+    return h
+
+
+def test_a_clean_history_passes() -> None:
+    h = H().send("a-b-0").send("a-b-1")
+    _both(h, "a-b-0")
+    h.got("shared", "a", "a-b-1", ack=False).got("key-shared", "a", "a-b-1")
+    h.failover("shared", "a", "b", quiescent=True, settled=True).got("shared", "b", "a-b-1")
+    summary = h.check()
+    assert summary.ok, summary.violations
+    assert summary.lost == {"shared": 0, "key-shared": 0}
+    assert summary.duplicates == {}
+    assert summary.operations["send_ok"] == 2
+    assert summary.operations["hole"] == 1
+
+
+def test_a_message_no_consumer_acknowledged_is_lost() -> None:
+    h = _both(H().send("a-b-0").send("b-u-0"), "a-b-0")
+    h.got("key-shared", "b", "b-u-0")  # never delivered on "shared": acknowledged there by someone else
+    summary = h.check()
+    assert not summary.ok
+    assert summary.lost == {"shared": 1, "key-shared": 0}
+    assert any("b-u-0" in v and "lost" in v for v in summary.violations)
+
+
+def test_a_failed_send_need_not_arrive() -> None:
+    h = _both(H().send("a-b-0").send("a-b-1", ok=False), "a-b-0")
+    assert h.check().ok
+
+
+def test_a_duplicate_after_a_settled_failover_is_a_violation() -> None:
+    h = _both(H().send("a-b-0"), "a-b-0")
+    h.failover("shared", "a", "b", quiescent=True, settled=True).got("shared", "b", "a-b-0")
+    summary = h.check()
+    assert summary.duplicates == {"unexplained": 1}
+    assert not summary.ok
+    assert "a-b-0" in summary.violations[0]
+
+
+@pytest.mark.parametrize(
+    ("quiescent", "cause"), [(False, "failover-not-quiescent"), (True, "failover-not-settled")]
+)
+def test_duplicates_after_a_failover_before_sync_are_allowed_and_classified(
+    quiescent: bool, cause: str
+) -> None:
+    h = _both(H().send("a-b-0"), "a-b-0")
+    h.failover("shared", "a", "b", quiescent=quiescent, settled=False).got("shared", "b", "a-b-0")
+    summary = h.check()
+    assert summary.ok, summary.violations
+    assert summary.duplicates == {cause: 1}
+
+
+def test_an_acknowledgement_just_before_the_close_counts_as_before_the_failover() -> None:
+    h = _both(H().send("a-b-0"), "a-b-0")
+    h.t -= 1.0  # recorded in the same millisecond as the close
+    h.failover("shared", "a", "b", quiescent=False, settled=False).got("shared", "b", "a-b-0")
+    assert h.check().duplicates == {"failover-not-quiescent": 1}
+
+
+def test_a_final_failover_never_judged_safe_is_a_violation() -> None:
+    h = _both(H().send("a-b-0"), "a-b-0")
+    h.failover("key-shared", "a", "b", quiescent=True, settled=False, phase="final")
+    h.got("key-shared", "b", "a-b-0")
+    summary = h.check()
+    assert summary.duplicates == {"failover-not-settled": 1}
+    assert any("sync did not settle" in v for v in summary.violations)
+
+
+def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
+    h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0")
+    assert H.check(h).duplicates == {"unexplained": 1}
+    h = _both(H().send("a-b-0"), "a-b-0").fault("broker-kill", "a").got("shared", "a", "a-b-0")
+    assert h.check().duplicates == {"broker-crash": 1}
+    h = _both(H().send("a-b-0"), "a-b-0").fault("broker-kill", "c").got("shared", "a", "a-b-0")
+    assert h.check().duplicates == {"unexplained": 1}, "a crash elsewhere explains nothing"
+    h = _both(H().send("a-b-0"), "a-b-0").fault("agent-kill", "a").got("shared", "a", "a-b-0")
+    assert h.check().duplicates == {"unexplained": 1}, "an agent restart must not undo acknowledgements"
+
+
+def test_a_message_written_twice_may_be_delivered_twice() -> None:
+    h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0", msg_id="(9,1,-1,0)")
+    assert h.check().duplicates == {"written-twice": 1}
+
+
+def test_key_shared_first_deliveries_keep_each_producers_key_order() -> None:
+    h = H().send("a-b-0").send("a-b-1").send("b-u-0")
+    for uid in ("a-b-0", "a-b-1", "b-u-0"):
+        h.got("shared", "a", uid)
+    h.got("key-shared", "a", "b-u-0").got("key-shared", "a", "a-b-1").got("key-shared", "a", "a-b-0")
+    summary = h.check()
+    assert summary.order_violations == 1
+    assert any("key k0 of a-b delivered #0 after #1" in v for v in summary.violations)
+
+
+def test_redelivering_a_hole_is_not_out_of_order() -> None:
+    h = H().send("a-b-0").send("a-b-1")
+    for uid in ("a-b-0", "a-b-1"):
+        h.got("shared", "a", uid)
+    h.got("key-shared", "a", "a-b-0", ack=False).got("key-shared", "a", "a-b-1")
+    h.failover("key-shared", "a", "b", quiescent=True, settled=True).got("key-shared", "b", "a-b-0")
+    summary = h.check()
+    assert summary.ok, summary.violations
+    assert summary.order_violations == 0
+
+
+def test_policies_that_differ_at_the_end_are_a_violation() -> None:
+    h = _both(H().send("a-b-0"), "a-b-0")
+    h.add("policy-edit", round=0, region="a", field="messageTTL", value=100, ok=True)
+    h.add("policy-edit", round=0, region="b", field="messageTTL", value=200, ok=True)
+    h.add("policies", equal=False, differing=["message_ttl_in_seconds"])
+    summary = h.check()
+    assert summary.policies["conflicting_rounds"] == 1
+    assert not summary.policies["converged"]
+    assert any("message_ttl_in_seconds" in v for v in summary.violations)
+    h.events[-1] = {**h.events[-1], "equal": True, "differing": []}
+    assert h.check().ok
+
+
+def test_a_run_that_did_not_finish_is_a_violation() -> None:
+    assert not _both(H().send("a-b-0"), "a-b-0").check(end=False).ok
+
+
+# -- geoctl chaos check ----------------------------------------------------------------------------
+
+
+def _write(tmp_path: pathlib.Path, h: H) -> pathlib.Path:
+    path = tmp_path / "history.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in [*h.events, {"t": h.t + 1, "ev": "end"}]))
+    return path
+
+
+def test_check_exits_0_on_a_clean_history(tmp_path: pathlib.Path) -> None:
+    path = _write(tmp_path, _both(H().send("a-b-0"), "a-b-0"))
+    result = CliRunner().invoke(main, ["chaos", "check", "--history", str(path), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["ok"]
+    assert data["seed"] == 99
+    assert data["lost_total"] == 0
+
+
+def test_check_exits_6_with_the_seed_on_a_violation(tmp_path: pathlib.Path) -> None:
+    path = _write(tmp_path, _both(H().send("a-b-0").send("a-b-1"), "a-b-0"))
+    result = CliRunner().invoke(main, ["chaos", "check", "--history", str(path)])
+    assert result.exit_code == EXIT_UNHEALTHY
+    assert "VIOLATION" in result.output
+    assert "--seed 99" in result.output
+    assert "lost: 2" in result.output
+
+
+def test_run_refuses_unknown_fault_kinds(tmp_path: pathlib.Path) -> None:
+    result = CliRunner().invoke(
+        main, ["chaos", "run", "--dir", str(tmp_path), "--seed", "1", "--faults", "meteor"]
+    )
+    assert result.exit_code != 0
+    assert "meteor" in result.output
