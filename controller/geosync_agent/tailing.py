@@ -39,6 +39,11 @@ from geosync_core.positions import Position
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 60.0
 RETRIES_PER_ROUND = 50
+LOG_WINDOW = 50_000
+"""At most this many entries above a mark-delete are planned from per round (``positions_above``): a region
+back from a long outage has its whole backlog above its cursors, and planning every subscription over all of
+it every round made each round's work grow with the backlog. The mark-delete never passes the window's last
+entry, so a window is always safe; the next round plans from where the mark-delete got to."""
 """At most this many unresolved entries of one topic are asked about again per round (each costs calls)."""
 
 
@@ -290,8 +295,11 @@ class Tail:
         forgotten = Position(floor.ledger, floor.entry - 1)
         return forgotten if mark_delete < forgotten else None
 
-    def positions_above(self, floor: Position) -> list[Position]:
-        """Every indexed local entry above ``floor``, in order (what a consumer could be dispatched)."""
+    def positions_above(self, floor: Position, *, limit: int | None = None) -> list[Position]:
+        """The first ``limit`` (default ``LOG_WINDOW``) indexed local entries above ``floor``, in order
+        (what a consumer could be dispatched); unresolved entries among them are listed too (they block
+        whoever reaches them)."""
+        limit = LOG_WINDOW if limit is None else limit
         out: list[Position] = []
         for run in self.index:
             if Position(run.local_ledger, run.local_last) <= floor:
@@ -301,7 +309,15 @@ class Tail:
                 start = max(start, floor.entry + 1)
             elif run.local_ledger < floor.ledger:
                 continue
-            out.extend(Position(run.local_ledger, e) for e in range(start, run.local_last + 1))
+            out.extend(
+                Position(run.local_ledger, e) for e in range(start, min(run.local_last + 1, start + limit))
+            )
+            if len(out) >= limit:
+                break
         if self.unresolved:
             out = sorted({*out, *(p for p in self.unresolved if p > floor)})
+        if len(out) > limit:
+            # An unresolved entry past the window is left out with the rest: the mark-delete stops at the
+            # window's end anyway, below it.
+            out = out[:limit]
         return out

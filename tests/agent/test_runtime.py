@@ -10,7 +10,7 @@ import time
 import pytest
 
 from geosync_adapters import admin as adm
-from geosync_agent import discovering, runtime, supervising
+from geosync_agent import discovering, runtime, supervising, tailing
 from geosync_agent.runtime import Now
 from geosync_agent.snapshotting import TopicSnapshots
 from geosync_core import envelopes
@@ -672,3 +672,19 @@ def test_entry_details_over_the_budget_go_oldest_first_and_cost_no_loss() -> Non
     carry(a, b)
     b.step()
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[4])
+
+
+def test_a_backlog_longer_than_the_planning_window_is_applied_over_several_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tailing, "LOG_WINDOW", 2)
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [*A_LOG[:4], A_LOG[5]])
+    a.step()
+    carry(a, b)
+    seen = []
+    for _ in range(4):
+        b.step()
+        seen.append(b.region.cursors[(TOPIC, SUB)])
+    assert seen[0] == AckState.of(B_LOG[1])  # the first window: two entries
+    assert seen[-1] == AckState.of(B_LOG[3]).ack(B_LOG[5])

@@ -98,3 +98,21 @@ def test_the_namespace_cluster_list_never_names_an_origin() -> None:
     unknown = resolving.OriginResolver(local="a", lookup=lambda _t, _p: None)
     named = unknown.origin_of(TOPIC, Position(7, 1), properties={STAMP: "3:4"}, producer="orders")
     assert named == resolving.Unresolved(Position(7, 1))
+
+
+def test_the_log_planned_from_is_a_window_that_keeps_unresolved_entries_in_order() -> None:
+    """Issue 17.8: a region back from an outage has its backlog above its cursors; each round plans from
+    the first ``limit`` entries above the mark-delete only, a prefix of the whole log (unresolved in it)."""
+    lookup = FlakyHeaders(failures=10**6)
+    resolver = resolving.OriginResolver(local="a", lookup=lookup)
+    tail = Tail(TOPIC, -1)
+    for ledger in (7, 8):
+        for e in range(10):
+            stamp = {STAMP: "3:4"} if (ledger, e) == (7, 5) else {}
+            tail.inbox.put(message(TOPIC, Position(ledger, e), properties=stamp))
+    tail.drain(resolver, now=0.0)
+    whole = tail.positions_above(Position(7, 1), limit=10**6)
+    assert len(whole) == 18
+    assert Position(7, 5) in whole
+    for limit in (1, 3, 4, 8, 12, 30):
+        assert tail.positions_above(Position(7, 1), limit=limit) == whole[:limit]
