@@ -23,12 +23,17 @@ from geosync_lab import chaos_checker, labs
 from geosync_lab.errors import LabError
 
 
-def settle_by_check(lab_dir: pathlib.Path, namespace: str = engine.NAMESPACE) -> engine.Settle:
-    """Wait until ``failover check`` judges moving the subscription safe, or time out: the last verdict."""
+def settle_by_check(
+    lab_dir: pathlib.Path, namespace: str = engine.NAMESPACE, *, stable_s: float = 15.0
+) -> engine.Settle:
+    """Wait until ``failover check`` judges moving the subscription safe, or time out: the last verdict.
+    A not-safe verdict that has not changed for ``stable_s`` is final too (nothing is moving: e.g. a
+    Key_Shared subscription whose acknowledgements after a key's hole are never carried)."""
     topology = labs.topology_path(lab_dir.resolve())
 
     def settle(source: str, target: str, subscription: str, timeout_s: float) -> tuple[str, dict[str, Any]]:
         started, verdict, detail = time.monotonic(), "unknown", {}
+        same_since, last = started, None
         while True:
             try:
                 # Read every time: an agent restarted by the nemesis listens on a new port.
@@ -43,8 +48,12 @@ def settle_by_check(lab_dir: pathlib.Path, namespace: str = engine.NAMESPACE) ->
                 }
             except Exception as e:  # a region the nemesis froze or killed: cannot tell
                 verdict, detail = "unknown", {"errors": [f"{type(e).__name__}: {e}"]}
-            if verdict == failover_cmd.SAFE or time.monotonic() - started >= timeout_s:
-                return verdict, detail
+            now = time.monotonic()
+            if (verdict, detail) != last:
+                same_since, last = now, (verdict, detail)
+            stuck = verdict == failover_cmd.NOT_SAFE and now - same_since >= stable_s
+            if verdict == failover_cmd.SAFE or stuck or now - started >= timeout_s:
+                return verdict, {**detail, "unchanged_s": round(now - same_since, 1)}
             time.sleep(1.0)
 
     return settle
@@ -69,6 +78,11 @@ def text_summary(data: dict[str, Any]) -> None:
     click.echo(f"lost: {data['lost_total']}  " + ", ".join(f"{s} {n}" for s, n in data["lost"].items()))
     click.echo("duplicates: " + (", ".join(f"{k} {v}" for k, v in data["duplicates"].items()) or "none"))
     click.echo(f"Key_Shared order violations: {data['order_violations']}")
+    for sub, move in data["final_moves"].items():
+        click.echo(
+            f"final move of {sub}: {move['verdict']}, duplicates predicted {move['predicted']}, "
+            f"seen {move['seen']}"
+        )
     p = data["policies"]
     click.echo(
         f"policies: {p.get('edits', 0)} edits, {p.get('conflicting_rounds', 0)} conflicting rounds, "

@@ -16,7 +16,9 @@ Invariants (each a violation when broken):
 - **Duplicates only where the model allows them.** A delivery of a message some consumer of the same
   subscription had already acknowledged is a duplicate. Allowed, and counted by cause:
   ``failover-not-quiescent`` (a failover between the acknowledgement and the delivery moved consumers
-  without waiting), ``failover-not-settled`` (it waited, but the move was never judged safe in time),
+  without waiting), ``key-order`` (Key_Shared: an earlier message of the same key was still
+  unacknowledged when consumers moved, and such claims are never carried; see ``_KeyHoles``),
+  ``failover-not-settled`` (it waited, but the move was never judged safe in time),
   ``broker-crash`` (a broker of either region was killed or frozen between the acknowledgement and the
   delivery: Pulsar persists cursors asynchronously, an acknowledgement in flight can be lost) and
   ``written-twice`` (the producer's client resent a message the broker had already stored: two copies
@@ -24,7 +26,8 @@ Invariants (each a violation when broken):
 - **Sync settles once the faults are healed.** Every subscription's final failover (after every fault
   was healed and the producers stopped) must be judged safe within its wait: one that never is means
   acknowledgements that are never carried over (its duplicates are then counted as
-  ``failover-not-settled`` and the run fails on this rule instead).
+  ``failover-not-settled`` and the run fails on this rule instead). A Key_Shared subscription may stay
+  not safe by the per-key rule alone, when every duplicate after its final move is ``key-order``.
 - **Policies identical everywhere at the end** of the run.
 """
 
@@ -40,7 +43,13 @@ from typing import Any
 Event = dict[str, Any]
 
 CRASH_KINDS = frozenset({"broker-kill", "freeze"})
-ALLOWED_CAUSES = ("failover-not-quiescent", "failover-not-settled", "broker-crash", "written-twice")
+ALLOWED_CAUSES = (
+    "failover-not-quiescent",
+    "key-order",
+    "failover-not-settled",
+    "broker-crash",
+    "written-twice",
+)
 UNEXPLAINED = "unexplained"
 CRASH_MARGIN_S = 2.0
 """An acknowledgement this long before a crash may still have been in flight when it hit."""
@@ -70,6 +79,7 @@ class Summary:
     lost: dict[str, int] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)
     order_violations: int = 0
+    final_moves: dict[str, dict[str, Any]] = field(default_factory=dict)
     policies: dict[str, Any] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
 
@@ -89,6 +99,7 @@ class Summary:
             "lost_total": sum(self.lost.values()),
             "duplicates": self.duplicates,
             "order_violations": self.order_violations,
+            "final_moves": self.final_moves,
             "policies": self.policies,
             "violations": self.violations,
         }
@@ -120,8 +131,44 @@ def _faults(events: list[Event]) -> list[_Window]:
     return out
 
 
-def _failover_cause(failovers: list[Event], sub: str, acked_at: float, seen_at: float) -> str | None:
-    """The cause a failover of ``sub`` between an acknowledgement and a delivery gives, if any."""
+class _KeyHoles:
+    """Key_Shared subscriptions claim only per-key prefixes (README, "The agent"): an acknowledgement
+    that follows an unacknowledged message of the same key is not carried to another region, so that the
+    region taking over never delivers a key's earlier message after a later one. Its duplicate is allowed
+    (``key-order``) when such an earlier message was still unacknowledged when consumers moved.
+    "Earlier" is the order of first deliveries, which Key_Shared keeps per key."""
+
+    def __init__(self, events: list[Event], subs: dict[str, str]) -> None:
+        self.key = {e["uid"]: e.get("key") for e in events if e.get("ev") == "send"}
+        self.first: dict[tuple[str, str], float] = {}
+        self.acked: dict[tuple[str, str], float] = {}
+        self.by_key: dict[tuple[str, Any], list[tuple[float, str]]] = defaultdict(list)
+        for e in events:
+            if e.get("ev") not in {"recv", "ack"} or subs.get(e["sub"]) != "Key_Shared":
+                continue
+            at, uid = (e["sub"], e["uid"]), e["uid"]
+            if e.get("ev") == "recv" and at not in self.first:
+                self.first[at] = float(e["t"])
+                self.by_key[(e["sub"], self.key.get(uid))].append((float(e["t"]), uid))
+            elif e.get("ev") == "ack":
+                self.acked.setdefault(at, float(e["t"]))
+
+    def blocked(self, sub: str, uid: str, moved_at: float) -> bool:
+        """Whether an earlier message of ``uid``'s key was unacknowledged at ``moved_at``."""
+        mine = self.first.get((sub, uid))
+        if mine is None:
+            return False
+        for t, other in self.by_key.get((sub, self.key.get(uid)), []):
+            if t >= mine:
+                return False
+            if self.acked.get((sub, other), float("inf")) > moved_at:
+                return True
+        return False
+
+
+def _failover_cause(failovers: list[Event], holes: _KeyHoles, acked: Event, seen: Event) -> str | None:
+    """The cause a failover between a message's acknowledgement and its delivery again gives, if any."""
+    sub, uid, acked_at, seen_at = seen["sub"], seen["uid"], float(acked["t"]), float(seen["t"])
     # The old consumer acknowledged, then closed (``closed_at``), then the new one opened (``t``).
     moved = [
         f
@@ -130,6 +177,8 @@ def _failover_cause(failovers: list[Event], sub: str, acked_at: float, seen_at: 
     ]
     if any(not f["quiescent"] for f in moved):
         return "failover-not-quiescent"
+    if any(holes.blocked(sub, uid, float(f.get("closed_at") or f["t"])) for f in moved):
+        return "key-order"
     if any(not f["settled"] for f in moved):
         return "failover-not-settled"
     return None
@@ -151,8 +200,11 @@ def _written_twice(events: Iterable[Event]) -> set[str]:
     return {uid for (uid, _), found in ids.items() if len(found) > 1}
 
 
-def _duplicates(events: list[Event], summary: Summary) -> None:
+def _duplicates(events: list[Event], subs: dict[str, str], summary: Summary) -> list[tuple[str, float, str]]:
+    """Classify every duplicate; each one's (subscription, time, cause)."""
     failovers = [e for e in events if e.get("ev") == "failover"]
+    holes = _KeyHoles(events, subs)
+    found: list[tuple[str, float, str]] = []
     windows = _faults(events)
     twice = _written_twice(events)
     first_ack: dict[tuple[str, str], Event] = {}
@@ -164,13 +216,14 @@ def _duplicates(events: list[Event], summary: Summary) -> None:
             first_ack.setdefault((e["sub"], e["uid"]), e)
         elif ev == "recv" and (e["sub"], e["uid"]) in first_ack:
             acked = first_ack[(e["sub"], e["uid"])]
-            cause = _failover_cause(failovers, e["sub"], acked["t"], e["t"])
+            cause = _failover_cause(failovers, holes, acked, e)
             if cause is None and _crashed(windows, {acked["region"], e["region"]}, acked["t"], e["t"]):
                 cause = "broker-crash"
             if cause is None and e["uid"] in twice:
                 cause = "written-twice"
             cause = cause or UNEXPLAINED
             causes[cause] += 1
+            found.append((e["sub"], float(e["t"]), cause))
             if cause == UNEXPLAINED and len(examples) < EXAMPLES:
                 examples.append(
                     f"{e['uid']} on {e['sub']}: acknowledged in {acked['region']} at {acked['t']:.1f} s, "
@@ -181,6 +234,31 @@ def _duplicates(events: list[Event], summary: Summary) -> None:
         summary.violations.append(
             f"{causes[UNEXPLAINED]} duplicate(s) no failover or crash explains, e.g. " + "; ".join(examples)
         )
+    return found
+
+
+def _final_moves(
+    failovers: list[Event], subs: dict[str, str], found: list[tuple[str, float, str]], summary: Summary
+) -> None:
+    """Once every fault is healed and producers stopped, each final move must be judged safe; for a
+    Key_Shared subscription it may stay not safe by the per-key rule alone (its duplicates then all
+    ``key-order``). The duplicates ``failover check`` predicted for the move are set beside those seen."""
+    for f in failovers:
+        if f.get("phase") != "final":
+            continue
+        after = [cause for sub, t, cause in found if sub == f["sub"] and t >= f["t"]]
+        summary.final_moves[f["sub"]] = {
+            "verdict": f.get("verdict"),
+            "predicted": (f.get("check") or {}).get("duplicates"),
+            "seen": len(after),
+        }
+        by_key_rule = subs.get(f["sub"]) == "Key_Shared" and all(c == "key-order" for c in after)
+        if not f["settled"] and not by_key_rule:
+            summary.violations.append(
+                f"{f['sub']}: the final failover from {f['from']} to {f['to']} was never judged safe "
+                f"({f.get('verdict')}, {f.get('check') or {}}) although every fault was healed and the "
+                "producers had stopped: sync did not settle"
+            )
 
 
 def _losses(events: list[Event], subs: dict[str, str], summary: Summary) -> None:
@@ -269,17 +347,10 @@ def check(events: list[Event]) -> Summary:
         "settled": sum(1 for f in failovers if f["settled"]),
         "final": sum(1 for f in failovers if f.get("phase") == "final"),
     }
-    for f in failovers:
-        if f.get("phase") == "final" and not f["settled"]:
-            summary.violations.append(
-                f"{f['sub']}: the final failover from {f['from']} to {f['to']} was never judged safe "
-                f"({f.get('verdict')}, {f.get('check') or {}}) although every fault was healed and the "
-                "producers had stopped: sync did not settle"
-            )
     if not any(e.get("ev") == "end" for e in events):
         summary.violations.append("the history has no end: the run did not finish its final drain")
     _losses(events, subs, summary)
     _order(events, subs, summary)
-    _duplicates(events, summary)
+    _final_moves(failovers, subs, _duplicates(events, subs, summary), summary)
     _policies(events, summary)
     return summary

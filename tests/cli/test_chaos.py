@@ -218,6 +218,30 @@ def test_a_final_failover_never_judged_safe_is_a_violation() -> None:
     assert any("sync did not settle" in v for v in summary.violations)
 
 
+def _key_shared_after_a_hole(second_key: str) -> H:
+    """a-b-0 (key k0) left unacknowledged on key-shared, a-b-1 acknowledged, then a final move that
+    stays not safe, and both delivered in b."""
+    h = H().send("a-b-0").send("a-b-1", key=second_key)
+    for uid in ("a-b-0", "a-b-1"):
+        h.got("shared", "a", uid)
+    h.got("key-shared", "a", "a-b-0", ack=False).got("key-shared", "a", "a-b-1")
+    h.failover("key-shared", "a", "b", quiescent=True, settled=False, phase="final")
+    return h.got("key-shared", "b", "a-b-0").got("key-shared", "b", "a-b-1")
+
+
+def test_key_shared_acknowledgements_after_a_key_hole_may_come_again() -> None:
+    summary = _key_shared_after_a_hole("k0").check()
+    assert summary.ok, summary.violations
+    assert summary.duplicates == {"key-order": 1}
+    assert summary.final_moves["key-shared"]["seen"] == 1
+
+
+def test_a_hole_of_another_key_explains_no_key_shared_duplicate() -> None:
+    summary = _key_shared_after_a_hole("k1").check()
+    assert summary.duplicates == {"failover-not-settled": 1}
+    assert any("sync did not settle" in v for v in summary.violations)
+
+
 def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
     h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0")
     assert H.check(h).duplicates == {"unexplained": 1}
