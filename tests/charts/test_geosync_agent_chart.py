@@ -268,3 +268,13 @@ def test_zookeeper_credentials_come_from_a_mounted_secret() -> None:
     mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
     assert mounts["geosync-zookeeper"]["mountPath"] == "/var/run/secrets/geosync/zookeeper"
     assert "zookeeper_auth_file" not in agent_config(render({"agent": {"region": "east"}}))
+
+
+def test_the_plugins_admin_roles_reach_the_brokers_config() -> None:
+    roles = render({"agent": {"region": "a"}, "plugins": {"adminRoles": "geosync-agent"}})
+    assert (
+        plugin_parts(roles)["plugins-broker-config.yaml"]["PULSAR_PREFIX_geosyncAdminRoles"]
+        == "geosync-agent"
+    )
+    default = plugin_parts(render({"agent": {"region": "a"}}))["plugins-broker-config.yaml"]
+    assert "PULSAR_PREFIX_geosyncAdminRoles" not in default

@@ -119,6 +119,9 @@ allowOverrideEntryFilters: "false"
 {{- if eq .Values.mode "sidecar" }}
 PULSAR_PREFIX_geosyncAllowCursorWrites: "true"
 {{- end }}
+{{- with .Values.plugins.adminRoles }}
+PULSAR_PREFIX_geosyncAdminRoles: {{ . | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "geosync-agent.failoverProviderLabels" -}}

@@ -3,6 +3,7 @@ package io.geosync.plugin.broker;
 import io.geosync.plugin.common.AckFeed;
 import io.geosync.plugin.common.Json;
 import io.geosync.plugin.common.OriginIndex;
+import io.geosync.plugin.common.PluginAccess;
 import io.geosync.plugin.common.PluginApi;
 import io.netty.buffer.ByteBuf;
 import java.io.IOException;
@@ -13,6 +14,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
+import java.util.TreeSet;
 import java.util.UUID;
 import java.util.concurrent.atomic.AtomicLong;
 import javax.servlet.FilterChain;
@@ -57,8 +60,12 @@ import org.slf4j.LoggerFactory;
  * of {@code (ledger, first entry, count, origin[, source ledger, source first entry])} with {@code GET
  * /admin/v2/geosync/origins?topic=persistent://t/ns/x[&from=L:E]}; {@code GET
  * /admin/v2/geosync/status} shows the configuration and counters. Both are answered in {@code onFilter},
- * which runs before the broker's authentication filter, so they are served to loopback clients only (the
- * agent is a sidecar) unless {@code geosyncOriginIndexAllowRemoteReads=true}. Entries the index does not
+ * which runs before the broker's authentication filter, so the interceptor checks callers itself ({@link
+ * PluginAccess}): reads are served to loopback clients only (the agent is a sidecar) unless {@code
+ * geosyncOriginIndexAllowRemoteReads=true}, cursor writes to loopback clients only, always; and where the
+ * broker has {@code authenticationEnabled}, the request must authenticate with the broker's own
+ * authentication service (401 otherwise) as a superuser or a role of {@code geosyncAdminRoles} (403
+ * otherwise). Entries the index does not
  * hold (written before this broker owned the topic, evicted, or broker-written PIP-33 markers) are simply
  * absent: the agent falls back to its own resolution for them.
  *
@@ -80,8 +87,9 @@ import org.slf4j.LoggerFactory;
  *
  * <p>standalone.conf / broker.conf keys (all optional): {@code geosyncOriginIndexMaxTopics} (1000),
  * {@code geosyncOriginIndexMaxRunsPerTopic} (1024), {@code geosyncOriginIndexAllowRemoteReads} (false, also
- * governs the cursor feed and acks), {@code geosyncAckFeedMaxSubscriptions} (100000),
- * {@code geosyncAckFeedSettleMillis} (500), {@code geosyncAllowCursorWrites} (false).
+ * governs the cursor feed and status; never the writes), {@code geosyncAckFeedMaxSubscriptions} (100000),
+ * {@code geosyncAckFeedSettleMillis} (500), {@code geosyncAllowCursorWrites} (false), {@code
+ * geosyncAdminRoles} (none: superusers only, where the broker authenticates).
  */
 public class GeoSyncInterceptor implements BrokerInterceptor {
     static final String PREFIX = "/admin/v2/geosync/";
@@ -99,6 +107,10 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     private volatile AckFeed feed = new AckFeed(100_000);
     private volatile CursorDesk desk;
     private volatile boolean allowCursorWrites;
+    private volatile PulsarService pulsar;
+    private volatile boolean authenticate;
+    private volatile Set<String> superUsers = Set.of();
+    private volatile Set<String> adminRoles = Set.of();
     private volatile long settleNanos = 500_000_000L;
     private final String epoch = UUID.randomUUID().toString();
     private final AtomicLong cursorWrites = new AtomicLong();
@@ -123,19 +135,29 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             allowCursorWrites = Boolean.parseBoolean(props.getProperty("geosyncAllowCursorWrites", "false").trim());
             desk = new CursorDesk(pulsar);
             region = pulsar.getConfiguration().getClusterName();
+            this.pulsar = pulsar;
+            authenticate = pulsar.getConfiguration().isAuthenticationEnabled();
+            superUsers = Set.copyOf(pulsar.getConfiguration().getSuperUserRoles());
+            adminRoles = PluginAccess.roles(props.getProperty(PluginAccess.ADMIN_ROLES_KEY));
             Map<String, Object> conf = new HashMap<>();
             conf.put("geosyncOriginIndexMaxTopics", BigInteger.valueOf(maxTopics));
             conf.put("geosyncOriginIndexMaxRunsPerTopic", BigInteger.valueOf(maxRuns));
             conf.put("geosyncOriginIndexAllowRemoteReads", allowRemoteReads);
             conf.put("geosyncAllowCursorWrites", allowCursorWrites);
+            conf.put("authenticationEnabled", authenticate);
+            conf.put(PluginAccess.ADMIN_ROLES_KEY, String.join(",", new TreeSet<>(adminRoles)));
             conf.put("geosyncAckFeedSettleMillis", BigInteger.valueOf(settleNanos / 1_000_000L));
             conf.put("acknowledgmentAtBatchIndexLevelEnabled",
                     pulsar.getConfiguration().isAcknowledgmentAtBatchIndexLevelEnabled());
             conf.put("entryFilterNames", String.join(",", pulsar.getConfiguration().getEntryFilterNames()));
             configuration = conf;
             log.info("GeoSync interceptor loaded in region '{}': origin index of at most {} topics x {} runs; "
-                    + "served at {}origins and {}status to {} clients; entry filters configured: {}",
-                    region, maxTopics, maxRuns, PREFIX, PREFIX, allowRemoteReads ? "all" : "loopback",
+                    + "reads served at {} to {} clients, cursor writes {} to loopback clients; callers {}; "
+                    + "entry filters configured: {}",
+                    region, maxTopics, maxRuns, PREFIX, allowRemoteReads ? "all" : "loopback",
+                    allowCursorWrites ? "on," : "off,",
+                    authenticate ? "authenticated as a superuser or one of " + PluginAccess.ADMIN_ROLES_KEY + "="
+                            + conf.get(PluginAccess.ADMIN_ROLES_KEY) : "not authenticated (authenticationEnabled=false)",
                     conf.get("entryFilterNames"));
         } catch (Throwable t) {
             error("initialize (running with defaults)", t);
@@ -240,13 +262,17 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     }
 
     private void serve(HttpServletRequest request, HttpServletResponse response) throws Exception {
-        if (!allowRemoteReads && !InetAddress.getByName(request.getRemoteAddr()).isLoopbackAddress()) {
+        String what = request.getRequestURI().substring(PREFIX.length());
+        boolean loopback = InetAddress.getByName(request.getRemoteAddr()).isLoopbackAddress();
+        PluginAccess.Decision access = PluginAccess.network("acks".equals(what), loopback, allowRemoteReads);
+        if (access.allowed() && authenticate) {
+            access = PluginAccess.role(authenticatedRole(request), superUsers, adminRoles);
+        }
+        if (!access.allowed()) {
             requestsRefused.incrementAndGet();
-            reply(response, 403, Map.of("error", "the GeoSync origin index is served to loopback clients only "
-                    + "(geosyncOriginIndexAllowRemoteReads=true opens it)"));
+            reply(response, access.status(), Map.of("error", access.error()));
             return;
         }
-        String what = request.getRequestURI().substring(PREFIX.length());
         String method = "acks".equals(what) ? "POST" : "GET";
         if (!method.equals(request.getMethod())) {
             reply(response, 405, Map.of("error", PREFIX + what + " answers " + method + " only"));
@@ -286,6 +312,21 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins, cursors, acks or status"));
         }
         requestsServed.incrementAndGet();
+    }
+
+    /** The role the broker's authentication service gives the request, or null if it refuses it. */
+    private String authenticatedRole(HttpServletRequest request) {
+        PulsarService p = pulsar;
+        if (p == null || p.getBrokerService() == null) {
+            return null;
+        }
+        try {
+            return p.getBrokerService().getAuthenticationService().authenticateHttpRequest(request);
+        } catch (Exception e) {
+            log.debug("GeoSync interceptor: request from {} not authenticated: {}", request.getRemoteAddr(),
+                    e.getMessage());
+            return null;
+        }
     }
 
     Map<String, Object> cursors(long since) {
