@@ -1,0 +1,223 @@
+"""A region down for a long time while the others take traffic, then back: how long until it is exact? (17.8)
+
+    python bench/region_down.py [--lab DIR] [--down 600] [--rate 200] [--topics 4] [--share 0.9]
+
+Setup: ``--topics`` topics in a new namespace replicated between a and b; a batched producer in a publishes
+``--rate`` messages/s in all; on each topic a Shared subscription created as the traffic starts, whose
+consumer in a acknowledges ``--share`` of the messages at random (batch indexes; the rest stay holes for
+good). After a warm-up, region b (its broker process and its agent) is frozen (SIGSTOP: nothing answers, the
+sockets stay open, as a region cut off) for ``--down`` seconds while a goes on; then both are thawed and the
+traffic stops, so what b must end up acknowledging is fixed. Reported, from the thaw: when b holds every
+message (Pulsar's replicator catching up), when b's agent has read them all, and when b's cursors
+acknowledge exactly what a's consumers did (message by message, batch indexes included, read through the
+interceptor's cursor endpoint); b's agent CPU seconds and its longest round meanwhile (the round must not
+grow with the backlog; the round the freeze stopped is left out), and the backlog's size.
+
+Without ``--lab`` a fresh two-region lab is booted in a temporary directory and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import random
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+
+import psutil
+import pulsar
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from geosync_adapters import messaging
+from geosync_adapters.admin import AdminClient, AdminError
+from geosync_core.positions import Position
+from geosync_lab import labs, probes
+
+console = Console(width=150)
+SUB = "s"
+
+
+class Traffic:
+    """A producer in a and one consumer per topic there, acknowledging ``share`` at random."""
+
+    def __init__(self, client: Any, topics: list[str], rate: float, share: float) -> None:
+        self.client, self.topics, self.rate, self.share = client, topics, rate, share
+        self.stop = threading.Event()
+        self.received: dict[str, list[probes.Message]] = {t: [] for t in topics}
+        self.acked: dict[str, set[probes.Message]] = {t: set() for t in topics}
+        self.sent = 0
+        self.lock = threading.Lock()
+        self.rng = random.Random(17)
+        self.consumers = [
+            client.subscribe(
+                t,
+                SUB,
+                consumer_type=pulsar.ConsumerType.Shared,
+                batch_index_ack_enabled=True,
+                message_listener=self._on_message,
+            )
+            for t in topics
+        ]
+        self.thread = threading.Thread(target=self._produce, daemon=True)
+        self.thread.start()
+
+    def _on_message(self, consumer: Any, msg: Any) -> None:
+        mid = msg.message_id()
+        key = (Position(mid.ledger_id(), mid.entry_id()), mid.batch_index())
+        topic = msg.topic_name()
+        with self.lock:
+            self.received[topic].append(key)
+            ack = self.rng.random() < self.share
+            if ack:
+                self.acked[topic].add(key)
+        if ack:
+            consumer.acknowledge(msg)
+
+    def _produce(self) -> None:
+        producers = [
+            self.client.create_producer(
+                t, batching_enabled=True, batching_max_publish_delay_ms=10, block_if_queue_full=True
+            )
+            for t in self.topics
+        ]
+        next_at, n = time.monotonic(), 0
+        while not self.stop.is_set():
+            producers[n % len(producers)].send_async(f"m{n}".encode(), None)
+            n += 1
+            self.sent = n
+            next_at += 1.0 / self.rate
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        for p in producers:
+            p.flush()
+            p.close()
+
+    def finish(self) -> None:
+        """Stop producing; give the consumers time to receive the rest, then stop them."""
+        self.stop.set()
+        self.thread.join(timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(len(r) for r in self.received.values()) < self.sent:
+            time.sleep(0.2)
+        time.sleep(1.0)  # grouped acknowledgements go out
+        for c in self.consumers:
+            c.close()
+
+
+def freeze(lab_dir: pathlib.Path, agent_pid: int, *, frozen: bool) -> None:
+    labs.freeze_region(lab_dir, "b", frozen=frozen)
+    os.kill(agent_pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lab", type=pathlib.Path, help="use this running lab instead of booting one")
+    parser.add_argument("--down", type=float, default=600.0, help="seconds region b stays down")
+    parser.add_argument("--rate", type=float, default=200.0, help="messages/s published in a")
+    parser.add_argument("--topics", type=int, default=4)
+    parser.add_argument("--share", type=float, default=0.9, help="share of messages acknowledged in a")
+    parser.add_argument("--warmup", type=float, default=30.0)
+    parser.add_argument(
+        "--limit", type=float, default=1800.0, help="seconds to wait for exact after the thaw"
+    )
+    args = parser.parse_args()
+    with labs.given_or_booted(args.lab, ["a", "b"], report=console.print) as lab_dir:
+        topology = labs.load(lab_dir)
+        run = uuid.uuid4().hex[:6]
+        namespace = f"geo/down-{run}"
+        admins = {r: AdminClient(topology.region(r).admin_url, timeout=30) for r in ("a", "b")}
+        for admin in admins.values():
+            admin.create_namespace(namespace)
+            admin.set_replication_clusters(namespace, ["a", "b"])
+        topics = [f"persistent://{namespace}/t{i}" for i in range(args.topics)]
+        agent_b = topology.agents["b"]
+        assert agent_b.pid is not None
+        state_url = labs.agent_metrics_url(lab_dir, "b") + "/state"
+        with contextlib.ExitStack() as stack:
+            client = stack.enter_context(messaging.client(topology.region("a").service_url))
+            traffic = Traffic(client, topics, args.rate, args.share)
+            console.print(f"warm-up {args.warmup:.0f} s on {namespace}")
+            time.sleep(args.warmup)
+            before = traffic.sent
+            freeze(lab_dir, agent_b.pid, frozen=True)
+            down_at = time.monotonic()
+            console.print(f"region b and its agent frozen at {before:,} messages sent")
+            try:
+                while time.monotonic() - down_at < args.down:
+                    time.sleep(min(60.0, args.down - (time.monotonic() - down_at)))
+                    console.print(f"  down {time.monotonic() - down_at:.0f} s, {traffic.sent:,} sent")
+            finally:
+                freeze(lab_dir, agent_b.pid, frozen=False)
+            thawed = time.monotonic()
+            traffic.finish()
+            total = traffic.sent
+            console.print(f"thawed; {total - before:,} messages sent while b was down, {total:,} in all")
+            proc = psutil.Process(agent_b.pid)
+            cpu0 = sum(proc.cpu_times()[:2])
+            times: dict[str, float | None] = {"replicated": None, "read": None, "exact": None}
+            longest_round, checked_at = 0.0, 0.0
+            while time.monotonic() - thawed < args.limit and times["exact"] is None:
+                now = time.monotonic() - thawed
+                with contextlib.suppress(requests.RequestException, ValueError):
+                    state = requests.get(state_url, timeout=10).json()
+                    longest = float(state.get("round_seconds_max") or 0)
+                    if longest < args.down / 2:  # not the round the freeze stopped (it stays in the window)
+                        longest_round = max(longest_round, longest)
+                    if times["read"] is None and int(state.get("messages_read", 0)) >= total:
+                        times["read"] = now
+                if times["replicated"] is None:
+                    with contextlib.suppress(AdminError):  # b owns its topics again soon after the thaw
+                        held = sum(int(admins["b"].topic_stats(t).get("msgInCounter", 0)) for t in topics)
+                        if held >= total:
+                            times["replicated"] = now
+                elif now - checked_at >= 2.0:
+                    checked_at = now
+                    if all(exact(admins["b"], t, traffic) for t in topics):
+                        times["exact"] = now
+                time.sleep(0.5)
+            cpu = sum(proc.cpu_times()[:2]) - cpu0
+        table = Table(
+            "down",
+            "sent while down",
+            "acknowledged in a",
+            "b holds all",
+            "b's agent read all",
+            "b exact",
+            "b agent CPU",
+            "longest round",
+        )
+        acked = sum(len(a) for a in traffic.acked.values())
+        table.add_row(
+            f"{args.down:.0f} s",
+            f"{total - before:,}",
+            f"{acked:,} of {total:,}",
+            *(f"{v:.1f} s" if v is not None else f"> {args.limit:.0f} s" for v in times.values()),
+            f"{cpu:.1f} s",
+            f"{longest_round:.2f} s",
+        )
+        console.print(table)
+        if times["exact"] is None:
+            raise SystemExit("b was not exact within the limit")
+
+
+def exact(admin_b: AdminClient, topic: str, traffic: Traffic) -> bool:
+    mapping = probes.copies(admin_b, topic, origin="a")
+    received = traffic.received[topic]
+    if any(p not in mapping for p, _ in received):
+        return False
+    in_b = [(mapping[p], i) for p, i in received]
+    back = {(mapping[p], i): (p, i) for p, i in received}
+    got = {back[m] for m in probes.acknowledged(admin_b, topic, SUB, in_b)}
+    return got == traffic.acked[topic]
+
+
+if __name__ == "__main__":
+    main()
