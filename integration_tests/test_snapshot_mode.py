@@ -6,6 +6,7 @@ through signed marker messages that the entry filter hides from applications.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -146,3 +147,76 @@ def test_no_snapshot_completes_and_no_cursor_moves_while_a_region_is_down(lab: L
 
     # Once c answers again, the snapshot completes and b follows a past all 30 messages.
     wait_for(past_all, timeout_s=60, what="b to follow a once c is back")
+
+
+def rejected(lab: Lab, region: str, reason: str) -> int:
+    return int(agent_state(lab, region)["counters"].get(f"control_rejected_{reason}", 0))
+
+
+def update_markers(lab: Lab, region: str, topic: str, sub: str, *, sender: str) -> list[pulsar.Message]:
+    """``sender``'s update markers for ``sub`` in ``region``'s log of ``topic`` (b's own, for the moves it
+    followed, are there too), read through a ``geosync-*``
+    subscription (the only kind the entry filter shows markers to), as anyone allowed to consume could."""
+    with messaging.client(lab.service_url(region)) as c:
+        probe = c.subscribe(topic, f"geosync-probe-{sub}", initial_position=pulsar.InitialPosition.Earliest)
+        found = []
+        try:
+            while True:
+                msg = probe.receive(timeout_millis=3000)
+                if msg.properties().get("__geosync_marker") != "update":
+                    continue
+                envelope = json.loads(msg.data())
+                if envelope["region"] == sender and envelope["payload"]["subscription"] == sub:
+                    found.append(msg)
+        except pulsar.Timeout:
+            pass
+        finally:
+            probe.unsubscribe()
+    return found
+
+
+def test_a_genuine_update_marker_copied_into_another_topic_or_replayed_changes_nothing(
+    lab: Lab, unique: str
+) -> None:
+    """Someone with produce (and consume) permission on the namespace, but no key, copies a's genuine
+    update marker for subscription ``sub`` of ``src`` into ``dst``, where a subscription of the same name
+    waits at the start in b, and publishes it into ``src`` again. b must refuse both (misplaced, replayed)
+    and its ``dst`` cursor must not move."""
+    ns = "geo/snap-ab"
+    src, dst, sub = (
+        f"persistent://{ns}/copy-src-{unique}",
+        f"persistent://{ns}/copy-dst-{unique}",
+        f"c-{unique}",
+    )
+    for region in ("a", "b"):
+        for topic in (src, dst):
+            subscribe_first(lab, region, topic, sub, pulsar.ConsumerType.Exclusive)
+    produce_and_snapshot(lab, src, [f"m{i}".encode() for i in range(20)])
+    produce(lab.service_url("a"), dst, [f"d{i}".encode() for i in range(20)])
+    assert sorted(
+        consume_all(lab.service_url("a"), src, sub, consumer_type=pulsar.ConsumerType.Exclusive)
+    ) == sorted(f"m{i}" for i in range(20))
+
+    def b_followed() -> bool:
+        md = mark_delete(lab, "b", src, sub)
+        return (
+            md is not None and md > Position(-1, -1) and bool(update_markers(lab, "a", src, sub, sender="a"))
+        )
+
+    wait_for(b_followed, timeout_s=60, what="b to follow a's update marker on the source topic")
+    marker = update_markers(lab, "a", src, sub, sender="a")[-1]
+    held = mark_delete(lab, "b", dst, sub)
+    misplaced, replayed = rejected(lab, "b", "misplaced"), rejected(lab, "b", "replayed")
+    with messaging.client(lab.service_url("a")) as c:
+        for topic in (dst, src):
+            producer = c.create_producer(topic, batching_enabled=False)  # markers travel unbatched
+            producer.send(marker.data(), properties=marker.properties())
+            producer.close()
+    wait_for(
+        lambda: rejected(lab, "b", "misplaced") > misplaced and rejected(lab, "b", "replayed") > replayed,
+        timeout_s=60,
+        what="b to refuse the copy (misplaced) and the replay (replayed)",
+    )
+    assert mark_delete(lab, "b", dst, sub) == held, "the copied marker moved another topic's subscription"
+    got = consume_all(lab.service_url("b"), dst, sub, consumer_type=pulsar.ConsumerType.Exclusive)
+    assert sorted(got) == sorted(f"d{i}" for i in range(20))
