@@ -131,37 +131,63 @@ def _faults(events: list[Event]) -> list[_Window]:
     return out
 
 
+def _position(msg_id: object) -> tuple[int, ...] | None:
+    """A delivered message's place in its region's log, from the client's ``(ledger,entry,partition,batch)``
+    id."""
+    try:
+        ledger, entry, _partition, batch = (int(x) for x in str(msg_id).strip("()").split(","))
+    except ValueError:
+        return None
+    return (ledger, entry, batch)
+
+
 class _KeyHoles:
     """Key_Shared subscriptions claim only per-key prefixes (README, "The agent"): an acknowledgement
     that follows an unacknowledged message of the same key is not carried to another region, so that the
     region taking over never delivers a key's earlier message after a later one. Its duplicate is allowed
     (``key-order``) when such an earlier message was still unacknowledged when consumers moved.
-    "Earlier" is the order of first deliveries, which Key_Shared keeps per key."""
+
+    "Earlier" is the order of the region consumers left: the positions its consumers were given both
+    messages at. A message its consumers were never given is not earlier there (a Key_Shared consumer gets
+    a key's messages in log order). Without the later message's position there (it was acknowledged
+    elsewhere), the order of first deliveries on the subscription stands in."""
 
     def __init__(self, events: list[Event], subs: dict[str, str]) -> None:
         self.key = {e["uid"]: e.get("key") for e in events if e.get("ev") == "send"}
         self.first: dict[tuple[str, str], float] = {}
+        self.pos: dict[tuple[str, str, str], tuple[int, ...]] = {}
         self.acked: dict[tuple[str, str], float] = {}
         self.by_key: dict[tuple[str, Any], list[tuple[float, str]]] = defaultdict(list)
         for e in events:
             if e.get("ev") not in {"recv", "ack"} or subs.get(e["sub"]) != "Key_Shared":
                 continue
             at, uid = (e["sub"], e["uid"]), e["uid"]
-            if e.get("ev") == "recv" and at not in self.first:
+            if e.get("ev") == "ack":
+                self.acked.setdefault(at, float(e["t"]))
+                continue
+            where = _position(e.get("msg_id"))
+            if where is not None:
+                self.pos.setdefault((e["sub"], e["region"], uid), where)
+            if at not in self.first:
                 self.first[at] = float(e["t"])
                 self.by_key[(e["sub"], self.key.get(uid))].append((float(e["t"]), uid))
-            elif e.get("ev") == "ack":
-                self.acked.setdefault(at, float(e["t"]))
 
-    def blocked(self, sub: str, uid: str, moved_at: float) -> bool:
-        """Whether an earlier message of ``uid``'s key was unacknowledged at ``moved_at``."""
+    def blocked(self, sub: str, uid: str, source: str, moved_at: float) -> bool:
+        """Whether an earlier message of ``uid``'s key was unacknowledged when consumers left ``source``
+        at ``moved_at``."""
         mine = self.first.get((sub, uid))
         if mine is None:
             return False
+        here = self.pos.get((sub, source, uid))
         for t, other in self.by_key.get((sub, self.key.get(uid)), []):
-            if t >= mine:
-                return False
-            if self.acked.get((sub, other), float("inf")) > moved_at:
+            if other == uid or self.acked.get((sub, other), float("inf")) <= moved_at:
+                continue
+            if here is None:
+                if t < mine:
+                    return True
+                continue
+            there = self.pos.get((sub, source, other))
+            if there is not None and there < here:
                 return True
         return False
 
@@ -177,7 +203,7 @@ def _failover_cause(failovers: list[Event], holes: _KeyHoles, acked: Event, seen
     ]
     if any(not f["quiescent"] for f in moved):
         return "failover-not-quiescent"
-    if any(holes.blocked(sub, uid, float(f.get("closed_at") or f["t"])) for f in moved):
+    if any(holes.blocked(sub, uid, f["from"], float(f.get("closed_at") or f["t"])) for f in moved):
         return "key-order"
     if any(not f["settled"] for f in moved):
         return "failover-not-settled"
@@ -240,25 +266,33 @@ def _duplicates(events: list[Event], subs: dict[str, str], summary: Summary) -> 
 def _final_moves(
     failovers: list[Event], subs: dict[str, str], found: list[tuple[str, float, str]], summary: Summary
 ) -> None:
-    """Once every fault is healed and producers stopped, each final move must be judged safe; for a
-    Key_Shared subscription it may stay not safe by the per-key rule alone (its duplicates then all
-    ``key-order``). The duplicates ``failover check`` predicted for the move are set beside those seen."""
+    """Once every fault is healed and producers stopped, each final move must be judged safe. A Key_Shared
+    subscription may stay not safe by the per-key rule alone; its move then passes when the duplicates it
+    caused (``key-order`` or ``failover-not-settled`` after it) are no more than ``failover check``
+    predicted for it, or all ``key-order``."""
     for f in failovers:
         if f.get("phase") != "final":
             continue
         after = [cause for sub, t, cause in found if sub == f["sub"] and t >= f["t"]]
+        caused = sum(1 for c in after if c in {"key-order", "failover-not-settled"})
+        predicted = (f.get("check") or {}).get("duplicates")
         summary.final_moves[f["sub"]] = {
             "verdict": f.get("verdict"),
-            "predicted": (f.get("check") or {}).get("duplicates"),
+            "predicted": predicted,
             "seen": len(after),
+            "caused": caused,
         }
-        by_key_rule = subs.get(f["sub"]) == "Key_Shared" and all(c == "key-order" for c in after)
-        if not f["settled"] and not by_key_rule:
-            summary.violations.append(
-                f"{f['sub']}: the final failover from {f['from']} to {f['to']} was never judged safe "
-                f"({f.get('verdict')}, {f.get('check') or {}}) although every fault was healed and the "
-                "producers had stopped: sync did not settle"
-            )
+        if f["settled"] or (
+            subs.get(f["sub"]) == "Key_Shared"
+            and (all(c == "key-order" for c in after) or (isinstance(predicted, int) and caused <= predicted))
+        ):
+            continue
+        summary.violations.append(
+            f"{f['sub']}: the final failover from {f['from']} to {f['to']} was never judged safe "
+            f"({f.get('verdict')}, {f.get('check') or {}}) although every fault was healed and the "
+            f"producers had stopped: sync did not settle; it caused {caused} duplicate(s) "
+            f"(predicted {predicted})"
+        )
 
 
 def _losses(events: list[Event], subs: dict[str, str], summary: Summary) -> None:

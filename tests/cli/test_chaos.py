@@ -242,6 +242,15 @@ def test_a_hole_of_another_key_explains_no_key_shared_duplicate() -> None:
     assert any("sync did not settle" in v for v in summary.violations)
 
 
+def test_a_key_shared_final_move_may_cost_what_failover_check_predicted() -> None:
+    h = _key_shared_after_a_hole("k1")
+    move = next(e for e in h.events if e["ev"] == "failover")
+    move["check"] = {"duplicates": 1}
+    assert h.check().ok
+    move["check"] = {"duplicates": 0}
+    assert any("caused 1 duplicate(s) (predicted 0)" in v for v in h.check().violations)
+
+
 def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
     h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0")
     assert H.check(h).duplicates == {"unexplained": 1}
