@@ -436,6 +436,17 @@ class AdminClient:
         }
         self.post(f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/expireMessages", body)
 
+    def reset_cursor(self, topic: str, subscription: str, *, mark_delete: tuple[int, int] | None) -> None:
+        """Move a subscription's cursor to mark-delete ``(ledger, entry)``, backwards too, or before the
+        earliest message (``None``). Clears every individual acknowledgement above it and disconnects the
+        subscription's consumers (they reconnect): for rewinds only (a user's rewind in another region)."""
+        sub = urllib.parse.quote(subscription, safe="")
+        path = f"/admin/v2/{self.topic_path(topic)}/subscription/{sub}/resetcursor"
+        if mark_delete is None:
+            self.post(f"{path}/0")
+        else:
+            self.post(path, {"ledgerId": mark_delete[0], "entryId": mark_delete[1], "isExcluded": True})
+
     def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
         """Individually acknowledge entries (PIP-423).
 

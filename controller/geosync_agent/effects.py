@@ -80,6 +80,15 @@ class CreateSubscription:
 
 
 @dataclass(frozen=True, slots=True)
+class ResetCursor:
+    """Rewind a subscription to mark-delete ``mark_delete`` (None: before the earliest message), clearing
+    its individual acknowledgements: a newer generation of claims acknowledges less than the cursor here."""
+
+    key: SubKey
+    mark_delete: Position | None
+
+
+@dataclass(frozen=True, slots=True)
 class Publish:
     """Send ``data`` on ``topic`` (a control topic or, for markers, a data topic)."""
 
@@ -90,7 +99,7 @@ class Publish:
     replicate_to: list[str] | None = None
 
 
-Effect = PluginAck | AdminMove | CreateSubscription | Publish
+Effect = PluginAck | AdminMove | CreateSubscription | ResetCursor | Publish
 
 
 # -- outcomes --------------------------------------------------------------------------------------
@@ -137,12 +146,19 @@ class Created:
 
 
 @dataclass(frozen=True, slots=True)
+class CursorReset:
+    key: SubKey
+    mark_delete: Position | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Learned:
     capability: Capability
     value: bool
 
 
-Outcome = CursorWritten | NotWritten | AdminMoved | Created | Learned
+Outcome = CursorWritten | NotWritten | AdminMoved | Created | CursorReset | Learned
 
 
 class Effector:
@@ -181,7 +197,7 @@ class Effector:
     def perform(self, effects: Iterable[Effect]) -> list[Outcome]:
         """Carry out ``effects``: sends in order, plugin writes batched, admin changes in parallel."""
         plugin: list[PluginAck] = []
-        parallel: list[AdminMove | CreateSubscription] = []
+        parallel: list[AdminMove | CreateSubscription | ResetCursor] = []
         for effect in effects:
             if isinstance(effect, Publish):
                 self._publish(effect)
@@ -249,9 +265,11 @@ class Effector:
                 out.append(NotWritten(ack.key, fallback=True, reason=result.status.value))
         return out
 
-    def _admin_change(self, effect: AdminMove | CreateSubscription) -> list[Outcome]:
+    def _admin_change(self, effect: AdminMove | CreateSubscription | ResetCursor) -> list[Outcome]:
         if isinstance(effect, CreateSubscription):
             return [self._create(effect)]
+        if isinstance(effect, ResetCursor):
+            return [self._reset(effect)]
         try:
             return self._admin_move(effect)
         except (adm.AdminError, messaging.MessagingUnavailable) as e:
@@ -267,6 +285,16 @@ class Effector:
             log.warning("cannot create %s on %s, will retry: %s", name, topic, e)
             return Created(effect.key, created=False, topic_missing=True)
         return Created(effect.key, created=created, topic_missing=False)
+
+    def _reset(self, effect: ResetCursor) -> Outcome:
+        topic, name = effect.key
+        md = effect.mark_delete
+        try:
+            self.admin().reset_cursor(topic, name, mark_delete=None if md is None else (md.ledger, md.entry))
+        except adm.AdminError as e:
+            log.warning("cannot rewind %s on %s, will retry: %s", name, topic, e)
+            return CursorReset(effect.key, md, error=str(e)[:200])
+        return CursorReset(effect.key, md)
 
     def _admin_move(self, effect: AdminMove) -> list[Outcome]:
         topic, name = effect.key

@@ -147,10 +147,13 @@ class Subscription:
     generation: int = 0
     """The generation of the claims held and published (``envelopes.AckStateMessage.generation``): a
     rewind here starts a newer one; claims of an older one are dropped, a newer one replaces them."""
-    seen_feed: Position | None = None
-    seen_poll: Position | None = None
-    """The mark-delete the acknowledgement feed, and the last poll, showed: a later report of the same
-    source below it is a rewind (each source reports in the order things happened; two sources may not)."""
+    seen_feed: AckState | None = None
+    """The whole entries the acknowledgement feed showed acknowledged last: a later feed report that lacks
+    some is a rewind (the feed reports in the order things happened; a report read now may predate a poll
+    or a write)."""
+    seen_any: AckState | None = None
+    """The whole entries shown acknowledged since the last rewind, by the feed, a poll or a write: a poll or
+    a write result that lacks some is a rewind (everything seen before either happened before it)."""
     recreated: bool = False
     """Created again after it was deleted here: its first cursor starts a new generation."""
     active: bool = False
@@ -169,7 +172,7 @@ class Subscription:
         its old cursor goes, and its first one starts a new generation of claims."""
         if self.deleted_here:
             self.recreated = True
-            self.cursor = self.seen_feed = self.seen_poll = None
+            self.cursor = self.seen_feed = self.seen_any = None
             self.planned = self.pending_move = None
         self.exists = True
         self.deleted_here = False
@@ -1038,18 +1041,20 @@ class Agent:
         state.planned = state.pending_move = state.reset_to = None
         state.follow = False
 
-    def _rewound(self, state: Subscription, cursor: AckState, *, polled: bool, now: Now) -> bool:
-        """Whether ``cursor`` shows ``state`` rewound here by someone else than the agent (its mark-delete
-        below what the same source showed last; or its first cursor after it was created again): then a new
-        generation of its claims starts, made of this cursor alone."""
+    def _rewound(self, state: Subscription, cursor: AckState, *, source: str, now: Now) -> bool:
+        """Whether ``cursor``, as ``source`` ("feed", "poll" or "write") showed it, has ``state`` rewound here
+        by someone else than the agent (it no longer acknowledges entries it was seen acknowledging before,
+        see ``seen_feed`` and ``seen_any``; or it is the first cursor after it was created again). If so,
+        and this region is the active one, a new generation of its claims starts, made of this cursor alone.
+        Batch indexes are left out (polls cannot see them)."""
         md = cursor.mark_delete
-        seen = state.seen_poll if polled else state.seen_feed
-        if polled:
-            state.seen_poll = md
-        else:
-            state.seen_feed = md
+        whole = AckState.of(md, cursor.ranges)
+        seen = state.seen_feed if source == "feed" else state.seen_any
+        if source == "feed":
+            state.seen_feed = whole
+        state.seen_any = whole if state.seen_any is None or source != "feed" else state.seen_any.merge(whole)
         recreated, state.recreated = state.recreated, False
-        if not recreated and (seen is None or md >= seen):
+        if not recreated and (seen is None or seen == whole or whole.merge(seen) == whole):
             return False
         if not state.active:
             self.stats.inc("rewinds_passive")  # a passive copy: the active region's claims undo it
@@ -1058,12 +1063,13 @@ class Agent:
         if not recreated and own is not None and now.mono < own[1] and (own[0] is None or md >= own[0]):
             return False  # where the agent rewound it itself, seen late by this source
         self._new_generation(state, max(state.generation + 1, now.wall_ms))
+        state.seen_feed = state.seen_any = whole
         self.stats.inc("rewinds")
         log.info(
             "%s on %s was %s here: its claims start again from this cursor (generation %d)",
             state.name,
             state.topic,
-            "created again" if recreated else f"rewound from {seen} to {md}",
+            "created again" if recreated else f"rewound from {seen and seen.mark_delete} to {md}",
             state.generation,
         )
         return True
@@ -1132,7 +1138,7 @@ class Agent:
             for ts in self.topics.values():
                 ts.poll = replace(ts.poll, next_at=0.0)
             for sub in self.subs.values():
-                sub.seen_feed = sub.seen_poll = None
+                sub.seen_feed = sub.seen_any = None
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
         self.feed.seq = feed.seq
         self.stats.inc("feed_reads")
@@ -1211,10 +1217,13 @@ class Agent:
             cursor = cursors.get(state.name)
             if cursor is None:
                 continue
-            if not self.snapshots.covers(topic):
-                self._rewound(state, cursor, polled=polled, now=now)
+            source = "poll" if polled else "feed"
+            rewound = not self.snapshots.covers(topic) and self._rewound(
+                state, cursor, source=source, now=now
+            )
             if (
                 polled
+                and not rewound  # a rewind cleared the batch indexes acknowledged before it
                 and state.cursor is not None
                 and state.cursor.batches
                 and cursor.mark_delete >= state.cursor.mark_delete  # not reset backwards by someone
@@ -1518,6 +1527,9 @@ class Agent:
             return
         if isinstance(outcome, fx.CursorWritten):
             state.cursor = self._cursor_of(outcome.cursor)
+            if not self.snapshots.covers(state.topic):
+                # A write never moves the mark-delete back: below what was seen, someone rewound it.
+                self._rewound(state, state.cursor, source="write", now=now)
             state.pending_move = None
             state.pending_holes = 0
             state.last_applied_at = now.wall
@@ -1552,7 +1564,7 @@ class Agent:
             "rewound %s on %s to %s, as another region did", state.name, state.topic, outcome.mark_delete
         )
         state.reset_to = (outcome.mark_delete, now.mono + REWIND_SETTLE_S)
-        state.cursor = state.seen_feed = state.seen_poll = None  # read it again before planning
+        state.cursor = state.seen_feed = state.seen_any = None  # read it again before planning
         state.planned = state.pending_move = None
         state.last_applied_at = now.wall
         ts = self.topics.get(state.topic)

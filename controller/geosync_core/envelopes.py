@@ -49,6 +49,11 @@ Invariants:
   zeros, bit ``i`` = index ``i``). A partial that is empty, full, beyond its size, repeated, inside one of
   the region's spans, or of a size outside ``1..MAX_BATCH_SIZE`` is malformed: what was encoded from a
   canonical ``OriginAcks`` never is. All states of a batch have the batch's version.
+* a state may carry ``"generation": n`` (``0 < n < 2**63``; absent means 0), in both payload versions: the
+  subscription's claims generation (a rewind or a re-creation in some region starts a newer one, whose
+  claims replace the older ones). It is written only when not 0, so states of subscriptions never rewound
+  are byte for byte what agents without generations write and read; those agents ignore the field (they
+  merge a newer generation's claims into the older ones: the rewind is not followed there, nothing more).
 """
 
 from __future__ import annotations
@@ -335,6 +340,8 @@ class AckStateMessage:
     subscription: str
     region: str
     acks: OriginAcks
+    generation: int = 0
+    """The claims' generation (see the module docstring): claims of different generations never merge."""
 
 
 def encode_ack_state(topic: str, subscription: str, *, region: str, acks: OriginAcks) -> JsonObject:
@@ -352,7 +359,10 @@ def encode_ack_states(states: list[AckStateMessage], *, region: str) -> JsonObje
     return {
         "version": version,
         "region": region,
-        "states": [_encode_state(m.topic, m.subscription, region, m.acks, version) for m in states],
+        "states": [
+            _encode_state(m.topic, m.subscription, region, m.acks, version, generation=m.generation)
+            for m in states
+        ],
     }
 
 
@@ -360,7 +370,9 @@ def _version_for(acks: list[OriginAcks]) -> int:
     return ACK_STATE_PARTIALS_VERSION if any(a.partials for a in acks) else ACK_STATE_VERSION
 
 
-def _encode_state(topic: str, subscription: str, region: str, acks: OriginAcks, version: int) -> JsonObject:
+def _encode_state(
+    topic: str, subscription: str, region: str, acks: OriginAcks, version: int, *, generation: int = 0
+) -> JsonObject:
     payload: JsonObject = {
         "version": version,
         "topic": topic,
@@ -376,6 +388,8 @@ def _encode_state(topic: str, subscription: str, region: str, acks: OriginAcks, 
             origin: [[p.ledger, p.entry, b.size, b.hex()] for p, b in batches]
             for origin, batches in acks.partials
         }
+    if generation:
+        payload["generation"] = generation
     return payload
 
 
@@ -449,6 +463,9 @@ def _decode_state(
         return Rejected(Reason.MALFORMED)
     if version >= ACK_STATE_PARTIALS_VERSION and "partials" not in payload:
         return Rejected(Reason.MALFORMED)
+    generation = payload.get("generation", 0)
+    if not _is_count(generation) or ("generation" in payload and generation == 0):
+        return Rejected(Reason.MALFORMED)
     try:
         whole = OriginAcks.of((origin, map(_span, spans)) for origin, spans in acks.items())
         decoded = whole.merge(
@@ -458,7 +475,7 @@ def _decode_state(
         )
     except (ValueError, TypeError):
         return Rejected(Reason.MALFORMED)
-    return AckStateMessage(str(topic), str(subscription), sender, decoded)
+    return AckStateMessage(str(topic), str(subscription), sender, decoded, generation)
 
 
 def _span(pair: Any) -> Span:

@@ -124,6 +124,13 @@ class FakeRegion:
         key = (topic, subscription)
         self.cursors[key] = self.cursors[key].ack_cumulative(Position(ledger, entry))
 
+    def reset_cursor(self, topic: str, subscription: str, *, mark_delete: tuple[int, int] | None) -> None:
+        self.calls.append(("reset", topic, subscription, mark_delete))
+        if mark_delete is None:
+            first = self.topics[topic][0]
+            mark_delete = (first.ledger, first.entry - 1)
+        self.cursors[(topic, subscription)] = AckState.of(Position(*mark_delete))
+
     def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
         if not self.skip_by_ids:
             raise adm.AdminNotFound("no skipByMessageIds")

@@ -1,0 +1,118 @@
+"""Rewinds in the region where consumers run (issue 17.3), on the shared lab.
+
+Semantics (README, "Deletions and rewinds"): a subscription moved backwards on purpose (reset-cursor, a
+client's seek) or deleted and created again under its name starts a new generation of its claims; the
+other regions rewind their copy to what the new generation claims, and nobody re-applies the claims of an
+earlier generation (before, a's agent undid a's own rewind with the claims b echoed back, and b stayed ahead).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import requests
+
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from geosync_lab import labs
+from integration_tests.helpers import (
+    Lab,
+    ack_some,
+    consume_all,
+    cursor,
+    produce_batched,
+    read_all,
+    wait_for,
+)
+
+
+def _state(lab: Lab, region: str) -> dict[str, Any]:
+    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
+    return state
+
+
+def _backlogs(lab: Lab, topic: str, sub: str) -> tuple[int | None, int | None]:
+    return lab.admin("a").backlog(topic, sub), lab.admin("b").backlog(topic, sub)
+
+
+def _traffic(lab: Lab, topic: str, sub: str, unique: str) -> tuple[list[str], set[str]]:
+    """Both regions publish batched; a's Shared consumer acknowledges 80 % at random, b's subscription
+    follows. The payloads, and those acknowledged."""
+    for region in ("a", "b"):
+        lab.admin(region).create_subscription(topic, sub)
+    payloads = [f"{region}{i}" for region in ("a", "b") for i in range(60)]
+    produce_batched(lab.service_url("a"), topic, payloads[:60], batch=7)
+    produce_batched(lab.service_url("b"), topic, payloads[60:], batch=7)
+    assert len(read_all(lab.service_url("a"), topic, expect=len(payloads))) == len(payloads)
+    acked = ack_some(
+        lab.service_url("a"), topic, sub, total=len(payloads), share=0.8, rng=random.Random(unique)
+    )
+    wait_for(lambda: len(set(_backlogs(lab, topic, sub))) == 1, timeout_s=45, what="b to follow a")
+    return payloads, acked
+
+
+def _synced(lab: Lab, region: str, topic: str, sub: str) -> dict[str, Any]:
+    found = [s for s in _state(lab, region)["synced"] if s["topic"] == topic and s["subscription"] == sub]
+    return found[0] if found else {}
+
+
+def _entries(lab: Lab, region: str, topic: str, total: int) -> dict[Position, set[str]]:
+    """The region's log: each entry's payloads."""
+    out: dict[Position, set[str]] = {}
+    for m in read_all(lab.service_url(region), topic, expect=total):
+        out.setdefault(m.position, set()).add(m.data.decode())
+    return out
+
+
+def _acknowledges(
+    lab: Lab, region: str, topic: str, sub: str, *, log: dict[Position, set[str]], unacked: set[str]
+) -> bool:
+    """The region's cursor acknowledges exactly the entries that hold none of ``unacked``."""
+    got = cursor(lab.admin(region), topic, sub)
+    if got is None:
+        return False
+    state = AckState.parse(*got)
+    return all((p in state) != bool(payloads & unacked) for p, payloads in log.items())
+
+
+def _followed(lab: Lab, topic: str, sub: str, total: int, unacked: set[str]) -> None:
+    """Wait until a's cursor is where the rewind put it (its agent re-applied none of the old claims) and
+    b's acknowledges the same messages."""
+    logs = {region: _entries(lab, region, topic, total) for region in ("a", "b")}
+    wait_for(
+        lambda: all(_acknowledges(lab, r, topic, sub, log=logs[r], unacked=unacked) for r in ("a", "b")),
+        timeout_s=90,
+        what="a to stay rewound and b to follow",
+    )
+
+
+def test_a_reset_cursor_in_a_rewinds_b(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/rewind-{unique}", f"rewind-{unique}"
+    payloads, _acked = _traffic(lab, topic, sub, unique)
+    log = read_all(lab.service_url("a"), topic, expect=len(payloads))
+    entries = sorted({m.position for m in log})
+    target = entries[len(entries) // 3]
+    expected = {m.data.decode() for m in log if m.position >= target}
+    admin = lab.admin("a")
+    admin.post(
+        f"/admin/v2/{admin.topic_path(topic)}/subscription/{sub}/resetcursor",
+        {"ledgerId": target.ledger, "entryId": target.entry, "isExcluded": False},
+    )
+    # The rewind holds in a (its agent does not re-apply the old claims) and b follows it.
+    _followed(lab, topic, sub, len(payloads), expected)
+    assert _state(lab, "a")["counters"].get("rewinds", 0) >= 1
+    # A consumer failing over to b receives exactly what one in a would.
+    assert sorted(consume_all(lab.service_url("b"), topic, sub)) == sorted(expected)
+
+
+def test_a_subscription_created_again_in_a_is_followed_by_b(lab: Lab, unique: str) -> None:
+    topic, sub = f"persistent://geo/ab/recreated-{unique}", f"recreated-{unique}"
+    payloads, _acked = _traffic(lab, topic, sub, unique)
+    admin = lab.admin("a")
+    admin.delete(f"/admin/v2/{admin.topic_path(topic)}/subscription/{sub}")
+    label = f"{topic} / {sub}"
+    wait_for(lambda: label in _state(lab, "a")["deleted_here"], timeout_s=30, what="a's agent to see it gone")
+    admin.create_subscription(topic, sub)  # the same name, at the earliest message: everything again
+    _followed(lab, topic, sub, len(payloads), set(payloads))
+    assert sorted(consume_all(lab.service_url("b"), topic, sub)) == sorted(payloads)
