@@ -19,8 +19,10 @@ Invariants (each a violation when broken):
   without waiting), ``key-order`` (Key_Shared: an earlier message of the same key was still
   unacknowledged when consumers moved, and such claims are never carried; see ``_KeyHoles``),
   ``failover-not-settled`` (it waited, but the move was never judged safe in time),
-  ``broker-crash`` (a broker of either region was killed or frozen between the acknowledgement and the
-  delivery: Pulsar persists cursors asynchronously, an acknowledgement in flight can be lost) and
+  ``broker-crash`` (a broker of either region was killed or frozen from shortly before the
+  acknowledgement to ``CRASH_REACH_S`` after it: Pulsar persists cursors asynchronously, an
+  acknowledgement in flight, or one sync applied just before, can be lost; counted before the per-key and
+  settle rules) and
   ``written-twice`` (the producer's client resent a message the broker had already stored: two copies
   in one region). Any other is ``unexplained``: a violation.
 - **Sync settles once the faults are healed.** Every subscription's final failover (after every fault
@@ -53,6 +55,9 @@ ALLOWED_CAUSES = (
 UNEXPLAINED = "unexplained"
 CRASH_MARGIN_S = 2.0
 """An acknowledgement this long before a crash may still have been in flight when it hit."""
+CRASH_REACH_S = 30.0
+"""A crash this long after an acknowledgement may still lose it: sync applies it in the other region
+seconds later (more under faults), and a cursor persists what it is given asynchronously."""
 EXAMPLES = 5
 
 
@@ -210,9 +215,16 @@ def _failover_cause(failovers: list[Event], holes: _KeyHoles, acked: Event, seen
     return None
 
 
-def _crashed(windows: list[_Window], regions: set[str], start: float, end: float) -> bool:
+def _crashed(windows: list[_Window], regions: set[str], acked_at: float, seen_at: float) -> bool:
+    """A kill or freeze of either region that held between shortly before the acknowledgement and
+    ``CRASH_REACH_S`` after it (and before the delivery again): the acknowledgement may not have been
+    persisted, where it was made or where sync applied it."""
+    until = min(acked_at + CRASH_REACH_S, seen_at)
     return any(
-        w.kind in CRASH_KINDS and w.regions & regions and w.start <= end and w.end >= start - CRASH_MARGIN_S
+        w.kind in CRASH_KINDS
+        and w.regions & regions
+        and w.start <= until
+        and w.end >= acked_at - CRASH_MARGIN_S
         for w in windows
     )
 
@@ -243,7 +255,10 @@ def _duplicates(events: list[Event], subs: dict[str, str], summary: Summary) -> 
         elif ev == "recv" and (e["sub"], e["uid"]) in first_ack:
             acked = first_ack[(e["sub"], e["uid"])]
             cause = _failover_cause(failovers, holes, acked, e)
-            if cause is None and _crashed(windows, {acked["region"], e["region"]}, acked["t"], e["t"]):
+            crashed = _crashed(windows, {acked["region"], e["region"]}, float(acked["t"]), float(e["t"]))
+            if crashed and cause != "failover-not-quiescent":
+                # Before the per-key and settle rules: an acknowledgement a crash lost is no claim that
+                # sync could carry (or failover check predict).
                 cause = "broker-crash"
             if cause is None and e["uid"] in twice:
                 cause = "written-twice"

@@ -262,6 +262,13 @@ def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
     assert h.check().duplicates == {"unexplained": 1}, "an agent restart must not undo acknowledgements"
 
 
+def test_a_crash_long_after_the_acknowledgement_explains_nothing() -> None:
+    h = _both(H().send("a-b-0"), "a-b-0")
+    h.t += chaos_checker.CRASH_REACH_S + 5
+    h.fault("broker-kill", "a").got("shared", "a", "a-b-0")
+    assert h.check().duplicates == {"unexplained": 1}
+
+
 def test_a_message_written_twice_may_be_delivered_twice() -> None:
     h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0", msg_id="(9,1,-1,0)")
     assert h.check().duplicates == {"written-twice": 1}
