@@ -35,6 +35,7 @@ Invariants (each a violation when broken):
 
 from __future__ import annotations
 
+import bisect
 import json
 import pathlib
 from collections import Counter, defaultdict
@@ -161,40 +162,57 @@ class _KeyHoles:
         self.key = {e["uid"]: e.get("key") for e in events if e.get("ev") == "send"}
         self.first: dict[tuple[str, str], float] = {}
         self.pos: dict[tuple[str, str, str], tuple[int, ...]] = {}
-        self.acked: dict[tuple[str, str], float] = {}
-        self.by_key: dict[tuple[str, Any], list[tuple[float, str]]] = defaultdict(list)
+        acked: dict[tuple[str, str], float] = {}
         for e in events:
             if e.get("ev") not in {"recv", "ack"} or subs.get(e["sub"]) != "Key_Shared":
                 continue
-            at, uid = (e["sub"], e["uid"]), e["uid"]
+            at = (e["sub"], e["uid"])
             if e.get("ev") == "ack":
-                self.acked.setdefault(at, float(e["t"]))
+                acked.setdefault(at, float(e["t"]))
                 continue
             where = _position(e.get("msg_id"))
             if where is not None:
-                self.pos.setdefault((e["sub"], e["region"], uid), where)
-            if at not in self.first:
-                self.first[at] = float(e["t"])
-                self.by_key[(e["sub"], self.key.get(uid))].append((float(e["t"]), uid))
+                self.pos.setdefault((e["sub"], e["region"], e["uid"]), where)
+            self.first.setdefault(at, float(e["t"]))
+        never = float("inf")
+        # Per key, messages in order (by first delivery; by position in each region), each with the
+        # latest first-acknowledgement time among it and those before it: a key is blocked at time T
+        # before message m when that running maximum just before m exceeds T.
+        by_first: dict[tuple[str, Any], list[tuple[Any, str]]] = defaultdict(list)
+        for (sub, uid), t in self.first.items():
+            by_first[(sub, self.key.get(uid))].append(((t, uid), uid))
+        by_pos: dict[tuple[str, str, Any], list[tuple[tuple[int, ...], str]]] = defaultdict(list)
+        for (sub, region, uid), where in self.pos.items():
+            by_pos[(sub, region, self.key.get(uid))].append((where, uid))
+        self.first_order = {k: _running(sorted(v), k[0], acked, never) for k, v in by_first.items()}
+        self.pos_order = {k: _running(sorted(v), k[0], acked, never) for k, v in by_pos.items()}
 
     def blocked(self, sub: str, uid: str, source: str, moved_at: float) -> bool:
         """Whether an earlier message of ``uid``'s key was unacknowledged when consumers left ``source``
         at ``moved_at``."""
+        key = self.key.get(uid)
+        here = self.pos.get((sub, source, uid))
+        if here is not None:
+            order, peaks = self.pos_order[(sub, source, key)]
+            return peaks[bisect.bisect_left(order, here)] > moved_at
         mine = self.first.get((sub, uid))
         if mine is None:
             return False
-        here = self.pos.get((sub, source, uid))
-        for t, other in self.by_key.get((sub, self.key.get(uid)), []):
-            if other == uid or self.acked.get((sub, other), float("inf")) <= moved_at:
-                continue
-            if here is None:
-                if t < mine:
-                    return True
-                continue
-            there = self.pos.get((sub, source, other))
-            if there is not None and there < here:
-                return True
-        return False
+        order, peaks = self.first_order[(sub, key)]
+        return peaks[bisect.bisect_left(order, (mine, uid))] > moved_at
+
+
+def _running(
+    ordered: list[tuple[Any, str]], sub: str, acked: dict[tuple[str, str], float], never: float
+) -> tuple[list[Any], list[float]]:
+    """The order keys, and for each message the latest acknowledgement time of those strictly before it
+    (``never`` for one never acknowledged)."""
+    keys, peaks, peak = [], [], float("-inf")
+    for order, uid in ordered:
+        keys.append(order)
+        peaks.append(peak)
+        peak = max(peak, acked.get((sub, uid), never))
+    return keys, peaks
 
 
 def _failover_cause(failovers: list[Event], holes: _KeyHoles, acked: Event, seen: Event) -> str | None:
