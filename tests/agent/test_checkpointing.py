@@ -10,6 +10,7 @@ import pytest
 
 from geosync_agent import checkpointing, supervising
 from geosync_agent.runtime import Now
+from geosync_core import envelopes
 from geosync_core.positions import Position
 from tests.agent.fakes import Harness, message
 from tests.agent.test_runtime import A_LOG, B_LOG, SUB, TOPIC, carry, pair
@@ -147,3 +148,21 @@ def test_rounds_write_the_checkpoint_on_a_thread_of_their_own(
     b.agent.close()
     assert b.agent.stats.counters["checkpoints_written"] == written + 1
     assert checkpointing.load(path, region="b") == b.agent.checkpoint()
+
+
+def test_claims_are_encoded_once_while_they_do_not_change(tmp_path: pathlib.Path) -> None:
+    a, b = pair(state_dir=str(tmp_path))
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])
+    a.step()
+    carry(a, b)
+    b.step()
+    state = b.agent.subs[(TOPIC, SUB)]
+    b.agent.save_checkpoint()
+    first = b.agent.checkpoint()["subscriptions"]
+    (item,) = [s for s in first if s["name"] == SUB]
+    assert item["received"] == envelopes.acks_to_json(state.received)
+    assert item["received"] is b.agent.acks_wire[id(state.received)][1]  # from the last checkpoint
+    b.agent.save_checkpoint()
+    assert b.agent.checkpoint()["subscriptions"] == first
+    assert len(b.agent.acks_wire) <= 2 * len(b.agent.subs)  # only what the last checkpoint held
+    assert checkpointing.load(checkpointing.path_in(str(tmp_path)), region="b") is not None
