@@ -304,11 +304,16 @@ class _Producers(threading.Thread):
             )
 
         try:
-            self._open(name).send_async(body, sent, partition_key=key)
-        except Exception as e:  # a full queue or a producer that cannot open while the region is down
-            history.record("send", ok=False, error=f"not queued: {e}", **fields)
-            self.producers.pop(name, None)
+            producer = self._open(name)
+        except Exception as e:  # the region is down: nothing of this producer is pending
+            history.record("send", ok=False, error=f"no producer: {e}", **fields)
             time.sleep(0.5)
+        else:
+            try:
+                producer.send_async(body, sent, partition_key=key)
+            except Exception as e:  # its queue is full; the same producer keeps its order once it drains
+                history.record("send", ok=False, error=f"not queued: {e}", **fields)
+                time.sleep(0.5)
         self.seq[name] = seq + 1
 
     def run(self) -> None:
