@@ -1070,6 +1070,7 @@ class Agent:
         recreated, state.recreated = state.recreated, False
         if not recreated and (seen is None or seen == whole or whole.merge(seen) == whole):
             return False
+        state.planned = None  # the cursor may be back where it was planned from before: plan again
         if not state.active:
             self.stats.inc("rewinds_passive")  # a passive copy: the active region's claims undo it
             return False
@@ -1255,7 +1256,10 @@ class Agent:
         for state in states if polled else moved:
             self._publish(state, force=force, now=now)
         ts = self.topics[topic]
-        cursors_known = [s.cursor.mark_delete for s in states if s.cursor is not None]
+        # A subscription following a rewind may have to unacknowledge anything: nothing is forgotten then.
+        cursors_known = [
+            BEFORE_ALL if s.follow else s.cursor.mark_delete for s in states if s.cursor is not None
+        ]
         if len(cursors_known) == len(states):
             ts.tail.forget_up_to(min(cursors_known))
         if polled:
@@ -1474,6 +1478,8 @@ class Agent:
         always). None when no rewind is needed (``follow`` cleared) or the tail has not read as far as the
         cursor acknowledged yet (``follow`` kept)."""
         assert state.cursor is not None
+        if self._behind_forgotten(ts, state, AckState.of(BEFORE_ALL)):
+            return None  # the new claims may unacknowledge entries the tail forgot: it reads them again first
         tail = ts.tail
         if tail.last is None or tail.last < state.cursor.reach:
             return None

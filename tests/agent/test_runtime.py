@@ -660,18 +660,37 @@ def test_what_every_subscription_acknowledged_is_forgotten_and_one_below_it_has_
     assert b.agent.stats.counters["topics_reread"] == 1
 
 
-def test_entry_details_over_the_budget_go_oldest_first_and_cost_no_loss() -> None:
-    a, b = pair(max_entry_details=4)
+def test_over_the_budget_the_oldest_entries_go_and_a_subscription_below_them_is_parked_not_moved() -> None:
+    a, b = pair(max_tracked_entries=4)
     tail = b.agent.topics[TOPIC].tail
     assert len(tail.details) <= 4  # six read, the oldest over the budget forgotten (and counted)
-    assert b.agent.stats.counters["entry_details_dropped"] >= 2
+    assert b.agent.stats.counters["entries_over_budget"] >= 2
     assert tail.key_of(B_LOG[0]) is None
-    # Origins stay: a's acknowledgements of all six still land exactly.
+    assert tail.index.origin_of(B_LOG[0]) is None
+    # b's subscription is below them: a's acknowledgements are not applied on what is left (no re-read either)
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[4]])
     a.step()
     carry(a, b)
     b.step()
-    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[4])
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
+    assert b.agent.subs[(TOPIC, SUB)].parked
+    assert b.agent.status()["parked"] == [f"{TOPIC} / {SUB}"]
+    assert "topics_reread" not in b.agent.stats.counters
+    assert a.agent.subs[(TOPIC, SUB)].parked  # a forgot its oldest too: nothing claimed from below them
+    # the consumers catch up past the forgotten entries in both regions: synced again from there
+    forgotten = tail.budget_floor
+    assert forgotten == B_LOG[2]
+    b.region.consumer_acks(TOPIC, SUB, B_LOG[:3])
+    b.step()
+    a.region.consumer_acks(TOPIC, SUB, [*A_LOG[:4], A_LOG[5]])
+    a.step()
+    assert carry(a, b) == 1
+    b.step()
+    b.step()
+    assert not a.agent.subs[(TOPIC, SUB)].parked
+    assert not b.agent.subs[(TOPIC, SUB)].parked
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[5])  # a acknowledged 5:4 before
 
 
 def test_a_backlog_longer_than_the_planning_window_is_applied_over_several_rounds(
@@ -688,3 +707,65 @@ def test_a_backlog_longer_than_the_planning_window_is_applied_over_several_round
         seen.append(b.region.cursors[(TOPIC, SUB)])
     assert seen[0] == AckState.of(B_LOG[1])  # the first window: two entries
     assert seen[-1] == AckState.of(B_LOG[3]).ack(B_LOG[5])
+
+
+def test_a_rewind_in_the_active_region_is_followed_and_older_claims_are_dropped() -> None:
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[2], A_LOG[4]])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2]).ack(B_LOG[4])
+    old_claims = b.agent.subs[(TOPIC, SUB)].received
+    # A user resets a's cursor to just after 5:0 (reset-cursor), and a consumer acknowledges 5:3 after it.
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[0])
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[3]])
+    a.step()
+    assert a.agent.stats.counters["rewinds"] == 1
+    generation = a.agent.subs[(TOPIC, SUB)].generation
+    assert generation > 0
+    # a had forgotten the entries below 5:2 (every subscription had acknowledged them): it reads them again
+    # before it claims from the rewound cursor.
+    a.step()
+    for p in A_LOG:
+        a.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.step()
+    assert a.agent.stats.counters["topics_reread"] == 1
+    carry(a, b)
+    b.step()  # b follows: its cursor acknowledges more than the new claims, so it is rewound
+    assert ("reset", TOPIC, SUB, (B_LOG[0].ledger, B_LOG[0].entry)) in b.region.calls
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0]).ack(B_LOG[3])
+    assert b.agent.subs[(TOPIC, SUB)].generation == generation
+    # b's agent rewound its copy itself: no new generation from b, and b's resync (the new claims) and an
+    # envelope of the earlier generation change nothing in a.
+    b.step(60.0)
+    assert b.agent.stats.counters["rewinds"] == 0
+    carry(b, a)
+    stale = envelopes.AckStateMessage(TOPIC, SUB, "b", old_claims)
+    b.agent.outgoing[NS] = [stale]
+    b.agent._flush_states(Now(b.clock, b.clock))
+    carry(b, a)
+    for _ in range(3):
+        a.step()
+    assert a.agent.stats.counters["claims_superseded"] >= 1
+    assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[0]).ack(A_LOG[3])
+
+
+def test_a_rewind_in_a_passive_region_is_not_propagated() -> None:
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
+    b.region.cursors[(TOPIC, SUB)] = AckState.of(Position(9, -1))  # someone resets b's copy
+    b.step(60.0)  # a resync polls it
+    assert b.agent.stats.counters["rewinds_passive"] == 1
+    assert b.agent.stats.counters["rewinds"] == 0
+    carry(b, a)
+    a.step()
+    assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[2])
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])  # a's claims move the copy forward again

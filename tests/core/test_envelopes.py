@@ -433,3 +433,43 @@ def test_decoding_partials_never_raises(items: list[list[Any]]) -> None:
     payload = {**_payload(version=2), "partials": {"us": items}}
     decoded = decode_ack_state(Envelope(kind=ACK_STATE, region="eu", seq=1, sent_at_ms=0, payload=payload))
     assert isinstance(decoded, AckStateMessage | Rejected)
+
+
+# --- generations (a rewound subscription's claims) ------------------------------------------------------
+
+
+@fast
+@given(
+    st.lists(st.tuples(origin_acks(), st.integers(min_value=0, max_value=2**63 - 1)), min_size=1, max_size=4)
+)
+def test_generations_round_trip_and_zero_is_not_written(states: list[tuple[OriginAcks, int]]) -> None:
+    batch = [AckStateMessage(f"{TOPIC}-{i}", "s", "eu", acks, gen) for i, (acks, gen) in enumerate(states)]
+    payload = encode_ack_states(batch, region="eu")
+    for state, (_, gen) in zip(payload["states"], states, strict=True):
+        assert ("generation" in state) == (gen != 0)  # never rewound: the bytes agents without it write
+    opened = open_envelope(
+        KEY, seal(KEY, Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
+    )
+    assert isinstance(opened, Envelope)
+    assert decode_ack_states(opened) == batch
+
+
+@pytest.mark.parametrize("generation", [0, -1, True, "7", 2**63, None])
+def test_a_generation_that_is_not_a_positive_count_is_malformed(generation: object) -> None:
+    env = Envelope(kind=ACK_STATE, region="eu", seq=1, sent_at_ms=0, payload=_payload(generation=generation))
+    assert decode_ack_state(env) == Rejected(Reason.MALFORMED)
+
+
+def test_a_generation_is_read_in_both_payload_versions() -> None:
+    cases: list[tuple[int, dict[str, Any]]] = [(1, {}), (2, {"partials": {}})]
+    for version, extra in cases:
+        env = Envelope(
+            kind=ACK_STATE,
+            region="eu",
+            seq=1,
+            sent_at_ms=0,
+            payload=_payload(version=version, generation=5, **extra),
+        )
+        decoded = decode_ack_state(env)
+        assert isinstance(decoded, AckStateMessage)
+        assert decoded.generation == 5
