@@ -33,6 +33,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,9 +189,12 @@ def load_run(
     rate: float,
     probes: int = 4,
     batching: bool = False,
+    during: Callable[[bool], None] | None = None,
 ) -> LoadRun:
     """``batching``: producers batch (the client's default) and consumers acknowledge batch indexes; probes
-    then check single messages through the plugin's cursor endpoint instead of internalStats."""
+    then check single messages through the plugin's cursor endpoint instead of internalStats. ``during`` is
+    called with True as the load starts (subscriptions, consumers and producers ready) and with False as it
+    stops (for measuring the load alone, without the setup)."""
     suffix = uuid.uuid4().hex[:6]
     topics = [f"persistent://geo/ab/load-{mode}-{suffix}-{i}" for i in range(n_topics)]
     prefix = failover.BUILTIN_PREFIX if mode == "builtin" else "load-"
@@ -302,21 +306,28 @@ def load_run(
 
         threads = [threading.Thread(target=publish, daemon=True)]
         threads += [threading.Thread(target=probe, daemon=True) for _ in range(probes)]
+        if during is not None:
+            during(True)
         for th in threads:
             th.start()
         time.sleep(duration)
         stop.set()
+        if during is not None:
+            during(False)
         for th in threads:
             th.join(timeout=15)
-        for c in consumers:
-            c.close()
-        for p in producers:
-            p.flush()
-            p.close()
-        mapper.close()
+        # Closing is best effort: the figures are taken (a loaded machine's broker may time a close out).
+        for closable in [*consumers, *producers, mapper]:
+            try:
+                closable.close()
+            except pulsar.PulsarException as e:
+                console.print(f"closing after the load run: {e}")
     finally:
-        ca.close()
-        cb.close()
+        for client in (ca, cb):
+            try:
+                client.close()
+            except pulsar.PulsarException as e:
+                console.print(f"closing a client after the load run: {e}")
     return run
 
 

@@ -123,6 +123,30 @@ def one_run(
     return took, int(agent_state(lab_dir, "b")["messages_read"])
 
 
+def prepare(lab_dir: pathlib.Path, topology: topo.Topology, messages: int) -> tuple[str, str]:
+    """A topic in a new namespace of a and b with unlimited retention holding ``messages`` (in a and b), its
+    subscription created in both at the end, and b's agent settled (read everything, checkpointed since):
+    (topic, subscription)."""
+    suffix = uuid.uuid4().hex[:8]
+    namespace = f"geo/restart-bench-{suffix}"
+    topic, sub = f"persistent://{namespace}/t", f"restart-{suffix}"
+    for region in ("a", "b"):
+        admin = AdminClient(topology.region(region).admin_url, timeout=10)
+        admin.create_namespace(namespace)
+        admin.set_replication_clusters(namespace, ["a", "b"])
+        admin.post(
+            f"/admin/v2/namespaces/{namespace}/retention",
+            {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
+        )
+    console.print(f"publishing {messages:,} messages on {topic}")
+    publish(topology, topic, messages)
+    for region in ("a", "b"):  # at the end: the retained messages are history to these subscriptions
+        with messaging.client(topology.region(region).service_url) as c:
+            c.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Latest).close()
+    settle(lab_dir, "b")
+    return topic, sub
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", type=pathlib.Path, help="use this running lab instead of booting one")
@@ -133,23 +157,7 @@ def main() -> None:
     args = parser.parse_args()
     with labs.given_or_booted(args.lab, ["a", "b", "c"], report=console.print) as lab_dir:
         topology = labs.load(lab_dir)
-        suffix = uuid.uuid4().hex[:8]
-        namespace = f"geo/restart-bench-{suffix}"
-        topic, sub = f"persistent://{namespace}/t", f"restart-{suffix}"
-        for region in ("a", "b"):
-            admin = AdminClient(topology.region(region).admin_url, timeout=10)
-            admin.create_namespace(namespace)
-            admin.set_replication_clusters(namespace, ["a", "b"])
-            admin.post(
-                f"/admin/v2/namespaces/{namespace}/retention",
-                {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
-            )
-        console.print(f"publishing {args.messages:,} messages on {topic}")
-        publish(topology, topic, args.messages)
-        for region in ("a", "b"):  # at the end: the retained messages are history to these subscriptions
-            with messaging.client(topology.region(region).service_url) as c:
-                c.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Latest).close()
-        settle(lab_dir, "b")
+        topic, sub = prepare(lab_dir, topology, args.messages)
         results: dict[str, list[tuple[float | None, int]]] = {m: [] for m in args.modes.split(",")}
         with messaging.client(topology.region("a").service_url) as c:
             consumer = c.subscribe(

@@ -1,0 +1,343 @@
+"""Scale: sync lag, agent CPU and memory from 100 to 10,000 subscriptions, bursts and restart (issue 12.5).
+
+    python bench/scale.py [--lab DIR] [--steps 100,1000,10000] [--repeat 10000:2] [--duration 30]
+                          [--rate 2000] [--fresh-runs 10] [--retained 1000000] [--skip-restart]
+
+One run, three parts, each reusing another bench's load (imported, not copied):
+
+1. Steady load per step (``bench/failover.py``'s ``load_run``, batching on): ``N`` Shared subscriptions in
+   ``geo/ab`` (10 topics x N/10 subscriptions up to 1,000, then N/100 topics x 100), ``--rate`` messages/s
+   acknowledged in region a across them, GeoSync and PIP-33 one after the other on the same regions. Per
+   step and mechanism: lag p50/p99/max (acknowledged in a -> b's cursor shows that batch index), probes,
+   and for GeoSync the agents' CPU-seconds per 1,000 acknowledgements (a + b, utime + stime from
+   /proc/PID/stat over the load) and their RSS (VmRSS) after it, with how many subscriptions each agent
+   tracks then (earlier steps' topics stay in the lab). ``--repeat 10000:2`` runs that step twice.
+2. Time to exact after a 2,000-message burst on a fresh topic (``bench/fresh_topic.py``'s ``one_run``,
+   batched), ``--fresh-runs`` times per mechanism: p50/p99/max.
+3. Restart (kill -9 of b's agent) to exact with ``--retained`` messages on a topic (``bench/restart.py``:
+   its checkpoint mode, ``--restart-runs`` times). ``--skip-restart`` leaves it out.
+
+Without ``--lab`` a fresh three-region lab is booted in a temporary directory and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+import requests
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+import failover
+import fresh_topic
+import restart
+
+from geosync_core import topology as topo
+from geosync_lab import labs
+from geosync_lab.probes import percentile
+
+console = Console(width=180)
+TICKS = os.sysconf("SC_CLK_TCK")
+AGENTS = ("a", "b")
+
+
+def quiet_clients() -> None:
+    """The imported loads make their own clients: have them log warnings only (a 10,000-subscription step
+    otherwise prints ~100,000 INFO lines)."""
+    made = pulsar.Client
+
+    def client(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+        return made(*args, **kwargs)
+
+    failover.pulsar.Client = client
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (all its threads) from /proc/PID/stat."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pids(lab_dir: pathlib.Path) -> dict[str, int]:
+    topology = labs.load(lab_dir)  # read again: a restarted agent has a new pid
+    return {name: int(topology.agents[name].pid or 0) for name in AGENTS}
+
+
+def tracked(lab_dir: pathlib.Path, region: str) -> int:
+    return int(agent_state(lab_dir, region)["subscriptions"])
+
+
+def shape(n: int) -> tuple[int, int]:
+    """(topics, subscriptions per topic) for ``n`` subscriptions."""
+    per_topic = min(100, max(1, n // 10))
+    return n // per_topic, per_topic
+
+
+@dataclass
+class Step:
+    subs: int
+    mode: str
+    run: failover.LoadRun
+    cpu: dict[str, float]
+    rss: dict[str, float]
+    tracked: dict[str, int]
+    load: str
+    pace: str
+
+
+class Monitor:
+    """CPU of the agents over the load alone (``failover.load_run``'s ``during``), and what their /state
+    showed every second meanwhile (the pace of each stage, for reading where lag comes from)."""
+
+    def __init__(self, lab_dir: pathlib.Path) -> None:
+        self.lab_dir = lab_dir
+        self.pids = pids(lab_dir)
+        self.cpu: dict[str, float] = {}
+        self.samples: list[dict[str, dict[str, Any]]] = []
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __call__(self, started: bool) -> None:
+        if started:
+            self.cpu = {name: -cpu_seconds(pid) for name, pid in self.pids.items()}
+            self.thread = threading.Thread(target=self._sample, daemon=True)
+            self.thread.start()
+        else:
+            self.cpu = {name: self.cpu[name] + cpu_seconds(pid) for name, pid in self.pids.items()}
+            self.stop.set()
+            if self.thread is not None:
+                self.thread.join(10)
+
+    def _sample(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self.samples.append({name: agent_state(self.lab_dir, name) for name in AGENTS})
+            except requests.RequestException:
+                continue
+
+    def pace(self) -> str:
+        """Per-second rates of the stages over the load, and the agents' round times (max over samples)."""
+        if len(self.samples) < 2:
+            return "-"
+        first, last = self.samples[0], self.samples[-1]
+        span = len(self.samples) - 1
+
+        def rate(region: str, counter: str) -> float:
+            before, after = first[region]["counters"], last[region]["counters"]
+            return float(after.get(counter, 0) - before.get(counter, 0)) / span
+
+        rounds = {n: max(x[n]["round_seconds_p50"] for x in self.samples) for n in AGENTS}
+        transit = [x["b"].get("control_transit_ms") or {} for x in self.samples]
+        return (
+            f"a: {rate('a', 'states_published'):.0f} states/s in {rate('a', 'envelopes_published'):.0f} "
+            f"envelopes/s, feed reads {rate('a', 'feed_reads'):.1f}/s, round p50 up to {rounds['a']:.2f} s; "
+            f"b: {rate('b', 'claims_received'):.0f} claims/s, "
+            f"{rate('b', 'plugin_acks'):.0f} cursor writes/s, "
+            f"round p50 up to {rounds['b']:.2f} s, control transit a->b (last) {transit[-1]}"
+        )
+
+
+def agent_state(lab_dir: pathlib.Path, region: str) -> dict[str, Any]:
+    state: dict[str, Any] = requests.get(
+        labs.agent_metrics_url(lab_dir, region) + "/state", timeout=10
+    ).json()
+    return state
+
+
+def load_step(lab_dir: pathlib.Path, topology: topo.Topology, n: int, mode: str, args: Any) -> Step:
+    topics, per_topic = shape(n)
+    monitor = Monitor(lab_dir)
+    run = failover.load_run(
+        topology,
+        mode=mode,
+        duration=args.duration,
+        n_topics=topics,
+        n_subs=per_topic,
+        rate=args.rate,
+        batching=True,
+        during=monitor,
+    )
+    now = pids(lab_dir)
+    return Step(
+        subs=n,
+        mode=mode,
+        run=run,
+        cpu=monitor.cpu,
+        rss={name: rss_mib(pid) for name, pid in now.items()},
+        tracked={name: tracked(lab_dir, name) for name in AGENTS},
+        load=", ".join(f"{x:.1f}" for x in os.getloadavg()),
+        pace=monitor.pace(),
+    )
+
+
+def ms(values: list[float], q: float | None) -> str:
+    value = max(values, default=None) if q is None else percentile(values, q)
+    return "-" if value is None else f"{value * 1000:.0f} ms"
+
+
+def s(values: list[float], q: float | None) -> str:
+    value = max(values, default=None) if q is None else percentile(values, q)
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lab", type=pathlib.Path, help="use this running lab instead of booting one")
+    parser.add_argument("--steps", default="100,1000,10000", help="subscriptions per step")
+    parser.add_argument("--repeat", default="10000:2", help="STEP:TIMES, run that step's GeoSync load again")
+    parser.add_argument("--modes", default="geosync,builtin", help="mechanisms of the steady load")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load per step and mechanism")
+    parser.add_argument("--rate", type=float, default=2000.0, help="acknowledged messages/s across all subs")
+    parser.add_argument("--fresh-runs", type=int, default=10)
+    parser.add_argument("--fresh-modes", default="geosync,builtin")
+    parser.add_argument(
+        "--builtin-fresh-runs",
+        type=int,
+        default=3,
+        help="PIP-33 bursts (never exact here)",
+    )
+    parser.add_argument("--fresh-limit", type=float, default=20.0, help="seconds a burst may take")
+    parser.add_argument("--retained", type=int, default=1_000_000, help="retained messages for the restart")
+    parser.add_argument("--restart-runs", type=int, default=3)
+    parser.add_argument("--skip-restart", action="store_true")
+    args = parser.parse_args()
+    quiet_clients()
+    steps = [int(x) for x in args.steps.split(",") if x]
+    repeat_step, _, repeat_times = args.repeat.partition(":")
+    repeats = {int(repeat_step): int(repeat_times or 1)} if repeat_step else {}
+    with labs.given_or_booted(args.lab, ["a", "b", "c"], report=console.print) as lab_dir:
+        topology = labs.load(lab_dir)
+        console.print(f"Pulsar {topology.pulsar_version}; {os.cpu_count()} cores; load {os.getloadavg()}")
+        results: list[Step] = []
+        for n in steps:
+            for mode in args.modes.split(","):
+                for _ in range(repeats.get(n, 1) if mode == "geosync" else 1):
+                    step = load_step(lab_dir, topology, n, mode, args)
+                    results.append(step)
+                    console.print(
+                        f"{n} subs, {mode}: p50 {ms(step.run.lags, 0.5)} p99 {ms(step.run.lags, 0.99)} "
+                        f"max {ms(step.run.lags, None)}, {len(step.run.lags)} probes, {step.run.timeouts} "
+                        f"not synced in 10 s, {step.run.acked} acks, agent CPU {step.cpu}, RSS {step.rss}, "
+                        f"tracked {step.tracked}, load {step.load}"
+                    )
+                    console.print(f"  pace: {step.pace}")
+        table = Table(
+            "subs",
+            "mechanism",
+            "acks/s",
+            "lag p50",
+            "lag p99",
+            "lag max",
+            "probes (not synced in 10 s)",
+            "agent CPU s / 1,000 acks (a+b)",
+            "agent RSS MiB (a / b)",
+            "subs tracked (a / b)",
+            "load avg (1/5/15 min)",
+        )
+        for step in results:
+            geosync = step.mode == "geosync"
+            per_k = sum(step.cpu.values()) / max(1, step.run.acked) * 1000
+            table.add_row(
+                f"{step.subs:,}",
+                "GeoSync" if geosync else "PIP-33",
+                f"{step.run.acked / args.duration:.0f}",
+                ms(step.run.lags, 0.5),
+                ms(step.run.lags, 0.99),
+                ms(step.run.lags, None),
+                f"{len(step.run.lags)} ({step.run.timeouts})",
+                f"{per_k:.3f}" if geosync else f"(agents idle: {per_k:.3f})",
+                " / ".join(f"{step.rss[n]:.0f}" for n in AGENTS),
+                " / ".join(f"{step.tracked[n]:,}" for n in AGENTS),
+                step.load,
+            )
+        console.print(table)
+
+        burst = Table(
+            "burst on a fresh topic",
+            "runs",
+            f"exact within {args.fresh_limit:.0f} s",
+            "p50",
+            "p99",
+            "max",
+            "load avg",
+        )
+        for mode in args.fresh_modes.split(","):
+            times: list[float] = []
+            runs = args.builtin_fresh_runs if mode == "builtin" else args.fresh_runs
+            for run in range(runs):
+                took = fresh_topic.one_run(
+                    topology, mode=mode, messages=2000, limit_s=args.fresh_limit, seed=run
+                )
+                console.print(f"burst, {mode}, run {run + 1}: {'-' if took is None else f'{took:.2f} s'}")
+                if took is not None:
+                    times.append(took)
+            burst.add_row(
+                "PIP-33" if mode == "builtin" else "GeoSync",
+                str(runs),
+                str(len(times)),
+                s(times, 0.5),
+                s(times, 0.99),
+                s(times, None),
+                ", ".join(f"{x:.1f}" for x in os.getloadavg()),
+            )
+        console.print(burst)
+
+        if not args.skip_restart:
+            topic, sub = restart.prepare(lab_dir, topology, args.retained)
+            took_all: list[float] = []
+            read_max = 0
+            client = pulsar.Client(
+                topology.region("a").service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+            )
+            try:
+                consumer = client.subscribe(
+                    topic, sub, consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
+                )
+                for run in range(args.restart_runs):
+                    took, read = restart.one_run(
+                        lab_dir, topology, consumer, topic, sub, mode="checkpoint", acks=2000, seed=run
+                    )
+                    console.print(f"restart, run {run + 1}: {'-' if took is None else f'{took:.2f} s'}")
+                    if took is not None:
+                        took_all.append(took)
+                    read_max = max(read_max, read)
+                    restart.settle(lab_dir, "b")
+                consumer.close()
+            finally:
+                client.close()
+            table = Table("restart (kill -9 of b's agent)", "retained", "runs", "exact", "p50", "max", "read")
+            table.add_row(
+                "with its checkpoint",
+                f"{args.retained:,}",
+                str(args.restart_runs),
+                str(len(took_all)),
+                s(took_all, 0.5),
+                s(took_all, None),
+                f"{read_max:,} messages after start (max)",
+            )
+            console.print(table)
+        console.print(
+            "lag = acknowledged in a -> b's cursor shows that batch index (plugin cursor endpoint); burst = "
+            "2,000 batched messages on a new topic, 90 % acknowledged at random in a, until b is exact"
+        )
+
+
+if __name__ == "__main__":
+    main()
