@@ -27,6 +27,7 @@ the edited policies in every region.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import pathlib
 import queue
@@ -617,30 +618,40 @@ class _Nemesis:
             t.join(timeout=60)
 
     def restore(self) -> list[str]:
-        """Put back whatever a fault that failed halfway may have left broken; what was done."""
-        done = []
+        """Put back whatever a fault that failed halfway may have left broken; what was done, and what
+        could not be (the run goes on to its final phase either way: the checker judges what follows)."""
+        done: list[str] = []
+
+        def attempt(what: str, action: Callable[[], object]) -> None:
+            try:
+                action()
+            except Exception as e:
+                done.append(f"{what} failed: {type(e).__name__}: {e}")
+                self.run_.report(f"restore: {what} failed: {e}")
+            else:
+                done.append(what)
+
         topology = self.topology()
-        alive = labs.alive_regions(self.lab, topology)
-        for name, up in alive.items():
+        for name, up in labs.alive_regions(self.lab, topology).items():
             if up:
                 with contextlib.suppress(Exception):
                     labs.freeze_region(self.lab, name, frozen=False)
             else:
-                labs.start_region(self.lab, name)
-                done.append(f"started region {name}")
+                attempt(f"started region {name}", functools.partial(labs.start_region, self.lab, name))
         for name, agent in labs.load(self.lab).agents.items():
             if agent.pid:
                 regions.signal_region(agent.pid, agent.config, signal.SIGCONT)
             if not agent.pid or not regions.owns(agent.pid, agent.config):
-                self._start_agent(name)
-                done.append(f"started agent {name}")
+                attempt(f"started agent {name}", functools.partial(self._start_agent, name))
         if topology.wan:
             names = sorted(topology.regions)
-            for i, x in enumerate(names):
-                for y in names[i + 1 :]:
-                    wan.partition(topology, self.lab, (x, y), heal=True)
-            wan.shape_links(topology, self.lab, wan.Shape(), None)
-        return done
+            pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1 :]]
+            for x, y in pairs:
+                attempt(
+                    f"healed {x}-{y}", functools.partial(wan.partition, topology, self.lab, (x, y), heal=True)
+                )
+            attempt("cleared WAN shaping", lambda: wan.shape_links(topology, self.lab, wan.Shape(), None))
+        return [d for d in done if "failed" in d or d.startswith("started")]
 
 
 def _genuine(service_url: str, topic: str, *, limit: int) -> list[bytes]:
