@@ -58,7 +58,7 @@ def sample(lab_dir: pathlib.Path, topology: topo.Topology, started: float) -> di
             **{f: state.get(f) for f in STATE_FIELDS},
             "mirror_records": mirror.get("records"),
             "mirror_tombstones": mirror.get("tombstones"),
-            "details_dropped": state.get("counters", {}).get("entry_details_dropped", 0),
+            "details_dropped": state.get("counters", {}).get("entries_over_budget", 0),
             "round_max_s": state.get("round_seconds_max"),
         }
     return row

@@ -97,10 +97,12 @@ class AgentConfig:
     instead of re-reading every topic from its earliest message ("": no checkpoint). The sidecar's volume."""
     checkpoint_interval_s: float = 10.0
     """How often the checkpoint is written (and once more at shutdown)."""
-    max_entry_details: int = 5_000_000
-    """Budget of entries whose key and batch size the agent keeps, over all topics (about 12 bytes each).
-    Details are dropped below every subscription's mark-delete anyway; this bounds what a subscription
-    nobody consumes holds back: the oldest go first (counted), costing duplicates there, never a loss."""
+    max_tracked_entries: int = 1_000_000
+    """Budget of entries the agent keeps (origin, key, batch size: about 150 bytes each when both regions
+    produce), over all topics. Entries every subscription acknowledged are forgotten anyway; this bounds what
+    a subscription far behind (nobody consumes it) holds back: the largest topics forget their oldest, and a
+    subscription below them is parked (neither planned nor claimed, counted and shown in /state) until it
+    catches up: a failover of it may deliver again what it acknowledged there, never loses anything."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint binds (0.0.0.0 in a pod, so the kubelet and Prometheus reach it)."""
     zookeeper: str = ""

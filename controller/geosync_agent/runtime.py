@@ -141,6 +141,8 @@ class Subscription:
     """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
     confirmed_at: float = 0.0
     """Monotonic time this region last showed the subscription existing (0: never)."""
+    parked: bool = False
+    """Far behind, below the entries forgotten over ``max_tracked_entries``: not planned nor claimed."""
     deleted_here: bool = False
     """It existed here and a discovery pass started later no longer found it: someone deleted it on
     purpose, and the agent does not create it again from other regions' claims (until it exists again)."""
@@ -351,7 +353,7 @@ class Agent:
         self.index(now)
         self.receive(now)
         self.observe(now)
-        self.bound_details()
+        self.bound_entries()
         self.apply(now)
         self.snapshot_round(now)
         self.ready = True
@@ -360,10 +362,11 @@ class Agent:
             self.checkpoint_at = now.mono + self.config.checkpoint_interval_s
             self.save_checkpoint(background=True)
 
-    def bound_details(self) -> None:
-        """Keep the entries' keys and batch sizes within ``max_entry_details`` over all topics: the largest
-        tails give up their oldest first (a subscription nobody consumes holds their floor back)."""
-        budget = self.config.max_entry_details
+    def bound_entries(self) -> None:
+        """Keep the entries held (origins, keys, batch sizes) within ``max_tracked_entries`` over all topics:
+        the largest tails give up their oldest first (a subscription far behind holds their floor back; it is
+        parked until it catches up)."""
+        budget = self.config.max_tracked_entries
         total = sum(len(ts.tail.details) for ts in self.topics.values())
         if total <= budget:
             return
@@ -372,14 +375,14 @@ class Agent:
             if excess <= 0:
                 break
             held = len(ts.tail.details)
-            forgotten = ts.tail.details.forget_oldest(min(excess, held // 2 + 1))
+            forgotten = ts.tail.forget_oldest(min(excess, held // 2 + 1))
             dropped = held - len(ts.tail.details)
             excess -= dropped
             ts.tail.details_dropped += dropped
-            self.stats.inc("entry_details_dropped", dropped)
+            self.stats.inc("entries_over_budget", dropped)
             log.warning(
-                "%s: over the budget of %d entry details: forgot keys and batch sizes up to %s (%d entries; "
-                "a failover of a subscription below them may deliver some of their messages again)",
+                "%s: over the budget of %d tracked entries: forgot up to %s (%d entries); a subscription "
+                "below them is parked until it catches up (a failover of it may deliver some messages again)",
                 ts.tail.topic,
                 budget,
                 forgotten,
@@ -734,7 +737,22 @@ class Agent:
         and the tail is read again from the earliest message (next round)."""
         forgotten = ts.tail.forgot_above(cursor.mark_delete)
         if forgotten is None:
+            state.parked = False
             return False
+        budget_floor = ts.tail.budget_floor
+        if budget_floor is not None and cursor.mark_delete < budget_floor:
+            if not state.parked:
+                state.parked = True
+                self.stats.inc("subscriptions_parked")
+                log.warning(
+                    "%s / %s: parked: its mark-delete %s lies below the entries forgotten over the budget "
+                    "(up to %s); not synced until it catches up",
+                    state.topic,
+                    state.name,
+                    cursor.mark_delete,
+                    budget_floor,
+                )
+            return True
         if not ts.tail.stale:
             ts.tail.stale = True
             ts.tail.stale_reason = (
@@ -1313,6 +1331,7 @@ class Agent:
             force=force,
             key_order=key_order,
             index_grew=state.incomplete_at is not None and state.incomplete_at != tail.version,
+            local=self.config.region,
         )
         if claim is None:
             return
@@ -1638,6 +1657,7 @@ class Agent:
             "control_transit_ms": self.transit_ms.percentiles(),
             "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},
             "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],
+            "parked": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.parked],
             "checkpoint": dict(self.checkpoint_info),
             "snapshots": self.snapshots.status(),
             "synced": [

@@ -74,7 +74,9 @@ class Tail:
     """Each entry's ordering key (or partition key; "" without one), for Key_Shared order rules, and the
     batch sizes of batched entries (an entry without one holds one message)."""
     details_dropped: int = 0
-    """Entries whose details were forgotten over the budget while a subscription was still below them."""
+    """Entries forgotten over the agent's budget while a subscription was still below them."""
+    budget_floor: Position | None = None
+    """The highest entry forgotten over the budget: a subscription at or below it is parked, not re-read."""
     version: int = 0
     """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
     bytes_read: int = 0
@@ -294,6 +296,15 @@ class Tail:
             return None
         forgotten = Position(floor.ledger, floor.entry - 1)
         return forgotten if mark_delete < forgotten else None
+
+    def forget_oldest(self, n: int) -> Position | None:
+        """Forget at least the ``n`` oldest entries held (origins and details) although a subscription may
+        still be below them (the agent's budget); the highest forgotten, which parks such subscriptions."""
+        highest = self.details.forget_oldest(n)
+        if highest is not None:
+            self.index.truncate_below(Position(highest.ledger, highest.entry + 1))
+            self.budget_floor = highest if self.budget_floor is None else max(highest, self.budget_floor)
+        return highest
 
     def positions_above(self, floor: Position, *, limit: int | None = None) -> list[Position]:
         """The first ``limit`` (default ``LOG_WINDOW``) indexed local entries above ``floor``, in order

@@ -16,15 +16,16 @@ Invariants:
   below the truncation floor is ignored;
 * ``origin_of(p)`` is the origin appended for ``p``, ``None`` for a position never appended (or
   truncated), whatever the ledger ids of the origins (they collide between regions);
-* ``local_of(o)`` is the first local entry appended with origin ``o`` (a replicator that re-sent after a
-  reconnect can leave a second copy; later copies are only reachable through ``origin_of``);
-* lookups are O(log runs); the number of runs is at most one more than the number of breaks in the
-  stream (origin region switch, origin or local ledger switch, gap in origin entries);
+* ``local_of(o)`` is the first local entry (in local order) indexed with origin ``o`` (a replicator that
+  re-sent after a reconnect can leave a second copy; later copies are only reachable through ``origin_of``);
+* ``origin_of`` is O(log runs); ``local_of`` O(runs) (only ``fill`` and tools use it: keeping a second map
+  by origin for it doubled the index's memory); the number of runs is at most one more than the number of
+  breaks in the stream (origin region switch, origin or local ledger switch, gap in origin entries);
 * ``truncate_below(p)`` forgets exactly the entries below ``p``;
 * ``OriginIndex.from_wire(index.to_wire())`` answers every question as ``index`` does;
 * ``fill(p, o)`` records an entry the reader passed without indexing (its origin was named later): after
-  it ``origin_of(p) == o``, every other answer of ``origin_of`` is unchanged, and ``local_of(o) == p``
-  unless another local entry was already indexed with origin ``o``.
+  it ``origin_of(p) == o`` and every other answer of ``origin_of`` is unchanged (the index answers as if
+  ``p`` had been appended in order).
 
 The broker interceptor keeps a coarser index of its own (``OriginIndex`` in
 ``interceptors/geosync-plugin-common``) and serves it as ``OriginRun`` values: local entries, their origin
@@ -136,17 +137,11 @@ def _local_key(run: Run) -> tuple[int, int]:
     return run.local_ledger, run.local_first
 
 
-def _origin_key(run: Run) -> tuple[int, int]:
-    return run.origin_ledger, run.origin_first
-
-
 class OriginIndex:
     """Local positions -> origin coordinates for one topic partition in one region."""
 
     def __init__(self) -> None:
         self._runs: list[Run] = []
-        # Per origin region, the runs that first reached each origin entry, in origin order.
-        self._by_origin: dict[str, list[Run]] = {}
         self._last: Position | None = None
         self._floor: Position | None = None
 
@@ -185,10 +180,6 @@ class OriginIndex:
             raise ValueError(f"{local} was indexed as {self.origin_of(local)}, now claimed as {origin}")
         self._last = local
         self._runs = _extend(self._runs, local, origin)
-        by_origin = self._by_origin.setdefault(origin.region, [])
-        top = by_origin[-1] if by_origin else None
-        if top is None or origin.position > Position(top.origin_ledger, top.origin_last):
-            self._by_origin[origin.region] = _extend(by_origin, local, origin)
 
     def fill(self, local: Position, origin: Origin) -> None:
         """Record ``local`` as ``origin`` although the reader is past it: an entry skipped when read
@@ -213,8 +204,6 @@ class OriginIndex:
             length=1,
         )
         bisect.insort(self._runs, run, key=_local_key)
-        if self.local_of(origin) is None:
-            bisect.insort(self._by_origin.setdefault(origin.region, []), run, key=_origin_key)
 
     def origin_of(self, local: Position) -> Origin | None:
         i = bisect.bisect_right(self._runs, (local.ledger, local.entry), key=_local_key) - 1
@@ -226,21 +215,20 @@ class OriginIndex:
         return run.origin_at(local.entry)
 
     def local_of(self, origin: Origin) -> Position | None:
-        runs = self._by_origin.get(origin.region, [])
         p = origin.position
-        i = bisect.bisect_right(runs, (p.ledger, p.entry), key=_origin_key) - 1
-        if i < 0:
-            return None
-        run = runs[i]
-        if run.origin_ledger != p.ledger or p.entry > run.origin_last:
-            return None
-        return Position(run.local_ledger, run.local_first + p.entry - run.origin_first)
+        for run in self._runs:
+            if (
+                run.region == origin.region
+                and run.origin_ledger == p.ledger
+                and run.origin_first <= p.entry <= run.origin_last
+            ):
+                return Position(run.local_ledger, run.local_first + p.entry - run.origin_first)
+        return None
 
     def to_wire(self) -> dict[str, Any]:
         """The index as JSON-ready values (the agent's checkpoint); ``from_wire`` reads it back."""
         return {
             "runs": [_run_wire(r) for r in self._runs],
-            "by_origin": {region: [_run_wire(r) for r in runs] for region, runs in self._by_origin.items()},
             "last": None if self._last is None else self._last.to_wire(),
             "floor": None if self._floor is None else self._floor.to_wire(),
         }
@@ -248,23 +236,15 @@ class OriginIndex:
     @classmethod
     def from_wire(cls, value: Any) -> OriginIndex:
         """The index ``to_wire`` wrote; ``ValueError`` for anything else (a checkpoint is input too)."""
-        if not isinstance(value, dict) or set(value) != {"runs", "by_origin", "last", "floor"}:
+        # "by_origin" (a second map that earlier agents wrote) is read past: the runs say everything.
+        if not isinstance(value, dict) or set(value) - {"by_origin"} != {"runs", "last", "floor"}:
             raise ValueError("not an origin index")
         index = cls()
         index._runs = [_run_from(item) for item in _list(value["runs"])]
-        by_origin = value["by_origin"]
-        if not isinstance(by_origin, dict):
-            raise ValueError("not an origin index")
-        index._by_origin = {
-            str(region): [_run_from(item) for item in _list(runs)] for region, runs in by_origin.items()
-        }
         index._last = None if value["last"] is None else Position.from_wire(value["last"])
         index._floor = None if value["floor"] is None else Position.from_wire(value["floor"])
         locals_ = [_local_key(r) for r in index._runs]
-        if locals_ != sorted(locals_) or any(
-            [_origin_key(r) for r in runs] != sorted(_origin_key(r) for r in runs)
-            for runs in index._by_origin.values()
-        ):
+        if locals_ != sorted(locals_):
             raise ValueError("origin index runs out of order")
         if index._runs and (
             index._last is None
@@ -277,8 +257,6 @@ class OriginIndex:
         """Forget every local entry below ``position`` (they are acknowledged everywhere that matters)."""
         self._floor = max(position, self._floor) if self._floor is not None else position
         self._runs = _truncated(self._runs, position)
-        for region, runs in list(self._by_origin.items()):
-            self._by_origin[region] = _truncated(runs, position)
 
 
 def _run_wire(run: Run) -> list[int | str]:

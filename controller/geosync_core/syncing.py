@@ -18,6 +18,10 @@ Invariants:
   ``to_origin_acks(index, cursor).acks`` claims ``(origin, i)`` iff a local entry indexed with that origin
   has message ``i`` acknowledged in ``cursor`` (whole entries as spans, partly acknowledged ones as
   partials); entries the index does not cover are never claimed;
+* JOINED LOCAL SPANS: with ``local`` (the translating region), a span of the region's own messages also
+  covers the entries between them that the index names as copies from elsewhere. Origin ``(local, p)``
+  then names no message at all (``p`` holds another region's message), so the claim says nothing more,
+  and with both regions producing it is one span per ledger instead of one per message;
 * NO LOSS: a plan acknowledges a local message only if it is already acknowledged locally or the entry is
   indexed and ``remote`` claims the same message of its origin; a whole entry is acknowledged only if
   each of its ``size`` messages is, and the mark-delete never passes an entry with an unacknowledged
@@ -66,20 +70,65 @@ class Translation:
     last: Position
 
 
-def to_origin_acks(index: OriginIndex, cursor: AckState) -> Translation | Untranslatable:
-    """What ``cursor`` acknowledged, named by origin coordinates, as far as ``index`` covers."""
+def to_origin_acks(
+    index: OriginIndex, cursor: AckState, *, local: str | None = None
+) -> Translation | Untranslatable:
+    """What ``cursor`` acknowledged, named by origin coordinates, as far as ``index`` covers; with ``local``
+    (this region's name) its own messages' spans are joined across copies from elsewhere."""
     first, last = index.first, index.last
     if first is None or last is None:
         return Untranslatable(Reason.NOT_INDEXED)
     prefix = (Range(_BEFORE_ALL, cursor.mark_delete),) if cursor.mark_delete > _BEFORE_ALL else ()
     acked = (*prefix, *cursor.ranges)
-    spans = [(run.region, span) for run in index for span in _acked_spans(run, acked)]
+    if local is None:
+        spans = [(run.region, span) for run in index for span in _acked_spans(run, acked)]
+    else:
+        spans = _joined_spans(index, acked, local)
     partials = []
     for p, acks in cursor.batches:
         origin = index.origin_of(p)
         if origin is not None:
             partials.append((origin.region, [(origin.position, acks)]))
     return Translation(OriginAcks.of(((region, [span]) for region, span in spans), partials), first, last)
+
+
+def _joined_spans(index: OriginIndex, acked: tuple[Range, ...], local: str) -> list[tuple[str, Span]]:
+    """``(region, span)`` for every run as ``_acked_spans`` gives them, except that spans of ``local``'s own
+    messages (origin = local position) are joined when only entries indexed with other origins lie between."""
+    out: list[tuple[str, Span]] = []
+    pending: Span | None = None  # the local span being extended
+    reach: Position | None = None  # the log is accounted for from ``pending`` up to here (None: a break)
+    for run in index:
+        spans = _acked_spans(run, acked)
+        own = run.region == local and (run.origin_ledger, run.origin_first) == (
+            run.local_ledger,
+            run.local_first,
+        )
+        if not own:
+            out.extend((run.region, span) for span in spans)
+            joins = reach is not None and (run.local_ledger, run.local_first) == (
+                reach.ledger,
+                reach.entry + 1,
+            )
+            reach = Position(run.local_ledger, run.local_last) if joins else None
+            continue
+        for span in spans:
+            if (
+                pending is not None
+                and reach is not None
+                and (span.ledger, span.first) == (reach.ledger, reach.entry + 1)
+            ):
+                pending = Span(pending.ledger, pending.first, span.last)
+            else:
+                if pending is not None:
+                    out.append((local, pending))
+                pending = span
+            reach = Position(span.ledger, span.last)
+        if reach is not None and reach != Position(run.local_ledger, run.local_last):
+            reach = None  # an unacknowledged message of ours ends the span
+    if pending is not None:
+        out.append((local, pending))
+    return out
 
 
 def _acked_spans(run: Run, acked: tuple[Range, ...]) -> list[Span]:

@@ -660,18 +660,37 @@ def test_what_every_subscription_acknowledged_is_forgotten_and_one_below_it_has_
     assert b.agent.stats.counters["topics_reread"] == 1
 
 
-def test_entry_details_over_the_budget_go_oldest_first_and_cost_no_loss() -> None:
-    a, b = pair(max_entry_details=4)
+def test_over_the_budget_the_oldest_entries_go_and_a_subscription_below_them_is_parked_not_moved() -> None:
+    a, b = pair(max_tracked_entries=4)
     tail = b.agent.topics[TOPIC].tail
     assert len(tail.details) <= 4  # six read, the oldest over the budget forgotten (and counted)
-    assert b.agent.stats.counters["entry_details_dropped"] >= 2
+    assert b.agent.stats.counters["entries_over_budget"] >= 2
     assert tail.key_of(B_LOG[0]) is None
-    # Origins stay: a's acknowledgements of all six still land exactly.
+    assert tail.index.origin_of(B_LOG[0]) is None
+    # b's subscription is below them: a's acknowledgements are not applied on what is left (no re-read either)
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[4]])
     a.step()
     carry(a, b)
     b.step()
-    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[4])
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
+    assert b.agent.subs[(TOPIC, SUB)].parked
+    assert b.agent.status()["parked"] == [f"{TOPIC} / {SUB}"]
+    assert "topics_reread" not in b.agent.stats.counters
+    assert a.agent.subs[(TOPIC, SUB)].parked  # a forgot its oldest too: nothing claimed from below them
+    # the consumers catch up past the forgotten entries in both regions: synced again from there
+    forgotten = tail.budget_floor
+    assert forgotten == B_LOG[2]
+    b.region.consumer_acks(TOPIC, SUB, B_LOG[:3])
+    b.step()
+    a.region.consumer_acks(TOPIC, SUB, [*A_LOG[:4], A_LOG[5]])
+    a.step()
+    assert carry(a, b) == 1
+    b.step()
+    b.step()
+    assert not a.agent.subs[(TOPIC, SUB)].parked
+    assert not b.agent.subs[(TOPIC, SUB)].parked
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[5])  # a acknowledged 5:4 before
 
 
 def test_a_backlog_longer_than_the_planning_window_is_applied_over_several_rounds(

@@ -447,3 +447,58 @@ def test_a_dropped_ack_of_an_unknown_key_blocks_what_follows() -> None:
     # 3:2 cannot be claimed (3:1 of key a is unacknowledged and 3:2 could be of key a); unclaimed, it could
     # be of key b too, so 3:3 cannot be claimed either.
     assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0"))
+
+
+# --- joined local spans -----------------------------------------------------------------------------
+
+
+def own_log(log: Log) -> Log:
+    """``log`` as region a's own log: a's messages are named by their local position there."""
+    return [(p, Origin("a", p) if o.region == "a" else o) for p, o in log]
+
+
+def test_with_both_regions_producing_the_own_spans_are_one_per_ledger() -> None:
+    log = [(P(f"5:{e}"), O("a", f"5:{e}") if e % 2 == 0 else O("b", f"2:{e}")) for e in range(10)]
+    everything = AckState.parse("5:9", "[]")
+    plain = to_origin_acks(indexed(log), everything)
+    joined = to_origin_acks(indexed(log), everything, local="a")
+    assert isinstance(plain, Translation)
+    assert isinstance(joined, Translation)
+    assert len(plain.acks.spans("a")) == 5
+    assert joined.acks.spans("a") == (Span(5, 0, 8),)  # from a's first message to its last
+    assert joined.acks.spans("b") == plain.acks.spans("b")
+    # an unacknowledged message of a's (5:8) ends a span; one of b's (5:5) does not: it is not a's to claim
+    again = to_origin_acks(indexed(log), AckState.parse("5:4", "[(5:5..5:7]]"), local="a")
+    assert isinstance(again, Translation)
+    assert again.acks.spans("a") == (Span(5, 0, 6),)
+    assert again.acks.spans("b") == (Span(2, 1, 1), Span(2, 3, 3), Span(2, 7, 7))
+
+
+@settings(fast, max_examples=60)
+@given(st.data())
+def test_joined_spans_claim_the_same_messages_and_nothing_that_is_a_message(data: st.DataObject) -> None:
+    full = own_log(data.draw(local_logs()))
+    hidden = data.draw(st.sets(st.sampled_from(range(len(full))), max_size=3)) if full else set()
+    log = [entry for i, entry in enumerate(full) if i not in hidden]  # entries not indexed break spans
+    cursor = data.draw(cursors(log))
+    index = indexed(log)
+    plain = to_origin_acks(index, cursor)
+    joined = to_origin_acks(index, cursor, local="a")
+    if not log:
+        assert joined == plain
+        return
+    assert isinstance(plain, Translation)
+    assert isinstance(joined, Translation)
+    for local, origin in log:
+        assert (origin in joined.acks) == (local in cursor)
+    for region in ("b", "c"):
+        assert joined.acks.spans(region) == plain.acks.spans(region)
+    assert len(joined.acks.spans("a")) <= len(plain.acks.spans("a"))
+    known = dict(full)
+    for span in joined.acks.spans("a"):
+        for e in range(span.first, span.last + 1):
+            named = index.origin_of(Position(span.ledger, e))
+            assert named is not None  # never across an entry the index does not name
+            # an extra position is another region's copy: origin (a, p) names no message
+            assert named.region != "a" or Position(span.ledger, e) in cursor
+            assert known[Position(span.ledger, e)] == named
