@@ -97,7 +97,7 @@ class AgentConfig:
     instead of re-reading every topic from its earliest message ("": no checkpoint). The sidecar's volume."""
     checkpoint_interval_s: float = 10.0
     """How often the checkpoint is written (and once more at shutdown)."""
-    max_tracked_entries: int = 1_000_000
+    max_tracked_entries: int = 500_000
     """Budget of entries the agent keeps (origin, key, batch size: about 150 bytes each when both regions
     produce), over all topics. Entries every subscription acknowledged are forgotten anyway; this bounds what
     a subscription far behind (nobody consumes it) holds back: the largest topics forget their oldest, and a
