@@ -418,8 +418,10 @@ def up(
             hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
         ) from e
     if agents:
-        # One agent per region, covering every broker of it (README: "Multi-broker regions").
+        # One agent per region, covering every broker of it (README: "Multi-broker regions"). The regions
+        # are new: a checkpoint left in the directory by an earlier lab describes topics that are gone.
         for name in region_names:
+            shutil.rmtree(lab_dir / "agents" / f"{name}-state", ignore_errors=True)
             topology = start_agent(lab_dir, name)
             report(f"agent {name}: started (pid {topology.agents[name].pid})")
         for name in region_names:
