@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pathlib
 import threading
+import time
 from typing import Any
 
 import pytest
 
-from geosync_agent import checkpointing, supervising
+from geosync_agent import checkpointing, runtime, supervising
 from geosync_agent.runtime import Now
 from geosync_core import envelopes
 from geosync_core.positions import Position
@@ -166,3 +167,25 @@ def test_claims_are_encoded_once_while_they_do_not_change(tmp_path: pathlib.Path
     assert b.agent.checkpoint()["subscriptions"] == first
     assert len(b.agent.acks_wire) <= 2 * len(b.agent.subs)  # only what the last checkpoint held
     assert checkpointing.load(checkpointing.path_in(str(tmp_path)), region="b") is not None
+
+
+def test_a_checkpoint_slow_to_take_is_taken_less_often(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taking the state is the loop's time: the next checkpoint waits at least 1 / CHECKPOINT_SHARE times as
+    long as the last one took (at least checkpoint_interval_s)."""
+    _, b = pair(state_dir=str(tmp_path), checkpoint_interval_s=0.01)
+    real = runtime.Agent.checkpoint
+
+    def slow(agent: runtime.Agent) -> dict[str, Any]:
+        time.sleep(0.05)
+        return real(agent)
+
+    monkeypatch.setattr(runtime.Agent, "checkpoint", slow)
+    if b.agent.checkpoint_writer is not None:
+        b.agent.checkpoint_writer.join(10)  # else this round's checkpoint is skipped, not taken
+    b.step(1.0)
+    taken = b.agent.checkpoint_taken_s
+    assert taken >= 0.05
+    assert b.agent.checkpoint_at == pytest.approx(b.clock + taken / runtime.CHECKPOINT_SHARE)
+    b.agent.close()
