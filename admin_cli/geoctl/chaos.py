@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pathlib
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -36,9 +37,14 @@ def settle_by_check(
         same_since, last = started, None
         while True:
             try:
-                # Read every time: an agent restarted by the nemesis listens on a new port.
-                sites = access.load(topology, None)
-                found = failover_cmd.check(sites, source, target, [namespace], subscriptions=[subscription])
+                found = _bounded_check(
+                    topology,
+                    source,
+                    target,
+                    namespace,
+                    subscription,
+                    within_s=timeout_s - (time.monotonic() - started),
+                )
                 verdict = found.outcome
                 detail = {
                     "duplicates": found.duplicates,
@@ -57,6 +63,31 @@ def settle_by_check(
             time.sleep(1.0)
 
     return settle
+
+
+def _bounded_check(
+    topology: pathlib.Path, source: str, target: str, namespace: str, subscription: str, *, within_s: float
+) -> failover_cmd.Verdict:
+    """One ``failover check``, given up after ``within_s`` (with a region frozen or restarting, its
+    admin calls each wait for their own timeouts and retries: minutes under load)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            # Read every time: an agent restarted by the nemesis listens on a new port.
+            sites = access.load(topology, None)
+            box["verdict"] = failover_cmd.check(
+                sites, source, target, [namespace], subscriptions=[subscription]
+            )
+        except Exception as e:
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="chaos-settle-check", daemon=True)
+    worker.start()
+    worker.join(timeout=max(within_s, 1.0))
+    if "verdict" in box:
+        return box["verdict"]  # type: ignore[no-any-return]
+    raise box.get("error") or TimeoutError(f"failover check took more than {max(within_s, 1.0):.0f} s")
 
 
 def text_summary(data: dict[str, Any]) -> None:
