@@ -78,8 +78,15 @@ def wanted(config: AgentConfig, topic: str, subscription: str) -> bool:
 
 def synced_topic(config: AgentConfig, topic: str) -> bool:
     """Whether ``topic`` (of a synced namespace) is one whose subscriptions are synced: persistent, not a
-    control topic."""
-    return topic.startswith("persistent://") and topic.rsplit("/", maxsplit=1)[-1] != config.control_topic
+    control topic, not the policy mirror's events topic (GeoSync's own traffic: read by the mirror, never
+    consumed by applications; tailing it only cost lookups)."""
+    match = PARTITION.match(topic)
+    base = match["base"] if match else topic
+    return (
+        topic.startswith("persistent://")
+        and topic.rsplit("/", maxsplit=1)[-1] != config.control_topic
+        and base != config.mirror_events_topic
+    )
 
 
 def synced(config: AgentConfig, topic: str, subscription: str) -> bool:

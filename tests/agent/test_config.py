@@ -200,3 +200,16 @@ def test_unusable_zookeeper_credentials_are_named_never_shown(
     missing = cfg.load(write(tmp_path, zookeeper_auth_file=str(tmp_path / "absent")))
     with pytest.raises(cfg.ConfigError, match="cannot be read"):
         missing.zookeeper_auth()
+
+
+def test_the_mirrors_events_topic_and_control_topics_are_not_synced_as_data(tmp_path: pathlib.Path) -> None:
+    from geosync_agent import discovering
+
+    loaded = cfg.load(write(tmp_path, mirror_events_topic="persistent://geo/abc/geosync-policy-events"))
+    assert not discovering.synced_topic(loaded, "persistent://geo/abc/geosync-policy-events")
+    assert not discovering.synced_topic(loaded, "persistent://geo/abc/geosync-policy-events-partition-0")
+    assert not discovering.synced_topic(loaded, f"persistent://geo/abc/{loaded.control_topic}")
+    assert discovering.synced_topic(loaded, "persistent://geo/abc/orders")
+    assert discovering.synced_topic(
+        loaded, "persistent://geo/ab/geosync-policy-events"
+    )  # another namespace's
