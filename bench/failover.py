@@ -33,7 +33,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,19 @@ from geosync_lab import failover, labs, wan
 from geosync_lab.probes import acknowledged, copies, percentile
 
 console = Console(width=170)
+
+
+def paced(rate: float, stop: threading.Event) -> Iterator[int]:
+    """0, 1, 2, ... at ``rate`` a second (catching up after a slow step, never bursting ahead) until
+    ``stop`` is set: the publishing loop of every load here."""
+    interval, next_at, n = 1.0 / rate, time.monotonic(), 0
+    while not stop.is_set():
+        yield n
+        n += 1
+        next_at += interval
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
 
 def agent_usage(lab_dir: pathlib.Path, topology: topo.Topology) -> dict[str, tuple[float, int]]:
@@ -252,17 +265,9 @@ def load_run(
         publish_rate = rate / n_subs  # every message is consumed by each of the n_subs subscriptions
 
         def publish() -> None:
-            interval = 1.0 / publish_rate
-            next_at = time.monotonic()
-            i = 0
-            while not stop.is_set():
+            for i in paced(publish_rate, stop):
                 producers[i % n_topics].send_async(f"m{i}".encode(), None)
                 run.published += 1
-                i += 1
-                next_at += interval
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
 
         admin_b = AdminClient(b.admin_url, timeout=5)
 

@@ -24,6 +24,7 @@ import os
 import pathlib
 import random
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +40,9 @@ from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_core.positions import Position
 from geosync_lab import labs, probes
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import failover
 
 console = Console(width=150)
 SUB = "s"
@@ -87,15 +91,9 @@ class Traffic:
             )
             for t in self.topics
         ]
-        next_at, n = time.monotonic(), 0
-        while not self.stop.is_set():
+        for n in failover.paced(self.rate, self.stop):
             producers[n % len(producers)].send_async(f"m{n}".encode(), None)
-            n += 1
-            self.sent = n
-            next_at += 1.0 / self.rate
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            self.sent = n + 1
         for p in producers:
             p.flush()
             p.close()

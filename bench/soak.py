@@ -24,6 +24,7 @@ import contextlib
 import json
 import pathlib
 import random
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +40,9 @@ from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient
 from geosync_core import topology as topo
 from geosync_lab import labs
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import failover
 
 console = Console(width=170)
 MIB = 1024 * 1024
@@ -122,17 +126,10 @@ class Workload:
             )
             for t in self.topics
         ]
-        interval, n = 1.0 / self.args.rate, 0
-        next_at = time.monotonic()
-        while not self.stop.is_set():
+        for n in failover.paced(self.args.rate, self.stop):
             producers[n % len(producers)].send_async(
                 f"{region}-{n}".encode(), self._sent, partition_key=f"k{n % 50}"
             )
-            n += 1
-            next_at += interval
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
         for p in producers:
             p.flush()
             p.close()
