@@ -387,7 +387,6 @@ class Agent:
             forgotten = ts.tail.forget_oldest(min(excess, held // 2 + 1))
             dropped = held - len(ts.tail.details)
             excess -= dropped
-            ts.tail.details_dropped += dropped
             self.stats.inc("entries_over_budget", dropped)
             log.warning(
                 "%s: over the budget of %d tracked entries: forgot up to %s (%d entries); a subscription "

@@ -73,8 +73,6 @@ class Tail:
     details: EntryDetails = field(default_factory=EntryDetails)
     """Each entry's ordering key (or partition key; "" without one), for Key_Shared order rules, and the
     batch sizes of batched entries (an entry without one holds one message)."""
-    details_dropped: int = 0
-    """Entries forgotten over the agent's budget while a subscription was still below them."""
     budget_floor: Position | None = None
     """The highest entry forgotten over the budget: a subscription at or below it is parked, not re-read."""
     version: int = 0
@@ -276,9 +274,7 @@ class Tail:
     def forget_up_to(self, floor: Position) -> None:
         """Drop details, origins and unresolved entries at or below ``floor`` (every tracked subscription
         acknowledged them): what an agent keeps per topic follows its slowest subscription, not retention."""
-        lowest = self.details.lowest()
-        if lowest is not None and lowest <= floor:
-            self.details.forget_up_to(floor)
+        self.details.forget_up_to(floor)
         first = self.index.first
         if first is not None and first <= floor:
             self.index.truncate_below(Position(floor.ledger, floor.entry + 1))

@@ -23,7 +23,7 @@ Invariants:
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from geosync_core.positions import Position
@@ -183,10 +183,3 @@ class EntryDetails:
         for (p, index), key in sorted(message_keys.items()):
             details.set_message_key(p, index, key)
         return details
-
-    def positions(self) -> Iterator[Position]:
-        """Every recorded entry, in order."""
-        for ledger, column in self._columns.items():
-            for i, key in enumerate(column.keys):
-                if key is not None:
-                    yield Position(ledger, column.first + i)
