@@ -126,6 +126,10 @@ class Subscription:
     """The tail's version when the last translation left acknowledgements out (the cursor reached past the
     origin index: a burst acknowledged before the tail read it); translated again as soon as the tail has
     read more. ``None``: the translation covered the cursor."""
+    claimed_to: Position = BEFORE_ALL
+    """Up to where what the cursor acknowledged is in the published claims: the last translation's
+    mark-delete, but no further than the tail had indexed then (a cursor may acknowledge entries before the
+    tail reads them). The tail forgets nothing above it: what is forgotten can no longer be claimed."""
     planned: tuple[AckState | None, int, OriginAcks] | None = None
     """(cursor, index version, claims received) the last plan was made from: replanning is skipped until
     one of them changes or a mark-delete move is still pending (compared as values: an unchanged one is the
@@ -1078,6 +1082,7 @@ class Agent:
         state.generation = generation
         state.received = OriginAcks.of({})
         state.published = state.translated = None
+        state.claimed_to = BEFORE_ALL
         state.planned = state.pending_move = state.reset_to = None
         state.follow = False
 
@@ -1278,16 +1283,18 @@ class Agent:
             # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
             # per-key order) before the first claim, while the consumer that acknowledged is still there.
             self._learn_kinds(topic, states)
-        # A poll publishes every state it read (a resync forces it); the feed only the states it moved.
-        for state in states if polled else moved:
-            self._publish(state, force=force, now=now)
+        # A poll publishes every state it read (a resync forces it); the feed the states it moved, and those
+        # a write here moved since they were last translated (their claims, and what the tail may forget,
+        # follow).
+        claims = not self.snapshots.covers(topic)
+        moved_ids = {id(s) for s in moved}
+        for state in states:
+            if polled or id(state) in moved_ids or (claims and state.cursor != state.translated):
+                self._publish(state, force=force, now=now)
         ts = self.topics[topic]
-        # A subscription following a rewind may have to unacknowledge anything: nothing is forgotten then.
-        cursors_known = [
-            BEFORE_ALL if s.follow else s.cursor.mark_delete for s in states if s.cursor is not None
-        ]
-        if len(cursors_known) == len(states):
-            ts.tail.forget_up_to(min(cursors_known))
+        floors = [_forgettable(s, claims=claims) for s in states]
+        if all(f is not None for f in floors):
+            ts.tail.forget_up_to(min(f for f in floors if f is not None))
         if polled:
             ts.poll = pacing.after_poll(
                 ts.poll,
@@ -1351,7 +1358,7 @@ class Agent:
         state.incomplete_at = None if claim.complete else tail.version
         if not claim.send:
             # Nothing beyond what others told us (typically: our cursor just caught up with their claims).
-            state.published = claim.claims
+            state.published, state.claimed_to = claim.claims, _claimed_to(cursor, tail)
             return
         namespace = namespace_of(state.topic)
         if namespace not in self.namespaces:
@@ -1361,7 +1368,7 @@ class Agent:
                 state.topic, state.name, self.config.region, claim.claims, state.generation
             )
         )
-        state.published = claim.claims
+        state.published, state.claimed_to = claim.claims, _claimed_to(cursor, tail)
 
     def _flush_states(self, now: Now) -> None:
         """Send the round's states: per namespace, one signed envelope for up to STATES_PER_ENVELOPE."""
@@ -1702,6 +1709,29 @@ def _run_start(run: OriginRun) -> tuple[int, int]:
 
 def _guard_to_wire(guard: envelopes.ReplayGuard) -> dict[str, Any]:
     return {"highest": [list(h) for h in guard.highest], "recent": [[r, list(s)] for r, s in guard.recent]}
+
+
+def _forgettable(state: Subscription, *, claims: bool) -> Position | None:
+    """Up to where ``state`` lets its topic's tail forget (None: its cursor is not known yet). A subscription
+    following a rewind may have to unacknowledge anything: nothing. Where claims are published, nothing a
+    cursor acknowledged that is not claimed yet (it acknowledged entries before the tail read them)."""
+    if state.cursor is None:
+        return None
+    if state.follow:
+        return BEFORE_ALL
+    return min(state.cursor.mark_delete, state.claimed_to) if claims else state.cursor.mark_delete
+
+
+def _claimed_to(cursor: AckState, tail: Tail) -> Position:
+    """How far ``cursor``'s translation through ``tail``'s index reached: its mark-delete, capped below the
+    entries the tail had not read or could not place yet (``Subscription.claimed_to``)."""
+    if tail.last is None:
+        return BEFORE_ALL
+    reached = min(cursor.mark_delete, tail.last)
+    if tail.unresolved and tail.unresolved[0] <= reached:
+        first = tail.unresolved[0]
+        return Position(first.ledger, first.entry - 1)
+    return reached
 
 
 def _guard_from_wire(value: Any) -> envelopes.ReplayGuard:

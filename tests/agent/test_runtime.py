@@ -769,3 +769,38 @@ def test_a_rewind_in_a_passive_region_is_not_propagated() -> None:
     assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[2])
     b.step()
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])  # a's claims move the copy forward again
+
+
+def test_what_a_consumer_acknowledged_before_the_tail_read_it_is_claimed_not_forgotten() -> None:
+    """A consumer quicker than its agent: a acknowledges entries its tail has not read yet. The tail must not
+    forget them (every subscription is past them) before they are claimed, or b never acknowledges them and
+    a failover there delivers them again (found by the lab's exact-sync tests, one run in three)."""
+    a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(B_LOG)})
+    for region in (a, b):
+        region.cursors[(TOPIC, SUB)] = AckState.of(Position(region.topics[TOPIC][0].ledger, -1))
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
+    b.origin_runs[TOPIC] = [OriginRun(9, 0, len(B_LOG), "a", A_LOG[0])]
+    ha, hb = Harness.build(a), Harness.build(b)
+    for h in (ha, hb):
+        h.discover()
+        h.step()
+    deliver_b_copies(hb)
+    hb.step()
+    a.consumer_acks(TOPIC, SUB, [*A_LOG[:3], A_LOG[4]])
+    ha.step()  # a's tail has read nothing yet: nothing can be claimed
+    for p in A_LOG[:4]:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.feed.append(a.report(TOPIC, SUB))  # the feed names the cursor again, unchanged
+    ha.step()
+    for p in A_LOG[4:]:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    ha.step()
+    carry(ha, hb)
+    hb.step()
+    hb.step()
+    assert b.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2]).ack(B_LOG[4])
+    # once claimed, a forgets them (its only subscription is past them)
+    a.feed.append(a.report(TOPIC, SUB))
+    ha.step()
+    assert ha.agent.topics[TOPIC].tail.index.first == A_LOG[3]
