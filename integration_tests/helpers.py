@@ -117,12 +117,16 @@ def cursor(admin: AdminClient, topic: str, subscription: str) -> tuple[str, str]
     return None if raw is None else (raw["markDeletePosition"], raw["individuallyDeletedMessages"])
 
 
-def wait_for(predicate: Callable[[], bool], *, timeout_s: float = 30.0, what: str = "condition") -> float:
-    """Poll ``predicate`` until true; return seconds waited; fail the test with ``what`` on timeout."""
+def wait_for(
+    predicate: Callable[[], bool], *, timeout_s: float = 30.0, what: str | Callable[[], str] = "condition"
+) -> float:
+    """Poll ``predicate`` until true; return seconds waited; fail the test with ``what`` on timeout (a
+    callable is asked then: it can say how things stood at the end, not at the start)."""
     started = time.monotonic()
     while not predicate():
         if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {said}")
         time.sleep(0.2)
     return time.monotonic() - started
 

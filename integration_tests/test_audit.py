@@ -62,7 +62,7 @@ def wait_backlog(lab: Lab, region: str, topic: str, sub: str, expected: int) -> 
     wait_for(
         lambda: backlog(lab, region, topic, sub) == expected,
         timeout_s=45,
-        what=f"{sub} in {region} to have backlog {expected} (has {backlog(lab, region, topic, sub)})",
+        what=lambda: f"{sub} in {region} to have backlog {expected} (has {backlog(lab, region, topic, sub)})",
     )
 
 

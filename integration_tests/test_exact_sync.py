@@ -40,7 +40,9 @@ def wait_backlog(
     return wait_for(
         lambda: backlog(lab, region, topic, sub) == expected,
         timeout_s=timeout_s,
-        what=f"{sub} in {region} to have {expected} unacknowledged (has {backlog(lab, region, topic, sub)})",
+        what=lambda: (
+            f"{sub} in {region} to have {expected} unacknowledged (has {backlog(lab, region, topic, sub)})"
+        ),
     )
 
 
