@@ -12,7 +12,8 @@ it, for the whole retention). Every ``--policy-every`` seconds a namespace polic
 edited in a and b alternately (the policy mirror's records and tombstones).
 
 Every ``--sample`` seconds, per agent: RSS, CPU seconds, and from ``/state`` what the agent holds (topics,
-subscriptions, origin-index runs, entry details, claim spans, mirror records and tombstones). At the end: the
+subscriptions, origin-index runs, entry details, claim spans, messages read but not yet indexed (the
+inbox), mirror records and tombstones). At the end: the
 samples, and per agent RSS after the warm-up, at the end, its maximum and its slope over the second half
 (least squares, MiB per hour), with the same for the state counters; ``-o FILE`` writes all of it as JSON.
 """
@@ -46,7 +47,7 @@ import failover
 
 console = Console(width=170)
 MIB = 1024 * 1024
-STATE_FIELDS = ("topics", "subscriptions", "index_runs", "entry_details", "claim_spans")
+STATE_FIELDS = ("topics", "subscriptions", "index_runs", "entry_details", "claim_spans", "inbox")
 
 
 def sample(lab_dir: pathlib.Path, topology: topo.Topology, started: float) -> dict[str, Any]:
@@ -207,6 +208,7 @@ def main() -> None:
                         + "  ".join(
                             f"{n}: {row[n]['rss_mib']} MiB, runs {row[n]['index_runs']}, details "
                             f"{row[n]['entry_details']}, spans {row[n]['claim_spans']}, "
+                            f"inbox {row[n]['inbox']}, longest round {row[n]['round_max_s']:.1f} s, "
                             f"mirror {row[n]['mirror_records']}/{row[n]['mirror_tombstones']}"
                             for n in sorted(topology.agents)
                         )

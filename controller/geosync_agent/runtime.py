@@ -1665,6 +1665,7 @@ class Agent:
             "unresolved": {t.tail.topic: len(t.tail.unresolved) for t in topics if t.tail.unresolved},
             "retrying": sum(len(t.tail.pending) for t in topics),
             "bytes_read": sum(t.tail.bytes_read for t in topics),
+            "inbox": sum(t.tail.inbox.qsize() for t in topics),
             "messages_read": sum(t.tail.messages_read for t in topics),
             "counters": dict(self.stats.counters),
             "round_seconds_p50": sorted(rounds)[len(rounds) // 2] if rounds else 0,

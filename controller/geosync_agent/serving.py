@@ -117,7 +117,7 @@ class _AgentCollector:
         for name, value in sorted(snap["counters"].items()):
             counters.add_metric([snap["region"], name], value)
         yield counters
-        for key in ("topics", "subscriptions", "index_runs", "bytes_read", "messages_read"):
+        for key in ("topics", "subscriptions", "index_runs", "bytes_read", "messages_read", "inbox"):
             gauge = GaugeMetricFamily(
                 f"geosync_agent_{key}", f"Agent {key.replace('_', ' ')}", labels=["region"]
             )

@@ -1,8 +1,11 @@
 """Tailing a region's topics to learn each local entry's origin coordinates.
 
 A reader per topic partition hands messages to the runtime through a queue (the client's listener thread
-never does more than ``put``); the runtime appends them to that partition's ``OriginIndex``, naming origins
-with the one resolver every tool shares (``geosync_core.resolving``). Stamps are untrusted: an entry whose
+never does more than ``put``); the queue is bounded (``INBOX_MAX``): when the runtime falls behind, the
+listener waits, the reader's receive queue fills and the broker stops dispatching to it, so memory does not
+grow with the lag. A data topic's payloads are not kept in it (only snapshot markers' are used). The
+runtime appends the messages to that partition's ``OriginIndex``, naming origins with the one resolver
+every tool shares (``geosync_core.resolving``). Stamps are untrusted: an entry whose
 stamp is malformed or whose origin cannot be named is not indexed but listed, so no mark-delete passes it.
 
 Batched entries: the reader hands over every message of a batch, one after another; the first names the
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from geosync_adapters.messaging import Received
@@ -39,6 +42,10 @@ from geosync_core.positions import Position
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 60.0
 RETRIES_PER_ROUND = 50
+INBOX_MAX = 20_000
+"""Messages read but not yet indexed that one tail holds before its reader waits (backpressure)."""
+PUT_WAIT_S = 0.5
+"""How long the listener waits for room at a time; a tail closed meanwhile drops the message."""
 LOG_WINDOW = 50_000
 """At most this many entries above a mark-delete are planned from per round (``positions_above``): a region
 back from a long outage has its whole backlog above its cursors, and planning every subscription over all of
@@ -65,7 +72,7 @@ class Tail:
     topic: str
     partition: int
     index: OriginIndex = field(default_factory=OriginIndex)
-    inbox: queue.SimpleQueue[Received] = field(default_factory=queue.SimpleQueue)
+    inbox: queue.Queue[Received] = field(default_factory=lambda: queue.Queue(INBOX_MAX))
     reader: Reader | None = None
     last: Position | None = None
     markers: list[tuple[Position, dict[str, str], bytes]] = field(default_factory=list)
@@ -100,8 +107,17 @@ class Tail:
     """Set on every message, to end the runtime's wait between rounds early (control topics)."""
 
     def listener(self, msg: Received) -> None:
-        # Runs on the client's thread: hand over and return at once.
-        self.inbox.put(msg)
+        # Runs on the client's thread: hand over, waiting only while the inbox is full.
+        self.bytes_read += len(msg.data)
+        if self.wake is None and MARKER_PROPERTY not in msg.properties:
+            msg = replace(msg, data=b"")  # a data topic's payload: never read here
+        while True:
+            try:
+                self.inbox.put(msg, timeout=PUT_WAIT_S)
+                break
+            except queue.Full:
+                if self.reader is None:
+                    return  # closed: nobody drains this inbox any more
         if self.wake is not None:
             self.wake.set()
 
@@ -134,7 +150,6 @@ class Tail:
                     return appended
                 self.resume_at = None  # the checkpoint matches what the topic holds
             self.messages_read += 1
-            self.bytes_read += len(msg.data)
             if self.last is not None and position <= self.last:
                 if position == self.last and msg.batch_index > 0:
                     appended += self._more_of_batch(position, msg)

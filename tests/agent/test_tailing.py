@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
 from geosync_agent import tailing
 from geosync_agent.tailing import Tail
 from geosync_core import resolving
+from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
@@ -116,3 +121,45 @@ def test_the_log_planned_from_is_a_window_that_keeps_unresolved_entries_in_order
     assert Position(7, 5) in whole
     for limit in (1, 3, 4, 8, 12, 30):
         assert tail.positions_above(Position(7, 1), limit=limit) == whole[:limit]
+
+
+def test_a_full_inbox_holds_the_listener_back_until_the_runtime_drains_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Backpressure, not memory growing with the lag: the listener waits while the inbox is full (the
+    reader's receive queue then fills and the broker stops dispatching); a tail closed meanwhile drops."""
+    monkeypatch.setattr(tailing, "INBOX_MAX", 2)
+    monkeypatch.setattr(tailing, "PUT_WAIT_S", 0.02)
+    tail = Tail(TOPIC, -1)
+    tail.reader = object()  # type: ignore[assignment]  # open
+    tail.listener(message(TOPIC, Position(7, 0)))
+    tail.listener(message(TOPIC, Position(7, 1)))
+    third = threading.Thread(target=tail.listener, args=(message(TOPIC, Position(7, 2)),))
+    third.start()
+    third.join(0.2)
+    assert third.is_alive()  # waiting for room
+    resolver = resolving.OriginResolver(local="a", lookup=lambda topic, local: None)
+    assert tail.drain(resolver, limit=1) == 1
+    third.join(1.0)
+    assert not third.is_alive()
+    assert tail.drain(resolver) == 2
+    assert tail.last == Position(7, 2)
+    tail.listener(message(TOPIC, Position(7, 3)))
+    tail.listener(message(TOPIC, Position(7, 4)))
+    tail.reader = None  # closed: a listener still waiting gives up instead of blocking the client's thread
+    fourth = threading.Thread(target=tail.listener, args=(message(TOPIC, Position(7, 5)),))
+    fourth.start()
+    fourth.join(1.0)
+    assert not fourth.is_alive()
+    assert tail.inbox.qsize() == 2
+
+
+def test_a_data_topics_payloads_are_not_held_but_counted_control_and_marker_payloads_are() -> None:
+    data = Tail(TOPIC, -1)
+    data.listener(message(TOPIC, Position(7, 0), data=b"x" * 1000))
+    data.listener(message(TOPIC, Position(7, 1), data=b"m", properties={MARKER_PROPERTY: "snapshot"}))
+    assert [m.data for m in (data.inbox.get_nowait(), data.inbox.get_nowait())] == [b"", b"m"]
+    assert data.bytes_read == 1001
+    control = Tail("persistent://geo/ab/geosync-control", -1, wake=threading.Event())
+    control.listener(message(TOPIC, Position(8, 0), data=b"envelope"))
+    assert control.inbox.get_nowait().data == b"envelope"

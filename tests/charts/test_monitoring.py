@@ -78,7 +78,7 @@ def exported() -> set[str]:
                 {"topic": "persistent://t/n/x", "subscription": "s", "behind_since": 1.0, "pending_holes": 2}
             ]
             counters = {"control_rejected_bad_signature": 1, "apply_errors": 1, "mark_delete_moves": 3}
-            keys = ("topics", "subscriptions", "index_runs", "bytes_read", "messages_read")
+            keys = ("topics", "subscriptions", "index_runs", "bytes_read", "messages_read", "inbox")
             return {"region": "a", "counters": counters, "synced": synced, **dict.fromkeys(keys, 1)}
 
         snapshot = status  # the name before the agent's status dump was renamed
