@@ -18,6 +18,7 @@ import click
 from geoctl import access
 from geoctl import failover as failover_cmd
 from geoctl.errors import EXIT_LAB, EXIT_UNHEALTHY, GeoctlError
+from geoctl.labdir import lab_dir_option
 from geoctl.output import emit, output_option
 from geosync_lab import chaos as engine
 from geosync_lab import chaos_checker, labs
@@ -140,15 +141,7 @@ def chaos_group() -> None:
 
 
 @chaos_group.command("run")
-@click.option(
-    "--dir",
-    "lab_dir",
-    type=click.Path(file_okay=False, path_type=pathlib.Path),
-    default=pathlib.Path("lab"),
-    show_default=True,
-    envvar="GEOSYNC_LAB_DIR",
-    help="Directory of a running lab (env GEOSYNC_LAB_DIR).",
-)
+@lab_dir_option
 @click.option(
     "--duration",
     type=failover_cmd.DURATION,

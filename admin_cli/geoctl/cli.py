@@ -10,23 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from geoctl.errors import EXIT_LAB, EXIT_UNHEALTHY, GeoctlError
+from geoctl.labdir import lab_dir_option
 from geoctl.output import emit, output_option
 from geosync_core.errors import GeoSyncError
 from geosync_lab import labs
 from geosync_lab.errors import LabError
 
-DEFAULT_LAB_DIR = pathlib.Path("lab")
 console = Console(stderr=True, highlight=False)
-
-lab_dir_option = click.option(
-    "--dir",
-    "lab_dir",
-    type=click.Path(file_okay=False, path_type=pathlib.Path),
-    default=DEFAULT_LAB_DIR,
-    show_default=True,
-    envvar="GEOSYNC_LAB_DIR",
-    help="Directory of the lab: its topology.json, region data and logs (env GEOSYNC_LAB_DIR).",
-)
 
 
 def _lab_errors(fn: Any) -> Any:
