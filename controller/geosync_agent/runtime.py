@@ -1111,6 +1111,15 @@ class Agent:
         self._new_generation(state, max(state.generation + 1, now.wall_ms))
         state.seen_feed = state.seen_any = whole
         self.stats.inc("rewinds")
+        ts = self.topics.get(state.topic)
+        if ts is not None and ts.tail.index.floor is not None and not ts.tail.stale:
+            # The new claims are this cursor's whole translation, but the tail forgot entries it acknowledges
+            # (every subscription had acknowledged them): read the topic again before claiming anything.
+            ts.tail.stale = True
+            ts.tail.stale_reason = (
+                f"subscription {state.name!r} was rewound and its claims start again, from entries forgotten "
+                f"up to {ts.tail.index.floor}"
+            )
         log.info(
             "%s on %s was %s here: its claims start again from this cursor (generation %d)",
             state.name,
@@ -1319,8 +1328,8 @@ class Agent:
         if ts is None or state.cursor is None or state.follow:
             return  # following a rewind: this cursor may acknowledge what the newer claims do not
         tail, cursor = ts.tail, state.cursor
-        if self._behind_forgotten(ts, state, cursor):
-            return
+        if tail.stale or self._behind_forgotten(ts, state, cursor):
+            return  # the tail is read again first (next round): claims made now could leave entries out
         if self.snapshots.covers(state.topic):
             update = self.snapshots.on_subscription(
                 state.topic, state.name, cursor, tail.positions_above(cursor.mark_delete), tail.last
@@ -1347,6 +1356,7 @@ class Agent:
             key_order=key_order,
             index_grew=state.incomplete_at is not None and state.incomplete_at != tail.version,
             local=self.config.region,
+            claimed_to=state.claimed_to,
         )
         if claim is None:
             return
@@ -1460,6 +1470,13 @@ class Agent:
             if basis == state.planned and state.pending_move is None:
                 continue
             state.planned = basis
+            if not state.received.by_region and not state.received.partials:
+                # Nobody claimed anything: nothing to apply, and no need to walk the log (a subscription
+                # nobody consumes anywhere would otherwise be planned over its whole backlog every round).
+                state.pending_holes = state.unapplied_batches = state.unapplied_batch_messages = 0
+                state.pending_move = None
+                state.behind_since = None
+                continue
             plan = syncing.plan_apply(
                 ts.tail.index,
                 state.cursor,

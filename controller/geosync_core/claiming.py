@@ -62,11 +62,14 @@ def decide(
     key_order: KeyOrder | None = None,
     index_grew: bool = False,
     local: str | None = None,
+    claimed_to: Position | None = None,
 ) -> Claim | None:
     """The claim for a subscription whose cursor is ``cursor``; None when nothing needs deciding (the cursor
     is the one last translated, something was published, no resync is due, and the index did not grow
     under a translation that was not ``complete``: the caller says so with ``index_grew``). ``local``, the
-    deciding region, joins the spans of its own messages (``syncing.to_origin_acks``)."""
+    deciding region, joins the spans of its own messages (``syncing.to_origin_acks``). ``claimed_to``: up to
+    where ``published`` already holds everything ``cursor`` acknowledged; only what lies above is translated
+    (the claims only grow, so the rest is in them already)."""
     if cursor == last_translated and published is not None and not force and not index_grew:
         return None
     own_cursor = cursor
@@ -78,7 +81,8 @@ def decide(
             size_of=key_order.size_of,
             key_of_message=key_order.key_of_message,
         )
-    translated = syncing.to_origin_acks(index, own_cursor, local=local)
+    above = claimed_to if published is not None else None
+    translated = syncing.to_origin_acks(index, own_cursor, local=local, above=above)
     own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
     complete = isinstance(translated, syncing.Translation) and cursor.reach <= translated.last
     known = received if published is None else received.merge(published)

@@ -44,6 +44,7 @@ entry's metadata, which each message's own properties replace). Invariants of ``
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -151,6 +152,11 @@ class OriginIndex:
 
     def __iter__(self) -> Iterator[Run]:
         return iter(self._runs)
+
+    def runs_from(self, local: Position) -> Iterator[Run]:
+        """The runs holding ``local`` or later entries, in order (the run before them may come first)."""
+        start = max(bisect.bisect_right(self._runs, (local.ledger, local.entry), key=_local_key) - 1, 0)
+        return itertools.islice(self._runs, start, None)
 
     @property
     def first(self) -> Position | None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -71,19 +72,35 @@ class Translation:
 
 
 def to_origin_acks(
-    index: OriginIndex, cursor: AckState, *, local: str | None = None
+    index: OriginIndex,
+    cursor: AckState,
+    *,
+    local: str | None = None,
+    above: Position | None = None,
 ) -> Translation | Untranslatable:
     """What ``cursor`` acknowledged, named by origin coordinates, as far as ``index`` covers; with ``local``
-    (this region's name) its own messages' spans are joined across copies from elsewhere."""
+    (this region's name) its own messages' spans are joined across copies from elsewhere. With ``above``,
+    only what it acknowledged above that entry (the caller holds the claims for the rest): the work is then
+    the runs from there to the cursor's reach, not the whole index."""
     first, last = index.first, index.last
     if first is None or last is None:
         return Untranslatable(Reason.NOT_INDEXED)
-    prefix = (Range(_BEFORE_ALL, cursor.mark_delete),) if cursor.mark_delete > _BEFORE_ALL else ()
-    acked = (*prefix, *cursor.ranges)
+    above = _BEFORE_ALL if above is None else above
+    acked = tuple(
+        Range(max(r.lower, above), r.upper)
+        for r in ((Range(_BEFORE_ALL, cursor.mark_delete),) if cursor.mark_delete > _BEFORE_ALL else ())
+        + cursor.ranges.ranges
+        if r.upper > above
+    )
+    reach = cursor.reach
+    runs = itertools.takewhile(
+        lambda run: (run.local_ledger, run.local_first) <= (reach.ledger, reach.entry),
+        index.runs_from(Position(above.ledger, above.entry + 1)),
+    )
     if local is None:
-        spans = [(run.region, span) for run in index for span in _acked_spans(run, acked)]
+        spans = [(run.region, span) for run in runs for span in _acked_spans(run, acked)]
     else:
-        spans = _joined_spans(index, acked, local)
+        spans = _joined_spans(runs, acked, local)
     partials = []
     for p, acks in cursor.batches:
         origin = index.origin_of(p)
@@ -92,13 +109,13 @@ def to_origin_acks(
     return Translation(OriginAcks.of(((region, [span]) for region, span in spans), partials), first, last)
 
 
-def _joined_spans(index: OriginIndex, acked: tuple[Range, ...], local: str) -> list[tuple[str, Span]]:
+def _joined_spans(runs: Iterable[Run], acked: tuple[Range, ...], local: str) -> list[tuple[str, Span]]:
     """``(region, span)`` for every run as ``_acked_spans`` gives them, except that spans of ``local``'s own
     messages (origin = local position) are joined when only entries indexed with other origins lie between."""
     out: list[tuple[str, Span]] = []
     pending: Span | None = None  # the local span being extended
     reach: Position | None = None  # the log is accounted for from ``pending`` up to here (None: a break)
-    for run in index:
+    for run in runs:
         spans = _acked_spans(run, acked)
         own = run.region == local and (run.origin_ledger, run.origin_first) == (
             run.local_ledger,

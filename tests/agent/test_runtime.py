@@ -804,3 +804,33 @@ def test_what_a_consumer_acknowledged_before_the_tail_read_it_is_claimed_not_for
     a.feed.append(a.report(TOPIC, SUB))
     ha.step()
     assert ha.agent.topics[TOPIC].tail.index.first == A_LOG[3]
+
+
+def test_a_rewind_that_moves_the_mark_delete_forward_reads_forgotten_entries_again_before_claiming() -> None:
+    """A reset-cursor in a to just after 5:2, where a's cursor stood at 5:1 with 5:3 and 5:4 acknowledged:
+    the mark-delete moves forward but 5:3 and 5:4 are taken back (a rewind). The new claims are the cursor's
+    whole translation, so a reads again the entries it forgot (up to 5:1) before claiming: b ends with
+    exactly 5:0-5:2 acknowledged (found by the lab's rewind test, one run in two)."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[3], A_LOG[4]])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[3], B_LOG[4])
+    a.region.feed.append(a.region.report(TOPIC, SUB))
+    a.step()
+    assert a.agent.topics[TOPIC].tail.index.first == A_LOG[2]  # a forgot what every subscription acknowledged
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[2])
+    a.region.consumer_acks(TOPIC, SUB, [])
+    a.step()
+    assert a.agent.stats.counters["rewinds"] == 1
+    assert carry(a, b) == 0  # nothing claimed from the forgotten tail
+    a.step()
+    for p in A_LOG:
+        a.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.step()
+    assert a.agent.stats.counters["topics_reread"] == 1
+    carry(a, b)
+    for _ in range(3):
+        b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])

@@ -502,3 +502,36 @@ def test_joined_spans_claim_the_same_messages_and_nothing_that_is_a_message(data
             # an extra position is another region's copy: origin (a, p) names no message
             assert named.region != "a" or Position(span.ledger, e) in cursor
             assert known[Position(span.ledger, e)] == named
+
+
+# --- translating only above what was claimed --------------------------------------------------------
+
+
+@settings(fast, max_examples=80)
+@given(st.data())
+def test_translating_above_what_was_claimed_adds_up_to_the_whole_translation(data: st.DataObject) -> None:
+    """The agent translates a cursor only above ``claimed_to`` (everything the cursor acknowledged at or
+    below it is in the published claims already): that part merged with the claims of the part below names
+    exactly the messages a whole translation names, with or without joined own spans."""
+    log = own_log(data.draw(local_logs()))
+    cursor = data.draw(cursors(log))
+    index = indexed(log)
+    below = [Position(-1, -1), *(local for local, _ in log if local <= cursor.mark_delete)]
+    above = data.draw(st.sampled_from(below))
+    for local in (None, "a"):
+        whole = to_origin_acks(index, cursor, local=local)
+        part = to_origin_acks(index, cursor, local=local, above=above)
+        if not log:
+            assert part == whole
+            continue
+        assert isinstance(whole, Translation)
+        assert isinstance(part, Translation)
+        earlier = to_origin_acks(index, AckState.of(above), local=local)
+        claims = part.acks if not isinstance(earlier, Translation) else earlier.acks.merge(part.acks)
+        for entry, origin in log:
+            assert (origin in claims) == (entry in cursor) == (origin in whole.acks)
+        if local is None:
+            assert claims == whole.acks
+        for p, origin in log:  # nothing at or below ``above`` is translated again
+            if p <= above and origin.region != "a":
+                assert origin not in part.acks
