@@ -100,7 +100,7 @@ def to_origin_acks(
     if local is None:
         spans = [(run.region, span) for run in runs for span in _acked_spans(run, acked)]
     else:
-        spans = _joined_spans(runs, acked, local)
+        spans = _joined_spans(runs, acked, local, above=above)
     partials = []
     for p, acks in cursor.batches:
         origin = index.origin_of(p)
@@ -109,12 +109,22 @@ def to_origin_acks(
     return Translation(OriginAcks.of(((region, [span]) for region, span in spans), partials), first, last)
 
 
-def _joined_spans(runs: Iterable[Run], acked: tuple[Range, ...], local: str) -> list[tuple[str, Span]]:
+def _joined_spans(
+    runs: Iterable[Run], acked: tuple[Range, ...], local: str, *, above: Position
+) -> list[tuple[str, Span]]:
     """``(region, span)`` for every run as ``_acked_spans`` gives them, except that spans of ``local``'s own
-    messages (origin = local position) are joined when only entries indexed with other origins lie between."""
+    messages (origin = local position) are joined when only entries indexed with other origins lie between.
+    Translating ``above`` an entry (everything at or below it acknowledged), a span that the log joins to
+    ``above`` starts at the beginning of its ledger, so that it joins the claims made below however many
+    copies from elsewhere lie before ``above``: ``(local, p)`` for ``p`` at or below ``above`` names a
+    message of ``local``'s that the cursor acknowledged, or no message at all."""
     out: list[tuple[str, Span]] = []
-    pending: Span | None = None  # the local span being extended
-    reach: Position | None = None  # the log is accounted for from ``pending`` up to here (None: a break)
+    # the local span being extended, and how far the log is accounted for from it (None: a break)
+    pending: Span | None = None
+    reach: Position | None = None
+    seed = Span(above.ledger, 0, above.entry) if above.entry >= 0 else None
+    if seed is not None:
+        pending, reach = seed, above  # kept only if a span joins it: alone it claims nothing new
     for run in runs:
         spans = _acked_spans(run, acked)
         own = run.region == local and (run.origin_ledger, run.origin_first) == (
@@ -123,11 +133,10 @@ def _joined_spans(runs: Iterable[Run], acked: tuple[Range, ...], local: str) -> 
         )
         if not own:
             out.extend((run.region, span) for span in spans)
-            joins = reach is not None and (run.local_ledger, run.local_first) == (
-                reach.ledger,
-                reach.entry + 1,
+            joins = (
+                reach is not None and run.local_ledger == reach.ledger and run.local_first <= reach.entry + 1
             )
-            reach = Position(run.local_ledger, run.local_last) if joins else None
+            reach = Position(run.local_ledger, max(run.local_last, reach.entry)) if joins and reach else None
             continue
         for span in spans:
             if (
@@ -137,13 +146,13 @@ def _joined_spans(runs: Iterable[Run], acked: tuple[Range, ...], local: str) -> 
             ):
                 pending = Span(pending.ledger, pending.first, span.last)
             else:
-                if pending is not None:
+                if pending is not None and pending != seed:
                     out.append((local, pending))
                 pending = span
             reach = Position(span.ledger, span.last)
         if reach is not None and reach != Position(run.local_ledger, run.local_last):
             reach = None  # an unacknowledged message of ours ends the span
-    if pending is not None:
+    if pending is not None and pending != seed:
         out.append((local, pending))
     return out
 

@@ -532,6 +532,15 @@ def test_translating_above_what_was_claimed_adds_up_to_the_whole_translation(dat
             assert (origin in claims) == (entry in cursor) == (origin in whole.acks)
         if local is None:
             assert claims == whole.acks
+        else:  # spans start at ``above`` to join those below: as compact as the whole translation
+            assert len(claims.spans("a")) <= len(whole.acks.spans("a"))
+            for span in part.acks.spans("a"):
+                for e in range(span.first, span.last + 1):
+                    named = index.origin_of(Position(span.ledger, e))
+                    if named is None:  # only at or below ``above``: acknowledged if it is a's at all
+                        assert Position(span.ledger, e) <= above
+                    else:
+                        assert named.region != "a" or Position(span.ledger, e) in cursor
         for p, origin in log:  # nothing at or below ``above`` is translated again
             if p <= above and origin.region != "a":
                 assert origin not in part.acks
