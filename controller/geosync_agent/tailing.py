@@ -323,7 +323,7 @@ class Tail:
         whoever reaches them)."""
         limit = LOG_WINDOW if limit is None else limit
         out: list[Position] = []
-        for run in self.index:
+        for run in self.index.runs_from(Position(floor.ledger, floor.entry + 1)):
             if Position(run.local_ledger, run.local_last) <= floor:
                 continue
             start = run.local_first

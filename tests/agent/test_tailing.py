@@ -163,3 +163,23 @@ def test_a_data_topics_payloads_are_not_held_but_counted_control_and_marker_payl
     control = Tail("persistent://geo/ab/geosync-control", -1, wake=threading.Event())
     control.listener(message(TOPIC, Position(8, 0), data=b"envelope"))
     assert control.inbox.get_nowait().data == b"envelope"
+
+
+def test_positions_above_a_floor_start_there_whatever_lies_below() -> None:
+    """The log a plan walks starts right above the floor, found by bisection (not by walking every run
+    below it: a subscription nobody consumes holds many back), across ledgers and origins."""
+    tail = Tail(TOPIC, -1)
+    entries = [Position(ledger, e) for ledger in (3, 5, 8) for e in range(7)]
+    for i, p in enumerate(entries):
+        tail.index.append(p, Origin("a" if i % 3 else "b", Position(40 + p.ledger, p.entry)))
+    for floor in [
+        Position(-1, -1),
+        Position(3, 2),
+        Position(4, 0),
+        Position(5, 6),
+        Position(8, 5),
+        entries[-1],
+    ]:
+        expected = [p for p in entries if p > floor]
+        assert tail.positions_above(floor) == expected
+        assert tail.positions_above(floor, limit=4) == expected[:4]
