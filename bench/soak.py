@@ -11,11 +11,14 @@ nobody ever consumes (its mark-delete never moves: before issue 17.7 the agents 
 it, for the whole retention). Every ``--policy-every`` seconds a namespace policy of the soak's own tenant is
 edited in a and b alternately (the policy mirror's records and tombstones).
 
+``--trace-memory`` restarts the agents with ``PYTHONTRACEMALLOC=1`` and prints their ``/debug/memory``
+(largest allocation sites) at the end.
+
 Every ``--sample`` seconds, per agent: RSS, CPU seconds, and from ``/state`` what the agent holds (topics,
 subscriptions, origin-index runs, entry details, claim spans, messages read but not yet indexed (the
-inbox), mirror records and tombstones). At the end: the
-samples, and per agent RSS after the warm-up, at the end, its maximum and its slope over the second half
-(least squares, MiB per hour), with the same for the state counters; ``-o FILE`` writes all of it as JSON.
+inbox), mirror records and tombstones). At the end: the samples, and per agent RSS after the warm-up, at
+the end, its maximum and its slope over the second half (least squares, MiB per hour), with the same for the
+state counters; ``-o FILE`` writes all of it as JSON.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import pathlib
 import random
 import sys
@@ -161,10 +165,23 @@ def main() -> None:
     parser.add_argument(
         "--warmup", type=float, default=300.0, help="seconds before the first reference sample"
     )
+    parser.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="restart the agents with PYTHONTRACEMALLOC=1 first and print their /debug/memory at the end "
+        "(tracing costs the agents CPU: rounds and lag are not comparable with a run without it)",
+    )
     parser.add_argument("-o", "--output", type=pathlib.Path, help="write samples and summary as JSON")
     args = parser.parse_args()
     with labs.given_or_booted(args.lab, ["a", "b"], report=console.print) as lab_dir:
         topology = labs.load(lab_dir)
+        if args.trace_memory:
+            os.environ["PYTHONTRACEMALLOC"] = "1"  # inherited by the agents started below
+            for name in sorted(topology.agents):
+                labs.stop_agent(lab_dir, name)
+                labs.start_agent(lab_dir, name)
+                labs.wait_agent_ready(lab_dir, name)
+            topology = labs.load(lab_dir)
         run = uuid.uuid4().hex[:6]
         namespace, tenant = f"geo/soak-{run}", f"soak-{run}"
         admins = {r: AdminClient(topology.region(r).admin_url, timeout=10) for r in ("a", "b")}
@@ -217,6 +234,18 @@ def main() -> None:
         finally:
             workload.close()
             stack.close()
+        if args.trace_memory:
+            memory = {
+                n: requests.get(labs.agent_metrics_url(lab_dir, n) + "/debug/memory", timeout=120).json()
+                for n in sorted(topology.agents)
+            }
+            for n, report in memory.items():
+                console.print(
+                    f"{n}: traced {report['traced_mib']} MiB (peak {report['peak_mib']}), "
+                    f"RSS {report['rss_mib']} MiB, {report['allocated_blocks']:,} blocks; largest sites:"
+                )
+                for site in report["top"][:12]:
+                    console.print(f"    {site['kib']:>10,.0f} KiB  {site['blocks']:>9,}  {site['site']}")
         summary = summarize(samples, sorted(topology.agents), args.warmup)
         summary.update(
             sent=workload.sent,
@@ -230,6 +259,8 @@ def main() -> None:
             subs_per_topic=args.subs + 1,
             rate_per_region=args.rate,
         )
+        if args.trace_memory:
+            summary["memory"] = memory
         show(summary)
         if args.output:
             args.output.write_text(json.dumps({"summary": summary, "samples": samples}, indent=1))

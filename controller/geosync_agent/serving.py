@@ -14,13 +14,20 @@ Metrics (every one labelled with ``region``):
 * ``geosync_admin_errors_total{operation}``: failed admin API work (apply, discovery, sync round, publish);
 * ``geosync_policy_events_total{event}`` and ``geosync_policy_mirror_leader``: the policy mirror;
 * ``geosync_agent_events_total{event}`` (every raw counter) and ``geosync_agent_{topics,...}`` gauges.
+
+``/debug/memory`` says where the agent's memory goes (the largest allocation sites, traced and resident
+totals) when the agent runs with Python's ``PYTHONTRACEMALLOC`` set (tracing costs CPU, and taking the
+report pauses the agent for a moment: for diagnosis, not for scraping).
 """
 
 from __future__ import annotations
 
 import http.server
 import json
+import pathlib
+import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -125,6 +132,41 @@ class _AgentCollector:
             yield gauge
 
 
+NOT_TRACING = (
+    "memory tracing is off: start the agent with PYTHONTRACEMALLOC=1 (or more frames) in its environment "
+    "to see where its memory goes"
+)
+
+
+def memory_report(top: int = 25) -> dict[str, Any] | None:
+    """The ``top`` allocation sites holding the most memory, with the traced, peak and resident totals;
+    None when tracemalloc is not tracing."""
+    if not tracemalloc.is_tracing():
+        return None
+    snapshot = tracemalloc.take_snapshot()
+    current, peak = tracemalloc.get_traced_memory()
+    return {
+        "traced_mib": round(current / 2**20, 1),
+        "peak_mib": round(peak / 2**20, 1),
+        "rss_mib": _rss_mib(),
+        "allocated_blocks": sys.getallocatedblocks(),
+        "top": [
+            {"site": str(stat.traceback[0]), "kib": round(stat.size / 1024, 1), "blocks": stat.count}
+            for stat in snapshot.statistics("lineno")[:top]
+        ],
+    }
+
+
+def _rss_mib() -> float | None:
+    try:
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def _gauge(name: str, documentation: str, region: str, value: float) -> GaugeMetricFamily:
     gauge = GaugeMetricFamily(name, documentation, labels=["region"])
     gauge.add_metric([region], value)
@@ -172,6 +214,12 @@ def endpoint(
             elif self.path == "/readyz":
                 ok, why = agent.readiness(time.monotonic())
                 self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain")
+            elif self.path == "/debug/memory":
+                report = memory_report()
+                if report is None:
+                    self._send(404, f"{NOT_TRACING}\n".encode(), "text/plain")
+                else:
+                    self._send(200, json.dumps(report).encode(), "application/json")
             elif self.path == "/state":
                 state = {**agent.status(), "signing": signing_state(agent.keys)}
                 if mirror is not None:
