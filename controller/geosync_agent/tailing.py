@@ -125,9 +125,11 @@ class Tail:
         self.reader = messaging.reader(self.topic, self.listener, start=self.resume_at)
 
     def close(self) -> None:
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
+        # Marked closed first: a listener waiting for room in the inbox gives up instead of holding the
+        # client's listener thread while the reader closes.
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            reader.close()
 
     def drain(
         self,
