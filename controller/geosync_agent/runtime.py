@@ -1091,18 +1091,15 @@ class Agent:
         by someone else than the agent (it no longer acknowledges entries it was seen acknowledging before,
         see ``seen_feed`` and ``seen_any``; or it is the first cursor after it was created again). If so,
         and this region is the active one, a new generation of its claims starts, made of this cursor alone.
-        The feed's view includes batch indexes (a reset that only takes back batch indexes is a rewind); the
-        other sources' leaves them out (polls cannot see them)."""
+        Batch indexes are left out (polls cannot see them)."""
         md = cursor.mark_delete
         whole = AckState.of(md, cursor.ranges)
-        feed = source == "feed"
-        current = cursor if feed else whole
-        seen = state.seen_feed if feed else state.seen_any
-        if feed:
-            state.seen_feed = current
-        state.seen_any = whole if state.seen_any is None or not feed else state.seen_any.merge(whole)
+        seen = state.seen_feed if source == "feed" else state.seen_any
+        if source == "feed":
+            state.seen_feed = whole
+        state.seen_any = whole if state.seen_any is None or source != "feed" else state.seen_any.merge(whole)
         recreated, state.recreated = state.recreated, False
-        if not recreated and (seen is None or seen == current or current.merge(seen) == current):
+        if not recreated and (seen is None or seen == whole or whole.merge(seen) == whole):
             return False
         state.planned = None  # the cursor may be back where it was planned from before: plan again
         if not state.active:
@@ -1112,7 +1109,7 @@ class Agent:
         if not recreated and own is not None and now.mono < own[1] and (own[0] is None or md >= own[0]):
             return False  # where the agent rewound it itself, seen late by this source
         self._new_generation(state, max(state.generation + 1, now.wall_ms))
-        state.seen_feed, state.seen_any = current, whole
+        state.seen_feed = state.seen_any = whole
         self.stats.inc("rewinds")
         ts = self.topics.get(state.topic)
         if ts is not None and ts.tail.index.floor is not None and not ts.tail.stale:

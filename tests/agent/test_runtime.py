@@ -834,20 +834,3 @@ def test_a_rewind_that_moves_the_mark_delete_forward_reads_forgotten_entries_aga
     for _ in range(3):
         b.step()
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
-
-
-def test_a_rewind_that_only_takes_back_batch_indexes_is_seen_from_the_feed() -> None:
-    """A reset-cursor in a to just after 5:1 takes back the batch indexes acknowledged in 5:3 (no whole entry
-    above 5:1 was acknowledged): the feed shows batch indexes, so it is a rewind (a new generation of
-    claims), where a whole-entry view saw only a mark-delete moving forward and kept claiming them (the lab's
-    rewind test, about one run in twenty, and its CI run)."""
-    a, _b = pair()
-    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0]])
-    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[3], 4, 0, 1)
-    a.step()
-    assert a.agent.subs[(TOPIC, SUB)].cursor == AckState.of(A_LOG[0]).ack_indexes(A_LOG[3], 4, (0, 1))
-    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[1])  # the reset
-    a.region.feed.append(a.region.report(TOPIC, SUB))
-    a.step()
-    assert a.agent.stats.counters["rewinds"] == 1
-    assert a.agent.subs[(TOPIC, SUB)].generation > 0
