@@ -45,8 +45,11 @@ def _traffic(lab: Lab, topic: str, sub: str, unique: str) -> tuple[list[str], se
     produce_batched(lab.service_url("a"), topic, payloads[:60], batch=7)
     produce_batched(lab.service_url("b"), topic, payloads[60:], batch=7)
     assert len(read_all(lab.service_url("a"), topic, expect=len(payloads))) == len(payloads)
+    # 90 %: batches of 7 are then acknowledged whole about half the time. Rewinds are judged on whole entries
+    # (README, Rewinds: a reset that takes back only batch indexes is not seen), so a reset must find some
+    # whole entry to take back; at 80 % none lay above the target about one run in twenty (a CI failure).
     acked = ack_some(
-        lab.service_url("a"), topic, sub, total=len(payloads), share=0.8, rng=random.Random(unique)
+        lab.service_url("a"), topic, sub, total=len(payloads), share=0.9, rng=random.Random(unique)
     )
     wait_for(lambda: len(set(_backlogs(lab, topic, sub))) == 1, timeout_s=45, what="b to follow a")
     return payloads, acked
