@@ -1473,17 +1473,15 @@ class Agent:
             if not state.received.by_region and not state.received.partials:
                 # Nobody claimed anything: nothing to apply, and no need to walk the log (a subscription
                 # nobody consumes anywhere would otherwise be planned over its whole backlog every round).
-                state.pending_holes = state.unapplied_batches = state.unapplied_batch_messages = 0
-                state.pending_move = None
-                state.behind_since = None
-                continue
-            plan = syncing.plan_apply(
-                ts.tail.index,
-                state.cursor,
-                remote=state.received,
-                log=ts.tail.positions_above(state.cursor.mark_delete),
-                size_of=ts.tail.size_of,
-            )
+                plan = syncing.ApplyPlan(None, ())
+            else:
+                plan = syncing.plan_apply(
+                    ts.tail.index,
+                    state.cursor,
+                    remote=state.received,
+                    log=ts.tail.positions_above(state.cursor.mark_delete),
+                    size_of=ts.tail.size_of,
+                )
             state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
                 # Batch indexes cannot be written here (admin API only, or brokers without batch-index

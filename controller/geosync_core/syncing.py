@@ -47,7 +47,7 @@ from geosync_core.batches import BatchAcks, Batches
 from geosync_core.indexing import OriginIndex, Run
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState, Range
+from geosync_core.rangesets import AckState, Range, RangeSet
 
 _BEFORE_ALL = Position(-1, -1)
 
@@ -86,12 +86,8 @@ def to_origin_acks(
     if first is None or last is None:
         return Untranslatable(Reason.NOT_INDEXED)
     above = _BEFORE_ALL if above is None else above
-    acked = tuple(
-        Range(max(r.lower, above), r.upper)
-        for r in ((Range(_BEFORE_ALL, cursor.mark_delete),) if cursor.mark_delete > _BEFORE_ALL else ())
-        + cursor.ranges.ranges
-        if r.upper > above
-    )
+    prefix = (Range(_BEFORE_ALL, cursor.mark_delete),) if cursor.mark_delete > _BEFORE_ALL else ()
+    acked = RangeSet.of((*prefix, *cursor.ranges)).above(above).ranges
     reach = cursor.reach
     runs = itertools.takewhile(
         lambda run: (run.local_ledger, run.local_first) <= (reach.ledger, reach.entry),
