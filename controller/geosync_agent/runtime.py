@@ -147,6 +147,8 @@ class Subscription:
     last_applied_at: float = 0.0
     behind_since: float | None = None
     """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
+    waiting: str = ""
+    """Why the last round applied nothing to it, in words for /state ("" when it planned)."""
     confirmed_at: float = 0.0
     """Monotonic time this region last showed the subscription existing (0: never)."""
     parked: bool = False
@@ -1174,6 +1176,11 @@ class Agent:
         what the feed does not tell (consumers, type)."""
         if not self.caps.usable(Capability.PLUGIN_FEED, now=now.mono):
             return {}
+        if not self.namespaces:
+            # Before discovery's first pass every report would be dropped as out of scope, and the feed
+            # names each acknowledgement once: batch indexes acknowledged while the agent was down would
+            # then be known to no poll (a poll cannot see them) and never claimed.
+            return {}
         try:
             feed = self.effector.admin().plugin_feed(since=self.feed.seq)
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
@@ -1458,18 +1465,24 @@ class Agent:
                 if not state.deleted_here:
                     creates.append(fx.CreateSubscription(state.key))
                 continue
-            if state.cursor is None or self._behind_forgotten(ts, state, state.cursor):
+            if state.cursor is None:
+                state.waiting = "its cursor has not been read here yet"
+                continue
+            if self._behind_forgotten(ts, state, state.cursor):
+                state.waiting = "parked" if state.parked else "the topic is being read again"
                 continue
             if state.follow:
                 reset = self._follow_rewind(state, ts, now)
                 if reset is not None:
                     creates.append(reset)
                 if reset is not None or state.follow:
+                    state.waiting = "following a rewind made in another region"
                     continue
             basis = (state.cursor, ts.tail.version, state.received)
             if basis == state.planned and state.pending_move is None:
                 continue
             state.planned = basis
+            state.waiting = ""
             if not state.received.by_region and not state.received.partials:
                 # Nobody claimed anything: nothing to apply, and no need to walk the log (a subscription
                 # nobody consumes anywhere would otherwise be planned over its whole backlog every round).
@@ -1705,6 +1718,11 @@ class Agent:
                     "consumers": s.consumers,
                     "generation": s.generation,
                     "active": s.active,
+                    "waiting": s.waiting or None,
+                    "claim_spans": {
+                        "published": _claim_size(s.published),
+                        "received": _claim_size(s.received),
+                    },
                 }
                 for s in list(self.subs.values())
                 if s.exists

@@ -187,3 +187,24 @@ def test_a_partial_claim_completed_later_is_applied_whole() -> None:
     assert carry(a, b) == 1
     b.step()
     assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]
+
+
+def test_batch_indexes_acknowledged_before_the_agent_started_are_claimed() -> None:
+    """An agent (re)started after a consumer acknowledged only batch indexes: the feed names them once, and
+    its first rounds run before discovery knows the namespaces. The report must wait for discovery (a poll
+    cannot see batch indexes); dropped, the acknowledgements were never claimed (the lab's
+    test_batched_shared_random_acks_fail_over_exactly, one run in about six)."""
+    a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    a.cursors[(TOPIC, SUB)] = AckState.of(Position(5, -1))
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
+    a.consumer_acks_indexes(TOPIC, SUB, A_LOG[0], SIZE, 0, 2)
+    ha = Harness.build(a)
+    ha.step()  # discovery has not answered yet
+    ha.discover()
+    ha.step()
+    deliver_batches(ha, A_LOG, "orders-app")
+    for _ in range(3):
+        ha.step()
+    published = ha.agent.subs[(TOPIC, SUB)].published
+    assert published is not None
+    assert published.partials == (("a", ((A_LOG[0], BatchAcks.of(SIZE, [0, 2])),)),)

@@ -266,7 +266,13 @@ def test_status_reports_capabilities_and_subscriptions() -> None:
     assert status["capabilities"]["plugin_feed"] is True
     assert status["capabilities"]["skip_by_ids"] is None
     assert [s["subscription"] for s in status["synced"]] == [SUB]
+    (synced,) = status["synced"]
+    assert synced["claim_spans"]["published"] >= 1
+    assert synced["waiting"] is None
     assert status["ready"] is True
+    a.agent.subs[(TOPIC, SUB)].cursor = None  # as after a restart, before the cursor is read again
+    a.agent.apply(Now(0.0, 0.0))
+    assert a.agent.status()["synced"][0]["waiting"] == "its cursor has not been read here yet"
 
 
 def test_supervisor_restarts_a_failing_task_then_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
