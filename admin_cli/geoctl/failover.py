@@ -124,6 +124,12 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
             reasons.append(f"the subscription does not exist in {target} yet (its agent creates it)")
         if dup:
             reasons.append(f"{target} has not applied {dup} acknowledgement(s) of {source}")
+            if src.kind == "Key_Shared" and src.holes:
+                reasons.append(
+                    f"Key_Shared keeps per-key order: acknowledgements after a key's first unacknowledged "
+                    f"message are carried only once it is acknowledged; with {src.holes} hole(s) in {source} "
+                    "this does not settle by waiting: acknowledge (or skip) them, or accept the duplicates"
+                )
             if dst.consumers and (dst.pending_holes or 0) > 0:
                 reasons.append(
                     f"{dst.pending_holes} hole(s) held back while {dst.consumers} consumer(s) are "

@@ -90,12 +90,15 @@ class Cell:
     last_applied_at: float | None = None
     pending_holes: int | None = None
     received_from: dict[str, float] = field(default_factory=dict)
+    kind: str = ""
+    """The subscription's type as the broker reports it ("Key_Shared", ...; "" when not known)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "exists": self.exists,
             "mark_delete": self.mark_delete,
             "holes": self.holes,
+            "kind": self.kind,
             "backlog": self.backlog,
             "consumers": self.consumers,
             "unapplied": self.unapplied,
@@ -377,6 +380,7 @@ def _row(  # noqa: PLR0917
         cell = Cell(region=region, exists=raw is not None)
         if raw is not None:
             cell.backlog = int(raw.get("msgBacklog") or 0)
+            cell.kind = str(raw.get("type") or "")
             cell.consumers = sum(
                 1
                 for c in raw.get("consumers") or []
@@ -388,6 +392,8 @@ def _row(  # noqa: PLR0917
             cell.pending_holes = agent.get("pending_holes")
             cell.unapplied_batch_messages = int(agent.get("unapplied_batch_messages") or 0)
             cell.received_from = dict(agent.get("received_from") or {})
+            if not cell.kind and agent.get("key_shared"):
+                cell.kind = "Key_Shared"
             since = agent.get("behind_since")
             cell.lag_s = (now - since) if since else 0.0
         log = logs.get(region)

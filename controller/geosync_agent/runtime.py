@@ -1719,6 +1719,7 @@ class Agent:
                     "generation": s.generation,
                     "active": s.active,
                     "waiting": s.waiting or None,
+                    "key_shared": s.key_shared,
                     "claim_spans": {
                         "published": _claim_size(s.published),
                         "received": _claim_size(s.received),
