@@ -585,6 +585,11 @@ class Agent:
         found = self.discovered.take()
         if found is None:
             return
+        if set(found.namespaces) - set(self.namespaces):
+            # Reports about a namespace not in scope yet were dropped, and the feed names each acknowledgement
+            # once: read it again from the start (it names every subscription with its cursor as it is now;
+            # repeats change nothing). Batch indexes acknowledged there meanwhile are known to no poll.
+            self.feed.seq = 0
         self.namespaces = found.namespaces
         for ns in self.namespaces:
             control = self._control_topic(ns)

@@ -53,6 +53,8 @@ class FakeRegion:
     origin_runs: dict[str, list[OriginRun]] = field(default_factory=dict)
     """What the interceptor's origin index answers per topic (empty: it records nothing)."""
     feed: list[pluginapi.CursorReport] = field(default_factory=list)
+    fed: dict[tuple[str, str], None] = field(default_factory=dict)
+    """Subscriptions the feed has named (in order): a read from the start names them again."""
     feed_error: adm.AdminError | None = None
     """Raised by the feed while set (the broker down or refusing)."""
     headers: dict[tuple[str, Position], adm.EntryHeaders] = field(default_factory=dict)
@@ -166,6 +168,10 @@ class FakeRegion:
         if self.feed_error is not None:
             raise self.feed_error
         changed, self.feed = self.feed, []
+        self.fed.update(dict.fromkeys((r.topic, r.subscription) for r in changed))
+        if since == 0:
+            # As the plugin: from the start, every subscription acknowledged so far, as its cursor is now.
+            changed = [self.report(*key) for key in self.fed]
         return pluginapi.Feed("epoch-1", since + len(changed), tuple(changed))
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:

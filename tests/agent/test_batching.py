@@ -208,3 +208,24 @@ def test_batch_indexes_acknowledged_before_the_agent_started_are_claimed() -> No
     published = ha.agent.subs[(TOPIC, SUB)].published
     assert published is not None
     assert published.partials == (("a", ((A_LOG[0], BatchAcks.of(SIZE, [0, 2])),)),)
+
+
+def test_batch_indexes_acknowledged_in_a_namespace_added_later_are_claimed() -> None:
+    """A namespace starts replicating while the agent runs: the feed named its acknowledgements before
+    discovery brought it in scope, so the agent reads the feed again from the start."""
+    a, _ = batched_pair()
+    other_ns, topic = "geo/later", "persistent://geo/later/orders"
+    a.region.topics[topic] = [Position(7, 0)]
+    a.region.cursors[(topic, SUB)] = AckState.of(Position(7, -1))
+    a.region.consumer_acks_indexes(topic, SUB, Position(7, 0), SIZE, 1, 3)
+    a.step()  # the feed names it; out of scope: dropped
+    a.region.namespaces[other_ns] = ["a", "b"]
+    a.discover()
+    a.step()
+    for i in range(SIZE):
+        a.messaging.deliver(topic, message(topic, Position(7, 0), producer="orders-app", batch_index=i))
+    for _ in range(3):
+        a.step()
+    published = a.agent.subs[(topic, SUB)].published
+    assert published is not None
+    assert published.partials == (("a", ((Position(7, 0), BatchAcks.of(SIZE, [1, 3])),)),)
