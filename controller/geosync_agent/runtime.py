@@ -26,7 +26,6 @@ nothing; unsigned, altered, replayed or malformed control messages change nothin
 
 from __future__ import annotations
 
-import bisect
 import logging
 import queue
 import random
@@ -48,7 +47,7 @@ from geosync_agent.tailing import Tail
 from geosync_core import claiming, envelopes, pacing, pluginapi, resolving, syncing
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capabilities, Capability
-from geosync_core.indexing import OriginRun
+from geosync_core.indexing import OriginRun, covering
 from geosync_core.origins import Origin, OriginAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -888,11 +887,10 @@ class Agent:
         if floor is not None and local < floor:
             return None  # below what the interceptor still records (restarted broker, evicted runs)
         for attempt in range(2):
-            runs = self.plugin_runs.get(topic, [])
-            i = bisect.bisect_right(runs, (local.ledger, local.entry), key=_run_start) - 1
-            if i >= 0 and runs[i].covers(local.ledger, local.entry):
+            run = covering(self.plugin_runs.get(topic, []), local)
+            if run is not None:
                 self.stats.inc("origin_plugin_hits")
-                return runs[i]
+                return run
             if attempt:
                 break
             asked = self.plugin_asked.get(topic)
@@ -911,7 +909,7 @@ class Agent:
             except adm.AdminError as e:
                 log.warning("interceptor origin index unavailable: %s", e)
                 return None
-            self.plugin_runs[topic] = sorted(runs, key=_run_start)  # disjoint: found by bisection
+            self.plugin_runs[topic] = sorted(runs, key=lambda run: run.start)  # disjoint: found by bisection
             if runs and Position(runs[0].ledger, runs[0].first) > local:
                 # Asked from ``local``, answered from later: nothing at or below ``local`` is recorded.
                 self.plugin_floor[topic] = Position(runs[0].ledger, runs[0].first)
@@ -1741,10 +1739,6 @@ def _claim_size(acks: OriginAcks | None) -> int:
     if acks is None:
         return 0
     return sum(len(spans) for _, spans in acks.by_region) + sum(len(b) for _, b in acks.partials)
-
-
-def _run_start(run: OriginRun) -> tuple[int, int]:
-    return (run.ledger, run.first)
 
 
 def _guard_to_wire(guard: envelopes.ReplayGuard) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -120,6 +120,11 @@ class OriginRun:
         head: list[int | str] = [self.ledger, self.first, self.count, self.origin]
         return head if self.source is None else [*head, self.source.ledger, self.source.entry]
 
+    @property
+    def start(self) -> tuple[int, int]:
+        """Where the run begins, as ``(ledger, entry)``: the order runs are kept in."""
+        return (self.ledger, self.first)
+
     @classmethod
     def from_wire(cls, item: Any) -> OriginRun | None:
         """One run as the interceptor serves it; None for anything that is not exactly that shape."""
@@ -132,6 +137,12 @@ class OriginRun:
             return None
         source = Position(item[4], item[5]) if len(item) == 6 else None
         return cls(item[0], item[1], item[2], item[3], source)
+
+
+def covering(runs: Sequence[OriginRun], local: Position) -> OriginRun | None:
+    """The run of ``runs`` (disjoint, in ``start`` order) that covers ``local``; None if none does."""
+    i = bisect.bisect_right(runs, (local.ledger, local.entry), key=lambda run: run.start) - 1
+    return runs[i] if i >= 0 and runs[i].covers(local.ledger, local.entry) else None
 
 
 def _local_key(run: Run) -> tuple[int, int]:

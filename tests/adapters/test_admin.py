@@ -11,13 +11,15 @@ import json
 import pathlib
 import threading
 import urllib.parse
+import uuid
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 
 from geosync_adapters import admin as adm
 from geosync_core.indexing import OriginRun
+from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
 FAST = adm.RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02, deadline=5)
@@ -278,3 +280,68 @@ def test_backlog_of_a_subscription_and_of_what_does_not_exist(server: tuple[str,
     assert client.backlog("persistent://t/ns/x", "s") == 4
     assert client.backlog("persistent://t/ns/x", "other") is None
     assert client.backlog("persistent://t/ns/gone", "s") is None  # 404
+
+
+class _IndexedAdmin:
+    """Answers the interceptor's origin index from ``runs`` (or fails with ``error``) and entry headers for
+    anything; counts both."""
+
+    def __init__(self, runs: list[OriginRun], error: adm.AdminError | None = None) -> None:
+        self.runs, self.error = runs, error
+        self.base_url = f"http://{uuid.uuid4().hex}"  # what tools learned is remembered per admin URL
+        self.asked: list[tuple[int, int] | None] = []
+        self.headers: list[Position] = []
+
+    def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
+        self.asked.append(start)
+        if self.error is not None:
+            raise self.error
+        at = start or (0, 0)
+        return [r for r in self.runs if (r.ledger, r.first + r.count - 1) >= at]
+
+    def entry_headers(self, topic: str, *, ledger: int, entry: int) -> adm.EntryHeaders:
+        self.headers.append(Position(ledger, entry))
+        return adm.EntryHeaders.of(
+            {
+                "X-Pulsar-replicated-from": "c",
+                "X-Pulsar-PROPERTY": '{"__MSG_PROP_REPL_SOURCE_POSITION": "9:9"}',
+            }
+        )
+
+
+def test_tools_name_batched_origins_from_the_interceptors_index_with_one_call_per_stretch() -> None:
+    fake = _IndexedAdmin([OriginRun(5, 0, 10, "a", Position(3, 100)), OriginRun(5, 10, 5, "b")])
+    resolver = adm.header_resolver("b", cast(adm.AdminClient, fake))
+    assert resolver.source is not None
+    found = [resolver.source("t", Position(5, e)) for e in range(15)]
+    assert [(o.region, o.position) for o in found if o] == [
+        *(("a", Position(3, 100 + e)) for e in range(10)),
+        *(("b", Position(5, e)) for e in range(10, 15)),
+    ]
+    assert fake.asked == [(5, 0)]
+    assert fake.headers == []
+    # Past what the index answered: asked again from there; nothing recorded: the entry's headers.
+    assert resolver.source("t", Position(5, 40)) == Origin("c", Position(9, 9))
+    assert fake.asked == [(5, 0), (5, 40)]
+    assert fake.headers == [Position(5, 40)]
+
+
+@pytest.mark.parametrize("status", [403, 404])
+def test_without_a_usable_index_tools_fall_back_to_entry_headers_and_stop_asking(status: int) -> None:
+    error = adm.AdminNotFound("gone", status=404) if status == 404 else adm.AdminError("no", status=status)
+    fake = _IndexedAdmin([], error)
+    resolver = adm.header_resolver("b", cast(adm.AdminClient, fake))
+    assert resolver.source is not None
+    for e in range(3):
+        assert resolver.source("t", Position(5, e)) == Origin("c", Position(9, 9))
+    assert fake.asked == [(5, 0)]
+    assert fake.headers == [Position(5, 0), Position(5, 1), Position(5, 2)]
+
+
+def test_what_entry_headers_named_is_remembered_across_reads() -> None:
+    fake = _IndexedAdmin([], adm.AdminNotFound("gone", status=404))
+    for _ in range(2):  # two checks, one after the other: the second asks nothing again
+        resolver = adm.header_resolver("b", cast(adm.AdminClient, fake))
+        assert resolver.source is not None
+        assert resolver.source("t", Position(5, 1)) == Origin("c", Position(9, 9))
+    assert fake.headers == [Position(5, 1)]
