@@ -108,6 +108,8 @@ def text_summary(data: dict[str, Any]) -> None:
         f"{f.get('final', 0)} final)"
     )
     click.echo(f"lost: {data['lost_total']}  " + ", ".join(f"{s} {n}" for s, n in data["lost"].items()))
+    for sub, n in data.get("undrained", {}).items():
+        click.echo(f"  {sub}: no final move, {n} message(s) left undrained (not judged)")
     click.echo("duplicates: " + (", ".join(f"{k} {v}" for k, v in data["duplicates"].items()) or "none"))
     click.echo(f"Key_Shared order violations: {data['order_violations']}")
     for sub, move in data["final_moves"].items():
@@ -245,5 +247,11 @@ def chaos_run(  # noqa: PLR0917
 @output_option
 def chaos_check(history_path: pathlib.Path, output: str) -> None:
     """Check a recorded history again (exit 6 on any violation)."""
-    summary = chaos_checker.check(chaos_checker.read_history(history_path))
-    _finish(summary, output, {"history": str(history_path)})
+    try:
+        events = chaos_checker.read_history(history_path)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise GeoctlError(
+            f"{e}: this is not a history 'geoctl chaos run --history' wrote (one JSON object per line); "
+            "pass that file"
+        ) from None
+    _finish(chaos_checker.check(events), output, {"history": str(history_path)})

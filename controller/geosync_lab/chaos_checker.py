@@ -68,7 +68,10 @@ def read_history(path: pathlib.Path) -> list[Event]:
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
-        value = json.loads(line)
+        try:
+            value = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e})") from None
         if not isinstance(value, dict):
             raise ValueError(f"{path}:{n}: not a JSON object")
         events.append(value)
@@ -83,6 +86,8 @@ class Summary:
     unavailable: dict[str, str] = field(default_factory=dict)
     failovers: dict[str, int] = field(default_factory=dict)
     lost: dict[str, int] = field(default_factory=dict)
+    undrained: dict[str, int] = field(default_factory=dict)
+    """Per subscription whose planned final move never came: messages left unacknowledged, not judged."""
     duplicates: dict[str, int] = field(default_factory=dict)
     order_violations: int = 0
     final_moves: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -103,6 +108,7 @@ class Summary:
             "failovers": self.failovers,
             "lost": self.lost,
             "lost_total": sum(self.lost.values()),
+            "undrained": self.undrained,
             "duplicates": self.duplicates,
             "order_violations": self.order_violations,
             "final_moves": self.final_moves,
@@ -329,13 +335,26 @@ def _final_moves(
 
 
 def _losses(events: list[Event], subs: dict[str, str], summary: Summary) -> None:
+    """Messages sent but never acknowledged on a subscription are lost, unless the run planned a final move
+    for it that never came (its drain did not run): then they are ``undrained``, still a violation (the run
+    proved nothing about them) but not a loss."""
     confirmed = {e["uid"] for e in events if e.get("ev") == "send" and e.get("ok")}
     acked: dict[str, set[str]] = defaultdict(set)
     for e in events:
         if e.get("ev") == "ack":
             acked[e["sub"]].add(e["uid"])
+    run = next((e for e in events if e.get("ev") == "run"), {})
+    planned = set((run.get("plan") or {}).get("final") or {})
+    moved = {e["sub"] for e in events if e.get("ev") == "failover" and e.get("phase") == "final"}
     for sub in subs:
         missing = sorted(confirmed - acked[sub])
+        if sub in planned and sub not in moved:
+            summary.undrained[sub] = len(missing)
+            summary.violations.append(
+                f"{sub} never reached its final move (its drain did not run): {len(missing)} message(s) "
+                "not acknowledged there are undrained, not judged; the run proves nothing about them"
+            )
+            continue
         summary.lost[sub] = len(missing)
         if missing:
             summary.violations.append(

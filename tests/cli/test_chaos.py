@@ -346,3 +346,25 @@ def test_run_refuses_unknown_fault_kinds(tmp_path: pathlib.Path) -> None:
     )
     assert result.exit_code != 0
     assert "meteor" in result.output
+
+
+def test_a_subscription_whose_final_move_never_came_is_undrained_not_lost() -> None:
+    h = _both(H().send("a-b-0").send("a-b-1"), "a-b-0")
+    h.events[0]["plan"] = {"final": {"shared": "b", "key-shared": "b"}}
+    h.got("key-shared", "a", "a-b-1").failover(
+        "key-shared", "a", "b", quiescent=True, settled=True, phase="final"
+    )
+    summary = h.check()
+    assert not summary.ok
+    assert summary.undrained == {"shared": 1}
+    assert summary.lost == {"key-shared": 0}
+    assert any("shared never reached its final move" in v for v in summary.violations)
+
+
+def test_check_refuses_a_file_that_is_not_a_history_by_its_line(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "history.jsonl"
+    bad.write_text('{"ev": "run"}\ngarbage{\n')
+    result = CliRunner().invoke(main, ["chaos", "check", "--history", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert f"{bad}:2: not JSON" in result.output
+    assert "Traceback" not in result.output
