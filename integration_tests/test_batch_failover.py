@@ -92,9 +92,12 @@ def predicted_duplicates(lab: Lab, topic: str, sub: str) -> int:
     return 0 if row is None else int(row["duplicates"])
 
 
-def wait_applied(lab: Lab, region: str, topic: str, sub: str, *, after: float) -> None:
+def wait_applied(
+    lab: Lab, region: str, topic: str, sub: str, *, after: float, nothing_pending: bool = False
+) -> None:
     """Until ``region``'s agent applied something for the subscription after ``after`` (wall time) and
-    has nothing left to apply; then the 2 s a quiescent failover gives the sync."""
+    has nothing left to apply (``nothing_pending``: nor holes or batch indexes it holds back either); then
+    the 2 s a quiescent failover gives the sync."""
 
     def done() -> bool:
         entry = synced_entry(lab, region, topic, sub)
@@ -102,6 +105,7 @@ def wait_applied(lab: Lab, region: str, topic: str, sub: str, *, after: float) -
             entry is not None
             and (entry.get("last_applied_at") or 0) >= after
             and entry.get("behind_since") is None
+            and not (nothing_pending and (entry.get("pending_holes") or entry.get("unapplied_batches")))
         )
 
     wait_for(done, timeout_s=60, what=f"{region}'s agent to apply {sub}")

@@ -27,7 +27,7 @@ import pytest
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_lab import labs, regions
-from integration_tests.helpers import Lab, consume_all, produce_batched, wait_for
+from integration_tests.helpers import Lab, assert_exact, consume_all, produce_batched, wait_for
 from integration_tests.test_batch_failover import consume_and_ack, synced_entry, wait_applied
 from integration_tests.test_multibroker import NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
 
@@ -63,19 +63,11 @@ def topics_on_each_broker(lab: Lab, prefix: str) -> dict[str, str]:
 def fail_over_exactly(
     lab: Lab, topic: str, sub: str, everything: set[str], acked: set[str], *, copies: bool = False
 ) -> None:
-    """b delivers exactly the messages a left unacknowledged. ``copies``: b may hold a message twice where
-    Pulsar stored it twice (a producer's or the replicator's resend across a bundle unload, without broker
-    deduplication, as test_multibroker shows); each copy then comes, as it would in a."""
-    got = consume_all(lab.service_url("b"), topic, sub)
-    lost = (everything - acked) - set(got)
-    again = set(got) & acked
-    assert not lost, f"{topic}: lost {len(lost)}: {sorted(lost)[:10]}"
-    assert not again, f"{topic}: {len(again)} acknowledged messages delivered again: {sorted(again)[:10]}"
-    assert set(got) == everything - acked
-    if copies:
-        print(f"{topic}: {len(got) - len(set(got))} stored copies of unacknowledged messages delivered")
-    else:
-        assert len(got) == len(set(got)), f"{topic}: a message arrived twice in b"
+    """b delivers exactly the messages a left unacknowledged (``copies``: see ``assert_exact``;
+    test_multibroker shows Pulsar storing such copies)."""
+    assert_exact(
+        consume_all(lab.service_url("b"), topic, sub), everything, acked, f"{topic} in b", copies=copies
+    )
 
 
 def test_random_batched_acks_fail_over_exactly_for_topics_on_both_brokers(agents: Lab, unique: str) -> None:

@@ -1,9 +1,12 @@
 """The lab's WAN on real regions: latency set with ``lab wan`` delays replication by at least that much,
-a bandwidth cap paces it, and a partition stops it until healed, with nothing lost.
+a bandwidth cap paces it, and a partition stops it until healed, with nothing lost. With the agents
+(issue 13.4): while a-c is cut, a failover from a to b stays exact and the policy mirror keeps a and b (and
+b and c) in step; after healing, c converges: a failover to c is exact, a subscription b consumed is empty in
+c, and policy edits made on both sides of the cut end identical everywhere.
 
-These need a lab booted with ``--wan`` (the shared lab has none), so the module boots its own two-region
-lab without agents (about 35 s), or reuses the one ``GEOSYNC_TEST_WAN_LAB`` names (``geoctl lab up --wan
---regions a,b --dir DIR``), which is then left running. Skipped when toxiproxy-server is not installed.
+These need a lab booted with ``--wan`` (the shared lab has none), so the module boots its own three-region
+lab with agents, or reuses the one ``GEOSYNC_TEST_WAN_LAB`` names (``geoctl lab up --wan --regions a,b,c
+--dir DIR``), which is then left running. Skipped when toxiproxy-server is not installed.
 """
 
 from __future__ import annotations
@@ -16,17 +19,34 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
+from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_lab import labs, wan
-from integration_tests.helpers import Lab, given_or_booted
+from integration_tests.helpers import (
+    Lab,
+    assert_exact,
+    consume_all,
+    given_or_booted,
+    produce_batched,
+    wait_for,
+)
+from integration_tests.test_batch_failover import consume_and_ack, wait_applied
 
 NAMESPACE = "geo/ab"
+EVERYWHERE = "geo/abc"
+REGIONS = ("a", "b", "c")
+PAIRS = (("a", "b"), ("a", "c"), ("b", "c"))
 
 
 def _reusable(path: pathlib.Path) -> bool:
     try:
         state = labs.status(path)
-        return bool(state["healthy"]) and bool(labs.load(path).wan)
+        topology = labs.load(path)
+        if not (state["healthy"] and topology.wan and set(topology.regions) == set(REGIONS)):
+            return False
+        for region in REGIONS:
+            labs.wait_agent_ready(path, region, timeout_s=5)
+        return True
     except Exception:
         return False
 
@@ -36,7 +56,7 @@ def wan_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     def boot(lab_dir: pathlib.Path) -> None:
         if wan.server_binary() is None:
             pytest.skip("toxiproxy-server is not installed (scripts/setup.sh builds it with Go)")
-        labs.up(lab_dir, ["a", "b"], agents=False, with_wan=True)
+        labs.up(lab_dir, list(REGIONS), agents=True, with_wan=True)
 
     with given_or_booted("GEOSYNC_TEST_WAN_LAB", _reusable, boot, tmp_path_factory.mktemp("wanlab")) as lab:
         yield lab
@@ -47,7 +67,8 @@ def lab(wan_lab: Lab) -> Iterator[Lab]:
     """The WAN lab, its links left unshaped and connected after each test."""
     yield wan_lab
     topology = wan_lab.topology
-    wan.partition(topology, wan_lab.dir, ("a", "b"), heal=True)
+    for pair in PAIRS:
+        wan.partition(topology, wan_lab.dir, pair, heal=True)
     wan.shape_links(topology, wan_lab.dir, wan.Shape(), None)
 
 
@@ -80,9 +101,10 @@ def test_latency_delays_replication_by_at_least_the_one_way_latency(lab: Lab, un
     print(f"replication a->b p50: {p50_base:.1f} ms unshaped, {p50_shaped:.1f} ms with 40 ms one way")
     assert min(shaped) >= 40
     assert p50_shaped >= 40
-    # Unshaped replication takes 5-20 ms on a busy two-core machine; the shaped link adds its 40 ms to that.
-    assert p50_base < 40
-    assert p50_shaped - p50_base >= 30
+    # The link adds its 40 ms to whatever replication takes unshaped. Medians move with the machine's load
+    # (unshaped p50 was 51 ms once on a two-core machine running three regions and their agents), the
+    # fastest of 15 hardly does: compare floors.
+    assert min(shaped) - min(base) >= 30
 
 
 def test_a_partition_stops_replication_and_healing_resumes_it_losing_nothing(lab: Lab, unique: str) -> None:
@@ -129,3 +151,111 @@ def test_a_bandwidth_cap_paces_replication(lab: Lab, unique: str) -> None:
     print(f"256 kB replicated in {took:.1f} s at 64 kB/s")
     # 256 kB at 64 KB/s take about 4 s; unshaped, well under a second.
     assert took >= 3.0
+
+
+# -- with the agents: a-c cut, a-b and b-c up ------------------------------------------------------
+
+
+def replicated(lab: Lab, source: str, target: str, topics: list[str]) -> None:
+    """Until ``source`` has nothing left to replicate to ``target`` on ``topics``."""
+
+    def none_left() -> bool:
+        for topic in topics:
+            stats = lab.admin(source).topic_stats(topic)
+            link = (stats.get("replication") or {}).get(target)
+            if link is None or int(link.get("replicationBacklog") or 0) > 0 or not link.get("connected"):
+                return False
+        return True
+
+    wait_for(none_left, timeout_s=120, what=f"{source} to finish replicating {topics} to {target}")
+
+
+def test_a_cut_from_c_leaves_a_b_exact_and_c_converges_after_healing(lab: Lab, unique: str) -> None:
+    topic = f"persistent://{EVERYWHERE}/wan-cut-{unique}"
+    to_b, to_c = f"to-b-{unique}", f"to-c-{unique}"
+    wan.partition(lab.topology, lab.dir, ("a", "c"), heal=False)
+    try:
+        # Subscriptions made as the traffic starts; a and b both produce, batched.
+        with messaging.client(lab.service_url("a")) as client:
+            for sub in (to_b, to_c):
+                client.subscribe(
+                    topic, sub, consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
+                ).close()
+        payloads = {r: [f"{r}-{i}" for i in range(300)] for r in ("a", "b")}
+        for region, batch in payloads.items():
+            produce_batched(lab.service_url(region), topic, batch)
+        everything = set(payloads["a"]) | set(payloads["b"])
+        started = time.time()
+        acked = {
+            sub: consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=sub)[0]
+            for sub in (to_b, to_c)
+        }
+        assert all(0 < len(a) < len(everything) for a in acked.values())
+        wait_applied(lab, "b", topic, to_b, after=started)
+        got = consume_all(lab.service_url("b"), topic, to_b, batch_index_acks=True)
+        assert_exact(got, everything, acked[to_b], "b, a-c cut")
+    finally:
+        healed = time.time()
+        wan.partition(lab.topology, lab.dir, ("a", "c"), heal=True)
+    # Everything a held back while cut (its messages and its agent's claims) has reached c.
+    replicated(lab, "a", "c", [topic, f"persistent://{EVERYWHERE}/geosync-control"])
+    for sub in (to_c, to_b):
+        wait_applied(lab, "c", topic, sub, after=healed, nothing_pending=True)
+    assert_exact(consume_all(lab.service_url("c"), topic, to_c), everything, acked[to_c], "c after healing")
+    # a acknowledged 90 % of to_b and b consumed the rest: once c has a's claims, nothing is left there.
+    again = consume_all(lab.service_url("c"), topic, to_b)
+    by_a = sorted(set(again) & acked[to_b])
+    by_b = sorted(set(again) - acked[to_b])
+    assert again == [], (
+        f"c delivered {len(again)} message(s) acknowledged elsewhere: {len(by_a)} acknowledged in a "
+        f"(e.g. {by_a[:5]}), {len(by_b)} consumed in b after the failover (e.g. {by_b[:5]})"
+    )
+
+
+def _ttl(lab: Lab, region: str, namespace: str) -> int | None:
+    try:
+        value = lab.admin(region).namespace_policies(namespace).get("message_ttl_in_seconds")
+    except adm.AdminNotFound:
+        return None
+    return None if value is None else int(value)
+
+
+def test_policy_edits_on_both_sides_of_a_cut_converge_after_healing(lab: Lab, unique: str) -> None:
+    tenant = f"wancut-{unique}"
+    lab.admin("a").upsert_tenant(tenant, allowed_clusters=list(REGIONS))
+    wait_for(lambda: all(tenant in lab.admin(r).tenants() for r in REGIONS), timeout_s=60, what="the tenant")
+    both, from_a, from_c = (f"{tenant}/{n}" for n in ("both", "from-a", "from-c"))
+    for ns in (both, from_a, from_c):
+        lab.admin("a").create_namespace_with_policies(
+            ns, {"replication_clusters": list(REGIONS), "allowed_clusters": list(REGIONS)}
+        )
+
+    def created() -> bool:
+        return all(ns in lab.admin(r).namespaces(tenant) for r in REGIONS for ns in (both, from_a, from_c))
+
+    wait_for(created, timeout_s=60, what="the namespaces in every region")
+    wan.partition(lab.topology, lab.dir, ("a", "c"), heal=False)
+    try:
+        lab.admin("a").set_message_ttl(both, 111)
+        lab.admin("c").set_message_ttl(both, 333)
+        lab.admin("a").set_message_ttl(from_a, 222)
+        lab.admin("c").set_message_ttl(from_c, 444)
+        # b hears both sides during the cut.
+        wait_for(
+            lambda: _ttl(lab, "b", from_a) == 222 and _ttl(lab, "b", from_c) == 444, timeout_s=60, what="b"
+        )
+        time.sleep(3.0)
+        assert _ttl(lab, "c", from_a) is None, "a's edit crossed the cut: the partition did not hold"
+    finally:
+        wan.partition(lab.topology, lab.dir, ("a", "c"), heal=True)
+
+    def converged() -> bool:
+        ttls = {ns: {r: _ttl(lab, r, ns) for r in REGIONS} for ns in (both, from_a, from_c)}
+        return (
+            set(ttls[from_a].values()) == {222}
+            and set(ttls[from_c].values()) == {444}
+            and len(set(ttls[both].values())) == 1
+            and ttls[both]["a"] in (111, 333)
+        )
+
+    wait_for(converged, timeout_s=90, what="every region to hold the same policies after healing")
