@@ -138,7 +138,8 @@ for _ in $(seq 30); do
   if podman healthcheck run "$agent" >/dev/null 2>&1; then healthy=1; break; fi
   sleep 1
 done
-uid=$(podman exec "$agent" id -u)
+# A container that exited (a crash at start) answers no exec: its uid is then unknown, and its logs say why.
+uid=$(podman exec "$agent" id -u 2>/dev/null || echo "unknown: the container is $(podman inspect --format '{{.State.Status}}' "$agent" 2>/dev/null)")
 logs=$(podman logs "$agent" 2>&1 | tail -5)
 podman rm -f -t 5 "$agent" >/dev/null 2>&1
 if [ "$healthy" != 1 ] || [ "$uid" = 0 ]; then

@@ -27,11 +27,20 @@ REPL_SOURCE_POSITION = resolving.REPL_SOURCE_POSITION
 
 _QUIET = logging.getLogger("geosync.pulsar-client")
 _QUIET.setLevel(logging.WARNING)
-CLIENT_LOG = pathlib.Path(tempfile.gettempdir()) / f"geosync-pulsar-client-{os.getuid()}.log"
-"""Where short-lived clients (geoctl, the lab, tests) log the Pulsar client's warnings: a Python logger there
-makes the C++ client's threads call into an interpreter that is shutting down, and about one process in six
-aborted at exit ("terminate called without an active exception", status 134) after doing its work. The
-agent's long-lived client keeps the Python logger (its warnings belong in the agent's log)."""
+
+
+def client_log() -> pathlib.Path | None:
+    """Where short-lived clients (geoctl, the lab, tests) log the Pulsar client's warnings: a Python logger
+    there makes the C++ client's threads call into an interpreter that is shutting down, and about one process
+    in six aborted at exit ("terminate called without an active exception", status 134) after doing its work.
+    The agent's long-lived client keeps the Python logger (its warnings belong in the agent's log).
+
+    None where no temporary directory is writable (the agent's image runs on a read-only root): looked up when
+    a client is made, never at import, so such a process still starts."""
+    try:
+        return pathlib.Path(tempfile.gettempdir()) / f"geosync-pulsar-client-{os.getuid()}.log"
+    except OSError:
+        return None
 
 
 class MessagingUnavailable(TemporaryError):
@@ -52,11 +61,12 @@ def client(
 ) -> Iterator[pulsar.Client]:
     """A short-lived client; closed on exit even when the body raises. ``pulsar+ssl://`` URLs are verified,
     host names included, against ``tls_trust_certs_file`` (the system's CAs without it)."""
+    log = client_log()
     c = pulsar.Client(
         service_url,
         operation_timeout_seconds=timeout_s,
         connection_timeout_ms=timeout_s * 1000,
-        logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, str(CLIENT_LOG)),
+        logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, str(log)) if log else _QUIET,
         **client_options(token=token, tls_trust_certs_file=tls_trust_certs_file),
     )
     try:

@@ -97,17 +97,20 @@ def test_the_base_is_a_build_argument_and_the_user_is_numeric_and_not_root(path:
     assert not gid or gid.isdigit(), user
 
 
-def test_agent_builds_wheels_in_one_stage_and_installs_only_them_in_the_other() -> None:
-    build, runtime = stages(AGENT)[0], stages(AGENT)[-1]
-    assert len(stages(AGENT)) == 2
+def test_agent_builds_wheels_in_one_stage_installs_them_in_another_and_ships_only_the_venv() -> None:
+    build, install, runtime = stages(AGENT)
     assert re.search(r"\bAS build\b", only(build, "FROM").args)
     wheels = only(build, "RUN").args
     assert "pip wheel" in wheels
     assert "-c constraints.txt" in wheels
-    assert not [i for i in runtime if i.keyword in ("COPY", "ADD")], "the runtime stage copies no sources"
-    install = next(i.args for i in runtime if "pip install" in i.args)
-    assert "from=build" in install
-    assert "--no-index --find-links=/wheels geosync" in install
+    assert re.search(r"\bAS install\b", only(install, "FROM").args)
+    # Copied, so the install step's cache is keyed on the wheels' content (a RUN bind-mounting the build
+    # stage was cached on its text and shipped stale code).
+    assert only(install, "COPY").args == "--from=build /wheels /wheels"
+    assert "--no-index --find-links=/wheels geosync" in only(install, "RUN").args
+    assert not [i for i in runtime if i.keyword == "ADD"]
+    assert [i.args for i in runtime if i.keyword == "COPY"] == ["--from=install /opt/geosync /opt/geosync"]
+    assert not [i for i in runtime if "--mount" in i.args]
 
 
 def test_agent_healthcheck_entrypoint_and_port_match_the_chart() -> None:
