@@ -39,6 +39,7 @@ from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
 from geosync_agent import checkpointing, discovering, snapshotting
 from geosync_agent import effects as fx
+from geosync_agent.allocator import Allocator
 from geosync_agent.config import AgentConfig
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced, wanted
 from geosync_agent.ports import Messaging
@@ -246,8 +247,11 @@ class Agent:
         wake: threading.Event,
         first_seq: int,
         rng: random.Random | None = None,
+        allocator: Allocator | None = None,
     ) -> None:
         self.config = config
+        self.allocator = allocator or Allocator()
+        """The C allocator's settings; trimmed after each checkpoint (``geosync_agent.allocator``)."""
         self.keys = keys
         self.effector = effector
         self.messaging = messaging
@@ -454,6 +458,8 @@ class Agent:
             log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
             return
         self.stats.inc("checkpoints_written")
+        # The largest temporary buffers (the state's JSON and its compressed copy) were just freed.
+        self.allocator.trim()
         self.checkpoint_info = {
             "bytes": size,
             "seconds": round(time.monotonic() - started, 4),
@@ -1706,6 +1712,7 @@ class Agent:
             "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],
             "parked": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.parked],
             "checkpoint": dict(self.checkpoint_info),
+            "allocator": self.allocator.report(),
             "snapshots": self.snapshots.status(),
             "synced": [
                 {

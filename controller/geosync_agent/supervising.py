@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from geosync_agent import checkpointing, discovering, serving
+from geosync_agent import allocator, checkpointing, discovering, serving
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
@@ -103,6 +103,7 @@ def resume(agent: Agent) -> bool:
 
 def run(config: AgentConfig, stop: threading.Event) -> int:
     """Build the agent's parts, run its tasks until ``stop`` is set or a task is given up; the exit status."""
+    memory = allocator.tune()  # before the Pulsar client's threads start and take arenas of their own
     keys = config.keys()
     if config.legacy_keys():
         log.warning(
@@ -133,6 +134,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         rediscover=rediscover,
         wake=wake,
         first_seq=time.time_ns() // 1000,
+        allocator=memory,
     )
     effector.on_sent = agent.on_sent
     resume(agent)
