@@ -32,6 +32,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -424,7 +425,7 @@ class Agent:
             writer.join()
         started = time.monotonic()
         try:
-            state = self.checkpoint()
+            state = self.checkpoint_later()
         except ValueError as e:
             self.stats.inc("checkpoint_errors")
             log.warning("cannot take the checkpoint: %s", e)
@@ -448,11 +449,11 @@ class Agent:
         self.acks_wire_next[id(acks)] = (acks, wire)
         return wire
 
-    def _write_checkpoint(self, state: dict[str, Any], started: float, taken: float) -> None:
+    def _write_checkpoint(self, state: Callable[[], dict[str, Any]], started: float, taken: float) -> None:
         """Encode and write ``state`` (on the checkpoint thread or the loop's: it only counts and assigns)."""
         assert self.checkpoint_path is not None
         try:
-            size = checkpointing.save(self.checkpoint_path, region=self.config.region, state=state)
+            size = checkpointing.save(self.checkpoint_path, region=self.config.region, state=state())
         except (OSError, ValueError) as e:
             self.stats.inc("checkpoint_errors")
             log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
@@ -469,8 +470,14 @@ class Agent:
 
     def checkpoint(self) -> dict[str, Any]:
         """What a restarted agent needs to resume without re-reading history, as JSON values."""
-        return {
-            "topics": {t: ts.tail.to_wire() for t, ts in self.topics.items() if not ts.tail.stale},
+        return self.checkpoint_later()()
+
+    def checkpoint_later(self) -> Callable[[], dict[str, Any]]:
+        """``checkpoint``'s value as it is now, its largest part (the topics' origin indexes and entry
+        details) encoded when called: taken on the loop's thread, the only one that reads the state, and
+        called on the checkpoint's thread."""
+        topics = {t: ts.tail.to_wire_later() for t, ts in self.topics.items() if not ts.tail.stale}
+        rest = {
             "controls": {t: tail.last.to_wire() for t, tail in self.controls.items() if tail.last},
             "guards": {t: _guard_to_wire(g) for t, g in self.guards.items()},
             "marker_guards": {t: _guard_to_wire(g) for t, g in self.snapshots.guards.items()},
@@ -492,6 +499,7 @@ class Agent:
                 for s in self.subs.values()
             ],
         }
+        return lambda: {"topics": {t: encode() for t, encode in topics.items()}, **rest}
 
     def restore(self, state: dict[str, Any], now: Now) -> None:
         """Take up a checkpoint before the first round: tails resume at their last entry (their readers open

@@ -147,6 +147,21 @@ class EntryDetails:
             self.forget_up_to(highest)
         return highest
 
+    def copy(self) -> EntryDetails:
+        """An independent copy: a checkpoint encodes it on another thread while this one keeps changing."""
+        other = EntryDetails()
+        other._columns = {
+            ledger: _Column(
+                column.first,
+                list(column.keys),
+                array("I", column.sizes),
+                {entry: list(keys) for entry, keys in column.message_keys.items()},
+            )
+            for ledger, column in self._columns.items()
+        }
+        other._count = self._count
+        return other
+
     def items(
         self,
     ) -> tuple[list[tuple[Position, str]], list[tuple[Position, int]], dict[tuple[Position, int], str]]:

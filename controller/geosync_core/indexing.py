@@ -242,6 +242,13 @@ class OriginIndex:
                 return Position(run.local_ledger, run.local_first + p.entry - run.origin_first)
         return None
 
+    def copy(self) -> OriginIndex:
+        """An independent copy (runs are immutable values: copying the list is enough), for a checkpoint
+        encoded on another thread while this index keeps growing."""
+        other = OriginIndex()
+        other._runs, other._last, other._floor = list(self._runs), self._last, self._floor
+        return other
+
     def to_wire(self) -> dict[str, Any]:
         """The index as JSON-ready values (the agent's checkpoint); ``from_wire`` reads it back."""
         return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -175,13 +176,13 @@ def test_a_checkpoint_slow_to_take_is_taken_less_often(
     """Taking the state is the loop's time: the next checkpoint waits at least 1 / CHECKPOINT_SHARE times as
     long as the last one took (at least checkpoint_interval_s)."""
     _, b = pair(state_dir=str(tmp_path), checkpoint_interval_s=0.01)
-    real = runtime.Agent.checkpoint
+    real = runtime.Agent.checkpoint_later
 
-    def slow(agent: runtime.Agent) -> dict[str, Any]:
+    def slow(agent: runtime.Agent) -> Callable[[], dict[str, Any]]:
         time.sleep(0.05)
         return real(agent)
 
-    monkeypatch.setattr(runtime.Agent, "checkpoint", slow)
+    monkeypatch.setattr(runtime.Agent, "checkpoint_later", slow)
     if b.agent.checkpoint_writer is not None:
         b.agent.checkpoint_writer.join(10)  # else this round's checkpoint is skipped, not taken
     b.step(1.0)
@@ -189,3 +190,31 @@ def test_a_checkpoint_slow_to_take_is_taken_less_often(
     assert taken >= 0.05
     assert b.agent.checkpoint_at == pytest.approx(b.clock + taken / runtime.CHECKPOINT_SHARE)
     b.agent.close()
+
+
+def test_a_restart_keeps_what_the_budget_forgot_and_does_not_read_the_topic_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Entries forgotten over the budget stay forgotten across a restart, and a subscription parked below them
+    stays parked: it is not taken for one below entries every subscription acknowledged (which re-reads the
+    topic from its earliest message, the whole retention)."""
+    a, b = pair(state_dir=str(tmp_path), max_tracked_entries=4)
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[4]])
+    a.step()
+    carry(a, b)
+    b.step()
+    b.step()
+    assert b.agent.subs[(TOPIC, SUB)].parked
+    floor = b.agent.topics[TOPIC].tail.budget_floor
+    assert floor is not None
+    b.agent.close()
+    again = Harness.build(b.region, state_dir=str(tmp_path), max_tracked_entries=4)
+    assert supervising.resume(again.agent)
+    again.clock = b.clock
+    again.step()
+    again.step()
+    assert again.agent.topics[TOPIC].tail.budget_floor == floor
+    assert "topics_reread" not in again.agent.stats.counters
+    assert again.messaging.starts[TOPIC] is not None  # resumed where it stopped, not from the earliest
+    assert again.agent.subs[(TOPIC, SUB)].parked
+    assert again.region.cursors[(TOPIC, SUB)] == b.region.cursors[(TOPIC, SUB)]

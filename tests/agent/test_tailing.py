@@ -183,3 +183,25 @@ def test_positions_above_a_floor_start_there_whatever_lies_below() -> None:
         expected = [p for p in entries if p > floor]
         assert tail.positions_above(floor) == expected
         assert tail.positions_above(floor, limit=4) == expected[:4]
+
+
+def test_a_checkpoint_taken_now_and_encoded_later_holds_the_tail_as_it_was_when_taken() -> None:
+    # The loop takes the checkpoint; the checkpoint thread encodes it while the loop reads on and forgets.
+    resolver = resolving.OriginResolver(local="a", lookup=FlakyHeaders(failures=1))
+    tail = Tail(TOPIC, -1)
+    for i in range(3):  # a batch of three
+        tail.inbox.put(message(TOPIC, Position(7, 0), key="k1", batch_index=i))
+    tail.inbox.put(message(TOPIC, Position(7, 1), properties={STAMP: "3:4"}))  # unresolved for now
+    tail.inbox.put(message(TOPIC, Position(7, 2), key="k2"))
+    tail.drain(resolver, now=100.0)
+    expected = tail.to_wire()
+    encode = tail.to_wire_later()
+    tail.inbox.put(message(TOPIC, Position(7, 3), key="k3"))
+    for i in range(2):
+        tail.inbox.put(message(TOPIC, Position(8, 0), key=f"k4-{i}", batch_index=i))
+    tail.drain(resolver, now=100.1)
+    tail.retry(resolver, now=200.0)  # names 7:1 (b's 3:4)
+    tail.forget_up_to(Position(7, 1))
+    assert tail.to_wire() != expected
+    assert encode() == expected
+    assert Tail.from_wire(TOPIC, -1, encode()).to_wire() == expected
