@@ -96,6 +96,12 @@ def _regions_arg(_: Any, __: Any, value: str) -> list[str]:
     "its own ZooKeeper, configuration store (a second ZooKeeper), one bookie and that many brokers, each "
     "a process (not combinable with --wan yet).",
 )
+@click.option(
+    "--sidecars",
+    is_flag=True,
+    help="Start one agent per broker instead of one per region, as the Helm chart's sidecar mode does: each "
+    "syncs the topics its broker owns and hands them over when bundles move (with --brokers 2 or more).",
+)
 @output_option
 @_lab_errors
 def lab_up(
@@ -106,6 +112,7 @@ def lab_up(
     no_agents: bool,
     with_wan: bool,
     brokers: int,
+    sidecars: bool,
     output: str,
 ) -> None:
     """Boot the lab (a no-op with a message if the same lab is already running in DIR)."""
@@ -118,6 +125,7 @@ def lab_up(
             agents=not no_agents,
             with_wan=with_wan,
             brokers=brokers,
+            sidecars=sidecars,
             report=report,
         )
     data = {

@@ -527,6 +527,20 @@ class AdminClient:
         """The brokers' runtime configuration (``/admin/v2/brokers/configuration/runtime``)."""
         return dict(self.get("/admin/v2/brokers/configuration/runtime") or {})
 
+    def active_brokers(self, cluster: str) -> list[str]:
+        """The ids (``host:webServicePort``) of ``cluster``'s active brokers."""
+        return [str(b) for b in self.get(f"/admin/v2/brokers/{urllib.parse.quote(cluster, safe='')}") or []]
+
+    def owned_bundles(self, cluster: str, broker: str) -> dict[str, Any]:
+        """The bundles ``broker`` owns (``ownedNamespaces``): ``{"tenant/ns/0xLO_0xHI": status}``."""
+        path = f"/admin/v2/brokers/{urllib.parse.quote(cluster, safe='')}/{broker}/ownedNamespaces"
+        return dict(self.get(path) or {})
+
+    def lookup_topic(self, topic: str) -> dict[str, Any]:
+        """The topic's owner (``brokerUrl``, ``httpUrl``...); the look-up has some broker take its bundle
+        when none owns it."""
+        return dict(self.get(f"/lookup/v2/topic/{self.topic_path(topic)}") or {})
+
     # -- policy mirror and geoctl namespaces -------------------------------------------------------
 
     def tenant(self, tenant: str, **kw: Any) -> dict[str, Any]:

@@ -48,6 +48,16 @@ class AgentConfig:
     region's list of active brokers (``/admin/v2/brokers/{region}``, every ``brokers_refresh_s``) does."""
     brokers_refresh_s: float = 30.0
     """How often the region's active brokers are listed (their acknowledgement feeds are all read)."""
+    shard_by_ownership: bool = False
+    """Sidecar mode: sync only the topics whose bundles the broker at ``admin_url`` owns (one agent per
+    broker, next to it), taking topics over and handing them off as bundles move. Needs the broker plugin
+    (its feed and cursor writes answer for the broker's own topics). False: one agent for the whole region."""
+    broker_id: str = ""
+    """With ``shard_by_ownership``: this broker's id as ``pulsar-admin brokers list REGION`` prints it
+    (``host:webServicePort``); "": read from the broker's runtime configuration."""
+    ownership_refresh_s: float = 2.0
+    """With ``shard_by_ownership``: how often the broker's bundles are asked (a moved topic waits about this
+    long for its new owner's agent)."""
     key_file: str = ""
     """Legacy, insecure: a file holding one HMAC key shared by every region's agent (or env GEOSYNC_KEY);
     any holder can sign for any region. Alone: legacy mode. Next to ``keyring_file``: legacy envelopes are
@@ -233,8 +243,9 @@ class AgentConfig:
             token=self.token_source(),
             timeout=timeout,
             verify=self.tls_trust_certs_file or True,
-            region=self.region,
-            seeds=self.broker_admin_urls,
+            # A sidecar talks to its own broker only: its feed, its origin index, its cursor writes.
+            region="" if self.shard_by_ownership else self.region,
+            seeds=() if self.shard_by_ownership else self.broker_admin_urls,
             refresh_s=self.brokers_refresh_s,
         )
 
@@ -312,6 +323,20 @@ def load(path: str | pathlib.Path) -> AgentConfig:
             raise ConfigError(f"{path}: '{name}' must be true or false, not {value!r}")
         else:
             values[name] = value
+    if values.get("shard_by_ownership"):
+        if values.get("broker_admin_urls"):
+            raise ConfigError(
+                f"{path}: 'broker_admin_urls' does not go with 'shard_by_ownership': a sidecar agent talks "
+                "to its own broker (admin_url) only; remove one of them"
+            )
+        if values.get("plugin_cursors") is False:
+            raise ConfigError(
+                f"{path}: 'shard_by_ownership' needs 'plugin_cursors' (the broker plugin's feed and cursor "
+                "writes answer for the broker's own topics); set plugin_cursors: true or run one agent per "
+                "region (shard_by_ownership: false)"
+            )
+    elif values.get("broker_id"):
+        raise ConfigError(f"{path}: 'broker_id' is only used with 'shard_by_ownership: true'")
     return AgentConfig(**values)
 
 

@@ -37,6 +37,9 @@ class Discovered:
     scanned_at: float | None = None
     """Monotonic time the pass started: what the agent learned after it is newer than the pass's absences
     (None: unknown, absences then delete nothing)."""
+    listed: tuple[str, ...] | None = None
+    """Every synced topic the namespaces listed, owned by this agent's broker or not (sharding by ownership:
+    ``topics`` holds the owned ones); None: ``topics``."""
 
 
 class Latest(Generic[T]):
@@ -115,16 +118,23 @@ def synced_namespaces(admin: Admin, config: AgentConfig) -> dict[str, frozenset[
     return out
 
 
-def scan(admin: Admin, config: AgentConfig, *, now: float | None = None) -> Discovered:
+def scan(
+    admin: Admin, config: AgentConfig, *, now: float | None = None, owns: Callable[[str], bool] | None = None
+) -> Discovered:
     """One discovery pass (see the module docstring), started at monotonic time ``now`` (default: the
-    clock's)."""
+    clock's). ``owns``: sharding by ownership, only the topics it names are read and reported in ``topics``
+    (``listed`` has them all)."""
     scanned_at = time.monotonic() if now is None else now
     namespaces = synced_namespaces(admin, config)
     topics: list[str] = []
+    listed: list[str] = []
     subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
     for ns in namespaces:
         for topic in admin.topics(ns):
             if not synced_topic(config, topic):
+                continue
+            listed.append(topic)
+            if owns is not None and not owns(topic):
                 continue
             topics.append(topic)
             try:
@@ -133,7 +143,11 @@ def scan(admin: Admin, config: AgentConfig, *, now: float | None = None) -> Disc
                 continue
             subscriptions[topic] = subscriptions_of(config, topic, stats)
     return Discovered(
-        namespaces=namespaces, topics=tuple(topics), subscriptions=subscriptions, scanned_at=scanned_at
+        namespaces=namespaces,
+        topics=tuple(topics),
+        subscriptions=subscriptions,
+        scanned_at=scanned_at,
+        listed=None if owns is None else tuple(listed),
     )
 
 
@@ -154,12 +168,13 @@ def discover(
     stop: threading.Event,
     again: threading.Event,
     on_outcome: Callable[[Exception | None], None],
+    owns: Callable[[str], bool] | None = None,
 ) -> None:
     """The discovery task: a pass every ``discover_interval_s`` or when ``again`` is set, until ``stop``;
-    each pass's outcome (None: it succeeded) goes to ``on_outcome``."""
+    each pass's outcome (None: it succeeded) goes to ``on_outcome``. ``owns``: as for ``scan``."""
     while not stop.is_set():
         try:
-            out.put(scan(admin, config))
+            out.put(scan(admin, config, owns=owns))
         except (adm.AdminError, OSError) as e:
             on_outcome(e)
         else:

@@ -3,6 +3,8 @@
 A round runs every ``poll_interval_s`` (``feed_interval_s`` while the broker plugin's feed reports
 acknowledgements, and at once when a control message arrives):
 
+0. sidecar mode (``shard_by_ownership``): refresh what this broker owns; hand off the topics it lost and
+   take over the ones it gained (``owning``);
 1. adopt the newest discovery pass (handed over by the discovery task): readers for new topics and control
    topics, subscriptions tracked;
 2. index: drain every partition's reader queue into its origin index (``tailing``);
@@ -38,7 +40,7 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
-from geosync_agent import checkpointing, discovering, snapshotting
+from geosync_agent import checkpointing, discovering, owning, snapshotting
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.config import AgentConfig
@@ -46,7 +48,7 @@ from geosync_agent.discovering import Discovered, Latest, namespace_of, partitio
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import Recent
 from geosync_agent.tailing import Tail
-from geosync_core import claiming, envelopes, pacing, pluginapi, resolving, syncing
+from geosync_core import claiming, envelopes, ownership, pacing, pluginapi, resolving, syncing
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.indexing import OriginRun, covering
@@ -191,6 +193,20 @@ class Subscription:
         self.deleted_here = False
         self.confirmed_at = max(self.confirmed_at, at)
 
+    def hand_off(self) -> None:
+        """Its topic moved to another broker, whose agent syncs it now: forget what was seen of the cursor
+        here and what was published from it (taken over again, it is read and published afresh); the claims
+        received stay (another takeover applies them at once)."""
+        self.cursor = self.translated = self.seen_feed = self.seen_any = None
+        self.published = None
+        self.incomplete_at = None
+        self.claimed_to = BEFORE_ALL
+        self.planned = self.pending_move = self.reset_to = None
+        self.pending_holes = self.unapplied_batches = self.unapplied_batch_messages = 0
+        self.behind_since = None
+        self.parked = False
+        self.waiting = "handed off: another broker's agent syncs it"
+
     @property
     def key(self) -> fx.SubKey:
         return (self.topic, self.name)
@@ -329,6 +345,19 @@ class Agent:
         self.acks_wire_next: dict[int, tuple[OriginAcks, dict[str, Any]]] = {}
         self.transit_ms = Recent()
         """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
+        self.ownership = (
+            owning.Ownership(
+                config.region,
+                config.admin_url,
+                configured=config.broker_id,
+                refresh_s=config.ownership_refresh_s,
+            )
+            if config.shard_by_ownership
+            else None
+        )
+        """Sidecar mode: what this agent's broker owns (None: the agent syncs its whole region)."""
+        self.lookups: set[str] = set()
+        """Sidecar mode: claimed topics this broker does not own, to look up (a bundle nobody owns)."""
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -364,6 +393,7 @@ class Agent:
             self.wake.clear()
 
     def round(self, now: Now) -> None:
+        self.own(now)
         self.adopt(now)
         self._reopen(now)
         self.index(now)
@@ -592,6 +622,85 @@ class Agent:
         for tail in self.controls.values():
             tail.close()
 
+    # -- 0. sharding by ownership (sidecar mode) ----------------------------------------------------
+
+    def owns(self, topic: str) -> bool:
+        """Whether this agent syncs ``topic``: always, unless it shards by ownership and its broker does not
+        own the topic's bundle."""
+        return self.ownership is None or self.ownership.owns(topic)
+
+    def own(self, now: Now) -> None:
+        """Sidecar mode: refresh the broker's bundles when due; hand off the topics it no longer owns, and
+        take over claimed topics it now owns (discovery is asked for a pass for the rest)."""
+        if self.ownership is None:
+            return
+        try:
+            change = self.ownership.refresh(self.effector.admin(), now.mono)
+            if self.lookups:
+                self.ownership.refresh_region(self.effector.admin(), now.mono)
+                self._look_up_claimed(now)
+        except (adm.AdminError, owning.OwnershipUnknown) as e:
+            self.part_outcome("ownership", e, now.mono)
+            self.stats.inc("ownership_errors")
+            log.warning("cannot tell what this agent's broker owns (keeping the last answer): %s", e)
+            return
+        if change is None:
+            return
+        self.part_outcome("ownership", None, now.mono)
+        before, after = change
+        if before == after:
+            return
+        lost, _ = ownership.moved(before, after, list(self.topics))
+        for topic in lost:
+            self._hand_off(topic)
+        claimed = {k[0] for k, state in self.subs.items() if state.announced and k[0] not in self.topics}
+        _, gained = ownership.moved(before, after, claimed)
+        for topic in gained:
+            self.claimed_untracked[topic] = (now.mono, now.mono + CLAIMED_LOOKUP_S)
+        self.stats.inc("ownership_changes")
+        log.info(
+            "broker %s now owns %d bundles: %d topics handed off, %d claimed topics taken over",
+            self.ownership.me,
+            after.count(),
+            len(lost),
+            len(gained),
+        )
+        self.rediscover.set()
+
+    def _hand_off(self, topic: str) -> None:
+        """``topic`` moved to another broker: stop syncing it here (its reader, index and cursor state go;
+        the claims received stay, see ``Subscription.hand_off``)."""
+        ts = self.topics.pop(topic, None)
+        if ts is not None:
+            ts.tail.close()
+        for key in [k for k in self.unobserved if k[0] == topic]:
+            del self.unobserved[key]
+        for cache in (self.plugin_runs, self.plugin_floor, self.plugin_asked):
+            cache.pop(topic, None)
+        for state in self.subs.values():
+            if state.topic == topic:
+                state.hand_off()
+        self.snapshots.retain(self.topics)
+        self.stats.inc("topics_handed_off")
+        log.info("%s moved to another broker: handed off to its agent", topic)
+
+    def _look_up_claimed(self, now: Now) -> None:
+        """Look up the claimed topics this broker does not own (queued by ``_take_claims``) that no broker
+        owns: the look-up has some broker take the bundle, whose agent applies the claims; one taken by this
+        broker is picked up by a refresh now."""
+        assert self.ownership is not None
+        queued, self.lookups = self.lookups, set()
+        for topic in queued:
+            if not self.ownership.should_look_up(topic, now.mono):
+                continue
+            try:
+                answer = self.effector.admin().lookup_topic(topic)
+            except adm.AdminNotFound:
+                continue  # not in this region yet: replication creates it
+            self.stats.inc("ownership_lookups")
+            if self.ownership.is_me(answer):
+                self.ownership.refresh_now()
+
     # -- 1. adopt discovery ------------------------------------------------------------------------
 
     def adopt(self, now: Now) -> None:
@@ -611,11 +720,14 @@ class Agent:
                 self._open(tail, now, control=True)
                 self.controls[control] = tail
         for topic in found.topics:
-            self._track_topic(topic, now)
+            if self.owns(topic):  # the pass may predate a hand-off
+                self._track_topic(topic, now)
         if found.scanned_at is not None:
-            self._forget_gone(found.topics, found.scanned_at, now)
+            self._forget_gone(found.topics if found.listed is None else found.listed, found.scanned_at, now)
         by_topic = self._by_topic(existing_only=False)
         for topic, present in found.subscriptions.items():
+            if topic not in self.topics:
+                continue
             self._track_subscriptions(topic, present, at=found.scanned_at or now.mono)
             for state in by_topic.get(topic, ()):
                 if state.name not in present:
@@ -1012,7 +1124,7 @@ class Agent:
         exists here; one that does not (replication has not created it yet) is looked up again every
         REDISCOVER_FOR_FEED_S for CLAIMED_LOOKUP_S (the claims' periodic resync brings it back later)."""
         for topic, (next_at, give_up_at) in list(self.claimed_untracked.items()):
-            if topic in self.topics or now.mono >= give_up_at:
+            if topic in self.topics or now.mono >= give_up_at or not self.owns(topic):
                 del self.claimed_untracked[topic]
                 continue
             if now.mono < next_at or namespace_of(topic) not in self.namespaces:
@@ -1074,7 +1186,11 @@ class Agent:
                 state.active = False  # acknowledged elsewhere first: consumed there now
         state.received_from[message.region] = now.wall
         state.announced = True
-        if message.topic not in self.topics:
+        if message.topic not in self.topics and not self.owns(message.topic):
+            # Sidecar mode: another broker's agent applies them (the claims are kept for a takeover).
+            if self.ownership is not None and len(self.lookups) < MAX_UNOBSERVED:
+                self.lookups.add(message.topic)
+        elif message.topic not in self.topics:
             if (
                 discovering.synced_topic(self.config, message.topic)
                 and len(self.claimed_untracked) < MAX_UNOBSERVED
@@ -1236,6 +1352,9 @@ class Agent:
         unknown = False
         for key, report in list(self.unobserved.items()):
             topic, name = key
+            if not self.owns(topic):
+                del self.unobserved[key]  # moved off this broker: its new owner's agent reads the cursor
+                continue
             state = self.subs.get(key)
             if topic not in self.topics or state is None or not state.exists:
                 unknown = True
@@ -1538,11 +1657,13 @@ class Agent:
                 fx.PluginAck(key, plan.new_mark_delete, plan.individual_acks, plan.batch_acks)
                 for key, (_, _, plan) in work.items()
             ]
+            outcomes = self._perform(writes, now)
             handled = {
                 o.key
-                for o in self._perform(writes, now)
+                for o in outcomes
                 if isinstance(o, fx.CursorWritten) or (isinstance(o, fx.NotWritten) and not o.fallback)
             }
+            handled |= self._moved_away(outcomes, now)
             work = {k: v for k, v in work.items() if k not in handled}
         moves: list[fx.Effect] = []
         for state, ts, plan in work.values():
@@ -1550,6 +1671,23 @@ class Agent:
             if move is not None:
                 moves.append(move)
         self._perform(moves, now)
+
+    def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[fx.SubKey]:
+        """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked
+        again at once; those topics are handed off). The others fall back to the admin API, which loads an
+        idle topic on its owner, this broker."""
+        if self.ownership is None:
+            return set()
+        refused = {
+            o.key
+            for o in outcomes
+            if isinstance(o, fx.NotWritten) and o.fallback and o.reason == pluginapi.Status.NOT_LOADED.value
+        }
+        if not refused:
+            return set()
+        self.ownership.refresh_now()
+        self.own(now)
+        return {key for key in refused if key[0] not in self.topics}
 
     def _follow_rewind(self, state: Subscription, ts: TopicState, now: Now) -> fx.ResetCursor | None:
         """The rewind that makes ``state``'s cursor acknowledge no more than its newer claims: back to the end
@@ -1700,6 +1838,8 @@ class Agent:
             "ready": self.ready,
             "namespaces": sorted(self.namespaces),
             "topics": len(topics),
+            "tracked_topics": sorted(t.tail.topic for t in topics),
+            "ownership": None if self.ownership is None else self.ownership.status(time.monotonic()),
             "subscriptions": len(self.subs),
             "capabilities": self.caps.as_dict(),
             "index_runs": sum(len(t.tail.index) for t in topics),
@@ -1744,7 +1884,8 @@ class Agent:
                     },
                 }
                 for s in list(self.subs.values())
-                if s.exists
+                # A sidecar shows the subscriptions it syncs, not those whose claims it keeps for a takeover.
+                if s.exists and (self.ownership is None or s.topic in self.topics)
             ],
         }
 

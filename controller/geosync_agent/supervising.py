@@ -150,6 +150,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
             stop=stop,
             again=rediscover,
             on_outcome=lambda e: _discovery_outcome(agent, e),
+            owns=None if agent.ownership is None else agent.ownership.owns,
         )
 
     supervisor.spawn("discovery", discover)

@@ -300,6 +300,7 @@ def up(
     batch_index_acks: bool | None = None,
     with_wan: bool = False,
     brokers: int = 1,
+    sidecars: bool = False,
     report: Report = _silent,
 ) -> UpResult:
     """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there.
@@ -309,6 +310,9 @@ def up(
 
     ``with_wan`` routes replication between regions through a Toxiproxy server of the lab (``wan``), so
     that ``geoctl lab wan`` and ``geoctl lab partition`` can shape it; LabError if Toxiproxy is missing.
+
+    ``sidecars`` starts one agent per broker (``start_agent(..., broker=i)``: each syncs the topics its broker
+    owns) instead of one per region.
 
     ``batch_index_acks`` sets the brokers' ``acknowledgmentAtBatchIndexLevelEnabled`` (None: on, unless
     ``GEOSYNC_BATCH_INDEX_ACKS=0``); the choice is recorded per region in the topology (``lab``
@@ -418,15 +422,21 @@ def up(
             hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
         ) from e
     if agents:
-        # One agent per region, covering every broker of it (README: "Multi-broker regions"). The regions
-        # are new: a checkpoint left in the directory by an earlier lab describes topics that are gone.
+        # One agent per region, covering every broker of it (README: "Multi-broker regions"), or one per
+        # broker with ``sidecars``. The regions are new: a checkpoint left in the directory by an earlier
+        # lab describes topics that are gone.
+        started_agents: list[str] = []
         for name in region_names:
-            shutil.rmtree(lab_dir / "agents" / f"{name}-state", ignore_errors=True)
-            topology = start_agent(lab_dir, name)
-            report(f"agent {name}: started (pid {topology.agents[name].pid})")
-        for name in region_names:
-            wait_agent_ready(lab_dir, name)
-            report(f"agent {name}: ready")
+            shards: list[int | None] = list(range(len(topology.region(name).brokers))) if sidecars else [None]
+            for shard in shards:
+                agent_name = name if shard is None else sidecar_name(name, shard)
+                shutil.rmtree(lab_dir / "agents" / f"{agent_name}-state", ignore_errors=True)
+                topology = start_agent(lab_dir, name, broker=shard)
+                started_agents.append(agent_name)
+                report(f"agent {agent_name}: started (pid {topology.agents[agent_name].pid})")
+        for agent_name in started_agents:
+            wait_agent_ready(lab_dir, agent_name)
+            report(f"agent {agent_name}: ready")
     return UpResult(
         topology=topology,
         path=path,
@@ -502,11 +512,12 @@ def _agent_keys(agents_dir: pathlib.Path, names: list[str]) -> pathlib.Path:
     return keyring
 
 
-def signing_key_id(lab_dir: pathlib.Path, name: str) -> str:
-    """The key region ``name``'s agent signs with (its config's, else the lab's first key for it)."""
+def signing_key_id(lab_dir: pathlib.Path, name: str, *, region: str | None = None) -> str:
+    """The key agent ``name`` (of ``region``, default: the region named ``name``) signs with: its config's,
+    else the lab's first key for the region."""
     config, _ = _agent_paths(lab_dir.resolve(), name)
     settings = yaml.safe_load(config.read_text()) if config.exists() else {}
-    return str(settings.get("signing_key_id") or f"{name}-1")
+    return str(settings.get("signing_key_id") or f"{region or name}-1")
 
 
 def signer(lab_dir: pathlib.Path, name: str) -> signing.Ed25519Signer:
@@ -520,6 +531,16 @@ def _all_regions_namespace(topology: topo.Topology) -> str:
     return max(topology.namespaces, key=lambda ns: (len(topology.namespaces[ns].regions), "snap" not in ns))
 
 
+def sidecar_name(region: str, broker: int) -> str:
+    """The lab's name for the sidecar agent of ``region``'s broker number ``broker`` (from 0)."""
+    return f"{region}-broker{broker}"
+
+
+def sidecar_names(topology: topo.Topology, region: str) -> list[str]:
+    """The sidecar agents ``region`` has, one per broker (started or not)."""
+    return [sidecar_name(region, i) for i in range(len(topology.region(region).brokers))]
+
+
 def start_agent(
     lab_dir: pathlib.Path,
     name: str,
@@ -528,32 +549,52 @@ def start_agent(
     plugin_cursors: bool = True,
     plugin_index: bool = True,
     key_id: str | None = None,
+    broker: int | None = None,
 ) -> topo.Topology:
     """Start (or restart) the agent of region ``name`` as a process; its config names only its region.
     ``plugin_cursors=False`` makes it read and move cursors through the admin API only (the path for brokers
     without the plugin); ``plugin_index=False`` makes it name origins from entry headers, not the
     interceptor's index.
-    ``key_id``: sign with that key of ``agents/keys`` (default: the key it signed with before)."""
+    ``key_id``: sign with that key of ``agents/keys`` (default: the key it signed with before).
+    ``broker``: start instead the sidecar agent of the region's broker number ``broker`` (from 0), named
+    ``sidecar_name(name, broker)``: it talks to that broker only and syncs the topics it owns
+    (``shard_by_ownership``); stop it, wait for it and read its metrics under that name."""
     lab_dir = lab_dir.resolve()
     topology = load(lab_dir)
     region = topology.region(name)
+    agent_name = name if broker is None else sidecar_name(name, broker)
     agents_dir = lab_dir / "agents"
     agents_dir.mkdir(exist_ok=True)
     keyring = _agent_keys(agents_dir, list(topology.regions))
-    key_id = key_id or signing_key_id(lab_dir, name)
-    config, logfile = _agent_paths(lab_dir, name)
-    existing = topology.agents.get(name)
+    key_id = key_id or signing_key_id(lab_dir, agent_name, region=name)
+    config, logfile = _agent_paths(lab_dir, agent_name)
+    existing = topology.agents.get(agent_name)
     if existing and existing.pid and regions.owns(existing.pid, str(config)):
         return topology
     metrics_port = regions.free_ports(1)[0]
+    if broker is None:
+        where: dict[str, Any] = {
+            "admin_url": region.admin_url,
+            # Every broker, so the agent reaches the admin API while the first is down (it lists the
+            # region's active brokers itself once one answers: README, "Multi-broker regions").
+            "broker_admin_urls": [b.admin_url for b in region.brokers[1:]],
+        }
+    else:
+        if not 0 <= broker < len(region.brokers):
+            raise LabError(
+                f"region {name} has {len(region.brokers)} broker(s); there is no broker {broker}",
+                hint=f"use a broker number from 0 to {len(region.brokers) - 1}",
+            )
+        where = {
+            "admin_url": region.brokers[broker].admin_url,
+            "shard_by_ownership": True,
+            "ownership_refresh_s": 1.0,
+        }
     config.write_text(
         yaml.safe_dump(
             {
                 "region": name,
-                "admin_url": region.admin_url,
-                # Every broker, so the agent reaches the admin API while the first is down (it lists the
-                # region's active brokers itself once one answers: README, "Multi-broker regions").
-                "broker_admin_urls": [b.admin_url for b in region.brokers[1:]],
+                **where,
                 "service_url": region.service_url,
                 "zookeeper": region.zookeeper,
                 "signing_key_file": str(agents_dir / "keys" / f"{key_id}.key"),
@@ -563,7 +604,7 @@ def start_agent(
                 "poll_interval_s": poll_interval_s,
                 "plugin_cursors": plugin_cursors,
                 "plugin_index": plugin_index,
-                "state_dir": str(agents_dir / f"{name}-state"),
+                "state_dir": str(agents_dir / f"{agent_name}-state"),
                 "checkpoint_interval_s": 2.0,
                 "discover_interval_s": 5.0,
                 "control_topic": CONTROL_TOPIC,
@@ -587,7 +628,7 @@ def start_agent(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    agents = {**topology.agents, name: topo.Agent(region=name, pid=proc.pid, config=str(config))}
+    agents = {**topology.agents, agent_name: topo.Agent(region=name, pid=proc.pid, config=str(config))}
     topology = replace(
         topology,
         agents=agents,

@@ -62,6 +62,10 @@ class FakeRegion:
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     missing: set[str] = field(default_factory=set)
     """Topics that do not exist (auto topic creation off): readers on them fail until ``create_topic``."""
+    bundles: dict[str, list[str]] = field(default_factory=dict)
+    """Broker id -> the bundles it owns (``tenant/ns/0xLO_0xHI``), for sidecars; the keys: active brokers."""
+    not_loaded: set[str] = field(default_factory=set)
+    """Topics the plugin's cursor writes answer ``not_loaded`` for (moved to another broker)."""
 
     # discovery
     def tenants(self) -> list[str]:
@@ -150,6 +154,18 @@ class FakeRegion:
     def runtime_configuration(self) -> dict[str, Any]:
         return {"entryFilterNames": "[geosync]"}
 
+    # bundle ownership (sidecar agents)
+    def active_brokers(self, cluster: str) -> list[str]:
+        return sorted(self.bundles)
+
+    def owned_bundles(self, cluster: str, broker: str) -> dict[str, Any]:
+        self.calls.append(("owned_bundles", broker))
+        return {b: {"is_active": True} for b in self.bundles.get(broker, [])}
+
+    def lookup_topic(self, topic: str) -> dict[str, Any]:
+        self.calls.append(("lookup", topic))
+        return {"httpUrl": "http://other:8080"}
+
     # plugin
     def _need_plugin(self) -> None:
         if not self.plugin:
@@ -180,6 +196,9 @@ class FakeRegion:
         for item in items:
             key = (item.topic, item.subscription)
             mark = None if item.mark_delete is None else str(item.mark_delete)
+            if item.topic in self.not_loaded:
+                out.append(pluginapi.AckResult(pluginapi.Status.NOT_LOADED, *key))
+                continue
             self.calls.append(("plugin_ack", *key, mark, tuple(str(p) for p in item.positions)))
             if item.batches and not self.batch_acks:
                 out.append(pluginapi.AckResult(pluginapi.Status.BATCH_ACKS_OFF, *key))
@@ -363,7 +382,10 @@ class Harness:
         return cls(region, config, msgs, agent)
 
     def discover(self) -> None:
-        self.agent.discovered.put(discovering.scan(AdminView(self.region), self.config, now=self.clock))
+        owns = None if self.agent.ownership is None else self.agent.ownership.owns
+        self.agent.discovered.put(
+            discovering.scan(AdminView(self.region), self.config, now=self.clock, owns=owns)
+        )
 
     def step(self, seconds: float = 1.0) -> None:
         self.clock += seconds

@@ -34,6 +34,13 @@ def test_tls_and_plugin_settings_are_read(tmp_path: pathlib.Path) -> None:
     assert options["authentication"] is None
 
 
+def test_a_sidecar_talks_to_its_own_broker_only(tmp_path: pathlib.Path) -> None:
+    loaded = cfg.load(write(tmp_path, shard_by_ownership=True, broker_id="b-0:8443"))
+    admin = loaded.admin_client(timeout=3.0)
+    assert admin.brokers() == ["https://broker:8443"]  # no region listing: its feed and writes stay local
+    assert (loaded.broker_id, loaded.ownership_refresh_s) == ("b-0:8443", 2.0)
+
+
 def test_without_a_ca_the_system_cas_verify(tmp_path: pathlib.Path) -> None:
     loaded = cfg.load(write(tmp_path))
     assert loaded.admin_client(timeout=3.0).verify is True
@@ -46,6 +53,15 @@ def test_without_a_ca_the_system_cas_verify(tmp_path: pathlib.Path) -> None:
         ({"plugin_cursors": "yes"}, "'plugin_cursors' must be true or false"),
         ({"feed_interval_s": 0}, "'feed_interval_s' must be a positive number of seconds"),
         ({"tls_ca": "x"}, "unknown setting(s) tls_ca"),
+        (
+            {"shard_by_ownership": True, "broker_admin_urls": ["https://b2:8443"]},
+            "'broker_admin_urls' does not go with 'shard_by_ownership'",
+        ),
+        (
+            {"shard_by_ownership": True, "plugin_cursors": False},
+            "'shard_by_ownership' needs 'plugin_cursors'",
+        ),
+        ({"broker_id": "b-0:8080"}, "'broker_id' is only used with 'shard_by_ownership: true'"),
     ],
 )
 def test_bad_settings_say_what_is_wrong(
