@@ -54,7 +54,8 @@ class AgentConfig:
     (its feed and cursor writes answer for the broker's own topics). False: one agent for the whole region."""
     broker_id: str = ""
     """With ``shard_by_ownership``: this broker's id as ``pulsar-admin brokers list REGION`` prints it
-    (``host:webServicePort``); "": read from the broker's runtime configuration."""
+    (``host:webServicePort``; or env GEOSYNC_BROKER_ID, which the Helm chart's sidecar sets from the pod);
+    "": read from the broker's runtime configuration."""
     ownership_refresh_s: float = 2.0
     """With ``shard_by_ownership``: how often the broker's bundles are asked (a moved topic waits about this
     long for its new owner's agent)."""

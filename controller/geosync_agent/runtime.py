@@ -29,6 +29,7 @@ nothing; unsigned, altered, replayed or malformed control messages change nothin
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import random
 import threading
@@ -349,7 +350,7 @@ class Agent:
             owning.Ownership(
                 config.region,
                 config.admin_url,
-                configured=config.broker_id,
+                configured=config.broker_id or os.environ.get("GEOSYNC_BROKER_ID", ""),
                 refresh_s=config.ownership_refresh_s,
             )
             if config.shard_by_ownership

@@ -99,6 +99,27 @@ def test_sidecar_mode_renders_the_container_for_the_pulsar_chart() -> None:
     kv.validate(pod, KUBE, strict=True)
     assert agent_config(docs)["admin_url"] == "http://localhost:8080"
     assert by_kind(docs, "Service")[0]["spec"]["selector"] == {"component": "broker"}
+    # Each broker's sidecar syncs the topics its broker owns; the agent reads its broker's id itself.
+    assert agent_config(docs)["shard_by_ownership"] is True
+    assert "env" not in container
+
+
+def test_sidecars_can_name_their_broker_from_the_pod_or_sync_the_whole_region() -> None:
+    broker_id = "$(POD_NAME).pulsar-broker.pulsar.svc.cluster.local:8080"
+    docs = render({"mode": "sidecar", "agent": {"region": "a"}, "sidecar": {"brokerId": broker_id}})
+    container = yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["sidecar-container.yaml"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GEOSYNC_BROKER_ID"]["value"] == broker_id
+    # Kubernetes expands $(POD_NAME) only from variables defined before it in the list.
+    names = [e["name"] for e in container["env"]]
+    assert names.index("POD_NAME") < names.index("GEOSYNC_BROKER_ID")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "broker-0"},
+           "spec": {"containers": [container]}}  # fmt: skip
+    kv.validate(pod, KUBE, strict=True)
+    whole = render({"mode": "sidecar", "agent": {"region": "a"}, "sidecar": {"shardByOwnership": False}})
+    assert "shard_by_ownership" not in agent_config(whole)
+    deployment = render({"agent": {"region": "a"}})
+    assert "shard_by_ownership" not in agent_config(deployment)  # one agent per region: it syncs everything
 
 
 def app_version() -> str:

@@ -44,6 +44,16 @@ readinessProbe:
   periodSeconds: 5
 resources:
   {{- toYaml .Values.resources | nindent 2 }}
+{{- if and (eq .Values.mode "sidecar") .Values.sidecar.shardByOwnership .Values.sidecar.brokerId }}
+env:
+  # Kubernetes expands $(POD_IP) and $(POD_NAME) in GEOSYNC_BROKER_ID from the two before it.
+  - name: POD_IP
+    valueFrom: {fieldRef: {fieldPath: status.podIP}}
+  - name: POD_NAME
+    valueFrom: {fieldRef: {fieldPath: metadata.name}}
+  - name: GEOSYNC_BROKER_ID
+    value: {{ .Values.sidecar.brokerId | quote }}
+{{- end }}
 volumeMounts:
   - {name: geosync-config, mountPath: /etc/geosync, readOnly: true}
   {{- if .Values.agent.state.enabled }}
