@@ -1,14 +1,15 @@
 """Sync lag of a topic on each broker of a multi-broker region, with the agents of the checkout and, for
 comparison, with the agents of another source tree (e.g. the commit before routing, in a git worktree).
 
-    python bench/multibroker_lag.py --dir LAB [--before-source DIR] [--rounds 5] [--messages 100]
+    python bench/multibroker_lag.py --dir LAB [--sidecars] [--before-source DIR] [--rounds 5] [--messages 100]
 
 LAB is a running ``geoctl lab up --regions a,b --brokers 2 --dir LAB`` (without agents, or with: they are
 restarted). Per round and per broker of a: a topic that broker owns gets ``--messages`` batched messages, a
 consumer in a receives them all, waits until b holds them, acknowledges them all, and the lag is the time
 from that acknowledgement until b's subscription has no backlog. ``--before-source`` runs the agents from
-DIR/controller (its configuration without the settings DIR does not know). Wall-clock figures: run it on a
-quiet machine.
+DIR/controller (its configuration without the settings DIR does not know). ``--sidecars`` measures in the
+same run, after the one-agent-per-region figures, with one agent per broker in each region (sharding by
+ownership). Wall-clock figures: run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from geosync_adapters.admin import AdminClient
 from geosync_lab import labs
 
 NAMESPACE = "geo/ab"
+LATEST = (2**63 - 1, 2**63 - 1)
+"""Pulsar's MessageId.latest as ledger and entry."""
 
 
 def until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
@@ -59,7 +62,9 @@ def one_topic_per_broker(lab: pathlib.Path, tag: str) -> dict[str, str]:
 def lag_once(lab: pathlib.Path, topic: str, sub: str, n: int) -> float:
     topology = labs.load(lab)
     local, remote = AdminClient(topology.region("a").admin_url), AdminClient(topology.region("b").admin_url)
-    remote.create_subscription(topic, sub)
+    # At the latest message, as a's consumer subscribes: a subscription created at the latest message does not
+    # claim what came before it, so b's at the earliest would keep the earlier rounds' messages.
+    remote.create_subscription(topic, sub, at=LATEST)
     with messaging.client(topology.region("a").service_url) as c:
         consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
         producer = c.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=20)
@@ -120,25 +125,38 @@ def measure(lab: pathlib.Path, label: str, rounds: int, n: int) -> None:
         )
 
 
+def with_agents(lab: pathlib.Path, *, sidecars: bool) -> list[str]:
+    """Stop every agent of the lab, start the region agents (or each broker's sidecar); their names."""
+    topology = labs.load(lab)
+    for name in topology.agents:
+        labs.stop_agent(lab, name)
+    started = []
+    for region in ("a", "b"):
+        shards: list[int | None] = list(range(len(topology.region(region).brokers))) if sidecars else [None]
+        for shard in shards:
+            labs.start_agent(lab, region, broker=shard)
+            started.append(region if shard is None else labs.sidecar_name(region, shard))
+    for name in started:
+        labs.wait_agent_ready(lab, name, timeout_s=120)
+    return started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=pathlib.Path, required=True)
     parser.add_argument("--before-source", type=pathlib.Path)
+    parser.add_argument("--sidecars", action="store_true", help="also measure with one agent per broker")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=100)
     args = parser.parse_args()
     lab = args.dir.resolve()
-    for name in ("a", "b"):
-        labs.stop_agent(lab, name)
-    for name in ("a", "b"):
-        labs.start_agent(lab, name)
-    for name in ("a", "b"):
-        labs.wait_agent_ready(lab, name, timeout_s=120)
-    try:
-        measure(lab, "this checkout", args.rounds, args.messages)
-    finally:
-        for name in ("a", "b"):
-            labs.stop_agent(lab, name)
+    for label, sidecars in [("region agents", False), *([("sidecars", True)] if args.sidecars else [])]:
+        started = with_agents(lab, sidecars=sidecars)
+        try:
+            measure(lab, label, args.rounds, args.messages)
+        finally:
+            for name in started:
+                labs.stop_agent(lab, name)
     if args.before_source:
         procs = start_before(lab, args.before_source.resolve())
         try:

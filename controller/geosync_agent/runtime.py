@@ -821,9 +821,20 @@ class Agent:
         monotonic time ``at``."""
         for name, (consumers, kind) in present.items():
             state = self.subs.setdefault((topic, name), Subscription(topic, name))
+            unread = state.cursor is None and (not state.exists or state.confirmed_at == 0)
             state.confirm(at)
             state.consumers = consumers
             state.learn_kind(kind)
+            if unread:
+                self._poll_soon(topic)
+
+    def _poll_soon(self, topic: str) -> None:
+        """Read ``topic``'s cursors at the next round: a subscription found here whose cursor was never read
+        (created when traffic starts, or another region's claims arrived first) has nothing else to make its
+        topic polled before the resync (the feed names a cursor only when consumers here acknowledge)."""
+        ts = self.topics.get(topic)
+        if ts is not None:
+            ts.poll = replace(ts.poll, next_at=0.0)
 
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"
@@ -1787,6 +1798,7 @@ class Agent:
             if not outcome.topic_missing:  # else the topic does not exist here yet; replication creates it
                 state.confirm(now.mono)
                 self.rediscover.set()
+                self._poll_soon(state.topic)
         elif isinstance(outcome, fx.AdminMoved):
             self._fold_admin_move(state, outcome, now)
         elif isinstance(outcome, fx.CursorReset):
