@@ -70,24 +70,35 @@ def fail_over_exactly(
     )
 
 
-def test_random_batched_acks_fail_over_exactly_for_topics_on_both_brokers(agents: Lab, unique: str) -> None:
-    lab = agents
-    by_broker = topics_on_each_broker(lab, f"mbsync-{unique}")
-    sub = f"mbsync-{unique}"
-    for topic in by_broker.values():
-        with messaging.client(lab.service_url("a")) as c:
-            c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
+def traffic_on_each_broker(lab: Lab, name: str) -> dict[str, set[str]]:
+    """One topic per broker of a (``topics_on_each_broker``), a Shared subscription ``name`` on each in a,
+    then 300 batched messages produced in each region: topic -> every message."""
     sent: dict[str, set[str]] = {}
-    for n, topic in enumerate(by_broker.values()):
+    for n, topic in enumerate(topics_on_each_broker(lab, name).values()):
+        with messaging.client(lab.service_url("a")) as c:
+            c.subscribe(topic, name, consumer_type=pulsar.ConsumerType.Shared).close()
         payloads = {r: [f"{r}{n}-{i}" for i in range(300)] for r in ("a", "b")}
         for region, batch in payloads.items():
             produce_batched(lab.service_url(region), topic, batch)
         sent[topic] = set(payloads["a"]) | set(payloads["b"])
-    started = time.time()
+    return sent
+
+
+def acknowledge_most(lab: Lab, sent: dict[str, set[str]], sub: str) -> dict[str, set[str]]:
+    """A consumer in a acknowledges about 90 % of each topic's messages at random: topic -> acknowledged."""
     acked: dict[str, set[str]] = {}
     for topic, everything in sent.items():
         acked[topic], _ = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=topic)
         assert 0 < len(acked[topic]) < len(everything)
+    return acked
+
+
+def test_random_batched_acks_fail_over_exactly_for_topics_on_both_brokers(agents: Lab, unique: str) -> None:
+    lab = agents
+    sub = f"mbsync-{unique}"
+    sent = traffic_on_each_broker(lab, sub)
+    started = time.time()
+    acked = acknowledge_most(lab, sent, sub)
     for topic in sent:
         wait_applied(lab, "b", topic, sub, after=started)
     for topic, everything in sent.items():

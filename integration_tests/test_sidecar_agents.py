@@ -29,7 +29,12 @@ from geosync_lab import labs, regions
 from integration_tests.helpers import Lab, assert_exact, consume_all, produce_batched, wait_for
 from integration_tests.test_batch_failover import consume_and_ack, wait_applied
 from integration_tests.test_multibroker import BROKERS, NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
-from integration_tests.test_multibroker_agents import spread_bundles, topics_on_each_broker
+from integration_tests.test_multibroker_agents import (
+    acknowledge_most,
+    spread_bundles,
+    topics_on_each_broker,
+    traffic_on_each_broker,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -110,25 +115,13 @@ def test_each_topic_is_synced_by_its_owners_sidecar_and_fails_over_exactly(
     sidecars: Lab, unique: str
 ) -> None:
     lab = sidecars
-    by_broker = topics_on_each_broker(lab, f"scsync-{unique}")
     sub = f"scsync-{unique}"
-    for topic in by_broker.values():
-        with messaging.client(lab.service_url("a")) as c:
-            c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
-    sent: dict[str, set[str]] = {}
-    for n, topic in enumerate(by_broker.values()):
-        payloads = {r: [f"{r}{n}-{i}" for i in range(300)] for r in ("a", "b")}
-        for region, batch in payloads.items():
-            produce_batched(lab.service_url(region), topic, batch)
-        sent[topic] = set(payloads["a"]) | set(payloads["b"])
+    sent = traffic_on_each_broker(lab, sub)
     # a's two topics are on different brokers, so on different sidecars.
     owners_in_a = {wait_synced_by_owner_only(lab, "a", topic) for topic in sent}
     assert owners_in_a == set(labs.sidecar_names(lab.topology, "a")), owners_in_a
     started = time.time()
-    acked: dict[str, set[str]] = {}
-    for topic, everything in sent.items():
-        acked[topic], _ = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=topic)
-        assert 0 < len(acked[topic]) < len(everything)
+    acked = acknowledge_most(lab, sent, sub)
     for topic in sent:
         applier = wait_synced_by_owner_only(lab, "b", topic)
         wait_applied(lab, applier, topic, sub, after=started)

@@ -671,13 +671,7 @@ class Agent:
     def _hand_off(self, topic: str) -> None:
         """``topic`` moved to another broker: stop syncing it here (its reader, index and cursor state go;
         the claims received stay, see ``Subscription.hand_off``)."""
-        ts = self.topics.pop(topic, None)
-        if ts is not None:
-            ts.tail.close()
-        for key in [k for k in self.unobserved if k[0] == topic]:
-            del self.unobserved[key]
-        for cache in (self.plugin_runs, self.plugin_floor, self.plugin_asked):
-            cache.pop(topic, None)
+        self._untrack(topic)
         for state in self.subs.values():
             if state.topic == topic:
                 state.hand_off()
@@ -757,20 +751,27 @@ class Agent:
         for topic, ts in list(self.topics.items()):
             if topic in keep or ts.tracked_at >= scanned_at:
                 continue
-            ts.tail.close()
-            del self.topics[topic]
+            self._untrack(topic)
             for key in [k for k in self.subs if k[0] == topic]:
                 del self.subs[key]
-            for key in [k for k in self.unobserved if k[0] == topic]:
-                del self.unobserved[key]
-            for cache in (self.plugin_runs, self.plugin_floor, self.plugin_asked, self.claimed_untracked):
-                cache.pop(topic, None)
+            self.claimed_untracked.pop(topic, None)
             self.stats.inc("topics_forgotten")
             log.info("%s is gone (deleted, or its namespace is no longer synced): stopped tracking it", topic)
         self.snapshots.retain(self.topics)  # snapshot mode's caches of topics gone go too
         wanted_controls = {self._control_topic(ns) for ns in self.namespaces}
         for control in [c for c in self.controls if c not in wanted_controls]:
             self.controls.pop(control).close()
+
+    def _untrack(self, topic: str) -> None:
+        """Stop reading ``topic``: its reader closes; its tail, waiting feed reports and what the
+        interceptor's index answered for it go (its subscriptions are the caller's to keep or drop)."""
+        ts = self.topics.pop(topic, None)
+        if ts is not None:
+            ts.tail.close()
+        for key in [k for k in self.unobserved if k[0] == topic]:
+            del self.unobserved[key]
+        for cache in (self.plugin_runs, self.plugin_floor, self.plugin_asked):
+            cache.pop(topic, None)
 
     def _track_topic(self, topic: str, now: Now) -> TopicState:
         """Start tailing ``topic`` (from its earliest entry) unless it is tracked already."""
