@@ -12,7 +12,9 @@ import contextlib
 import logging
 import os
 import pathlib
+import socket
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,8 @@ from geosync_core.positions import Position
 REPL_SOURCE_POSITION = resolving.REPL_SOURCE_POSITION
 
 _QUIET = logging.getLogger("geosync.pulsar-client")
+PROBE_TIMEOUT_S = 1.0
+"""How long ``Messaging.broker_answers`` waits for a broker to accept a connection."""
 _QUIET.setLevel(logging.WARNING)
 
 
@@ -161,6 +165,19 @@ class _Sender:
             self._producer.close()
 
 
+def accepts_connections(service_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the broker at ``service_url`` (``pulsar://`` or ``pulsar+ssl://``) opens
+    within ``timeout_s``: a dead broker's port refuses it or lets it time out."""
+    parts = urllib.parse.urlsplit(service_url)
+    if not parts.hostname or not parts.port:
+        return False
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 class _Closing:
     def __init__(self, reader: Any) -> None:
         self._reader = reader
@@ -168,6 +185,9 @@ class _Closing:
     def close(self) -> None:
         with contextlib.suppress(pulsar.PulsarException):
             self._reader.close()
+
+    def connected(self) -> bool:
+        return bool(self._reader.is_connected())
 
 
 class Messaging:
@@ -216,6 +236,9 @@ class Messaging:
         except pulsar.PulsarException as e:
             raise MessagingUnavailable(f"{topic}: no reader: {e}", delay=1.0) from e
         return _Closing(reader)
+
+    def broker_answers(self, service_url: str) -> bool:
+        return accepts_connections(service_url)
 
     def producer(self, topic: str) -> _Sender:
         try:

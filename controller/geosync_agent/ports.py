@@ -62,6 +62,10 @@ class Producer(Protocol):
 class Reader(Protocol):
     def close(self) -> None: ...
 
+    def connected(self) -> bool:
+        """Whether the reader has a broker connection now (False while its client retries one)."""
+        ...
+
 
 class Messaging(Protocol):
     """The region's brokers over the binary protocol."""
@@ -71,6 +75,10 @@ class Messaging(Protocol):
     ) -> Reader:
         """Read ``topic`` from its earliest retained message, or from entry ``start`` (included);
         ``on_message`` runs on the client's thread."""
+        ...
+
+    def broker_answers(self, service_url: str) -> bool:
+        """Whether the broker at ``service_url`` accepts a connection now (a quick probe, not a session)."""
         ...
 
     def producer(self, topic: str) -> Producer: ...

@@ -80,6 +80,11 @@ CLAIMED_LOOKUP_S = 60.0
 CHECKPOINT_CONFIRMED = 1e-9
 """``confirmed_at`` of a subscription that existed at the checkpoint: earlier than any discovery pass."""
 REOPEN_S = 5.0
+STALLED_S = 5.0
+"""A reader without a broker connection this long has its topic's owner checked (``Agent._revive``)."""
+REVIVE_CHECKS_PER_ROUND = 20
+"""At most this many stalled readers' owners are looked up per round (a dead broker stalls all of its
+topics' readers at once)."""
 CHECKPOINT_SHARE = 0.1
 """Most of the loop's time taking checkpoints may use: the next one is due no earlier than the last one took
 divided by this (10,000 subscriptions on a busy machine took the loop 1 to 2.5 s a checkpoint, every 2 s in
@@ -397,6 +402,7 @@ class Agent:
         self.own(now)
         self.adopt(now)
         self._reopen(now)
+        self._revive(now)
         self.index(now)
         self.receive(now)
         self.observe(now)
@@ -816,6 +822,50 @@ class Agent:
         for tail in [*self.controls.values(), *(ts.tail for ts in self.topics.values())]:
             if tail.reader is None and now.mono >= tail.reopen_at:
                 self._open(tail, now, control=tail.topic in self.controls)
+
+    def _revive(self, now: Now) -> None:
+        """Open again the readers whose broker went away once their topic's owner answers. The client retries
+        a lost connection itself, with a backoff doubling up to a minute: when a broker dies, its bundles get
+        a new owner only after its metadata session expires (30 s by default), so a reader could wait most of
+        a minute more with its owner ready, and remote acknowledgements (the control topics) or this region's
+        entries with it. A reader disconnected for STALLED_S has its topic looked up (which has some broker
+        take a bundle nobody owns) and is opened again at the entry it read last if the owner accepts a
+        connection; at most REVIVE_CHECKS_PER_ROUND look-ups a round, each reader's every STALLED_S."""
+        checks = 0
+        for tail in [*self.controls.values(), *(ts.tail for ts in self.topics.values())]:
+            if tail.reader is None:
+                continue
+            if tail.reader.connected():
+                tail.stalled_since = None
+                continue
+            if tail.stalled_since is None:
+                tail.stalled_since = now.mono
+            if (
+                now.mono - tail.stalled_since < STALLED_S
+                or now.mono < tail.revive_at
+                or checks >= REVIVE_CHECKS_PER_ROUND
+            ):
+                continue
+            checks += 1
+            tail.revive_at = now.mono + STALLED_S
+            if not self._owner_answers(tail.topic):
+                continue
+            log.info(
+                "%s: the reader has had no broker for %.0f s and the topic's owner answers: opening it again",
+                tail.topic,
+                now.mono - tail.stalled_since,
+            )
+            self.stats.inc("readers_revived")
+            tail.close()
+            self._open(tail, now, control=tail.topic in self.controls)
+
+    def _owner_answers(self, topic: str) -> bool:
+        """Whether the broker a look-up names for ``topic`` accepts a connection."""
+        try:
+            url = str(self.effector.admin().lookup_topic(topic).get("brokerUrl") or "")
+        except adm.AdminError:
+            return False
+        return bool(url) and self.messaging.broker_answers(url)
 
     def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]], *, at: float) -> None:
         """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type)) at

@@ -104,6 +104,10 @@ class Tail:
     """Why the tail must be read again when it is not the checkpoint's mismatch (see ``forgot_above``)."""
     reopen_at: float = 0.0
     """When to try opening the reader again after it could not be opened (monotonic)."""
+    stalled_since: float | None = None
+    """Since when (monotonic) the open reader has had no broker connection; None: connected."""
+    revive_at: float = 0.0
+    """When a stalled reader's topic owner may be checked again (see ``Agent._revive``)."""
     wake: threading.Event | None = None
     """Set on every message, to end the runtime's wait between rounds early (control topics)."""
 
@@ -123,7 +127,11 @@ class Tail:
             self.wake.set()
 
     def open(self, messaging: Messaging) -> None:
-        self.reader = messaging.reader(self.topic, self.listener, start=self.resume_at)
+        """Open the reader: at the last entry read (what it delivers again is skipped by position), else at
+        the checkpoint's ``resume_at``, else at the earliest entry."""
+        self.stalled_since = None
+        start = self.last if self.last is not None else self.resume_at
+        self.reader = messaging.reader(self.topic, self.listener, start=start)
 
     def close(self) -> None:
         # Marked closed first: a listener waiting for room in the inbox gives up instead of holding the

@@ -49,6 +49,10 @@ BROKER_CONF = {
     "brokerShutdownTimeoutMs": "3000",
     "replicationConnectionsPerBroker": "1",
     "enableReplicatedSubscriptions": "true",
+    # The geo-replicators' client (``brokerClient_`` keys go to it): a replicator whose remote broker died
+    # retries with a backoff doubling up to 60 s by default, so replication (GeoSync's control topic with it)
+    # could resume a minute after the remote bundle has a new owner; 5 s bounds that.
+    "brokerClient_maxBackoffIntervalNanos": str(5_000_000_000),
 }
 """Broker keys of every lab broker, a standalone region's or one of a multi-broker region's (``clusters``)."""
 

@@ -164,7 +164,7 @@ class FakeRegion:
 
     def lookup_topic(self, topic: str) -> dict[str, Any]:
         self.calls.append(("lookup", topic))
-        return {"httpUrl": "http://other:8080"}
+        return {"httpUrl": "http://other:8080", "brokerUrl": "pulsar://other:6650"}
 
     # plugin
     def _need_plugin(self) -> None:
@@ -287,15 +287,26 @@ class FakeMessaging:
         self.control_positions: dict[str, int] = {}
         self.starts: dict[str, Position | None] = {}
         """Where each topic's last reader was opened (None: the earliest message)."""
+        self.opened: dict[str, int] = {}
+        """How many readers each topic had opened."""
+        self.disconnected: set[str] = set()
+        """Topics whose readers have lost their broker."""
+        self.dead: set[str] = set()
+        """Service URLs of brokers that accept no connection."""
 
     def reader(
         self, topic: str, on_message: Callable[[Received], None], *, start: Position | None = None
-    ) -> Any:
+    ) -> FakeReader:
         self.starts[topic] = start
         if topic in self.region.missing:
             raise TopicMissing(f"{topic} does not exist")
         self.listeners[topic] = on_message
-        return self
+        self.opened[topic] = self.opened.get(topic, 0) + 1
+        self.disconnected.discard(topic)  # a new reader connects
+        return FakeReader(self, topic)
+
+    def broker_answers(self, service_url: str) -> bool:
+        return service_url not in self.dead
 
     def producer(self, topic: str) -> FakeProducer:
         return self.producers.setdefault(topic, FakeProducer(topic))
@@ -315,6 +326,19 @@ class FakeMessaging:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class FakeReader:
+    messaging: FakeMessaging
+    topic: str
+    closed: bool = False
+
+    def connected(self) -> bool:
+        return not self.closed and self.topic not in self.messaging.disconnected
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def message(

@@ -566,6 +566,57 @@ def test_with_auto_topic_creation_off_the_control_topic_is_created_and_a_missing
     assert h.agent.topics[TOPIC].tail.reader is not None
 
 
+def lookups(h: Harness, topic: str) -> int:
+    return h.region.calls.count(("lookup", topic))
+
+
+def test_a_reader_that_lost_its_broker_is_opened_again_at_its_last_entry_once_the_owner_answers() -> None:
+    """The broker of b's control topic died: the client would retry with a backoff of up to a minute; the
+    agent opens the reader again as soon as the topic's (new) owner accepts connections, and claims flow."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0]])
+    a.step()
+    carry(a, b)
+    b.step()
+    read_last, opened = b.agent.controls[CONTROL].last, b.messaging.opened[CONTROL]
+    assert read_last is not None
+    b.messaging.disconnected.add(CONTROL)
+    b.messaging.dead.add("pulsar://other:6650")  # what the look-up names: still the dead broker
+    b.step()
+    assert lookups(b, CONTROL) == 0  # disconnected for a moment: the client's own retry may do
+    b.step(runtime.STALLED_S)
+    assert lookups(b, CONTROL) == 1
+    assert b.messaging.opened[CONTROL] == opened  # the owner does not answer: a new reader would wait too
+    b.step(1.0)
+    assert lookups(b, CONTROL) == 1  # asked again only after STALLED_S
+    b.messaging.dead.clear()  # the bundle has a new owner
+    b.step(runtime.STALLED_S)
+    assert b.messaging.opened[CONTROL] == opened + 1
+    assert b.messaging.starts[CONTROL] == read_last  # at the entry read last, not from the earliest
+    assert b.agent.stats.counters["readers_revived"] == 1
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[1], A_LOG[3]])
+    a.step()
+    b.messaging.listeners[CONTROL](message(CONTROL, read_last, data=b"the last entry, delivered again"))
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[3])
+    rejected = [k for k in b.agent.stats.counters if k.startswith("control_rejected_")]
+    assert not rejected  # the entry delivered again was skipped by its position, not read as a message
+
+
+def test_a_reader_that_reconnects_by_itself_is_left_alone() -> None:
+    _, b = pair()
+    tail = b.agent.topics[TOPIC].tail
+    opened = b.messaging.opened[TOPIC]
+    b.messaging.disconnected.add(TOPIC)
+    b.step()
+    b.messaging.disconnected.discard(TOPIC)
+    b.step(runtime.STALLED_S)
+    assert tail.stalled_since is None
+    assert lookups(b, TOPIC) == 0
+    assert b.messaging.opened[TOPIC] == opened
+
+
 def test_entries_a_moved_topics_new_owner_never_indexed_are_named_from_their_headers_and_counted() -> None:
     """After a bundle unload the new owner's origin index starts at the topic's new ledger: the entries
     before it are named from their admin headers (one counted look-up each), never guessed from the index."""
