@@ -49,6 +49,12 @@ class AdminTemporary(AdminError, TemporaryError):
     """Connection refused, timeout, 429 or 5xx: retried by the policy, then raised."""
 
 
+class OwnerUnreachable(AdminTemporary):
+    """The broker asked redirected the call to another one (the topic's owner) that does not answer: it died
+    and its bundles keep it as their owner until its metadata session expires. Not retried at once (nothing
+    changes for tens of seconds, and asking another broker gets the same redirect): the caller tries later."""
+
+
 class AdminPermanent(AdminError, PermanentError):
     """A 4xx answer: the request itself is wrong or not allowed."""
 
@@ -164,7 +170,9 @@ class RetryPolicy:
 
     def retrying(self) -> tenacity.Retrying:
         return tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(AdminTemporary),
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, AdminTemporary) and not isinstance(e, OwnerUnreachable)
+            ),
             stop=tenacity.stop_after_attempt(self.attempts) | tenacity.stop_after_delay(self.deadline),
             wait=tenacity.wait_exponential_jitter(
                 multiplier=self.initial_delay, max=self.max_delay, jitter=self.initial_delay
@@ -235,7 +243,7 @@ class AdminClient:
     def _once(self, method: str, path: str, body: Any, params: Mapping[str, Any] | None) -> requests.Response:
         url = path if path.startswith("http") else f"{self.base_url}{path}"
         data = None if body is None else json.dumps(body)
-        for _hop in range(self.max_redirects + 1):
+        for hop in range(self.max_redirects + 1):
             headers = self._headers()
             if data is not None:
                 headers["Content-Type"] = "application/json"
@@ -259,6 +267,13 @@ class AdminClient:
                     url=url,
                 ) from e
             except (requests.ConnectionError, requests.Timeout) as e:
+                if hop > 0:
+                    raise OwnerUnreachable(
+                        f"{method} {url}: the broker the call was redirected to (the topic's owner) does not "
+                        f"answer ({e.__class__.__name__}: {e})",
+                        method=method,
+                        url=url,
+                    ) from e
                 raise AdminTemporary(
                     f"{method} {url}: {e.__class__.__name__}: {e}", method=method, url=url
                 ) from e

@@ -35,6 +35,7 @@ from geosync_adapters.admin import (
     AdminClient,
     AdminError,
     AdminTemporary,
+    OwnerUnreachable,
     RetryPolicy,
 )
 from geosync_core import pluginapi
@@ -140,8 +141,10 @@ class RegionAdmin(AdminClient):
             try:
                 response = super()._once(method, url + path, body, params)
             except AdminTemporary as e:
-                if e.status is not None or i == len(order) - 1:
-                    raise  # the broker answered (its 5xx is retried by the policy), or none is left
+                if e.status is not None or isinstance(e, OwnerUnreachable) or i == len(order) - 1:
+                    # The broker answered (its 5xx is retried by the policy), or redirected the call to an
+                    # owner that does not answer (every broker would), or none is left.
+                    raise
                 log.warning("admin API at %s does not answer (%s); trying %s", url, e, order[i + 1])
                 self.stats("admin_failovers")
                 continue

@@ -1345,7 +1345,16 @@ class Agent:
         for topic, cursors in fed.items():
             self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
         due = [t for t in by_topic if t in resync or now.mono >= self.topics[t].poll.next_at]
+        unreachable: list[str] = []
         for topic, internal in zip(due, self.effector.map(self._internal_stats, due), strict=True):
+            if isinstance(internal, adm.OwnerUnreachable):
+                # Its owner died: this topic waits (the others' polls, claims and writes go on).
+                unreachable.append(topic)
+                ts = self.topics[topic]
+                ts.poll = replace(ts.poll, next_at=now.mono + STALLED_S)
+                if topic in resync:
+                    ts.resync_at = now.mono + STALLED_S
+                continue
             if internal is None:
                 continue
             self.stats.inc("cursor_polls")
@@ -1356,13 +1365,23 @@ class Agent:
                 for name, raw in (internal.get("cursors") or {}).items()
             }
             self._observe(topic, by_topic[topic], cursors, force=topic in resync, now=now, polled=True)
+        if unreachable:
+            self.stats.inc("polls_owner_unreachable", len(unreachable))
+            log.warning(
+                "the owners of %d topic(s) do not answer (%s...): their cursors are read again in %.0f s",
+                len(unreachable),
+                unreachable[0],
+                STALLED_S,
+            )
         self._flush_states(now)
 
-    def _internal_stats(self, topic: str) -> dict[str, Any] | None:
+    def _internal_stats(self, topic: str) -> dict[str, Any] | adm.OwnerUnreachable | None:
         try:
             return self.effector.admin().internal_stats(topic)
         except adm.AdminNotFound:
             return None
+        except adm.OwnerUnreachable as e:
+            return e
 
     def _read_feed(self, now: Now) -> dict[str, dict[str, AckState]]:
         """Cursor states of the subscriptions consumers acknowledged on since the last read, from the broker
@@ -1524,8 +1543,8 @@ class Agent:
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
         try:
             subs = self.effector.admin().topic_stats(topic).get("subscriptions") or {}
-        except adm.AdminNotFound:
-            return
+        except (adm.AdminNotFound, adm.OwnerUnreachable):
+            return  # learned at a later look
         for state in states:
             state.learn_kind(str((subs.get(state.name) or {}).get("type") or ""))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import pathlib
+import socket
 import threading
 import urllib.parse
 import uuid
@@ -128,6 +129,23 @@ def test_redirect_loops_stop_at_the_hop_limit(server: tuple[str, type[_Handler]]
     with pytest.raises(adm.TooManyRedirects):
         adm.AdminClient(url, retry=FAST, max_redirects=3).clusters()
     assert len(handler.seen) == 4
+
+
+def dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again: nothing listens there
+
+
+def test_a_redirect_to_an_owner_that_does_not_answer_is_owner_unreachable_and_not_retried(
+    server: tuple[str, type[_Handler]],
+) -> None:
+    url, handler = server
+    path = "/admin/v2/persistent/t/n/x/internalStats"
+    handler.routes[f"GET {path}"] = [(307, {"Location": f"http://127.0.0.1:{dead_port()}{path}"}, None)]
+    with pytest.raises(adm.OwnerUnreachable, match="redirected to"):
+        adm.AdminClient(url, retry=FAST).internal_stats("persistent://t/n/x")
+    assert len(handler.seen) == 1  # once: asking again at once gets the same redirect to the same dead owner
 
 
 def test_unreachable_region_is_temporary() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -41,6 +42,8 @@ class Broker:
     seq: int = 0
     feed: list[dict[str, Any]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
+    redirect: str = ""
+    """Where topic calls are redirected to (a 307 to the topic's owner), if anywhere."""
 
     def answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         self.calls.append(f"{method} {path}")
@@ -63,6 +66,8 @@ class Broker:
             return 200, {"results": [self._ack(item) for item in body["acks"]]}
         if path == "/admin/v2/tenants":
             return 200, [f"from-{self.index}"]
+        if self.redirect and path.startswith("/admin/v2/persistent/"):
+            return 307, {"Location": self.redirect + path}
         return 404, {"reason": "no route"}
 
     def _ack(self, item: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +101,8 @@ def _serve(broker: Broker) -> http.server.ThreadingHTTPServer:
             status, payload = broker.answer(self.command, parts.path, query, body)
             data = json.dumps(payload).encode()
             self.send_response(status)
+            if status == 307:
+                self.send_header("Location", payload["Location"])
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -220,6 +227,22 @@ def test_calls_fail_over_to_a_broker_that_answers(region: Any) -> None:
     assert admin.tenants() == ["from-1"]
     assert admin.tenants() == ["from-1"]
     assert counted == ["admin_failovers"]  # the broker that answered is asked first from then on
+
+
+def test_a_call_redirected_to_a_dead_owner_does_not_fail_over(region: Any) -> None:
+    """Every broker would redirect it to the same dead owner: asking them all only delays the round."""
+    shared, brokers, _ = region
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    brokers[0].redirect = dead
+    brokers[1].redirect = dead
+    counted: list[str] = []
+    admin = _admin(shared.urls[0], seeds=(shared.urls[1],), stats=counted.append)
+    with pytest.raises(adm.OwnerUnreachable):
+        admin.internal_stats(T1)
+    assert counted == []
+    assert brokers[1].calls == []
 
 
 def test_a_refused_call_does_not_fail_over(region: Any) -> None:

@@ -66,6 +66,8 @@ class FakeRegion:
     """Broker id -> the bundles it owns (``tenant/ns/0xLO_0xHI``), for sidecars; the keys: active brokers."""
     not_loaded: set[str] = field(default_factory=set)
     """Topics the plugin's cursor writes answer ``not_loaded`` for (moved to another broker)."""
+    owner_dead: set[str] = field(default_factory=set)
+    """Topics whose admin calls are redirected to an owner that does not answer (it died)."""
 
     # discovery
     def tenants(self) -> list[str]:
@@ -97,6 +99,8 @@ class FakeRegion:
 
     def internal_stats(self, topic: str, **_: Any) -> dict[str, Any]:
         self.calls.append(("internal_stats", topic))
+        if topic in self.owner_dead:
+            raise adm.OwnerUnreachable(f"GET {topic}/internalStats: redirected to a dead owner")
         return {
             "cursors": {
                 name: {

@@ -617,6 +617,33 @@ def test_a_reader_that_reconnects_by_itself_is_left_alone() -> None:
     assert b.messaging.opened[TOPIC] == opened
 
 
+def test_a_topic_whose_owner_died_waits_and_the_round_goes_on() -> None:
+    """A cursor read redirected to a dead owner used to fail the whole round (every other topic waited for
+    the dead broker's metadata session to expire)."""
+    other = f"persistent://{NS}/other"
+    a, b = pair()
+    b.region.topics[other] = [Position(12, 0)]
+    b.region.cursors[(other, SUB)] = AckState.of(Position(12, -1))
+    b.discover()
+    b.step()
+    b.region.owner_dead.add(TOPIC)
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1]])
+    a.step()
+    carry(a, b)
+    b.step(b.config.resync_interval_s + 1)  # both topics' resyncs due
+    assert b.agent.stats.counters.get("loop_errors", 0) == 0
+    assert b.agent.stats.counters["polls_owner_unreachable"] >= 1
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1])  # the claims applied all the same
+    polled = b.region.calls.count(("internal_stats", other))
+    assert polled >= 1
+    asked = b.region.calls.count(("internal_stats", TOPIC))
+    b.step(1.0)
+    assert b.region.calls.count(("internal_stats", TOPIC)) == asked  # not before STALLED_S
+    b.region.owner_dead.clear()  # the bundle has a new owner
+    b.step(runtime.STALLED_S)
+    assert b.region.calls.count(("internal_stats", TOPIC)) == asked + 1
+
+
 def test_entries_a_moved_topics_new_owner_never_indexed_are_named_from_their_headers_and_counted() -> None:
     """After a bundle unload the new owner's origin index starts at the topic's new ledger: the entries
     before it are named from their admin headers (one counted look-up each), never guessed from the index."""
