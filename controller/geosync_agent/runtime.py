@@ -77,6 +77,11 @@ FAILING_S = 15.0
 REDISCOVER_FOR_FEED_S = 1.0
 CLAIMED_LOOKUP_S = 60.0
 """Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
+UNLISTED_CLAIMS_RESYNCS = 3
+"""Claims about a topic this region does not list (and the agent does not track) are dropped once no region
+sent any for this many resync intervals: every region republishes what it knows each interval, so the topic
+is gone everywhere (a sidecar keeps every topic's claims for takeovers, so without this they would pile up
+as topics are deleted); a region that still has it sends them again."""
 CHECKPOINT_CONFIRMED = 1e-9
 """``confirmed_at`` of a subscription that existed at the checkpoint: earlier than any discovery pass."""
 REOPEN_S = 5.0
@@ -763,10 +768,37 @@ class Agent:
             self.claimed_untracked.pop(topic, None)
             self.stats.inc("topics_forgotten")
             log.info("%s is gone (deleted, or its namespace is no longer synced): stopped tracking it", topic)
+        self._forget_unlisted_claims(keep, now)
         self.snapshots.retain(self.topics)  # snapshot mode's caches of topics gone go too
         wanted_controls = {self._control_topic(ns) for ns in self.namespaces}
         for control in [c for c in self.controls if c not in wanted_controls]:
             self.controls.pop(control).close()
+
+    def _forget_unlisted_claims(self, listed: set[str], now: Now) -> None:
+        """Drop the claims about topics neither listed here nor tracked that no region sent any of for
+        UNLISTED_CLAIMS_RESYNCS resync intervals (see there)."""
+        horizon = now.wall - UNLISTED_CLAIMS_RESYNCS * self.config.resync_interval_s
+        gone = [
+            key
+            for key, state in self.subs.items()
+            if key[0] not in self.topics
+            and key[0] not in listed
+            and max(state.received_from.values(), default=0.0) < horizon
+        ]
+        for key in gone:
+            del self.subs[key]
+            self.claimed_untracked.pop(key[0], None)
+            self.lookups.discard(key[0])
+        if gone:
+            self.stats.inc("claims_forgotten", len(gone))
+            log.info(
+                "forgot the claims of %d subscription(s) on topics no region has spoken of for %.0f s and "
+                "this region does not list (e.g. %s on %s)",
+                len(gone),
+                UNLISTED_CLAIMS_RESYNCS * self.config.resync_interval_s,
+                gone[0][1],
+                gone[0][0],
+            )
 
     def _untrack(self, topic: str) -> None:
         """Stop reading ``topic``: its reader closes; its tail, waiting feed reports and what the

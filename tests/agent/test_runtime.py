@@ -542,6 +542,44 @@ def test_a_topic_tracked_after_a_pass_began_is_kept() -> None:
     assert fresh in b.agent.topics
 
 
+def test_claims_about_a_topic_gone_everywhere_are_forgotten_once_nobody_sends_them() -> None:
+    """b never had the topic (or a sidecar of b does not own it): the claims stay while a keeps sending them,
+    and go once a has deleted it too (nothing sent for UNLISTED_CLAIMS_RESYNCS resync intervals)."""
+    gone = f"persistent://{NS}/gone"
+    a, b = pair()
+    a.region.topics[gone] = [Position(13, 0), Position(13, 1)]
+    a.region.cursors[(gone, SUB)] = AckState.of(Position(13, -1))
+    a.discover()
+    a.step()
+    a.messaging.deliver(gone, message(gone, Position(13, 0)))
+    a.region.consumer_acks(gone, SUB, [Position(13, 1)])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert (gone, SUB) in b.agent.subs  # kept: the topic may not be replicated here yet
+    period = b.config.resync_interval_s
+    for _ in range(runtime.UNLISTED_CLAIMS_RESYNCS + 1):  # a republishes what it knows every period
+        a.step(period)
+        carry(a, b)
+        b.discover()
+        b.step(period)
+    assert (gone, SUB) in b.agent.subs
+    assert b.agent.stats.counters.get("claims_forgotten", 0) == 0
+    del a.region.topics[gone]
+    del a.region.cursors[(gone, SUB)]
+    a.discover()
+    a.step()
+    a.step()
+    b.discover()
+    b.step(period * runtime.UNLISTED_CLAIMS_RESYNCS - period)
+    assert (gone, SUB) in b.agent.subs  # silent for less than the horizon: a may just be slow
+    b.discover()
+    b.step(period + 1)
+    assert (gone, SUB) not in b.agent.subs
+    assert b.agent.stats.counters["claims_forgotten"] == 1
+    assert (TOPIC, SUB) in b.agent.subs  # a tracked topic's subscriptions are discovery's business
+
+
 def discovery_of(h: Harness) -> discovering.Discovered:
     """A discovery pass of ``h``'s region as it is now, begun at ``h``'s clock."""
     return discovering.scan(AdminView(h.region), h.config, now=h.clock)
