@@ -49,7 +49,7 @@ from geosync_agent.discovering import Discovered, Latest, namespace_of, partitio
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import Recent
 from geosync_agent.tailing import Tail
-from geosync_core import claiming, envelopes, ownership, pacing, pluginapi, resolving, syncing
+from geosync_core import claiming, drift, envelopes, ownership, pacing, pluginapi, resolving, syncing
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.indexing import OriginRun, covering
@@ -934,6 +934,7 @@ class Agent:
     def index(self, now: Now) -> None:
         feed = self.caps.get(Capability.PLUGIN_FEED) is True
         grown: list[str] = []
+        self._prefetch_runs()
         for topic, ts in self.topics.items():
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
             drained = ts.tail.drain(self.resolver, now=now.mono)
@@ -1104,38 +1105,89 @@ class Agent:
         now = time.monotonic()
         if not self.config.plugin_index or not self.caps.usable(Capability.PLUGIN_INDEX, now=now):
             return None
-        floor = self.plugin_floor.get(topic)
-        if floor is not None and local < floor:
-            return None  # below what the interceptor still records (restarted broker, evicted runs)
         for attempt in range(2):
             run = covering(self.plugin_runs.get(topic, []), local)
             if run is not None:
                 self.stats.inc("origin_plugin_hits")
                 return run
-            if attempt:
+            if attempt or not self._may_ask_runs(topic, local, now):
                 break
-            asked = self.plugin_asked.get(topic)
-            if asked is not None and local <= asked[1] and now - asked[0] < PLUGIN_ASK_GAP_S:
-                return None  # just asked from here on: what that answer lacks is not recorded
-            if asked is not None and not self.plugin_runs.get(topic) and now - asked[0] < PLUGIN_ASK_GAP_S:
-                return None  # the last answer was empty: the index records nothing for it now
             self.plugin_asked[topic] = (now, local)
             try:
                 runs = self.effector.admin().plugin_origins(topic, start=(local.ledger, local.entry))
-            except adm.AdminNotFound:
-                if self.caps.get(Capability.PLUGIN_INDEX) is None:
-                    log.info("no GeoSync interceptor in this region: origins come from per-entry lookups")
-                self.caps = self.caps.learned(Capability.PLUGIN_INDEX, False, now=now)
-                return None
             except adm.AdminError as e:
-                log.warning("interceptor origin index unavailable: %s", e)
+                self._runs_unavailable(e, now)
                 return None
-            self.plugin_runs[topic] = sorted(runs, key=lambda run: run.start)  # disjoint: found by bisection
-            if runs and Position(runs[0].ledger, runs[0].first) > local:
-                # Asked from ``local``, answered from later: nothing at or below ``local`` is recorded.
-                self.plugin_floor[topic] = Position(runs[0].ledger, runs[0].first)
-            self.caps = self.caps.learned(Capability.PLUGIN_INDEX, True, now=now)
+            self._take_runs(topic, local, runs, now)
         return None
+
+    def _may_ask_runs(self, topic: str, local: Position, now: float) -> bool:
+        """Whether the interceptor may be asked for ``topic``'s runs from ``local`` (not covered by the runs
+        held): not below what it still records, and not just asked from there or answered empty."""
+        floor = self.plugin_floor.get(topic)
+        if floor is not None and local < floor:
+            return False  # below what the interceptor still records (restarted broker, evicted runs)
+        asked = self.plugin_asked.get(topic)
+        if asked is not None and local <= asked[1] and now - asked[0] < PLUGIN_ASK_GAP_S:
+            return False  # just asked from here on: what that answer lacks is not recorded
+        # The last answer was empty: the index records nothing for it now.
+        return not (
+            asked is not None and not self.plugin_runs.get(topic) and now - asked[0] < PLUGIN_ASK_GAP_S
+        )
+
+    def _runs_unavailable(self, error: adm.AdminError, now: float) -> None:
+        if isinstance(error, adm.AdminNotFound):
+            if self.caps.get(Capability.PLUGIN_INDEX) is None:
+                log.info("no GeoSync interceptor in this region: origins come from per-entry lookups")
+            self.caps = self.caps.learned(Capability.PLUGIN_INDEX, False, now=now)
+        else:
+            log.warning("interceptor origin index unavailable: %s", error)
+
+    def _take_runs(self, topic: str, local: Position, runs: list[OriginRun], now: float) -> None:
+        """What the interceptor answered for ``topic`` asked from ``local``."""
+        self.plugin_runs[topic] = sorted(runs, key=lambda run: run.start)  # disjoint: found by bisection
+        if runs and Position(runs[0].ledger, runs[0].first) > local:
+            # Asked from ``local``, answered from later: nothing at or below ``local`` is recorded.
+            self.plugin_floor[topic] = Position(runs[0].ledger, runs[0].first)
+        self.caps = self.caps.learned(Capability.PLUGIN_INDEX, True, now=now)
+
+    def _prefetch_runs(self) -> None:
+        """Ask the interceptor, all at once on the pool, for the runs of every topic whose queued entries
+        begin with a replicated batched entry its runs do not cover. Draining asks topic after topic
+        otherwise, the round waiting for each answer in turn: on a busy two-core region, a third of the
+        round's time (py-spy, 1,000 acks/s over 10 topics, BENCHMARKS.md)."""
+        now = time.monotonic()
+        if not self.config.plugin_index or self.caps.get(Capability.PLUGIN_INDEX) is not True:
+            return  # unknown yet: the first drain learns it, one call
+
+        def replicated_batch(m: msg.Received) -> bool:
+            return m.batch_index >= 0 and drift.producer_cluster(m.producer) != self.config.region
+
+        asks: list[tuple[str, Position]] = []
+        for topic, ts in self.topics.items():
+            first = ts.tail.first_unread(replicated_batch)
+            if first is None or covering(self.plugin_runs.get(topic, []), first) is not None:
+                continue
+            if self._may_ask_runs(topic, first, now):
+                asks.append((topic, first))
+        if len(asks) < 2:
+            return  # draining asks for one as cheaply
+        for topic, first in asks:
+            self.plugin_asked[topic] = (now, first)
+
+        def ask(item: tuple[str, Position]) -> list[OriginRun] | adm.AdminError:
+            topic, first = item
+            try:
+                return self.effector.admin().plugin_origins(topic, start=(first.ledger, first.entry))
+            except adm.AdminError as e:
+                return e
+
+        self.stats.inc("origin_prefetches", len(asks))
+        for (topic, first), answer in zip(asks, self.effector.map(ask, asks), strict=True):
+            if isinstance(answer, adm.AdminError):
+                self._runs_unavailable(answer, now)
+            else:
+                self._take_runs(topic, first, answer, now)
 
     # -- snapshot mode (the work itself is snapshotting's) ------------------------------------------
 

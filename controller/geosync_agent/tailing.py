@@ -26,6 +26,7 @@ Malformed stamps are never retried: no answer can make them positions.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -139,6 +140,16 @@ class Tail:
         reader, self.reader = self.reader, None
         if reader is not None:
             reader.close()
+
+    def first_unread(self, wanted: Callable[[Received], bool], *, scan: int = 64) -> Position | None:
+        """The position of the first queued message past the last one indexed that ``wanted`` accepts, among
+        the first ``scan`` queued (the listener keeps appending meanwhile; this only reads)."""
+        with self.inbox.mutex:
+            queued: list[Received] = list(itertools.islice(self.inbox.queue, scan))
+        for msg in queued:
+            if (self.last is None or msg.position > self.last) and wanted(msg):
+                return msg.position
+        return None
 
     def drain(
         self,

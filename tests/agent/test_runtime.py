@@ -16,7 +16,7 @@ from geosync_agent.snapshotting import TopicSnapshots
 from geosync_core import envelopes
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
-from geosync_core.origins import OriginAcks, Span
+from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import KEY, AdminView, FakeRegion, Harness, message
@@ -578,6 +578,28 @@ def test_claims_about_a_topic_gone_everywhere_are_forgotten_once_nobody_sends_th
     assert (gone, SUB) not in b.agent.subs
     assert b.agent.stats.counters["claims_forgotten"] == 1
     assert (TOPIC, SUB) in b.agent.subs  # a tracked topic's subscriptions are discovery's business
+
+
+def test_origins_of_replicated_batches_on_several_topics_are_asked_for_together() -> None:
+    """Two topics each get a replicated batched entry the interceptor's runs held do not cover: both are asked
+    for before draining (in parallel on the pool), and draining asks nothing more."""
+    _, b = pair()
+    other = f"persistent://{NS}/other"
+    b.region.topics[other] = [Position(12, 0)]
+    b.region.cursors[(other, SUB)] = AckState.of(Position(12, -1))
+    b.discover()
+    b.step()
+    b.region.origin_runs[TOPIC] = [OriginRun(9, 0, 7, "a", A_LOG[0])]
+    b.region.origin_runs[other] = [OriginRun(12, 0, 1, "a", Position(14, 0))]
+    b.region.calls.clear()
+    b.messaging.deliver(TOPIC, message(TOPIC, Position(9, 6), producer="a-1-0", batch_index=0))
+    b.messaging.deliver(other, message(other, Position(12, 0), producer="a-1-0", batch_index=0))
+    b.step()
+    asked = [c for c in b.region.calls if c[0] == "plugin_origins"]
+    assert sorted(asked) == [("plugin_origins", TOPIC, (9, 6)), ("plugin_origins", other, (12, 0))]
+    assert b.agent.stats.counters["origin_prefetches"] == 2
+    assert b.agent.topics[TOPIC].tail.index.origin_of(Position(9, 6)) == Origin("a", Position(5, 6))
+    assert b.agent.topics[other].tail.index.origin_of(Position(12, 0)) == Origin("a", Position(14, 0))
 
 
 def discovery_of(h: Harness) -> discovering.Discovered:
