@@ -8,6 +8,7 @@ so the loop never waits on per-topic admin calls and nothing is shared but the m
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 import threading
 import time
@@ -72,11 +73,18 @@ def namespace_of(topic: str) -> str:
 
 def wanted(config: AgentConfig, topic: str, subscription: str) -> bool:
     """Whether ``subscription`` on ``topic`` is synced (the include/exclude patterns on ``topic/sub``)."""
+    return _wanted(config.include, config.exclude, topic, subscription)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _wanted(include: tuple[str, ...], exclude: tuple[str, ...], topic: str, subscription: str) -> bool:
+    # Asked for every claim received and every cursor seen: remembered (fnmatch per pattern was a tenth of
+    # handling a control message at 1,000 acks/s).
     match = PARTITION.match(topic)
     base = match["base"] if match else topic
     name = f"{base}/{subscription}"
-    included = any(fnmatch.fnmatchcase(name, p) for p in config.include)
-    return included and not any(fnmatch.fnmatchcase(name, p) for p in config.exclude)
+    included = any(fnmatch.fnmatchcase(name, p) for p in include)
+    return included and not any(fnmatch.fnmatchcase(name, p) for p in exclude)
 
 
 def synced_topic(config: AgentConfig, topic: str) -> bool:
