@@ -864,6 +864,7 @@ class Agent:
         take a bundle nobody owns) and is opened again at the entry it read last if the owner accepts a
         connection; at most REVIVE_CHECKS_PER_ROUND look-ups a round, each reader's every STALLED_S."""
         checks = 0
+        probed: dict[str, bool] = {}  # one probe per broker a round: a dead pod's address may time out
         for tail in [*self.controls.values(), *(ts.tail for ts in self.topics.values())]:
             if tail.reader is None:
                 continue
@@ -880,7 +881,7 @@ class Agent:
                 continue
             checks += 1
             tail.revive_at = now.mono + STALLED_S
-            if not self._owner_answers(tail.topic):
+            if not self._owner_answers(tail.topic, probed):
                 continue
             log.info(
                 "%s: the reader has had no broker for %.0f s and the topic's owner answers: opening it again",
@@ -891,13 +892,16 @@ class Agent:
             tail.close()
             self._open(tail, now, control=tail.topic in self.controls)
 
-    def _owner_answers(self, topic: str) -> bool:
-        """Whether the broker a look-up names for ``topic`` accepts a connection."""
+    def _owner_answers(self, topic: str, probed: dict[str, bool]) -> bool:
+        """Whether the broker a look-up names for ``topic`` accepts a connection (``probed``: the answers of
+        the brokers probed already)."""
         try:
             url = str(self.effector.admin().lookup_topic(topic).get("brokerUrl") or "")
         except adm.AdminError:
             return False
-        return bool(url) and self.messaging.broker_answers(url)
+        if url and url not in probed:
+            probed[url] = self.messaging.broker_answers(url)
+        return bool(url) and probed[url]
 
     def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]], *, at: float) -> None:
         """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type)) at

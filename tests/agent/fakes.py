@@ -297,6 +297,8 @@ class FakeMessaging:
         """Topics whose readers have lost their broker."""
         self.dead: set[str] = set()
         """Service URLs of brokers that accept no connection."""
+        self.probes: list[str] = []
+        """The brokers probed, in order."""
 
     def reader(
         self, topic: str, on_message: Callable[[Received], None], *, start: Position | None = None
@@ -310,6 +312,7 @@ class FakeMessaging:
         return FakeReader(self, topic)
 
     def broker_answers(self, service_url: str) -> bool:
+        self.probes.append(service_url)
         return service_url not in self.dead
 
     def producer(self, topic: str) -> FakeProducer:

@@ -664,6 +664,19 @@ def test_a_reader_that_lost_its_broker_is_opened_again_at_its_last_entry_once_th
     assert not rejected  # the entry delivered again was skipped by its position, not read as a message
 
 
+def test_a_dead_broker_is_probed_once_a_round_for_all_of_its_stalled_readers() -> None:
+    """A dead pod's address may let a connection time out (1 s): probing it once per stalled reader would
+    stall the round for as many seconds as the broker had topics."""
+    _, b = pair()
+    b.messaging.disconnected.update({CONTROL, TOPIC})
+    b.messaging.dead.add("pulsar://other:6650")
+    b.step()
+    b.step(runtime.STALLED_S)
+    assert lookups(b, CONTROL) == 1
+    assert lookups(b, TOPIC) == 1
+    assert b.messaging.probes == ["pulsar://other:6650"]
+
+
 def test_a_reader_that_reconnects_by_itself_is_left_alone() -> None:
     _, b = pair()
     tail = b.agent.topics[TOPIC].tail
