@@ -299,3 +299,20 @@ def test_the_plugins_admin_roles_reach_the_brokers_config() -> None:
     )
     default = plugin_parts(render({"agent": {"region": "a"}}))["plugins-broker-config.yaml"]
     assert "PULSAR_PREFIX_geosyncAdminRoles" not in default
+
+
+def test_the_replicators_backoff_is_bounded_unless_left_to_pulsar() -> None:
+    default = plugin_parts(render({"agent": {"region": "a"}}))["plugins-broker-config.yaml"]
+    assert default["PULSAR_PREFIX_brokerClient_maxBackoffIntervalNanos"] == "5000000000"
+    longer = render({"agent": {"region": "a"}, "plugins": {"replicatorMaxBackoffSeconds": 30}})
+    assert (
+        plugin_parts(longer)["plugins-broker-config.yaml"][
+            "PULSAR_PREFIX_brokerClient_maxBackoffIntervalNanos"
+        ]
+        == "30000000000"
+    )
+    pulsars = render({"agent": {"region": "a"}, "plugins": {"replicatorMaxBackoffSeconds": 0}})
+    assert (
+        "PULSAR_PREFIX_brokerClient_maxBackoffIntervalNanos"
+        not in plugin_parts(pulsars)["plugins-broker-config.yaml"]
+    )

@@ -132,6 +132,9 @@ PULSAR_PREFIX_geosyncAllowCursorWrites: "true"
 {{- with .Values.plugins.adminRoles }}
 PULSAR_PREFIX_geosyncAdminRoles: {{ . | quote }}
 {{- end }}
+{{- with .Values.plugins.replicatorMaxBackoffSeconds }}
+PULSAR_PREFIX_brokerClient_maxBackoffIntervalNanos: {{ mul (int .) 1000000000 | toString | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "geosync-agent.failoverProviderLabels" -}}
