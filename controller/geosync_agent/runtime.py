@@ -1109,6 +1109,9 @@ class Agent:
         now = time.monotonic()
         if not self.config.plugin_index or not self.caps.usable(Capability.PLUGIN_INDEX, now=now):
             return None
+        floor = self.plugin_floor.get(topic)
+        if floor is not None and local < floor:
+            return None  # below what the interceptor still records: never from its runs, even covered ones
         for attempt in range(2):
             run = covering(self.plugin_runs.get(topic, []), local)
             if run is not None:
