@@ -191,6 +191,26 @@ def test_bundles_moved_in_both_regions_mid_traffic_are_handed_over_exactly(
     assert_exact(consume_all(lab.service_url("b"), topic, sub), set(payloads), acked, "b", copies=True)
 
 
+def cursors_and_claims(lab: Lab, agent: str, topic: str, sub: str) -> dict[str, Any]:
+    """Both regions' cursor of ``sub`` (internal stats) and ledgers, and what ``agent`` shows of it."""
+    seen: dict[str, Any] = {}
+    for region in ("a", "b"):
+        try:
+            stats = lab.admin(region).internal_stats(topic)
+        except Exception as e:  # evidence only: never the reason a test fails
+            seen[region] = repr(e)[:200]
+            continue
+        cursor = (stats.get("cursors") or {}).get(sub) or {}
+        seen[region] = {
+            "markDelete": cursor.get("markDeletePosition"),
+            "deleted": cursor.get("individuallyDeletedMessages"),
+            "ledgers": [(x.get("ledgerId"), x.get("entries")) for x in stats.get("ledgers") or []],
+        }
+    state = agent_state(lab, agent)
+    seen[agent] = [x for x in state.get("synced", []) if x["topic"] == topic and x["subscription"] == sub]
+    return seen
+
+
 def beside_the_control_topic(lab: Lab, prefix: str) -> str:
     """A new topic (created in a) whose bundle in b is on the broker that holds b's control topic."""
     holder = owner(lab.admin("b"), f"persistent://{NAMESPACE}/{labs.CONTROL_TOPIC}")
@@ -246,7 +266,13 @@ def test_the_surviving_brokers_sidecar_takes_over_from_a_killed_one(sidecars: La
             state = agent_state(lab, survivor)
             entry = [x for x in state.get("synced", []) if x["topic"] == topic]
             raise AssertionError(f"{e}: {survivor} shows {entry}; counters {state.get('counters')}") from e
-        assert_exact(consume_all(lab.service_url("b"), topic, sub), set(payloads), acked, "b")
+        # What the cursors and the survivor held before the failover consumes (a loss seen once in CI,
+        # not reproduced: if it comes back, its message says where to look).
+        evidence = cursors_and_claims(lab, survivor, topic, sub)
+        try:
+            assert_exact(consume_all(lab.service_url("b"), topic, sub), set(payloads), acked, "b")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; before the failover: {evidence}") from e
     finally:
         labs.stop_region(lab.dir, "b", kill=True)
         labs.start_region(lab.dir, "b")
