@@ -28,9 +28,9 @@ from geosync_core.positions import Position
 REPL_SOURCE_POSITION = resolving.REPL_SOURCE_POSITION
 
 _QUIET = logging.getLogger("geosync.pulsar-client")
+_QUIET.setLevel(logging.WARNING)
 PROBE_TIMEOUT_S = 1.0
 """How long ``Messaging.broker_answers`` waits for a broker to accept a connection."""
-_QUIET.setLevel(logging.WARNING)
 
 
 def client_log() -> pathlib.Path | None:

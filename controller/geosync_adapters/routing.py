@@ -159,7 +159,7 @@ class RegionAdmin(AdminClient):
         if not fresh and topic in self._owners:
             return self._owners[topic]
         self.stats("owner_lookups")
-        answer = self.get(f"/lookup/v2/topic/{self.topic_path(topic)}") or {}
+        answer = self.lookup_topic(topic)
         tls = self._scheme() == "https"
         url = str((answer.get("httpUrlTls") if tls else answer.get("httpUrl")) or "").rstrip("/")
         if not url:

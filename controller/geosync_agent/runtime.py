@@ -849,9 +849,13 @@ class Agent:
         log.warning("cannot read %s (trying again in %.0f s): %s", tail.topic, REOPEN_S, error)
         return False
 
+    def _tails(self) -> list[Tail]:
+        """Every reader's tail: the control topics' and the tracked topics'."""
+        return [*self.controls.values(), *(ts.tail for ts in self.topics.values())]
+
     def _reopen(self, now: Now) -> None:
         """Try again to open the readers that could not be opened."""
-        for tail in [*self.controls.values(), *(ts.tail for ts in self.topics.values())]:
+        for tail in self._tails():
             if tail.reader is None and now.mono >= tail.reopen_at:
                 self._open(tail, now, control=tail.topic in self.controls)
 
@@ -865,7 +869,7 @@ class Agent:
         connection; at most REVIVE_CHECKS_PER_ROUND look-ups a round, each reader's every STALLED_S."""
         checks = 0
         probed: dict[str, bool] = {}  # one probe per broker a round: a dead pod's address may time out
-        for tail in [*self.controls.values(), *(ts.tail for ts in self.topics.values())]:
+        for tail in self._tails():
             if tail.reader is None:
                 continue
             if tail.reader.connected():
