@@ -145,6 +145,11 @@ class AgentConfig:
     """fnmatch patterns of tenants whose policies are mirrored."""
     mirror_exclude_tenants: tuple[str, ...] = ("public", "pulsar")
     """Tenants never mirrored: Pulsar creates ``public`` and ``pulsar`` in each cluster for that cluster."""
+    incarnation_node: str = "/geosync/incarnation"
+    """Node of the region's ZooKeeper (``zookeeper``: the metadata store, wiped with the region) holding its
+    incarnation: a region rebuilt under its name is told apart from what it was (README, "A region rebuilt
+    under its name"). Without ``zookeeper`` there is none, and claims made before a rebuild are not told apart
+    from new ones."""
     mirror_root: str = "/geosync/policy-mirror"
     """Region-local ZooKeeper node under which the mirror keeps its leader lock and checkpoint."""
     mirror_session_timeout_s: float = 6.0

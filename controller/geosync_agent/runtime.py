@@ -49,9 +49,20 @@ from geosync_agent.discovering import Discovered, Latest, namespace_of, partitio
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import Recent
 from geosync_agent.tailing import Tail
-from geosync_core import claiming, drift, envelopes, ownership, pacing, pluginapi, resolving, syncing
+from geosync_core import (
+    claiming,
+    drift,
+    envelopes,
+    incarnations,
+    ownership,
+    pacing,
+    pluginapi,
+    resolving,
+    syncing,
+)
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capabilities, Capability
+from geosync_core.incarnations import Incarnation, Known
 from geosync_core.indexing import OriginRun, covering
 from geosync_core.origins import Origin, OriginAcks
 from geosync_core.positions import Position
@@ -276,8 +287,13 @@ class Agent:
         first_seq: int,
         rng: random.Random | None = None,
         allocator: Allocator | None = None,
+        incarnation: Incarnation | None = None,
     ) -> None:
         self.config = config
+        self.incarnation = incarnation
+        """This region's incarnation (``geosync_core.incarnations``; None: no ZooKeeper, no guard)."""
+        self.incarnations = Known({config.region: incarnation} if incarnation else {})
+        """The newest incarnation known of each region (this one's own included)."""
         self.allocator = allocator or Allocator()
         """The C allocator's settings; trimmed after each checkpoint (``geosync_agent.allocator``)."""
         self.keys = keys
@@ -520,6 +536,8 @@ class Agent:
         called on the checkpoint's thread."""
         topics = {t: ts.tail.to_wire_later() for t, ts in self.topics.items() if not ts.tail.stale}
         rest = {
+            "incarnation": None if self.incarnation is None else self.incarnation.to_wire(),
+            "incarnations": self.incarnations.to_wire(),
             "controls": {t: tail.last.to_wire() for t, tail in self.controls.items() if tail.last},
             "guards": {t: _guard_to_wire(g) for t, g in self.guards.items()},
             "marker_guards": {t: _guard_to_wire(g) for t, g in self.snapshots.guards.items()},
@@ -547,7 +565,16 @@ class Agent:
         """Take up a checkpoint before the first round: tails resume at their last entry (their readers open
         in the first round), subscriptions keep the claims received and published, control topics their read
         position and replay guard. ``ValueError`` (nothing restored) for a state this agent cannot use."""
+        own = Incarnation.from_wire(state.get("incarnation"))
+        if own is not None and self.incarnation is not None and own != self.incarnation:
+            raise ValueError(
+                f"the checkpoint was written by an agent of incarnation {own} of "
+                f"{self.config.region}; the region is incarnation {self.incarnation} now (it was rebuilt)"
+            )
         try:
+            known = Known.from_wire(state.get("incarnations", {}))
+            if known is None:
+                raise ValueError("incarnations not readable")
             topics = {
                 topic: TopicState(
                     Tail.from_wire(topic, partition_of(topic), value),
@@ -587,6 +614,9 @@ class Agent:
             raise ValueError(f"checkpoint content not usable: {type(e).__name__}: {e}") from e
         self.topics, self.controls, self.guards, self.subs = topics, controls, guards, subs
         self.snapshots.guards = marker_guards
+        for region, incarnation in known.by_region.items():
+            if region != self.config.region:
+                self.incarnations = self.incarnations.learn(region, incarnation)[0]
         self.stats.inc("checkpoint_restored")
         log.info(
             "resuming from the checkpoint: %d topics (%d index runs), %d subscriptions, %d control topics",
@@ -1029,6 +1059,7 @@ class Agent:
                 stale.resume_at,
             )
         ts.tail = Tail(stale.topic, stale.partition)
+        ts.tail.index.keep_retirements(stale.index.retirements())  # read again, old messages stay retired
         self._open(ts.tail, now)
         for state in self.subs.values():
             if state.topic == stale.topic:
@@ -1313,6 +1344,10 @@ class Agent:
         if isinstance(decoded, envelopes.Rejected):
             self._reject(decoded)
             return
+        tags = envelopes.incarnations_of(opened)
+        if isinstance(tags, envelopes.Rejected):
+            self._reject(tags)
+            return
         if any(namespace_of(m.topic) != namespace_of(topic) for m in decoded):
             self._reject(envelopes.Rejected(envelopes.Reason.MISPLACED))
             return
@@ -1322,8 +1357,62 @@ class Agent:
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)
             return
+        if tags is not None:
+            self._learn_incarnations(tags, now)
         for message in decoded:
-            self._take_claims(message, now)
+            self._take_claims(self._of_known_incarnations(message, tags), now)
+
+    def _learn_incarnations(self, tags: dict[str, Incarnation], now: Now) -> None:
+        """Take up the incarnations a peer speaks of (its own and those it heard of) that are newer than the
+        ones known here. This region's own is never taken from a peer: the region's ZooKeeper says it."""
+        for region, incarnation in tags.items():
+            if region == self.config.region:
+                continue
+            self.incarnations, replaced = self.incarnations.learn(region, incarnation)
+            if replaced is not None:
+                self._region_rebuilt(region, replaced, incarnation, now)
+
+    def _region_rebuilt(self, region: str, old: Incarnation, new: Incarnation, now: Now) -> None:
+        """``region`` was wiped and rebuilt under its name: its new messages reuse the origin coordinates of
+        its old ones. Every claim held about its origins speaks of the old ones, and every entry indexed so
+        far with an origin there is an old one: the claims are dropped (received and published: the claims
+        published next are translated afresh) and the entries retired (no claim reaches them any more)."""
+        self.stats.inc("incarnations_changed")
+        retired = incarnations.retired(region, old)
+        runs = 0
+        for ts in self.topics.values():
+            runs += ts.tail.index.retire(region, retired)
+            ts.tail.version += 1
+        for state in self.subs.values():
+            state.received = state.received.without([region])
+            state.published = state.translated = None
+            state.claimed_to = BEFORE_ALL
+            state.planned = None
+        log.warning(
+            "region %s was rebuilt (incarnation %s, was %s): dropped every claim about its old messages and "
+            "retired %d index runs of them; messages it sent before are no longer synced (a failover may "
+            "deliver them again)",
+            region,
+            new,
+            old,
+            runs,
+        )
+
+    def _of_known_incarnations(
+        self, message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None
+    ) -> envelopes.AckStateMessage:
+        """``message`` less its claims about the origins of regions whose incarnation its sender does not
+        know to be the newest (made before a rebuild: they would name new messages)."""
+        regions = {*message.acks.regions, *(r for r, _ in message.acks.partials)}
+        stale = [
+            r
+            for r in regions
+            if self.incarnations.stale(r, None if tags is None else tags.get(r), tagged=tags is not None)
+        ]
+        if not stale:
+            return message
+        self.stats.inc("claims_stale_incarnation")
+        return replace(message, acks=message.acks.without(stale))
 
     def _take_claims(self, message: envelopes.AckStateMessage, now: Now) -> None:
         if not wanted(self.config, message.topic, message.subscription):
@@ -1731,7 +1820,9 @@ class Agent:
             region=self.config.region,
             seq=seq,
             sent_at_ms=now.wall_ms,
-            payload=envelopes.encode_ack_states(states, region=self.config.region),
+            payload=envelopes.encode_ack_states(
+                states, region=self.config.region, incarnations=self._incarnation_tags()
+            ),
         )
         data = envelopes.seal(self.keys.signer, envelope)
         if len(data) <= MAX_ENVELOPE_BYTES:
@@ -1750,6 +1841,14 @@ class Agent:
         return self._sealed([replace(state, acks=first)], now) + self._sealed(
             [replace(state, acks=second)], now
         )
+
+    def _incarnation_tags(self) -> dict[str, Incarnation] | None:
+        """The incarnations to send with states: this region's own and every one known here, so that a peer
+        learns of a rebuilt region from whichever region hears of it first (None without an own one: an agent
+        without a guard sends none, as before)."""
+        if self.incarnation is None:
+            return None
+        return dict(self.incarnations.by_region)
 
     def on_sent(self, ok: bool) -> None:
         # On the client's thread: only count and note the time (single assignments). A lost state goes out

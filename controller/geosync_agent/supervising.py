@@ -20,11 +20,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from geosync_agent import allocator, checkpointing, discovering, serving
+from geosync_agent import allocator, checkpointing, discovering, incarnating, serving
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
 from geosync_agent.runtime import Agent, Now
+from geosync_core.incarnations import Incarnation
 
 log = logging.getLogger("geosync.agent")
 MAX_RESTARTS = 5
@@ -135,6 +136,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         wake=wake,
         first_seq=time.time_ns() // 1000,
         allocator=memory,
+        incarnation=_incarnation(config),
     )
     effector.on_sent = agent.on_sent
     resume(agent)
@@ -177,6 +179,18 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         pool.shutdown(wait=True, cancel_futures=True)
         messaging.close()
     return 1 if supervisor.given_up else 0
+
+
+def _incarnation(config: AgentConfig) -> Incarnation | None:
+    if not config.zookeeper:
+        log.warning(
+            "no zookeeper configured: this region has no incarnation, so if it is ever wiped and rebuilt "
+            "under its name, claims about its old messages would be taken for its new ones (README, "
+            '"A region rebuilt under its name")'
+        )
+        return None
+    auth, now_ms = config.zookeeper_auth(), time.time_ns() // 10**6
+    return incarnating.load(config.zookeeper, config.incarnation_node, auth=auth, now_ms=now_ms)
 
 
 def _discovery_outcome(agent: Agent, error: Exception | None) -> None:

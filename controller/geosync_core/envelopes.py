@@ -54,6 +54,10 @@ Invariants:
   claims replace the older ones). It is written only when not 0, so states of subscriptions never rewound
   are byte for byte what agents without generations write and read; those agents ignore the field (they
   merge a newer generation's claims into the older ones: the rewind is not followed there, nothing more).
+* an ``ack-states`` payload may carry ``"incarnations": {region: [created_ms, id], ...}``: the sender's own
+  incarnation and those it knows of the regions whose origins it claims (``geosync_core.incarnations``).
+  ``incarnations_of`` returns what ``encode_ack_states`` wrote, ``None`` when absent (agents before
+  incarnations neither write nor read it), and refuses a malformed one as ``MALFORMED``.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
+from geosync_core.incarnations import Incarnation
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 
@@ -350,13 +355,15 @@ def encode_ack_state(topic: str, subscription: str, *, region: str, acks: Origin
     return _encode_state(topic, subscription, region, acks, _version_for([acks]))
 
 
-def encode_ack_states(states: list[AckStateMessage], *, region: str) -> JsonObject:
+def encode_ack_states(
+    states: list[AckStateMessage], *, region: str, incarnations: Mapping[str, Incarnation] | None = None
+) -> JsonObject:
     """The payload of an ``ack-states`` envelope: each state as ``encode_ack_state`` writes it, in order,
-    all in one version."""
+    all in one version; with ``incarnations`` (the sender's own and those it knows of other regions)."""
     if any(m.region != region for m in states):
         raise ValueError(f"a batch from {region} may only carry {region}'s own states")
     version = _version_for([m.acks for m in states])
-    return {
+    payload: JsonObject = {
         "version": version,
         "region": region,
         "states": [
@@ -364,6 +371,22 @@ def encode_ack_states(states: list[AckStateMessage], *, region: str) -> JsonObje
             for m in states
         ],
     }
+    if incarnations is not None:
+        payload["incarnations"] = {r: i.to_wire() for r, i in sorted(incarnations.items())}
+    return payload
+
+
+def incarnations_of(envelope: Envelope) -> dict[str, Incarnation] | Rejected | None:
+    """The incarnations an ``ack-states`` envelope speaks of (``None``: its sender predates them); never
+    raises."""
+    if envelope.kind != ACK_STATES or "incarnations" not in envelope.payload:
+        return None
+    value = envelope.payload["incarnations"]
+    if not isinstance(value, dict) or not all(map(_is_text, value)):
+        return Rejected(Reason.MALFORMED)
+    decoded = {str(region): Incarnation.from_wire(item) for region, item in value.items()}
+    out = {region: i for region, i in decoded.items() if i is not None}
+    return out if len(out) == len(decoded) else Rejected(Reason.MALFORMED)
 
 
 def _version_for(acks: list[OriginAcks]) -> int:

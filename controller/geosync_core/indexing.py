@@ -22,6 +22,8 @@ Invariants:
   by origin for it doubled the index's memory); the number of runs is at most one more than the number of
   breaks in the stream (origin region switch, origin or local ledger switch, gap in origin entries);
 * ``truncate_below(p)`` forgets exactly the entries below ``p``;
+* after ``retire(r, name)`` no entry indexed so far, nor appended or filled later at or below the last
+  entry then, has an origin in region ``r``: they are named ``name`` (everything else is unchanged);
 * ``OriginIndex.from_wire(index.to_wire())`` answers every question as ``index`` does;
 * ``fill(p, o)`` records an entry the reader passed without indexing (its origin was named later): after
   it ``origin_of(p) == o`` and every other answer of ``origin_of`` is unchanged (the index answers as if
@@ -156,6 +158,9 @@ class OriginIndex:
         self._runs: list[Run] = []
         self._last: Position | None = None
         self._floor: Position | None = None
+        self._retired: list[tuple[str, Position, str]] = []
+        """(region, up to, name): entries up to that local position whose origin region is ``region`` came
+        from an incarnation of it since rebuilt, and are indexed under ``name`` (see ``retire``)."""
 
     def __len__(self) -> int:
         """The number of runs: the index's size."""
@@ -191,12 +196,40 @@ class OriginIndex:
             raise ValueError(f"not an entry: {local}")
         if self._floor is not None and local < self._floor:
             return
+        origin = self._named(local, origin)
         if self._last is not None and local <= self._last:
             if self.origin_of(local) == origin:
                 return
             raise ValueError(f"{local} was indexed as {self.origin_of(local)}, now claimed as {origin}")
         self._last = local
         self._runs = _extend(self._runs, local, origin)
+
+    def retire(self, region: str, name: str) -> int:
+        """``region`` was rebuilt under its name: every entry indexed so far with an origin there names a
+        message of its old life, and goes by ``name`` from now on (also when appended again: a reader
+        replaying, a tail read again). Returns how many runs were renamed."""
+        if self._last is None:
+            return 0
+        renamed = 0
+        for i, run in enumerate(self._runs):
+            if run.region == region:
+                self._runs[i] = replace(run, region=name)
+                renamed += 1
+        self._retired.append((region, self._last, name))
+        return renamed
+
+    def retirements(self) -> list[tuple[str, Position, str]]:
+        return list(self._retired)
+
+    def keep_retirements(self, retired: list[tuple[str, Position, str]]) -> None:
+        """Carry the retirements of an index this one replaces (the same topic read again)."""
+        self._retired = list(retired)
+
+    def _named(self, local: Position, origin: Origin) -> Origin:
+        for region, upto, name in self._retired:
+            if region == origin.region and local <= upto:
+                return Origin(name, origin.position)
+        return origin
 
     def fill(self, local: Position, origin: Origin) -> None:
         """Record ``local`` as ``origin`` although the reader is past it: an entry skipped when read
@@ -207,6 +240,7 @@ class OriginIndex:
             return
         if self._floor is not None and local < self._floor:
             return
+        origin = self._named(local, origin)
         known = self.origin_of(local)
         if known is not None:
             if known == origin:
@@ -247,26 +281,31 @@ class OriginIndex:
         encoded on another thread while this index keeps growing."""
         other = OriginIndex()
         other._runs, other._last, other._floor = list(self._runs), self._last, self._floor
+        other._retired = list(self._retired)
         return other
 
     def to_wire(self) -> dict[str, Any]:
         """The index as JSON-ready values (the agent's checkpoint); ``from_wire`` reads it back."""
-        return {
+        wire: dict[str, Any] = {
             "runs": [_run_wire(r) for r in self._runs],
             "last": None if self._last is None else self._last.to_wire(),
             "floor": None if self._floor is None else self._floor.to_wire(),
         }
+        if self._retired:
+            wire["retired"] = [[region, upto.to_wire(), name] for region, upto, name in self._retired]
+        return wire
 
     @classmethod
     def from_wire(cls, value: Any) -> OriginIndex:
         """The index ``to_wire`` wrote; ``ValueError`` for anything else (a checkpoint is input too)."""
         # "by_origin" (a second map that earlier agents wrote) is read past: the runs say everything.
-        if not isinstance(value, dict) or set(value) - {"by_origin"} != {"runs", "last", "floor"}:
+        if not isinstance(value, dict) or set(value) - {"by_origin", "retired"} != {"runs", "last", "floor"}:
             raise ValueError("not an origin index")
         index = cls()
         index._runs = [_run_from(item) for item in _list(value["runs"])]
         index._last = None if value["last"] is None else Position.from_wire(value["last"])
         index._floor = None if value["floor"] is None else Position.from_wire(value["floor"])
+        index._retired = [_retirement(item) for item in _list(value.get("retired", []))]
         locals_ = [_local_key(r) for r in index._runs]
         if locals_ != sorted(locals_):
             raise ValueError("origin index runs out of order")
@@ -281,6 +320,12 @@ class OriginIndex:
         """Forget every local entry below ``position`` (they are acknowledged everywhere that matters)."""
         self._floor = max(position, self._floor) if self._floor is not None else position
         self._runs = _truncated(self._runs, position)
+
+
+def _retirement(item: Any) -> tuple[str, Position, str]:
+    if not (isinstance(item, list) and len(item) == 3 and all(isinstance(item[i], str) for i in (0, 2))):
+        raise ValueError(f"not a retirement: {item!r}")
+    return item[0], Position.from_wire(item[1]), item[2]
 
 
 def _run_wire(run: Run) -> list[int | str]:

@@ -27,6 +27,7 @@ Invariants:
   claimed messages are equal values;
 * ``merge`` is the set union at message level: spans united, bitsets OR'ed, commutative, associative,
   idempotent and monotone (it never drops a claim);
+* ``without(regions)`` is canonical and holds exactly the claims about the other regions;
 * ``origin in acks`` and ``count()`` speak of whole entries; ``acks_message(origin, index)`` of messages.
 """
 
@@ -205,6 +206,17 @@ class OriginAcks:
         return OriginAcks.of(
             (item for acks in every for item in acks.by_region),
             (item for acks in every for item in acks.partials),
+        )
+
+    def without(self, regions: Iterable[str]) -> OriginAcks:
+        """These claims less every claim about origins of ``regions`` (a region rebuilt under its name: its
+        old origins name other messages than its new ones)."""
+        drop = set(regions)
+        if not drop.intersection(self.regions) and not any(r in drop for r, _ in self.partials):
+            return self
+        return OriginAcks._trusted(
+            tuple(item for item in self.by_region if item[0] not in drop),
+            tuple(item for item in self.partials if item[0] not in drop),
         )
 
     def split(self) -> tuple[OriginAcks, OriginAcks]:

@@ -393,6 +393,7 @@ class Harness:
     def build(cls, region: FakeRegion, **settings: Any) -> Harness:
         """``keys=``: the agent's signer and keyring (default: the shared test key)."""
         keys = settings.pop("keys", None) or envelopes.Keys.shared(KEY)
+        incarnation = settings.pop("incarnation", None)
         config = AgentConfig(
             region=region.name, admin_url="http://fake", service_url="pulsar://fake", **settings
         )
@@ -408,6 +409,7 @@ class Harness:
             wake=threading.Event(),
             first_seq=1,
             rng=LatePhase(),
+            incarnation=incarnation,
         )
         effector.on_sent = agent.on_sent
         return cls(region, config, msgs, agent)

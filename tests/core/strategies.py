@@ -6,6 +6,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from geosync_core.batches import BatchAcks
+from geosync_core.incarnations import Incarnation
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range
@@ -101,3 +102,8 @@ def messages(state: AckState) -> frozenset[tuple[Position, int]]:
     return frozenset(
         (p, i) for p in UNIVERSE if p.entry >= 0 for i in range(size_of(p)) if state.acks_message(p, i)
     )
+
+
+incarnations = st.builds(
+    Incarnation, st.integers(0, 2**63 - 1), st.text(alphabet="0123456789abcdefz-", min_size=1, max_size=64)
+)

@@ -26,13 +26,15 @@ from geosync_core.envelopes import (
     decode_ack_states,
     encode_ack_state,
     encode_ack_states,
+    incarnations_of,
     open_envelope,
     seal,
 )
+from geosync_core.incarnations import Incarnation
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 
-from .strategies import fast
+from .strategies import fast, incarnations
 
 VECTORS = json.loads(
     (pathlib.Path(__file__).resolve().parents[2] / "testdata" / "envelopes" / "vectors.json").read_text(
@@ -473,3 +475,31 @@ def test_a_generation_is_read_in_both_payload_versions() -> None:
         decoded = decode_ack_state(env)
         assert isinstance(decoded, AckStateMessage)
         assert decoded.generation == 5
+
+
+@fast
+@given(st.dictionaries(st.sampled_from(["eu", "us", "ap"]), incarnations, max_size=3))
+def test_incarnations_round_trip_with_ack_states(tags: dict[str, Incarnation]) -> None:
+    batch = [AckStateMessage(TOPIC, "s", "eu", OriginAcks.of({"us": [Span(1, 0, 2)]}))]
+    payload = encode_ack_states(batch, region="eu", incarnations=tags)
+    env = Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload)
+    opened = open_envelope(KEY, seal(KEY, env))
+    assert isinstance(opened, Envelope)
+    assert incarnations_of(opened) == tags
+    assert decode_ack_states(opened) == batch
+
+
+def test_ack_states_without_incarnations_are_what_agents_before_them_wrote() -> None:
+    batch = [AckStateMessage(TOPIC, "s", "eu", OriginAcks.of({"us": [Span(1, 0, 2)]}))]
+    payload = encode_ack_states(batch, region="eu")
+    assert "incarnations" not in payload
+    env = Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload)
+    assert incarnations_of(env) is None
+
+
+@pytest.mark.parametrize("value", [[], {"eu": [1]}, {"eu": [1, "UPPER"]}, {"": [1, "a"]}, {"eu": None}, "x"])
+def test_malformed_incarnations_refuse_the_envelope(value: object) -> None:
+    payload = encode_ack_states([], region="eu")
+    payload["incarnations"] = value
+    env = Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload)
+    assert incarnations_of(env) == Rejected(Reason.MALFORMED)

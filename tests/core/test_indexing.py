@@ -312,3 +312,29 @@ def test_an_index_read_back_from_its_wire_form_answers_alike(
 def test_anything_but_an_index_is_refused(wire: object) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - each case has its own message
         OriginIndex.from_wire(wire)
+
+
+@settings(fast, max_examples=30)
+@given(local_logs(), st.sampled_from(REGIONS), st.integers(0, 200))
+def test_a_retired_region_names_nothing_indexed_before_and_is_kept_apart_after(
+    log: list[tuple[Position, Origin]], region: str, cut: int
+) -> None:
+    before, after = log[:cut], log[cut:]
+    index = indexed(before)
+    index.retire(region, f"{region}#old")
+    for local, origin in before:  # replayed by a reader: still the retired name
+        index.append(local, origin)
+    for local, origin in after:
+        index.append(local, origin)
+    for local, origin in before:
+        expected = Origin(f"{region}#old", origin.position) if origin.region == region else origin
+        assert index.origin_of(local) == expected
+    for local, origin in after:
+        assert index.origin_of(local) == origin
+    again = OriginIndex.from_wire(json.loads(json.dumps(index.to_wire())))
+    assert [again.origin_of(p) for p, _ in log] == [index.origin_of(p) for p, _ in log]
+    reread = OriginIndex()
+    reread.keep_retirements(index.retirements())
+    for local, origin in log:
+        reread.append(local, origin)
+    assert [reread.origin_of(p) for p, _ in log] == [index.origin_of(p) for p, _ in log]

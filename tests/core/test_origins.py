@@ -193,3 +193,11 @@ def test_split_halves_merge_back_to_the_whole(acks: OriginAcks) -> None:
     assert messages(first) | messages(second) == messages(acks)
     assert first  # both carry something: repeated splits end
     assert second
+
+
+@given(batched_acks, st.sets(st.sampled_from(REGIONS)))
+def test_without_keeps_exactly_the_claims_about_other_regions(acks: OriginAcks, dropped: set[str]) -> None:
+    kept = acks.without(dropped)
+    assert kept == OriginAcks.of(kept.by_region, kept.partials)  # canonical
+    assert messages(kept) == {(origin, i) for origin, i in messages(acks) if origin.region not in dropped}
+    assert acks.without(()) is acks

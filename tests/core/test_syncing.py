@@ -544,3 +544,16 @@ def test_translating_above_what_was_claimed_adds_up_to_the_whole_translation(dat
         for p, origin in log:  # nothing at or below ``above`` is translated again
             if p <= above and origin.region != "a":
                 assert origin not in part.acks
+
+
+def test_entries_of_a_retired_incarnation_are_never_claimed() -> None:
+    index = OriginIndex()
+    for e in range(4):
+        index.append(Position(9, e), Origin("a", Position(5, e)))
+    index.retire("a", "a#old")
+    for e in range(4, 6):
+        index.append(Position(9, e), Origin("a", Position(5, e - 4)))  # the rebuilt a's 5:0, 5:1
+    cursor = AckState.of(Position(9, 5))
+    translated = to_origin_acks(index, cursor, local="b")
+    assert isinstance(translated, Translation)
+    assert translated.acks == OriginAcks.of({"a": [Span(5, 0, 1)]})

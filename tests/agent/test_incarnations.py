@@ -1,0 +1,194 @@
+"""Issue 17.2 against fake ports: a region wiped and rebuilt under its name hands out its old ledger ids
+again, so its new messages carry the origin coordinates of old ones. Claims about the old messages must not
+acknowledge the new ones, in the rebuilt region or elsewhere. The lab test proves the same on real regions
+(``integration_tests/test_region_rebuilt.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from geosync_agent.runtime import Now
+from geosync_core import envelopes
+from geosync_core.incarnations import Incarnation
+from geosync_core.indexing import OriginRun
+from geosync_core.origins import Origin, OriginAcks, Span
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from tests.agent.fakes import FakeRegion, Harness, message
+from tests.agent.test_runtime import A_LOG, B_LOG, CONTROL, NS, SUB, TOPIC, carry, deliver_b_copies
+
+OLD_A = Incarnation(1_000, "old")
+NEW_A = Incarnation(2_000, "new")
+B = Incarnation(500, "bee")
+NEW_COPIES = [Position(12, e) for e in range(6)]
+"""Region b's copies of the rebuilt a's first six messages, which a names 5:0..5 again."""
+
+
+def region(name: str, log: list[Position]) -> FakeRegion:
+    r = FakeRegion(name, {NS: ["a", "b"]}, topics={TOPIC: list(log)})
+    r.cursors[(TOPIC, SUB)] = AckState.of(Position(log[0].ledger, -1))
+    return r
+
+
+def start(r: FakeRegion, incarnation: Incarnation | None, *, clock: float = 1000.0) -> Harness:
+    h = Harness.build(r, incarnation=incarnation)
+    h.clock = clock  # an agent started later numbers its messages from a later wall clock
+    h.discover()
+    h.step()
+    return h
+
+
+def pair(a_inc: Incarnation | None, b_inc: Incarnation | None) -> tuple[Harness, Harness]:
+    """As ``test_runtime.pair``, each region with its own incarnation; a's consumer has acknowledged
+    5:0..5:2 and b applied it."""
+    a, b = region("a", A_LOG), region("b", B_LOG)
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
+    b.origin_runs[TOPIC] = [OriginRun(9, 0, len(B_LOG), "a", A_LOG[0])]
+    ha, hb = start(a, a_inc), start(b, b_inc)
+    for p in A_LOG:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    deliver_b_copies(hb)
+    for h in (ha, hb):
+        h.step()
+    carry(ha, hb)
+    carry(hb, ha)
+    ha.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
+    ha.step()
+    carry(ha, hb)
+    hb.step()
+    assert hb.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
+    carry(hb, ha)
+    return ha, hb
+
+
+def rebuild_a(hb: Harness, incarnation: Incarnation | None) -> Harness:
+    """Region a wiped and rebuilt: an empty topic whose first messages are again 5:0..5:5, an agent without
+    the old one's state. b's copies of them are not delivered yet (``new_copies_reach_b``)."""
+    a = region("a", A_LOG)
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
+    ha = start(a, incarnation, clock=hb.clock)
+    for p in A_LOG:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    ha.step()
+    ha.step(31.0)  # its first resync: its (empty) claims go out, with its incarnation
+    return ha
+
+
+def new_copies_reach_b(hb: Harness) -> None:
+    hb.region.topics[TOPIC].extend(NEW_COPIES)
+    hb.region.origin_runs[TOPIC].append(OriginRun(12, 0, len(NEW_COPIES), "a", A_LOG[0]))
+    for p, origin in zip(NEW_COPIES, A_LOG, strict=True):
+        stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}
+        hb.messaging.deliver(TOPIC, message(TOPIC, p, properties=stamp, producer="a-1-0"))
+    hb.step()
+    hb.step()
+
+
+def test_without_incarnations_claims_about_a_rebuilt_regions_old_messages_acknowledge_its_new_ones() -> None:
+    """The hazard itself (what agents without a ZooKeeper still do): b applies a's old claims to copies of
+    the rebuilt a's new messages, which no consumer received."""
+    _, hb = pair(None, None)
+    ha = rebuild_a(hb, None)
+    carry(ha, hb)
+    new_copies_reach_b(hb)
+    assert NEW_COPIES[0] in hb.region.cursors[(TOPIC, SUB)]
+
+
+def test_a_region_rebuilt_under_its_name_is_told_apart_from_what_it_was() -> None:
+    _, hb = pair(OLD_A, B)
+    assert hb.agent.incarnations.get("a") == OLD_A
+    assert hb.agent.subs[(TOPIC, SUB)].received.spans("a")
+    ha = rebuild_a(hb, NEW_A)
+    carry(ha, hb)
+    hb.step()
+    assert hb.agent.incarnations.get("a") == NEW_A
+    assert hb.agent.stats.counters["incarnations_changed"] == 1
+    state = hb.agent.subs[(TOPIC, SUB)]
+    assert not state.received.spans("a")
+    # b's entries of the old a are retired: named apart, never claimed.
+    index = hb.agent.topics[TOPIC].tail.index
+    assert index.origin_of(B_LOG[3]) == Origin("a#old", A_LOG[3])
+    new_copies_reach_b(hb)
+    assert index.origin_of(NEW_COPIES[0]) == Origin("a", A_LOG[0])
+    cursor = hb.region.cursors[(TOPIC, SUB)]
+    assert not any(p in cursor for p in NEW_COPIES)
+    assert B_LOG[2] in cursor  # what was acknowledged before stays so
+    # What b claims now says nothing about a's old messages, and is tagged with what b knows of a.
+    hb.step(31.0)
+    for data in hb.sent_on(CONTROL):
+        opened = envelopes.open_envelope(hb.agent.keys.keyring, data)
+        assert isinstance(opened, envelopes.Envelope)
+        assert envelopes.incarnations_of(opened) == {"a": NEW_A, "b": B}
+        decoded = envelopes.decode_ack_states(opened)
+        assert not isinstance(decoded, envelopes.Rejected)
+        assert all(not m.acks.spans("a") for m in decoded)
+    # The new a's consumer acknowledges its first new message: b follows that, and only that.
+    ha.region.consumer_acks(TOPIC, SUB, A_LOG[:1])
+    ha.step()
+    carry(ha, hb)
+    hb.step()
+    cursor = hb.region.cursors[(TOPIC, SUB)]
+    assert NEW_COPIES[0] in cursor
+    assert not any(p in cursor for p in NEW_COPIES[1:])
+
+
+def test_the_rebuilt_region_refuses_claims_made_before_the_rebuild() -> None:
+    """b has not heard from the new a yet when it resyncs: its claims about a's origins are tagged with the
+    old incarnation, and the new a takes none of them (they would acknowledge its new 5:0..5:2)."""
+    _, hb = pair(OLD_A, B)
+    ha = rebuild_a(hb, NEW_A)
+    hb.step(31.0)  # b's resync, still believing the old a
+    assert carry(hb, ha) >= 1
+    ha.step()
+    ha.step()
+    assert ha.agent.stats.counters["claims_stale_incarnation"] >= 1
+    assert ha.region.cursors[(TOPIC, SUB)] == AckState.of(Position(5, -1))
+
+
+def test_a_peer_that_speaks_of_incarnations_but_not_of_a_region_has_its_claims_about_it_refused() -> None:
+    """A sender that knows no incarnation of a holds claims made before it heard from a (a restart without
+    its checkpoint, say): a receiver that knows a's refuses those, and takes the rest."""
+    _, hb = pair(OLD_A, B)
+    claims = OriginAcks.of({"a": [Span(5, 0, 4)], "b": [Span(9, 0, 0)]})
+    state = envelopes.AckStateMessage(TOPIC, SUB, "c", claims)
+    taken = hb.agent._of_known_incarnations(state, {"c": Incarnation(7, "cee"), "b": B})
+    assert taken.acks == OriginAcks.of({"b": [Span(9, 0, 0)]})
+    untagged = hb.agent._of_known_incarnations(state, None)  # an agent from before incarnations
+    assert untagged.acks == claims
+
+
+def test_a_newer_incarnation_heard_of_from_a_third_region_is_taken_up() -> None:
+    _, hb = pair(OLD_A, B)
+    hb.agent._learn_incarnations({"c": Incarnation(7, "cee"), "a": NEW_A}, Now(hb.clock, hb.clock))
+    assert hb.agent.incarnations.get("a") == NEW_A
+    assert hb.agent.stats.counters["incarnations_changed"] == 1
+    # An older one changes nothing, and this region's own is never taken from a peer.
+    hb.agent._learn_incarnations({"a": OLD_A, "b": Incarnation(9_999, "forged")}, Now(hb.clock, hb.clock))
+    assert hb.agent.incarnations.get("a") == NEW_A
+    assert hb.agent.incarnations.get("b") == B
+    assert hb.agent.stats.counters["incarnations_changed"] == 1
+
+
+def test_a_checkpoint_of_another_incarnation_of_this_region_is_refused_and_one_of_this_one_restored() -> None:
+    _, hb = pair(OLD_A, B)
+    hb.agent._learn_incarnations({"a": NEW_A}, Now(hb.clock, hb.clock))
+    state = hb.agent.checkpoint()
+    again = start(region("b", B_LOG), B)
+    again.agent.restore(state, Now(again.clock, again.clock))
+    assert again.agent.incarnations.get("a") == NEW_A
+    assert again.agent.topics[TOPIC].tail.index.origin_of(B_LOG[3]) == Origin("a#old", A_LOG[3])
+    rebuilt = start(region("b", B_LOG), Incarnation(3_000, "bee2"))
+    with pytest.raises(ValueError, match="rebuilt"):
+        rebuilt.agent.restore(state, Now(rebuilt.clock, rebuilt.clock))
+
+
+def test_a_topic_read_again_keeps_the_old_incarnations_messages_retired() -> None:
+    _, hb = pair(OLD_A, B)
+    hb.agent._learn_incarnations({"a": NEW_A}, Now(hb.clock, hb.clock))
+    ts = hb.agent.topics[TOPIC]
+    ts.tail.stale, ts.tail.stale_reason = True, "test: read again"
+    hb.step()
+    deliver_b_copies(hb)
+    hb.step()
+    # (entries up to 9:2 every subscription acknowledged are forgotten, as before the rebuild)
+    assert hb.agent.topics[TOPIC].tail.index.origin_of(B_LOG[3]) == Origin("a#old", A_LOG[3])
