@@ -294,6 +294,9 @@ class Agent:
         """This region's incarnation (``geosync_core.incarnations``; None: no ZooKeeper, no guard)."""
         self.incarnations = Known({config.region: incarnation} if incarnation else {})
         """The newest incarnation known of each region (this one's own included)."""
+        self.announce_at: dict[str, float] = {}
+        """Per namespace, when (monotonic) its control topic is next told this region's incarnation if no
+        states went out meanwhile (``_announce``)."""
         self.allocator = allocator or Allocator()
         """The C allocator's settings; trimmed after each checkpoint (``geosync_agent.allocator``)."""
         self.keys = keys
@@ -1807,7 +1810,25 @@ class Agent:
                 for data in self._sealed(batch, now):
                     sends.append(fx.Publish(self._control_topic(namespace), data, "envelopes_published"))
                 self.stats.inc("states_published", len(batch))
+            self.announce_at[namespace] = now.mono + self.config.resync_interval_s
+        sends.extend(self._announce(now))
         self._perform(sends, now)
+
+    def _announce(self, now: Now) -> list[fx.Effect]:
+        """An envelope without states, for its incarnations alone, on each control topic no states went out on
+        for a resync interval (and at once after a start): a rebuilt region makes itself known before it has
+        anything to claim, so that its peers drop their claims about its old life before its new messages
+        reach them (agents before incarnations read it as an empty batch)."""
+        if self.incarnation is None:
+            return []
+        sends: list[fx.Effect] = []
+        for namespace in self.namespaces:
+            if now.mono < self.announce_at.get(namespace, 0.0):
+                continue
+            self.announce_at[namespace] = now.mono + self.config.resync_interval_s
+            for data in self._sealed([], now):
+                sends.append(fx.Publish(self._control_topic(namespace), data, "incarnation_announcements"))
+        return sends
 
     def _sealed(self, states: list[envelopes.AckStateMessage], now: Now) -> list[bytes]:
         """``states`` as signed control messages of at most MAX_ENVELOPE_BYTES each (see there); a single
@@ -2113,6 +2134,8 @@ class Agent:
         return {
             "region": self.config.region,
             "ready": self.ready,
+            "incarnation": None if self.incarnation is None else self.incarnation.to_wire(),
+            "incarnations": self.incarnations.to_wire(),
             "namespaces": sorted(self.namespaces),
             "topics": len(topics),
             "tracked_topics": sorted(t.tail.topic for t in topics),

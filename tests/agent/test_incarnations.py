@@ -192,3 +192,42 @@ def test_a_topic_read_again_keeps_the_old_incarnations_messages_retired() -> Non
     hb.step()
     # (entries up to 9:2 every subscription acknowledged are forgotten, as before the rebuild)
     assert hb.agent.topics[TOPIC].tail.index.origin_of(B_LOG[3]) == Origin("a#old", A_LOG[3])
+
+
+def test_a_region_with_nothing_to_claim_still_announces_its_incarnation_once_a_resync_interval() -> None:
+    """A rebuilt region knows no subscription yet: it makes itself known anyway, so that its peers drop their
+    claims about its old life before its new messages reach them."""
+    a = region("a", A_LOG)
+    del a.cursors[(TOPIC, SUB)]
+    ha = start(a, NEW_A)
+
+    def announcements() -> list[envelopes.Envelope]:
+        out = []
+        for data in ha.sent_on(CONTROL):
+            opened = envelopes.open_envelope(ha.agent.keys.keyring, data)
+            assert isinstance(opened, envelopes.Envelope)
+            assert envelopes.decode_ack_states(opened) == []
+            assert envelopes.incarnations_of(opened) == {"a": NEW_A}
+            out.append(opened)
+        ha.messaging.producers[CONTROL].sent.clear()
+        return out
+
+    assert len(announcements()) == 1
+    ha.step(10.0)
+    assert announcements() == []
+    ha.step(25.0)
+    assert len(announcements()) == 1
+    _, hb = pair(OLD_A, B)
+    ha.step(31.0)
+    carry(ha, hb)
+    hb.step()
+    assert hb.agent.incarnations.get("a") == NEW_A
+    assert not hb.agent.subs[(TOPIC, SUB)].received.spans("a")
+
+
+def test_an_agent_without_an_incarnation_announces_nothing() -> None:
+    a = region("a", A_LOG)
+    del a.cursors[(TOPIC, SUB)]
+    ha = start(a, None)
+    ha.step(31.0)
+    assert ha.sent_on(CONTROL) == []
