@@ -1,28 +1,172 @@
 """A region rebuilt under its name (issue 17.2), on the shared lab: the lab's ``rebuild_region`` wipes a
 region's data and boots it again with the same name and ports, the way an operator replaces a region.
 
-What makes it dangerous for GeoSync: the rebuilt region's ledger ids start again from 0, so positions it
-publishes at repeat positions it published before (and other regions may still hold claims about those).
-This module proves the lab reproduces that; the guard against old claims is issue 17.2's remaining work.
+What makes it dangerous: the rebuilt region's ledger ids start again, so the origin coordinates of its new
+messages repeat those of old ones, and the other regions still hold claims about the old ones (a consumer in
+the old region acknowledged them). Applied to the new messages, those claims would acknowledge messages no
+consumer received. The test makes the collision certain: the rebuilt region's ledger-id counter (in its
+ZooKeeper) is moved to a ledger the old region's consumer acknowledged messages of, and the topic is
+unloaded there until its ledger is one of those. Then nobody acknowledges the new messages, and a failover
+to every region must deliver all of them.
 """
 
 from __future__ import annotations
 
 import pathlib
+import random
+import time
+from typing import Any
 
+import pulsar
+import pytest
+import requests
+from kazoo.client import KazooClient
+
+from geosync_adapters import messaging
+from geosync_adapters.admin import AdminClient
 from geosync_lab import labs
-from integration_tests.helpers import Lab, produce, read_all
+from integration_tests.helpers import (
+    Lab,
+    assert_exact,
+    consume_all,
+    produce,
+    produce_batched,
+    read_all,
+    wait_for,
+)
+from integration_tests.test_batch_failover import wait_applied
+
+pytestmark = pytest.mark.lab
+IDGEN = "/ledgers/idgen"
+"""Where the region's metadata store hands out ledger ids: a child's sequence number is the next id."""
 
 
-def test_a_rebuilt_region_comes_back_under_its_name_with_ledger_ids_from_zero(lab: Lab, unique: str) -> None:
+def agent_state(lab: Lab, region: str) -> dict[str, Any]:
+    try:
+        return dict(requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json())
+    except (requests.RequestException, ValueError):
+        return {}
+
+
+def ack_in_ledgers(
+    lab: Lab, topic: str, sub: str, rounds: int, rng: random.Random
+) -> tuple[set[str], set[str], set[int]]:
+    """In c, ``rounds`` times: publish 40 batched messages, let a consumer acknowledge about 60 % of them at
+    random (batch-index acknowledgements), and unload the topic so the next round writes a new ledger.
+    Returns every payload, the acknowledged ones, and the ledgers holding acknowledged messages."""
+    everything: set[str] = set()
+    acked: set[str] = set()
+    ledgers: set[int] = set()
+    admin = AdminClient(lab.topology.regions["c"].admin_url)
+    for r in range(rounds):
+        payloads = [f"old{r}-{i}" for i in range(40)]
+        everything.update(payloads)
+        produce_batched(lab.service_url("c"), topic, payloads, batch=10)
+        with messaging.client(lab.service_url("c")) as client:
+            consumer = client.subscribe(
+                topic,
+                sub,
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=pulsar.InitialPosition.Earliest,
+                batch_index_ack_enabled=True,
+            )
+            for _ in payloads:
+                msg = consumer.receive(timeout_millis=30000)
+                if rng.random() < 0.6:
+                    consumer.acknowledge(msg)
+                    acked.add(msg.data().decode())
+                    ledgers.add(msg.message_id().ledger_id())
+            time.sleep(0.5)  # the client's grouped acknowledgements go out
+            consumer.close()
+        admin.put(f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/unload")
+    return everything, acked, ledgers
+
+
+def current_ledger(admin: AdminClient, topic: str) -> int | None:
+    try:
+        ledgers = admin.internal_stats(topic).get("ledgers") or []
+    except Exception:
+        return None
+    return int(ledgers[-1]["ledgerId"]) if ledgers else None
+
+
+def move_topic_to_ledger(lab: Lab, topic: str, targets: set[int]) -> int:
+    """Make region c's ``topic`` write to one of ``targets`` (ledger ids): move c's ledger-id counter just
+    below one, unload the topic there (it opens a new ledger), and try again with a later one if something
+    else took that id first. The ledger it writes to."""
+    admin = AdminClient(lab.topology.regions["c"].admin_url)
+    zk = KazooClient(hosts=lab.topology.regions["c"].zookeeper)
+    zk.start(timeout=15)
+    try:
+        for _ in range(12):
+            ledger = current_ledger(admin, topic)
+            if ledger in targets:
+                return ledger
+            later = sorted(t for t in targets if ledger is None or t > ledger)
+            if not later:
+                break
+            while True:
+                path = zk.create(f"{IDGEN}/geosync-test-", b"", sequence=True)
+                zk.delete(path)
+                if int(path.rsplit("-", 1)[1]) >= later[0] - 2:
+                    break
+            admin.put(f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/unload")
+            produce(lab.service_url("c"), topic, [])  # loads it again (a new ledger)
+            wait_for(lambda: current_ledger(admin, topic) is not None, timeout_s=30, what="the topic in c")
+    finally:
+        zk.stop()
+    raise AssertionError(f"could not make c's {topic} write to any of ledgers {sorted(targets)}")
+
+
+def test_claims_about_a_rebuilt_regions_old_messages_never_acknowledge_its_new_ones(
+    lab: Lab, unique: str
+) -> None:
     if "c" not in lab.topology.regions:
         raise AssertionError("this test needs a lab with region c (geoctl lab up --regions a,b,c)")
-    before, after = f"persistent://geo/abc/before-{unique}", f"persistent://geo/abc/after-{unique}"
-    (_, old), *_ = produce(lab.service_url("c"), before, [b"old"])
-    labs.rebuild_region(pathlib.Path(lab.dir), "c")
-    labs.start_agent(pathlib.Path(lab.dir), "c")
-    labs.wait_agent_ready(pathlib.Path(lab.dir), "c")
-    (_, new), *_ = produce(lab.service_url("c"), after, [b"new"])
-    assert new.ledger < old.ledger  # the rebuilt region's ledger ids start again
-    got = read_all(lab.service_url("a"), after, expect=1)  # and it replicates again
-    assert [m.data for m in got] == [b"new"]
+    d = pathlib.Path(lab.dir)
+    topic, sub = f"persistent://geo/abc/rebuilt-{unique}", f"rebuilt-{unique}"
+    for region in ("a", "b", "c"):  # the subscription starts with the traffic, in every region
+        with messaging.client(lab.service_url(region)) as client:
+            client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest).close()
+    started = time.time()
+    old, acked, ledgers = ack_in_ledgers(lab, topic, sub, rounds=4, rng=random.Random(unique))
+    old_incarnation = agent_state(lab, "c").get("incarnation")
+    assert old_incarnation, "c's agent has no incarnation (no ZooKeeper?)"
+    for region in ("a", "b"):  # they applied c's acknowledgements, and hold c's claims: what could go wrong
+        wait_applied(lab, region, topic, sub, after=started, nothing_pending=True)
+
+    labs.rebuild_region(d, "c")
+    labs.start_agent(d, "c")
+    labs.wait_agent_ready(d, "c")
+    new_incarnation = agent_state(lab, "c").get("incarnation")
+    assert new_incarnation
+    assert new_incarnation != old_incarnation
+    assert new_incarnation[0] >= old_incarnation[0]
+
+    def learned() -> bool:
+        return all(
+            agent_state(lab, r).get("incarnations", {}).get("c") == new_incarnation for r in ("a", "b")
+        )
+
+    wait_for(learned, timeout_s=90, what="a and b to learn c's new incarnation")
+    ledger = move_topic_to_ledger(lab, topic, ledgers)
+    assert ledger in ledgers
+
+    new = [f"new-{i}" for i in range(40)]
+    produce_batched(lab.service_url("c"), topic, new, batch=10)
+    for region in ("a", "b"):  # replicated
+        copies = read_all(
+            lab.service_url(region), topic, expect=len(new), match=lambda m: m.data.startswith(b"new-")
+        )
+        assert len(copies) == len(new), f"{region} received {len(copies)} of c's new messages"
+    time.sleep(5.0)  # rounds in which old claims, were they still held, would be applied to the copies
+    for region in ("a", "b"):
+        counters = agent_state(lab, region).get("counters") or {}
+        assert counters.get("incarnations_changed", 0) >= 1, f"{region}: {counters}"
+        got = consume_all(lab.service_url(region), topic, sub, batch_index_acks=True)
+        assert_exact(got, old | set(new), acked, region)
+    got = consume_all(lab.service_url("c"), topic, sub, batch_index_acks=True)
+    assert_exact(got, set(new), set(), "c (rebuilt)")
+    after = f"persistent://geo/abc/after-{unique}"  # the rebuilt region replicates its other topics too
+    produce(lab.service_url("c"), after, [b"after"])
+    assert [m.data for m in read_all(lab.service_url("a"), after, expect=1)] == [b"after"]
