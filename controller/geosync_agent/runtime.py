@@ -1387,6 +1387,8 @@ class Agent:
             runs += ts.tail.index.retire(region, retired)
             ts.tail.version += 1
         for state in self.subs.values():
+            if not any(_mentions(acks, region) for acks in (state.received, state.published)):
+                continue
             state.received = state.received.without([region])
             state.published = state.translated = None
             state.claimed_to = BEFORE_ALL
@@ -2188,6 +2190,10 @@ class Agent:
                 if s.exists and (self.ownership is None or s.topic in self.topics)
             ],
         }
+
+
+def _mentions(acks: OriginAcks | None, region: str) -> bool:
+    return acks is not None and bool(acks.spans(region) or acks.partials_of(region))
 
 
 def _claim_size(acks: OriginAcks | None) -> int:
