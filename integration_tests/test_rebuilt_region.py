@@ -38,7 +38,7 @@ from integration_tests.test_batch_failover import wait_applied
 
 pytestmark = pytest.mark.lab
 IDGEN = "/ledgers/idgen"
-"""Where the region's metadata store hands out ledger ids: a child's sequence number is the next id."""
+"""Where the region's metadata store hands out ledger ids (Pulsar's ``PulsarLedgerIdGenerator``)."""
 
 
 def agent_state(lab: Lab, region: str) -> dict[str, Any]:
@@ -90,6 +90,20 @@ def current_ledger(admin: AdminClient, topic: str) -> int | None:
     return int(ledgers[-1]["ledgerId"]) if ledgers else None
 
 
+def next_id_will_be(zk: KazooClient, target: int) -> None:
+    """Move the ledger-id counter so that the next ledger created gets id ``target`` (if nothing else takes
+    it first). The id is the sequence number of a node created under IDGEN, which counts every creation and
+    deletion of its children; Pulsar creates one and deletes it per ledger."""
+    while True:
+        path = zk.create(f"{IDGEN}/geosync-test-", b"", sequence=True)
+        seq = int(path.rsplit("-", 1)[1])
+        if seq + 1 == target:
+            return  # left in place: the counter stands at target
+        zk.delete(path)
+        if seq + 2 >= target:
+            return
+
+
 def move_topic_to_ledger(lab: Lab, topic: str, targets: set[int]) -> int:
     """Make region c's ``topic`` write to one of ``targets`` (ledger ids): move c's ledger-id counter just
     below one, unload the topic there (it opens a new ledger), and try again with a later one if something
@@ -105,11 +119,7 @@ def move_topic_to_ledger(lab: Lab, topic: str, targets: set[int]) -> int:
             later = sorted(t for t in targets if ledger is None or t > ledger)
             if not later:
                 break
-            while True:
-                path = zk.create(f"{IDGEN}/geosync-test-", b"", sequence=True)
-                zk.delete(path)
-                if int(path.rsplit("-", 1)[1]) >= later[0] - 2:
-                    break
+            next_id_will_be(zk, later[0])
             admin.put(f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/unload")
             produce(lab.service_url("c"), topic, [])  # loads it again (a new ledger)
             wait_for(lambda: current_ledger(admin, topic) is not None, timeout_s=30, what="the topic in c")
