@@ -1378,8 +1378,8 @@ class Agent:
     def _region_rebuilt(self, region: str, old: Incarnation, new: Incarnation, now: Now) -> None:
         """``region`` was wiped and rebuilt under its name: its new messages reuse the origin coordinates of
         its old ones. Every claim held about its origins speaks of the old ones, and every entry indexed so
-        far with an origin there is an old one: the claims are dropped (received and published: the claims
-        published next are translated afresh) and the entries retired (no claim reaches them any more)."""
+        far with an origin there is an old one: both are renamed to the old incarnation's retired name, so
+        the old claims go on reaching the old messages (every region renames alike) and never the new ones."""
         self.stats.inc("incarnations_changed")
         retired = incarnations.retired(region, old)
         runs = 0
@@ -1389,35 +1389,36 @@ class Agent:
         for state in self.subs.values():
             if not any(_mentions(acks, region) for acks in (state.received, state.published)):
                 continue
-            state.received = state.received.without([region])
-            state.published = state.translated = None
-            state.claimed_to = BEFORE_ALL
-            state.planned = None
+            state.received = state.received.renamed(region, retired)
+            if state.published is not None:
+                state.published = state.published.renamed(region, retired)
+            state.translated = state.planned = None
         log.warning(
-            "region %s was rebuilt (incarnation %s, was %s): dropped every claim about its old messages and "
-            "retired %d index runs of them; messages it sent before are no longer synced (a failover may "
-            "deliver them again)",
+            "region %s was rebuilt (incarnation %s, was %s): its old messages (%d index runs here) and the "
+            "claims about them now go by %s, apart from its new ones",
             region,
             new,
             old,
             runs,
+            retired,
         )
 
     def _of_known_incarnations(
         self, message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None
     ) -> envelopes.AckStateMessage:
-        """``message`` less its claims about the origins of regions whose incarnation its sender does not
-        know to be the newest (made before a rebuild: they would name new messages)."""
+        """``message`` with its claims about regions whose incarnation its sender does not know to be the
+        newest made about the incarnation it knows (the retired name), or dropped if it knows none (made
+        before it heard from that region: of an incarnation nobody can tell)."""
         regions = {*message.acks.regions, *(r for r, _ in message.acks.partials)}
-        stale = [
-            r
-            for r in regions
-            if self.incarnations.stale(r, None if tags is None else tags.get(r), tagged=tags is not None)
-        ]
-        if not stale:
+        acks = message.acks
+        for r in sorted(regions):
+            tag = None if tags is None else tags.get(r)
+            if self.incarnations.stale(r, tag, tagged=tags is not None):
+                acks = acks.without([r]) if tag is None else acks.renamed(r, incarnations.retired(r, tag))
+        if acks is message.acks:
             return message
         self.stats.inc("claims_stale_incarnation")
-        return replace(message, acks=message.acks.without(stale))
+        return replace(message, acks=acks)
 
     def _take_claims(self, message: envelopes.AckStateMessage, now: Now) -> None:
         if not wanted(self.config, message.topic, message.subscription):

@@ -8,11 +8,13 @@ consumed. An incarnation tells the two apart.
 
 Each region's agent keeps its region's incarnation in the region's own ZooKeeper (created once, the first
 time an agent of the region starts; wiped with the region), and every control envelope it sends carries its
-own incarnation and those it knows of the other regions. Claims about a region's origins are only taken when
-the sender speaks of the incarnation the receiver knows; when a receiver learns a newer incarnation of a
-region, it drops every claim it holds about that region's origins and retires its index entries of them
-(those messages keep their place in the log, but no claim reaches them any more: a failover may deliver
-them again, it cannot lose them).
+own incarnation and those it knows of the other regions. When a receiver learns a newer incarnation of a
+region, it renames the region in every claim it holds and in every index entry it has of the region's origins
+to the old incarnation's retired name (``retired``): the same in every region, so claims about the old
+messages go on reaching them (a failover of them stays exact) and never reach the new ones. Claims a sender
+makes about an incarnation older than the newest known are taken as claims about that one's retired name;
+claims about a region from a sender that speaks of incarnations but knows none of that region's are dropped
+(nobody can tell which life they speak of).
 
 Incarnations are ordered by creation time (wall clock, milliseconds), then id: a region is rebuilt after it
 was first built, so the newer one is the greater one. Two incarnations created in the same millisecond are
@@ -28,7 +30,8 @@ Invariants:
 * ``Known.stale(region, tag)`` is true exactly when the region is known and ``tag`` is an older incarnation
   of it, or ``tag`` is missing while the sender speaks of incarnations at all (a sender that knows none of
   a region's incarnations holds claims made before it heard from that region);
-* ``retired(region, i)`` is never a region name Pulsar accepts (it holds ``#``), so claims never name it.
+* ``retired(region, i)`` is never a region name Pulsar accepts (it holds ``#``), so it never names a live
+  region's messages.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ Invariants:
 * ``merge`` is the set union at message level: spans united, bitsets OR'ed, commutative, associative,
   idempotent and monotone (it never drops a claim);
 * ``without(regions)`` is canonical and holds exactly the claims about the other regions;
+  ``renamed(r, name)`` holds the same messages, those of ``r`` as ``name``'s;
 * ``origin in acks`` and ``count()`` speak of whole entries; ``acks_message(origin, index)`` of messages.
 """
 
@@ -217,6 +218,15 @@ class OriginAcks:
         return OriginAcks._trusted(
             tuple(item for item in self.by_region if item[0] not in drop),
             tuple(item for item in self.partials if item[0] not in drop),
+        )
+
+    def renamed(self, region: str, name: str) -> OriginAcks:
+        """These claims with those about ``region``'s origins made about ``name``'s (a region rebuilt under
+        its name: claims about its old life name its retired incarnation from then on)."""
+        if not (self.spans(region) or self.partials_of(region)):
+            return self
+        return self.without([region]).merge(
+            OriginAcks.of({name: self.spans(region)}, {name: self.partials_of(region)})
         )
 
     def split(self) -> tuple[OriginAcks, OriginAcks]:

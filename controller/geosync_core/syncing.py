@@ -17,8 +17,8 @@ Invariants:
 * translation claims exactly what the cursor acknowledged among indexed entries, message by message:
   ``to_origin_acks(index, cursor).acks`` claims ``(origin, i)`` iff a local entry indexed with that origin
   has message ``i`` acknowledged in ``cursor`` (whole entries as spans, partly acknowledged ones as
-  partials); entries the index does not cover are never claimed, nor are entries indexed under a
-  retired incarnation of their region (``indexing.OriginIndex.retire``);
+  partials); entries the index does not cover are never claimed (entries of a region's retired
+  incarnation are claimed under its retired name, ``indexing.OriginIndex.retire``);
 * JOINED LOCAL SPANS: with ``local`` (the translating region), a span of the region's own messages also
   covers the entries between them that the index names as copies from elsewhere. Origin ``(local, p)``
   then names no message at all (``p`` holds another region's message), so the claim says nothing more,
@@ -44,7 +44,6 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from geosync_core import incarnations
 from geosync_core.batches import BatchAcks, Batches
 from geosync_core.indexing import OriginIndex, Run
 from geosync_core.origins import OriginAcks, Span
@@ -104,13 +103,7 @@ def to_origin_acks(
         origin = index.origin_of(p)
         if origin is not None:
             partials.append((origin.region, [(origin.position, acks)]))
-    claims = OriginAcks.of(((region, [span]) for region, span in spans), partials)
-    return Translation(claims.without(_retired_in(claims)), first, last)
-
-
-def _retired_in(acks: OriginAcks) -> list[str]:
-    """Regions of entries indexed under an incarnation since rebuilt: never claimed."""
-    return [r for r in (*acks.regions, *(r for r, _ in acks.partials)) if incarnations.is_retired(r)]
+    return Translation(OriginAcks.of(((region, [span]) for region, span in spans), partials), first, last)
 
 
 def _joined_spans(

@@ -105,6 +105,7 @@ def test_a_region_rebuilt_under_its_name_is_told_apart_from_what_it_was() -> Non
     assert hb.agent.stats.counters["incarnations_changed"] == 1
     state = hb.agent.subs[(TOPIC, SUB)]
     assert not state.received.spans("a")
+    assert state.received.spans("a#old") == (Span(5, 0, 2),)  # the old claims, about the old messages
     # b's entries of the old a are retired: named apart, never claimed.
     index = hb.agent.topics[TOPIC].tail.index
     assert index.origin_of(B_LOG[3]) == Origin("a#old", A_LOG[3])
@@ -122,6 +123,7 @@ def test_a_region_rebuilt_under_its_name_is_told_apart_from_what_it_was() -> Non
         decoded = envelopes.decode_ack_states(opened)
         assert not isinstance(decoded, envelopes.Rejected)
         assert all(not m.acks.spans("a") for m in decoded)
+        assert any(m.acks.spans("a#old") for m in decoded)
     # The new a's consumer acknowledges its first new message: b follows that, and only that.
     ha.region.consumer_acks(TOPIC, SUB, A_LOG[:1])
     ha.step()

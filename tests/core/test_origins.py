@@ -201,3 +201,11 @@ def test_without_keeps_exactly_the_claims_about_other_regions(acks: OriginAcks, 
     assert kept == OriginAcks.of(kept.by_region, kept.partials)  # canonical
     assert messages(kept) == {(origin, i) for origin, i in messages(acks) if origin.region not in dropped}
     assert acks.without(()) is acks
+
+
+@given(batched_acks, st.sampled_from(REGIONS))
+def test_renamed_claims_the_same_messages_under_the_new_name(acks: OriginAcks, region: str) -> None:
+    renamed = acks.renamed(region, "x#1")
+    assert renamed == OriginAcks.of(renamed.by_region, renamed.partials)  # canonical
+    assert renamed.without(["x#1"]) == acks.without([region])  # the others untouched
+    assert renamed.renamed("x#1", region) == acks  # nothing lost or added on the way

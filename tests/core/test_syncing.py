@@ -546,7 +546,7 @@ def test_translating_above_what_was_claimed_adds_up_to_the_whole_translation(dat
                 assert origin not in part.acks
 
 
-def test_entries_of_a_retired_incarnation_are_never_claimed() -> None:
+def test_entries_of_a_retired_incarnation_are_claimed_under_its_retired_name_only() -> None:
     index = OriginIndex()
     for e in range(4):
         index.append(Position(9, e), Origin("a", Position(5, e)))
@@ -556,4 +556,4 @@ def test_entries_of_a_retired_incarnation_are_never_claimed() -> None:
     cursor = AckState.of(Position(9, 5))
     translated = to_origin_acks(index, cursor, local="b")
     assert isinstance(translated, Translation)
-    assert translated.acks == OriginAcks.of({"a": [Span(5, 0, 1)]})
+    assert translated.acks == OriginAcks.of({"a": [Span(5, 0, 1)], "a#old": [Span(5, 0, 3)]})
