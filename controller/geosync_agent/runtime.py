@@ -248,6 +248,9 @@ class TopicState:
     poll: pacing.PollState = field(default_factory=pacing.PollState)
     tracked_at: float = 0.0
     """Monotonic time tracking started: a discovery pass begun before it may not list the topic yet."""
+    ledger: int | None = None
+    """The ledger the topic wrote to at the last poll: another one means it was loaded again (or rolled
+    over), and Pulsar 4.0.8 forgets the batch indexes of partly acknowledged entries on a reload."""
 
 
 @dataclass
@@ -1548,13 +1551,15 @@ class Agent:
             if internal is None:
                 continue
             self.stats.inc("cursor_polls")
+            reloaded = self._reloaded(self.topics[topic], internal)
             cursors = {
                 name: AckState.parse(
                     str(raw["markDeletePosition"]), str(raw.get("individuallyDeletedMessages") or "[]")
                 )
                 for name, raw in (internal.get("cursors") or {}).items()
             }
-            self._observe(topic, by_topic[topic], cursors, force=topic in resync, now=now, polled=True)
+            states, force = by_topic[topic], topic in resync
+            self._observe(topic, states, cursors, force=force, now=now, polled=True, reloaded=reloaded)
         if unreachable:
             self.stats.inc("polls_owner_unreachable", len(unreachable))
             log.warning(
@@ -1564,6 +1569,22 @@ class Agent:
                 STALLED_S,
             )
         self._flush_states(now)
+
+    def _reloaded(self, ts: TopicState, internal: dict[str, Any]) -> bool:
+        """Whether the topic writes to another ledger than at the last poll: it was unloaded and loaded again
+        (a bundle moved, a broker restarted) or rolled over. Either way the batch indexes its cursors showed
+        are not trusted any more: Pulsar 4.0.8 forgets those of partly acknowledged entries on a reload, and a
+        poll cannot see them (a roll-over only costs writing them again)."""
+        ledgers = internal.get("ledgers") or []
+        try:
+            ledger = int(ledgers[-1]["ledgerId"]) if ledgers else None
+        except (KeyError, TypeError, ValueError):
+            return False
+        reloaded = ts.ledger is not None and ledger is not None and ledger != ts.ledger
+        ts.ledger = ledger if ledger is not None else ts.ledger
+        if reloaded:
+            self.stats.inc("topics_reloaded")
+        return reloaded
 
     def _internal_stats(self, topic: str) -> dict[str, Any] | adm.OwnerUnreachable | None:
         try:
@@ -1677,10 +1698,12 @@ class Agent:
         force: bool,
         now: Now,
         polled: bool,
+        reloaded: bool = False,
     ) -> None:
         """Take ``topic``'s cursors (name -> state) and publish what changed; after a poll, schedule the
         next one. A poll cannot see batch indexes: it keeps the partly acknowledged batches the feed or a
-        write last reported above the polled mark-delete (acknowledgements are never taken back)."""
+        write last reported above the polled mark-delete (acknowledgements are never taken back), unless the
+        topic was ``reloaded`` since: then none are taken as acknowledged, and the claims write them again."""
         changed = False
         moved: list[Subscription] = []
         for state in states:
@@ -1694,11 +1717,14 @@ class Agent:
             if (
                 polled
                 and not rewound  # a rewind cleared the batch indexes acknowledged before it
+                and not reloaded  # Pulsar may have forgotten them
                 and state.cursor is not None
                 and state.cursor.batches
                 and cursor.mark_delete >= state.cursor.mark_delete  # not reset backwards by someone
             ):
                 cursor = cursor.ack_batches(state.cursor.batches)
+            if reloaded:
+                state.planned = None  # planned from what the broker may have forgotten: write it again
             if cursor != state.cursor:
                 changed = True
                 moved.append(state)

@@ -67,6 +67,8 @@ class FakeRegion:
     not_loaded: set[str] = field(default_factory=set)
     """Topics the plugin's cursor writes answer ``not_loaded`` for (moved to another broker)."""
     owner_dead: set[str] = field(default_factory=set)
+    writing_to: dict[str, int] = field(default_factory=dict)
+    """The ledger a topic writes to, as internal stats show it (default: its last entry's ledger)."""
     """Topics whose admin calls are redirected to an owner that does not answer (it died)."""
 
     # discovery
@@ -101,6 +103,7 @@ class FakeRegion:
         self.calls.append(("internal_stats", topic))
         if topic in self.owner_dead:
             raise adm.OwnerUnreachable(f"GET {topic}/internalStats: redirected to a dead owner")
+        log = self.topics.get(topic) or [Position(0, 0)]
         return {
             "cursors": {
                 name: {
@@ -109,8 +112,18 @@ class FakeRegion:
                 }
                 for (t, name), c in self.cursors.items()
                 if t == topic
-            }
+            },
+            "ledgers": [{"ledgerId": self.writing_to.get(topic, log[-1].ledger)}],
         }
+
+    def reload(self, topic: str) -> None:
+        """The topic is unloaded and loaded again: it writes to a new ledger, and (Pulsar 4.0.8) its cursors
+        forget the batch indexes of partly acknowledged entries."""
+        log = self.topics.get(topic) or [Position(0, 0)]
+        self.writing_to[topic] = self.writing_to.get(topic, log[-1].ledger) + 100
+        for key, cursor in self.cursors.items():
+            if key[0] == topic:
+                self.cursors[key] = AckState.of(cursor.mark_delete, cursor.ranges)
 
     def create_topic(self, topic: str) -> bool:
         self.calls.append(("create_topic", topic))

@@ -118,6 +118,24 @@ def test_a_poll_keeps_the_batch_indexes_the_feed_reported() -> None:
     assert cursor.batch(A_LOG[0]) == BatchAcks.of(SIZE, [3])
 
 
+def test_batch_indexes_a_reload_made_the_broker_forget_are_written_again() -> None:
+    """Pulsar 4.0.8 forgets the batch indexes of partly acknowledged entries when a topic is unloaded; b's
+    agent sees the topic write to another ledger at its next poll, stops trusting the indexes it wrote, and
+    writes them again from the claims it holds."""
+    a, b = batched_pair()
+    a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[1], SIZE, 0, 2)
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)].batch(B_LOG[1]) == BatchAcks.of(SIZE, [0, 2])
+    b.region.reload(TOPIC)
+    assert b.region.cursors[(TOPIC, SUB)].batch(B_LOG[1]) is None
+    for _ in range(8):  # polls and a resync come round
+        b.step(5.0)
+    assert b.agent.stats.counters["topics_reloaded"] == 1
+    assert b.region.cursors[(TOPIC, SUB)].batch(B_LOG[1]) == BatchAcks.of(SIZE, [0, 2])
+
+
 def test_batch_sizes_and_keys_come_from_every_message_of_the_entry() -> None:
     a, _ = batched_pair()
     tail = a.agent.topics[TOPIC].tail
