@@ -29,9 +29,8 @@ from click.testing import CliRunner
 
 from geoctl.cli import main
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient
 from geosync_lab import labs
-from integration_tests.helpers import Lab, assert_exact, consume_all, produce_batched, wait_for
+from integration_tests.helpers import Lab, consume_all, produce_batched, wait_for
 from integration_tests.test_exact_sync import cursor_path  # noqa: F401  (module-scoped fixture)
 
 pytestmark = pytest.mark.lab
@@ -250,27 +249,3 @@ def test_chunked_messages_fail_over_as_far_as_pulsar_replicates_them(lab: Lab, u
         assert sorted(got) == sorted(skip)
     else:
         assert sorted(got) == sorted(smalls), f"b holds {entries['b']} of a's {entries['a']} entries"
-
-
-def test_batch_indexes_pulsar_forgets_on_an_unload_are_written_again(lab: Lab, unique: str) -> None:
-    """Pulsar 4.0.8 forgets the batch indexes of partly acknowledged entries when a topic is unloaded (a
-    bundle moved, a broker restarted), those the agent wrote as well as a consumer's. b's agent sees the
-    topic write to another ledger at its next poll and writes them again from the claims it holds, so a
-    failover after the unload is still exact."""
-    topic, sub = f"persistent://geo/ab/reloaded-{unique}", f"reloaded-{unique}"
-    with messaging.client(lab.service_url("a")) as c:
-        c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
-    payloads = {r: [f"{r}{i}" for i in range(100)] for r in ("a", "b")}
-    for region, sent in payloads.items():
-        produce_batched(lab.service_url(region), topic, sent, batch=10)
-    everything = set(payloads["a"]) | set(payloads["b"])
-    started = time.time()
-    acked, _ = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.6, seed=unique)
-    wait_applied(lab, "b", topic, sub, after=started, nothing_pending=True)
-    before = (synced_entry(lab, "b", topic, sub) or {}).get("last_applied_at") or 0.0
-    b_admin = AdminClient(lab.topology.regions["b"].admin_url)
-    b_admin.put(f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/unload")
-    unloaded = time.time()
-    wait_applied(lab, "b", topic, sub, after=max(unloaded, before + 0.001), nothing_pending=True)
-    got = consume_all(lab.service_url("b"), topic, sub, batch_index_acks=True)
-    assert_exact(got, everything, acked, "b after an unload")

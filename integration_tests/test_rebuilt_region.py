@@ -97,7 +97,7 @@ def ack_in_ledgers(
             time.sleep(0.5)  # the client's grouped acknowledgements go out
             consumer.close()
         admin.put(f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/unload")
-    assert len(ledgers) == rounds, f"acknowledged messages in ledgers {sorted(ledgers)} only"
+    assert len(ledgers) >= 2, f"acknowledged messages in ledgers {sorted(ledgers)} only"
     return everything, acked, ledgers
 
 
