@@ -1390,7 +1390,10 @@ class Agent:
             runs += ts.tail.index.retire(region, retired)
             ts.tail.version += 1
         for state in self.subs.values():
-            if not any(_mentions(acks, region) for acks in (state.received, state.published)):
+            if not any(
+                acks is not None and region in acks.origin_regions
+                for acks in (state.received, state.published)
+            ):
                 continue
             state.received = state.received.renamed(region, retired)
             if state.published is not None:
@@ -1412,9 +1415,8 @@ class Agent:
         """``message`` with its claims about regions whose incarnation its sender does not know to be the
         newest made about the incarnation it knows (the retired name), or dropped if it knows none (made
         before it heard from that region: of an incarnation nobody can tell)."""
-        regions = {*message.acks.regions, *(r for r, _ in message.acks.partials)}
         acks = message.acks
-        for r in sorted(regions):
+        for r in sorted(message.acks.origin_regions):
             tag = None if tags is None else tags.get(r)
             if self.incarnations.stale(r, tag, tagged=tags is not None):
                 acks = acks.without([r]) if tag is None else acks.renamed(r, incarnations.retired(r, tag))
@@ -2217,10 +2219,6 @@ class Agent:
                 if s.exists and (self.ownership is None or s.topic in self.topics)
             ],
         }
-
-
-def _mentions(acks: OriginAcks | None, region: str) -> bool:
-    return acks is not None and bool(acks.spans(region) or acks.partials_of(region))
 
 
 def _claim_size(acks: OriginAcks | None) -> int:

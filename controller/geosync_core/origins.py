@@ -168,6 +168,11 @@ class OriginAcks:
         """The regions with whole-entry claims (see ``partials`` for the others)."""
         return tuple(r for r, _ in self.by_region)
 
+    @property
+    def origin_regions(self) -> frozenset[str]:
+        """Every region some claim is about, whole entries or part of one."""
+        return frozenset((*self.regions, *(r for r, _ in self.partials)))
+
     def __contains__(self, origin: Origin) -> bool:
         """Whether every message of the origin entry is claimed."""
         return _covers(self.spans(origin.region), origin.position)
@@ -213,7 +218,7 @@ class OriginAcks:
         """These claims less every claim about origins of ``regions`` (a region rebuilt under its name: its
         old origins name other messages than its new ones)."""
         drop = set(regions)
-        if not drop.intersection(self.regions) and not any(r in drop for r, _ in self.partials):
+        if drop.isdisjoint(self.origin_regions):
             return self
         return OriginAcks._trusted(
             tuple(item for item in self.by_region if item[0] not in drop),
@@ -223,7 +228,7 @@ class OriginAcks:
     def renamed(self, region: str, name: str) -> OriginAcks:
         """These claims with those about ``region``'s origins made about ``name``'s (a region rebuilt under
         its name: claims about its old life name its retired incarnation from then on)."""
-        if not (self.spans(region) or self.partials_of(region)):
+        if region not in self.origin_regions:
             return self
         return self.without([region]).merge(
             OriginAcks.of({name: self.spans(region)}, {name: self.partials_of(region)})
