@@ -102,6 +102,8 @@ def test_replication_keeps_each_batch_as_it_was(lab: Lab, unique: str) -> None:
             [origin_entry] = origin_entries
             for m in batch:
                 assert (m.batch_index, len(batch)) == home[m.data][1:], (region, position, m.data)
+                # The size comes with every message (the agent must not count it from the messages read).
+                assert m.batch_size == len(batch), (region, position, m.batch_index, m.batch_size)
                 per_message += m.source_position is not None
             if batch[0].data.startswith(f"{region}-".encode()):
                 assert position == origin_entry

@@ -109,6 +109,10 @@ class Received:
     properties: dict[str, str]
     producer: str = ""
     ordering_key: str = ""
+    batch_size: int | None = None
+    """Messages in the entry, for a message of a batch, as the client read it from the entry's metadata
+    (None: not a batch, or a client that does not say). Messages of one batch reach a reader one by one, so
+    counting them as they come gives the size only once the last one is in."""
 
     @property
     def source_position(self) -> Position | None:
@@ -131,7 +135,44 @@ def received(msg: Any) -> Received:
         properties=dict(msg.properties()),
         producer=msg.producer_name(),
         ordering_key=msg.ordering_key() or "",
+        batch_size=batch_size_of(mid.serialize()) if mid.batch_index() >= 0 else None,
     )
+
+
+def batch_size_of(serialized: bytes) -> int | None:
+    """The ``batch_size`` field (6) of a serialized ``MessageIdData`` (Pulsar's protocol buffer; the Python
+    client has no accessor for it), None if absent, zero or unreadable. Only varint and length-delimited
+    fields occur in that message; anything else ends the reading (None)."""
+    i, end = 0, len(serialized)
+
+    def varint() -> int:
+        nonlocal i
+        value = shift = 0
+        while i < end and shift < 70:
+            byte = serialized[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+        raise ValueError("truncated varint")
+
+    try:
+        while i < end:
+            tag = varint()
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                value = varint()
+                if field == 6:
+                    return value if 0 < value < 2**31 else None
+            elif wire == 2:
+                length = varint()  # read first: ``i += varint()`` would add to the value before the read
+                i += length
+            else:
+                return None
+    except ValueError:
+        return None
+    return None
 
 
 def position_of(message_id: Any) -> Position:

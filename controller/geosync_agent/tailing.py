@@ -82,6 +82,11 @@ class Tail:
     details: EntryDetails = field(default_factory=EntryDetails)
     """Each entry's ordering key (or partition key; "" without one), for Key_Shared order rules, and the
     batch sizes of batched entries (an entry without one holds one message)."""
+    sizing: Position | None = None
+    """The last entry read if it is a batch whose size the client did not give: its size is counted as its
+    messages come, so it is not known until a later entry is read (``size_of`` says None for it until then:
+    a size counted from the messages read so far once let a claim naming all of them acknowledge the whole
+    entry, messages nobody had acknowledged included)."""
     budget_floor: Position | None = None
     """The highest entry forgotten over the budget: a subscription at or below it is parked, not re-read."""
     version: int = 0
@@ -177,6 +182,7 @@ class Tail:
                     appended += self._more_of_batch(position, msg)
                 continue  # else a redelivery after a reconnect
             self.last = position
+            self.sizing = position if msg.batch_index >= 0 and msg.batch_size is None else None
             if MARKER_PROPERTY in msg.properties:
                 # Snapshot markers are never dispatched to applications (the entry filter acknowledges them):
                 # not indexed, not in any log a plan walks; handed to snapshot mode instead.
@@ -185,7 +191,7 @@ class Tail:
             self.details.record(
                 position,
                 msg.ordering_key or msg.key or "",
-                msg.batch_index + 1 if msg.batch_index >= 0 else None,
+                None if msg.batch_index < 0 else msg.batch_size or msg.batch_index + 1,
             )
             origin = resolver.origin_of(
                 self.topic,
@@ -322,7 +328,10 @@ class Tail:
         return self.last > position or self.inbox.empty()
 
     def size_of(self, position: Position) -> int | None:
-        """The number of messages in local entry ``position`` as read (None: not a batch, or not read)."""
+        """The number of messages in local entry ``position`` (None: not a batch, not read, or a batch still
+        being counted, see ``sizing``)."""
+        if position == self.sizing:
+            return None
         return self.details.size(position)
 
     def key_of(self, position: Position) -> str | None:

@@ -370,6 +370,7 @@ def message(
     producer: str = "app",
     batch_index: int = -1,
     key: str = "",
+    batch_size: int | None = None,
 ) -> Received:
     return Received(
         topic=topic,
@@ -381,6 +382,7 @@ def message(
         publish_ms=0,
         properties=properties or {},
         producer=producer,
+        batch_size=batch_size,
     )
 
 

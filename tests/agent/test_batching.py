@@ -20,10 +20,17 @@ B_LOG = [Position(9, e) for e in range(3)]
 SIZE = 4
 
 
-def deliver_batches(h: Harness, log: list[Position], producer: str) -> None:
+def deliver_batches(
+    h: Harness, log: list[Position], producer: str, *, indexes: range = range(SIZE), sized: bool = True
+) -> None:
+    """Batches of ``SIZE`` as the client hands them to a reader, message by message: ``indexes`` of each;
+    ``sized``: each message says its batch's size (the client reads it from the entry's metadata)."""
+    size = SIZE if sized else None
     for p in log:
-        for i in range(SIZE):
-            h.messaging.deliver(TOPIC, message(TOPIC, p, producer=producer, batch_index=i, key=f"k{i % 2}"))
+        for i in indexes:
+            h.messaging.deliver(
+                TOPIC, message(TOPIC, p, producer=producer, batch_index=i, key=f"k{i % 2}", batch_size=size)
+            )
 
 
 def batched_pair(*, b_headers: bool = True, **settings: object) -> tuple[Harness, Harness]:
@@ -145,6 +152,58 @@ def test_batch_sizes_and_keys_come_from_every_message_of_the_entry() -> None:
     assert CONTROL not in a.agent.topics
 
 
+def claims_before_copies(*, sized: bool) -> tuple[Harness, Harness]:
+    """a's consumer acknowledged indexes 0 and 1 of its first batch (2 and 3 not) and b's agent holds that
+    claim before its reader has handed over more than the first two messages of b's copy of that batch."""
+    a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    b = FakeRegion("b", {NS: ["a", "b"]}, topics={TOPIC: list(B_LOG)})
+    for region in (a, b):
+        region.cursors[(TOPIC, SUB)] = AckState.of(Position(region.topics[TOPIC][0].ledger, -1))
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
+    for local, origin in zip(B_LOG, A_LOG, strict=True):
+        b.headers[(TOPIC, local)] = EntryHeaders("a", {"__MSG_PROP_REPL_SOURCE_POSITION": str(origin)}, SIZE)
+    ha, hb = Harness.build(a), Harness.build(b)
+    for h in (ha, hb):
+        h.discover()
+        h.step()
+    deliver_batches(ha, A_LOG, "orders-app")
+    ha.step()
+    a.consumer_acks_indexes(TOPIC, SUB, A_LOG[0], SIZE, 0, 1)
+    ha.step()
+    assert carry(ha, hb) >= 1
+    deliver_batches(hb, B_LOG[:1], "orders-app", indexes=range(2), sized=sized)
+    hb.step()
+    hb.step()
+    return ha, hb
+
+
+def test_a_batch_read_in_part_is_not_acknowledged_whole_on_a_claim_naming_the_messages_read() -> None:
+    """The loss of CI's sidecar kill test (twice): b's agent took the two messages its reader had handed over
+    for the entry's size, and a claim naming both acknowledged the whole entry, messages 2 and 3 (never
+    acknowledged in a) with it. The size comes from the client now, with the first message."""
+    _, b = claims_before_copies(sized=True)
+    cursor = b.region.cursors[(TOPIC, SUB)]
+    assert B_LOG[0] not in cursor
+    assert cursor.batch(B_LOG[0]) == BatchAcks.of(SIZE, [0, 1])
+
+
+def test_a_batch_whose_size_the_client_does_not_give_waits_for_the_next_entry() -> None:
+    """A client that does not say a batch's size: the size counted so far is not trusted until a later
+    entry is read (no acknowledgement of that entry meanwhile, not even in part)."""
+    _, b = claims_before_copies(sized=False)
+    tail = b.agent.topics[TOPIC].tail
+    assert tail.size_of(B_LOG[0]) is None
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
+    deliver_batches(b, [B_LOG[0]], "orders-app", indexes=range(2, SIZE), sized=False)
+    deliver_batches(b, B_LOG[1:2], "orders-app", indexes=range(1), sized=False)
+    b.step()
+    b.step()
+    assert tail.size_of(B_LOG[0]) == SIZE
+    cursor = b.region.cursors[(TOPIC, SUB)]
+    assert B_LOG[0] not in cursor
+    assert cursor.batch(B_LOG[0]) == BatchAcks.of(SIZE, [0, 1])
+
+
 def test_acks_reported_before_discovery_sees_the_subscription_are_kept() -> None:
     a, _ = batched_pair()
     fresh = f"persistent://{NS}/fresh"
@@ -241,7 +300,9 @@ def test_batch_indexes_acknowledged_in_a_namespace_added_later_are_claimed() -> 
     a.discover()
     a.step()
     for i in range(SIZE):
-        a.messaging.deliver(topic, message(topic, Position(7, 0), producer="orders-app", batch_index=i))
+        a.messaging.deliver(
+            topic, message(topic, Position(7, 0), producer="orders-app", batch_index=i, batch_size=SIZE)
+        )
     for _ in range(3):
         a.step()
     published = a.agent.subs[(topic, SUB)].published
