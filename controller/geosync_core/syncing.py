@@ -226,11 +226,17 @@ def plan_apply(
         acked = acked_here or (origin is not None and origin in remote)
         grown: BatchAcks | None = None
         size = _size(p, local, size_of)
-        if not acked and origin is not None and (size > 1 or (size_of is not None and size_of(p) == 1)):
+        known = None if size_of is None else size_of(p)
+        if not acked and origin is not None and (size > 1 or known == 1):
             # A one-message entry known to be one: a partial claim about its origin may name that message.
             mine = local.acked_indexes(p, size)
             grown = mine.union(remote.acked_indexes(origin, size))
             acked = grown.is_full
+            if acked and size_of is not None and known != size:
+                # Not at the entry's own size but at one the cursor's unacknowledged indexes imply, which may
+                # be short: completing it, or writing it as a batch ack with every index set (which a broker
+                # takes for the whole entry), would acknowledge the messages above it too.
+                acked, grown = False, None
             if grown == mine:
                 grown = None
         if advancing and acked:

@@ -328,6 +328,20 @@ def test_plan_table_with_batches() -> None:
     assert plain == ApplyPlan(P("4:0"), (P("4:2"),), None, ((P("4:1"), BatchAcks.of(3, [0, 2])),))
 
 
+def test_a_size_only_the_cursor_implies_never_completes_an_entry() -> None:
+    """The tail does not know 4:0's size (being read, or the client does not say); the cursor lists indexes 0
+    and 2 unacknowledged, so it reads as a batch of 3, but it holds 5 (3 and 4 unacknowledged in the origin
+    too). A claim of 0 and 2 must neither complete it nor be written as a batch ack with every index set."""
+    log = [(P("4:0"), O("b", "1:0")), (P("4:1"), O("b", "1:1"))]
+    index = indexed(log)
+    local = AckState.of(P("4:-1"), batches=[(P("4:0"), BatchAcks.of(3, [1]))])
+    remote = OriginAcks.of({"b": [Span(1, 1, 1)]}, {"b": [(P("1:0"), BatchAcks.of(5, [0, 1, 2]))]})
+    unknown = plan_apply(index, local, remote=remote, log=[P("4:0"), P("4:1")], size_of=lambda _p: None)
+    assert unknown == ApplyPlan(None, (P("4:1"),), None, ())
+    known = plan_apply(index, local, remote=remote, log=[P("4:0"), P("4:1")], size_of={P("4:0"): 5}.get)
+    assert known == ApplyPlan(None, (P("4:1"),), None, ((P("4:0"), BatchAcks.of(5, [0, 1, 2])),))
+
+
 @settings(fast, max_examples=60)
 @given(batched_scenarios(), st.booleans())
 def test_plan_invariants_at_message_level(
