@@ -371,6 +371,9 @@ class Agent:
         self.checkpoint_writer: threading.Thread | None = None
         self.checkpoint_taken_s = 0.0
         """Seconds the last checkpoint took the loop (taking the state; the writing is the thread's)."""
+        self.checkpoint_cost_s = 0.0
+        """Seconds the last checkpoint written took in all, taking, encoding and writing: the encoding holds
+        the interpreter's lock, so the loop waits on it as on its own work."""
         """The thread writing the last checkpoint a round took (None before the first)."""
         self.acks_wire: dict[int, tuple[OriginAcks, dict[str, Any]]] = {}
         """Claims encoded for the last checkpoint, by identity (``_acks_wire``); ``acks_wire_next``: the
@@ -440,9 +443,13 @@ class Agent:
         self.round_done_at = now.mono
         if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
             self.save_checkpoint(background=True)
-            # Taking the state is the loop's: it gets at most CHECKPOINT_SHARE of the loop's time.
+            # Taking the state is the loop's, and encoding it holds the interpreter's lock: together they
+            # get at most CHECKPOINT_SHARE of the time. (At 500,000 entries a soak's checkpoints took 19-28 s
+            # each, one after the other, and the loop's rounds waited 20-50 s.)
             self.checkpoint_at = now.mono + max(
-                self.config.checkpoint_interval_s, self.checkpoint_taken_s / CHECKPOINT_SHARE
+                self.config.checkpoint_interval_s,
+                self.checkpoint_taken_s / CHECKPOINT_SHARE,
+                self.checkpoint_cost_s / CHECKPOINT_SHARE,
             )
 
     def bound_entries(self) -> None:
@@ -523,6 +530,7 @@ class Agent:
             log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
             return
         self.stats.inc("checkpoints_written")
+        self.checkpoint_cost_s = time.monotonic() - started
         # The largest temporary buffers (the state's JSON and its compressed copy) were just freed.
         self.allocator.trim()
         self.checkpoint_info = {

@@ -276,7 +276,6 @@ class Tail:
         ]
 
         def encode() -> dict[str, Any]:
-            keys, sizes, message_keys = details.items()
             return {
                 "index": index.to_wire(),
                 "last": None if last is None else last.to_wire(),
@@ -284,9 +283,7 @@ class Tail:
                 # budget for one below entries every subscription had acknowledged, and read the topic again
                 # from its earliest message (25 topics at once in a soak, rounds of 44 s).
                 "budget_floor": None if budget_floor is None else budget_floor.to_wire(),
-                "keys": [[p.ledger, p.entry, k] for p, k in keys],
-                "sizes": [[p.ledger, p.entry, n] for p, n in sizes],
-                "message_keys": [[p.ledger, p.entry, i, k] for (p, i), k in message_keys.items()],
+                "details": details.to_columns(),
                 "unresolved": unresolved,
                 "pending": pending,
             }
@@ -305,11 +302,15 @@ class Tail:
         # Absent in checkpoints of agents before it was kept.
         floor = value.get("budget_floor")
         tail.budget_floor = None if floor is None else Position.from_wire(floor)
-        tail.details = EntryDetails.from_items(
-            [(Position(int(lg), int(e)), str(k)) for lg, e, k in value.get("keys", [])],
-            [(Position(int(lg), int(e)), int(n)) for lg, e, n in value.get("sizes", [])],
-            {(Position(int(lg), int(e)), int(i)): str(k) for lg, e, i, k in value.get("message_keys", [])},
-        )
+        if "details" in value:
+            tail.details = EntryDetails.from_columns(value["details"])
+        else:  # written by an agent before the columns (one value per entry)
+            message_keys = value.get("message_keys", [])
+            tail.details = EntryDetails.from_items(
+                [(Position(int(lg), int(e)), str(k)) for lg, e, k in value.get("keys", [])],
+                [(Position(int(lg), int(e)), int(n)) for lg, e, n in value.get("sizes", [])],
+                {(Position(int(lg), int(e)), int(i)): str(k) for lg, e, i, k in message_keys},
+            )
         tail.unresolved = [Position(int(lg), int(e)) for lg, e in value.get("unresolved", [])]
         for lg, e, stamp, producer, batched in value.get("pending", []):
             properties = {} if stamp is None else {resolving.REPL_SOURCE_POSITION: str(stamp)}

@@ -205,3 +205,29 @@ def test_a_checkpoint_taken_now_and_encoded_later_holds_the_tail_as_it_was_when_
     assert tail.to_wire() != expected
     assert encode() == expected
     assert Tail.from_wire(TOPIC, -1, encode()).to_wire() == expected
+
+
+def test_a_checkpoint_of_an_agent_before_the_columns_is_read() -> None:
+    """Entry details as agents before 2026-11-25 wrote them, one value per entry: read the same."""
+    resolver = resolving.OriginResolver(local="a", lookup=FlakyHeaders(failures=0))
+    tail = Tail(TOPIC, -1)
+    for i in range(3):
+        key = "k9" if i == 1 else "k1"
+        tail.inbox.put(message(TOPIC, Position(7, 0), key=key, batch_index=i, batch_size=3))
+    tail.inbox.put(message(TOPIC, Position(7, 2), key="k2"))
+    tail.drain(resolver, now=100.0)
+    wire = tail.to_wire()
+    assert "details" in wire
+    assert "keys" not in wire
+    old = {k: v for k, v in wire.items() if k != "details"}
+    old |= {
+        "keys": [[7, 0, "k1"], [7, 2, "k2"]],
+        "sizes": [[7, 0, 3]],
+        "message_keys": [[7, 0, 1, "k9"]],
+    }
+    again = Tail.from_wire(TOPIC, -1, old)
+    for p in (Position(7, 0), Position(7, 1), Position(7, 2)):
+        assert (again.size_of(p), again.key_of(p)) == (tail.size_of(p), tail.key_of(p))
+    for index in range(3):
+        assert again.key_of_message(Position(7, 0), index) == tail.key_of_message(Position(7, 0), index)
+    assert again.key_of_message(Position(7, 0), 1) == "k9"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import tracemalloc
 
@@ -103,6 +104,28 @@ def test_a_checkpoint_round_trip_answers_the_same(
     again = EntryDetails.from_items(*details.items())
     probes = probes_of(keys)
     assert answers(again, probes) == answers(details, probes)
+    columns = EntryDetails.from_columns(json.loads(json.dumps(details.to_columns())))
+    assert answers(columns, probes) == answers(details, probes)
+    assert len(columns) == len(details)
+    assert columns.to_columns() == json.loads(json.dumps(details.to_columns()))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [],
+        {"columns": [[5, 0, ["a"], [1, 2]]]},  # lengths differ
+        {"columns": [[6, 0, ["a"], [0]], [5, 0, ["b"], [0]]]},  # ledgers out of order
+        {"columns": [[5, -1, ["a"], [0]]]},
+        {"columns": [[5, 0, [3], [0]]]},  # a key that is not a string
+        {"columns": [[5, 0, ["a"], [-1]]]},  # a size an unsigned array cannot hold
+        {"columns": [[5, 0]]},
+        {"columns": [[5, 0, ["a"], [0]]], "message_keys": [[5, 4, ["x"]]]},  # an entry not held
+    ],
+)
+def test_columns_that_do_not_hold_together_are_refused(value: object) -> None:
+    with pytest.raises(ValueError, match="entry details"):
+        EntryDetails.from_columns(value)
 
 
 @given(steps, st.integers(1, 30))
