@@ -369,12 +369,12 @@ class Agent:
         self.checkpoint_at = 0.0
         self.checkpoint_info: dict[str, Any] = {}
         self.checkpoint_writer: threading.Thread | None = None
+        """The thread writing the last checkpoint a round took (None before the first)."""
         self.checkpoint_taken_s = 0.0
         """Seconds the last checkpoint took the loop (taking the state; the writing is the thread's)."""
         self.checkpoint_cost_s = 0.0
         """Seconds the last checkpoint written took in all, taking, encoding and writing: the encoding holds
         the interpreter's lock, so the loop waits on it as on its own work."""
-        """The thread writing the last checkpoint a round took (None before the first)."""
         self.acks_wire: dict[int, tuple[OriginAcks, dict[str, Any]]] = {}
         """Claims encoded for the last checkpoint, by identity (``_acks_wire``); ``acks_wire_next``: the
         next one's."""

@@ -225,8 +225,8 @@ def plan_apply(
         acked_here = p in local
         acked = acked_here or (origin is not None and origin in remote)
         grown: BatchAcks | None = None
-        size = _size(p, local, size_of)
         known = None if size_of is None else size_of(p)
+        size = _size(p, local, known)
         if not acked and origin is not None and (size > 1 or known == 1):
             # A one-message entry known to be one: a partial claim about its origin may name that message.
             mine = local.acked_indexes(p, size)
@@ -253,9 +253,9 @@ def plan_apply(
     return ApplyPlan(mark_delete, tuple(individual), blocked_by, tuple(batches))
 
 
-def _size(p: Position, local: AckState, size_of: Callable[[Position], int | None] | None) -> int:
-    """How many messages entry ``p`` holds, as far as anyone here knows (1 when nobody does)."""
-    known = size_of(p) if size_of is not None else None
+def _size(p: Position, local: AckState, known: int | None) -> int:
+    """How many messages entry ``p`` holds, as far as anyone here knows (1 when nobody does); ``known``: what
+    the tail says (``size_of(p)``)."""
     if known is None or known <= 1:
         partial = local.batch(p)
         return partial.size if partial is not None else 1
@@ -299,7 +299,7 @@ def key_ordered(
     for p in log:
         if p <= cursor.mark_delete:
             continue
-        size = _size(p, cursor, size_of)
+        size = _size(p, cursor, None if size_of is None else size_of(p))
         bits = 0
         for i in range(size):
             key = key_of_message(p, i) if key_of_message is not None else key_of(p)
