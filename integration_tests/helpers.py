@@ -36,9 +36,13 @@ class Lab:
         return self.topology.region(region).service_url
 
     def log_tails(self, lines: int = 40) -> str:
+        """The last lines of every region's log (less its access log) and of every agent's log."""
         out = []
         for region in self.topology.regions.values():
             out.append(regions.log_tail(labs.region_process(self.dir, region), lines))
+        for name in self.topology.agents:
+            tail = regions.file_tail(self.dir / "agents" / f"{name}.log", lines)
+            out.append(tail or f"(agent {name}: no log)")
         return "\n\n".join(out)
 
 

@@ -92,7 +92,15 @@ def _followed(lab: Lab, topic: str, sub: str, total: int, unacked: set[str]) -> 
             and all(_acknowledges(lab, r, topic, sub, log=logs[r], unacked=unacked) for r in ("a", "b"))
         )
 
-    wait_for(in_step, timeout_s=90, what="a to stay rewound and b to follow")
+    def how_it_stood() -> str:
+        b = _synced(lab, "b", topic, sub)
+        cursors = {r: cursor(lab.admin(r), topic, sub) for r in ("a", "b")}
+        return (
+            f"a to stay rewound and b to follow; cursors {cursors}; b's agent: received_from"
+            f" {b.get('received_from')}, behind_since {b.get('behind_since')}"
+        )
+
+    wait_for(in_step, timeout_s=90, what=how_it_stood)
 
 
 def test_a_reset_cursor_in_a_rewinds_b(lab: Lab, unique: str) -> None:

@@ -10,7 +10,7 @@ import threading
 from types import FrameType
 
 from geosync_agent import config as cfg
-from geosync_agent import supervising
+from geosync_agent import jsonlog, supervising
 from geosync_core.errors import PermanentError
 
 
@@ -19,10 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="agent YAML config (see geosync_agent/config.py)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":%(message)r}',
-    )
+    jsonlog.install(args.log_level)
     logging.getLogger("geosync.pulsar-client").setLevel(logging.WARNING)
     stop = threading.Event()
 

@@ -272,18 +272,27 @@ def rss_mb(pid: int) -> float:
         return 0.0
 
 
+# Jetty's access log: one line per admin request, which would push everything else out of a tail.
+_NOISE = ("org.eclipse.jetty.server.RequestLog",)
+
+
+def file_tail(path: pathlib.Path, lines: int) -> str | None:
+    """The last ``lines`` lines of a log file, less access-log lines, each cut at 300 characters; None if
+    the file is missing or empty."""
+    if not path.exists():
+        return None
+    raw = path.read_text(errors="replace").splitlines()
+    text = [line for line in raw if not any(n in line for n in _NOISE)]
+    return f"last lines of {path}:\n" + "\n".join(line[:300] for line in text[-lines:]) if text else None
+
+
 def log_tail(region: RegionProcess, lines: int = 25) -> str:
     """The last lines of a standalone region's log, or of each process's log in a multi-broker region."""
     for path in (region.log_file, region.stdout_file):
-        if path.exists():
-            text = path.read_text(errors="replace").splitlines()
-            if text:
-                return f"last lines of {path}:\n" + "\n".join(line[:300] for line in text[-lines:])
-    tails = []
-    for path in sorted(region.log_dir.glob("*.stdout.log")):
-        text = path.read_text(errors="replace").splitlines()
-        if text:
-            tails.append(f"last lines of {path}:\n" + "\n".join(line[:300] for line in text[-lines:]))
+        tail = file_tail(path, lines)
+        if tail:
+            return tail
+    tails = [t for t in (file_tail(p, lines) for p in sorted(region.log_dir.glob("*.stdout.log"))) if t]
     return "\n\n".join(tails) or f"(no log written yet under {region.log_dir})"
 
 
