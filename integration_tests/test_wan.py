@@ -15,10 +15,14 @@ import pathlib
 import statistics
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pulsar
 import pytest
+import requests
+from click.testing import CliRunner
 
+from geoctl.cli import main
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_lab import labs, wan
@@ -155,6 +159,41 @@ def test_a_bandwidth_cap_paces_replication(lab: Lab, unique: str) -> None:
 
 
 # -- with the agents: a-c cut, a-b and b-c up ------------------------------------------------------
+
+
+def _stalled(lab: Lab, region: str, topic: str) -> list[dict[str, Any]]:
+    state = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
+    return [s for s in state["replicators_stalled"] if s["topic"] == topic]
+
+
+def test_a_replicator_cut_off_is_reported_stalled_until_it_moves_again(lab: Lab, unique: str) -> None:
+    """Pulsar's replicator a -> b holding a backlog it cannot send: a's agent says so (/state, /metrics,
+    geoctl status) after ``replicator_stall_s`` (20 s in the lab), and stops once healing lets it drain."""
+    topic = f"persistent://{NAMESPACE}/wan-stuck-{unique}"
+    replication_delays_ms(lab, topic, 1)  # the topic exists in both regions, its replicator connected
+    wan.partition(lab.topology, lab.dir, ("a", "b"), heal=False)
+    try:
+        produce_batched(lab.service_url("a"), topic, [f"s{i}" for i in range(50)])
+        wait_for(lambda: bool(_stalled(lab, "a", topic)), timeout_s=90, what="a's agent to see a->b stalled")
+        (stall,) = _stalled(lab, "a", topic)
+        assert stall["to"] == "b"
+        assert stall["backlog"] > 0
+        assert stall["stalled_for_s"] >= 20
+        metrics = requests.get(labs.agent_metrics_url(lab.dir, "a") + "/metrics", timeout=5).text
+        gauge = [ln for ln in metrics.splitlines() if ln.startswith("geosync_replicators_stalled{")]
+        assert gauge, metrics[-2000:]
+        assert float(gauge[0].rsplit(" ", 1)[1]) >= 1, gauge
+        result = CliRunner().invoke(
+            main, ["status", "--topology", str(lab.dir), "--namespace", NAMESPACE], catch_exceptions=False
+        )
+        assert "stalled replicators" in result.stdout
+        assert topic.split("://", 1)[1] in result.stdout or topic in result.stdout
+        assert "STALLED:" in result.stdout
+        assert _stalled(lab, "b", topic) == []  # b's replicator to a had nothing to send
+    finally:
+        wan.partition(lab.topology, lab.dir, ("a", "b"), heal=True)
+    replicated(lab, "a", "b", [topic])
+    wait_for(lambda: not _stalled(lab, "a", topic), timeout_s=60, what="a's agent to see a->b move again")
 
 
 def replicated(lab: Lab, source: str, target: str, topics: list[str]) -> None:

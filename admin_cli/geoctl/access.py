@@ -75,6 +75,12 @@ class AgentView:
         found = (self.state or {}).get("unresolved") or {}
         return sum(n for n in found.values() if isinstance(n, int)) if isinstance(found, dict) else 0
 
+    @property
+    def stalled_replicators(self) -> list[dict[str, Any]]:
+        """Pulsar's replicators out of this region that the agent saw hold a backlog and send nothing."""
+        found = (self.state or {}).get("replicators_stalled") or []
+        return [s for s in found if isinstance(s, dict)] if isinstance(found, list) else []
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "url": self.url,
@@ -82,6 +88,7 @@ class AgentView:
             "ready": self.ready,
             "error": self.error,
             "unresolved": self.unresolved,
+            "replicators_stalled": self.stalled_replicators,
         }
 
 

@@ -71,7 +71,9 @@ def status(
 
     geoctl computes these itself, by reading each topic partition with a backlog in every region and
     translating cursors to origin coordinates; it does not take the agents' word for them. Topics with
-    no backlog anywhere are not read. Exit code 6 when an agent is down or not ready.
+    no backlog anywhere are not read. Stalled replicators (Pulsar's own geo-replication holding a backlog
+    and sending nothing for the agent's replicator_stall_s) are the agents' word: each agent watches its
+    region's. Exit code 6 when an agent is down or not ready.
     """
     report = err.log if output == "text" else (lambda _m: None)
     with err.status("reading regions…", spinner="dots") if output == "text" else _Null():
@@ -94,6 +96,21 @@ def status(
                 view.error or _unresolved_note(view.unresolved),
             )
         out.print(agents)
+        stalls = [(name, s) for name, view in obs.agents.items() for s in view.stalled_replicators]
+        if stalls:
+            stalled = Table(
+                "from", "to", "topic", "backlog", "connected", "sent nothing for", title="stalled replicators"
+            )
+            for name, s in stalls:
+                stalled.add_row(
+                    name,
+                    str(s.get("to")),
+                    str(s.get("topic")),
+                    str(s.get("backlog")),
+                    "yes" if s.get("connected") else "NO",
+                    _secs(s.get("stalled_for_s")),
+                )
+            out.print(stalled)
         table = Table(
             "subscription",
             "region",
@@ -139,6 +156,12 @@ def status(
             click.echo(f"warning: {e}")
         if unhealthy:
             click.echo(f"UNHEALTHY: agent(s) {', '.join(unhealthy)} down or not ready")
+        if stalls:
+            click.echo(
+                f"STALLED: {len(stalls)} Pulsar replicator(s) hold a backlog and send nothing: the region "
+                "they replicate to is missing those messages (see 'stalled replicators'; check the brokers' "
+                "replicators with pulsar-admin topics stats)"
+            )
 
     emit(data, output, text)
     if unhealthy:

@@ -99,6 +99,11 @@ class AgentConfig:
     """How often namespaces, topics and subscriptions are listed."""
     resync_interval_s: float = 30.0
     """How often the full known state is republished, so a restarted peer catches up without history."""
+    replicator_stall_s: float = 300.0
+    """A broker replicator (Pulsar's own geo-replication, out of this region) holding a backlog that sent
+    nothing for this long is reported stalled in /state (``replicators_stalled``) and the metric
+    ``geosync_replicators_stalled``: the other region is then missing messages
+    (``geosync_core/replicators.py``). Judged at each discovery pass (``discover_interval_s``)."""
     control_topic: str = CONTROL_TOPIC
     """Local name of the replicated control topic created in every synced namespace."""
     metrics_port: int = 0

@@ -13,13 +13,14 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from geosync_adapters import admin as adm
 from geosync_agent.config import AgentConfig
 from geosync_agent.effects import app_consumers
 from geosync_agent.ports import Admin
+from geosync_core import replicators
 
 PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
@@ -41,6 +42,8 @@ class Discovered:
     listed: tuple[str, ...] | None = None
     """Every synced topic the namespaces listed, owned by this agent's broker or not (sharding by ownership:
     ``topics`` holds the owned ones); None: ``topics``."""
+    replicators: dict[str, dict[str, replicators.Sample]] = field(default_factory=dict)
+    """topic -> remote region -> its broker replicator (from the same stats as ``subscriptions``)"""
 
 
 class Latest(Generic[T]):
@@ -137,6 +140,7 @@ def scan(
     topics: list[str] = []
     listed: list[str] = []
     subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
+    links: dict[str, dict[str, replicators.Sample]] = {}
     for ns in namespaces:
         for topic in admin.topics(ns):
             if not synced_topic(config, topic):
@@ -150,12 +154,14 @@ def scan(
             except adm.AdminNotFound:
                 continue
             subscriptions[topic] = subscriptions_of(config, topic, stats)
+            links[topic] = replicators.samples_of(stats)
     return Discovered(
         namespaces=namespaces,
         topics=tuple(topics),
         subscriptions=subscriptions,
         scanned_at=scanned_at,
         listed=None if owns is None else tuple(listed),
+        replicators=links,
     )
 
 

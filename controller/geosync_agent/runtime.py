@@ -57,6 +57,7 @@ from geosync_core import (
     ownership,
     pacing,
     pluginapi,
+    replicators,
     resolving,
     syncing,
 )
@@ -344,6 +345,8 @@ class Agent:
         self.rediscover_at = 0.0
         """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
+        self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
+        self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
         it, and the feed reports each acknowledgement once)."""
@@ -782,6 +785,33 @@ class Agent:
             for state in by_topic.get(topic, ()):
                 if state.name not in present:
                     self._absent(state, found.scanned_at)
+        for topic, links in found.replicators.items():
+            if topic in self.topics:
+                self.replicators.observe(topic, links, at=found.scanned_at or now.mono)
+        self.replicators.retain(self.topics)
+        self._report_stalls(self.replicators.stalled(now.mono, self.config.replicator_stall_s), now)
+
+    def _report_stalls(self, stalled: list[replicators.Stall], now: Now) -> None:
+        """Log the replicators that stalled since the last pass and those that moved again."""
+        before = {(s.topic, s.remote) for s, _ in self.stalled}
+        after = {(s.topic, s.remote) for s in stalled}
+        for stall in stalled:
+            if (stall.topic, stall.remote) not in before:
+                self.stats.inc("replicators_stalled")
+                log.warning(
+                    "Pulsar's replicator of %s to %s holds %d entries and sent nothing for %.0f s "
+                    "(connected: %s): %s is missing those messages until it moves (check the brokers: "
+                    "topics stats)",
+                    stall.topic,
+                    stall.remote,
+                    stall.backlog,
+                    now.mono - stall.since,
+                    "yes" if stall.connected else "no",
+                    stall.remote,
+                )
+        for topic, remote in sorted(before - after):
+            log.info("Pulsar's replicator of %s to %s is no longer stalled", topic, remote)
+        self.stalled = [(s, now.mono - s.since) for s in stalled]
 
     def _absent(self, state: Subscription, scanned_at: float | None) -> None:
         """A discovery pass started at ``scanned_at`` did not find ``state`` here."""
@@ -1448,7 +1478,12 @@ class Agent:
         merged = state.received.merge(message.acks)
         if state.active and merged != state.received:
             known = state.received if state.published is None else state.received.merge(state.published)
-            if known.merge(message.acks) != known:
+            ts = self.topics.get(message.topic)
+            if (
+                claiming.tells_news(ts.tail.index, message.acks, known)
+                if ts is not None
+                else known.merge(message.acks) != known  # no log here to judge by: by their form
+            ):
                 state.active = False  # acknowledged elsewhere first: consumed there now
         state.received_from[message.region] = now.wall
         state.announced = True
@@ -1811,10 +1846,12 @@ class Agent:
         )
         if claim is None:
             return
-        if not state.active and claim.claims != (
-            state.received if state.published is None else state.received.merge(state.published)
+        if not state.active and claiming.tells_news(
+            tail.index,
+            claim.claims,
+            state.received if state.published is None else state.received.merge(state.published),
         ):
-            state.active = True  # acknowledged here first: consumed here
+            state.active = True  # acknowledged here first (messages, not forms): consumed here
         state.translated = cursor
         state.incomplete_at = None if claim.complete else tail.version
         if not claim.send:
@@ -2198,6 +2235,16 @@ class Agent:
             "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},
             "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],
             "parked": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.parked],
+            "replicators_stalled": [
+                {
+                    "topic": stall.topic,
+                    "to": stall.remote,
+                    "backlog": stall.backlog,
+                    "connected": stall.connected,
+                    "stalled_for_s": round(seconds, 1),
+                }
+                for stall, seconds in list(self.stalled)
+            ],
             "checkpoint": dict(self.checkpoint_info),
             "allocator": self.allocator.report(),
             "snapshots": self.snapshots.status(),

@@ -85,6 +85,12 @@ class _AgentCollector:
             region,
             float(sum(s.get("pending_holes") or 0 for s in snap.get("synced", []))),
         )
+        yield _gauge(
+            "geosync_replicators_stalled",
+            "Pulsar replicators out of this region with a backlog that sent nothing for replicator_stall_s",
+            region,
+            float(len(snap.get("replicators_stalled") or [])),
+        )
         applied = CounterMetricFamily(
             "geosync_applied_updates", "Cursor updates applied here", labels=["region", "kind"]
         )

@@ -19,12 +19,13 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from geosync_core import syncing
 from geosync_core.indexing import OriginIndex
-from geosync_core.origins import OriginAcks
+from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
@@ -89,3 +90,65 @@ def decide(
     claims = own.merge(known)
     echo_only = published is not None and claims == known
     return Claim(claims=claims, send=force or not echo_only, complete=complete)
+
+
+def _gaps(spans: Sequence[Span], within: Span) -> list[tuple[int, int]]:
+    """The entries of ``within`` that no span of ``spans`` (canonical, one ledger or more) covers."""
+    out: list[tuple[int, int]] = []
+    at = within.first
+    for s in spans:
+        if s.ledger != within.ledger or s.last < at:
+            continue
+        if s.first > within.last:
+            break
+        if s.first > at:
+            out.append((at, s.first - 1))
+        at = max(at, s.last + 1)
+        if at > within.last:
+            return out
+    if at <= within.last:
+        out.append((at, within.last))
+    return out
+
+
+def tells_news(index: OriginIndex, acks: OriginAcks, known: OriginAcks) -> bool:
+    """Whether ``acks`` acknowledge a message of this region's log (an entry ``index`` holds) that ``known``
+    does not, in whole or in part: whether another region's consumers acknowledged something first.
+
+    Claims can differ in form and say the same thing. A region joins the spans of its own messages across the
+    copies from elsewhere between them (``syncing.to_origin_acks`` with ``local``): those positions of its log
+    are no message of its own, and no entry of any other region's log has them as origin. Another region,
+    translating its copies of those messages, names them one by one. Comparing the forms alone made a region
+    whose consumers acknowledged everything look as if others had acknowledged first, whenever both regions
+    produced (a lab test found it: the region stopped counting as the one consumed, and a rewind there was
+    undone). Messages this region has not read (or forgot, every subscription having acknowledged them) are
+    no news either: where that is wrong (consumers acknowledging in two regions at once), a rewind here is
+    followed there, which costs duplicates, never a loss."""
+    merged = known.merge(acks)
+    if merged == known:
+        return False
+    wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for region, spans in merged.by_region:
+        had = known.spans(region)
+        for span in spans:
+            for first, last in _gaps(had, span):
+                wanted.setdefault((region, span.ledger), []).append((first, last))
+    for region, batches in merged.partials:
+        for position, batch in batches:
+            origin = Origin(region, position)
+            if origin not in known and known.batch(origin) != batch:
+                wanted.setdefault((region, position.ledger), []).append((position.entry, position.entry))
+    if not wanted:
+        return False
+    for gaps in wanted.values():
+        gaps.sort()
+    for run in index:
+        found = wanted.get((run.region, run.origin_ledger))
+        if found is None:
+            continue
+        # The last one starting at or below the run's end overlaps the run iff it ends at or after the run's
+        # start (they are disjoint and sorted: none before it reaches further).
+        i = bisect.bisect_right(found, run.origin_last, key=lambda gap: gap[0]) - 1
+        if i >= 0 and found[i][1] >= run.origin_first:
+            return True
+    return False

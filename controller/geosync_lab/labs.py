@@ -607,6 +607,8 @@ def start_agent(
                 "state_dir": str(agents_dir / f"{agent_name}-state"),
                 "checkpoint_interval_s": 2.0,
                 "discover_interval_s": 5.0,
+                # A replicator cut off shows as stalled within a test's patience (default 300 s).
+                "replicator_stall_s": 20.0,
                 "control_topic": CONTROL_TOPIC,
                 # The policy mirror's events travel in the namespace every region of the lab is in.
                 "mirror_events_topic": f"persistent://{_all_regions_namespace(topology)}/geosync-policy-events",

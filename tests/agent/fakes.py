@@ -47,6 +47,8 @@ class FakeRegion:
     topics: dict[str, list[Position]] = field(default_factory=dict)
     cursors: dict[tuple[str, str], AckState] = field(default_factory=dict)
     consumers: dict[tuple[str, str], int] = field(default_factory=dict)
+    replication: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """topic -> remote region -> its replicator as topic stats show it (``replication``)."""
     plugin: bool = True
     skip_by_ids: bool = False
     batch_acks: bool = True
@@ -97,7 +99,7 @@ class FakeRegion:
             for (t, name) in self.cursors
             if t == topic
         }
-        return {"subscriptions": subs}
+        return {"subscriptions": subs, "replication": dict(self.replication.get(topic, {}))}
 
     def internal_stats(self, topic: str, **_: Any) -> dict[str, Any]:
         self.calls.append(("internal_stats", topic))

@@ -102,3 +102,31 @@ def test_demo_rejects_out_of_range_values(tmp_path: pathlib.Path, flag: str) -> 
     code, out = run("demo", "failover", "--dir", str(tmp_path), flag, "-5")
     assert code == 2
     assert flag in out
+
+
+def test_status_shows_the_replicators_agents_report_stalled(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geoctl import observing
+    from geoctl.access import AgentView
+
+    stall = {"topic": "persistent://geo/ab/t", "to": "b", "backlog": 78279, "connected": True}
+    stall["stalled_for_s"] = 840
+    agents = {
+        "a": AgentView(url="http://a", alive=True, ready=True, state={"replicators_stalled": [stall]}),
+        "b": AgentView(url="http://b", alive=True, ready=True, state={"replicators_stalled": "garbage"}),
+    }
+    monkeypatch.setattr(
+        observing, "observe", lambda *_a, **_k: observing.Observation(rows=[], agents=agents, namespaces={})
+    )
+    code, out = run("status", "--topology", str(topology(tmp_path)))
+    assert code == 0, out
+    assert "stalled replicators" in out
+    assert "78279" in out
+    assert "840.0 s" in out
+    assert "STALLED: 1 Pulsar replicator(s)" in out
+    code, out = run("status", "--topology", str(topology(tmp_path)), "-o", "json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["agents"]["a"]["replicators_stalled"] == [stall]
+    assert data["agents"]["b"]["replicators_stalled"] == []

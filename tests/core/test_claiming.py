@@ -68,3 +68,52 @@ def test_reach_is_the_highest_position_acknowledged_at_all() -> None:
     assert AckState.of(Position(7, 2)).ack(Position(7, 6)).reach == Position(7, 6)
     partial = AckState.of(Position(7, 2), batches=[(Position(8, 1), BatchAcks.of(4, [1]))])
     assert partial.reach == Position(8, 1)
+
+
+def _a_log() -> OriginIndex:
+    """a's log: a's own 5:0, copies of b's 9:0 and 9:2 (b's 9:1 is a copy of a's 5:0); b's 9:3 not read."""
+    index = OriginIndex()
+    index.append(Position(5, 0), Origin("a", Position(5, 0)))
+    index.append(Position(5, 1), Origin("b", Position(9, 0)))
+    index.append(Position(5, 2), Origin("b", Position(9, 2)))
+    return index
+
+
+def test_a_span_joined_across_positions_that_are_no_message_here_tells_nothing_new() -> None:
+    known = OriginAcks.of({"a": [Span(5, 0, 0)], "b": [Span(9, 0, 0), Span(9, 2, 2)]})
+    joined = OriginAcks.of({"a": [Span(5, 0, 0)], "b": [Span(9, 0, 2)]})
+    assert known.merge(joined) != known  # by their form, the joined span adds 9:1
+    assert not claiming.tells_news(_a_log(), joined, known)
+
+
+def test_a_message_held_here_and_not_known_is_news() -> None:
+    known = OriginAcks.of({"b": [Span(9, 0, 0)]})
+    assert claiming.tells_news(_a_log(), OriginAcks.of({"b": [Span(9, 0, 2)]}), known)  # 9:2 is a copy here
+    assert claiming.tells_news(_a_log(), OriginAcks.of({"a": [Span(5, 0, 0)]}), known)
+    assert not claiming.tells_news(_a_log(), known, known)
+
+
+def test_messages_not_read_here_are_no_news() -> None:
+    known = OriginAcks.of({"b": [Span(9, 0, 0), Span(9, 2, 2)]})
+    later = OriginAcks.of({"b": [Span(9, 3, 7)], "c": [Span(1, 0, 4)]})
+    assert not claiming.tells_news(_a_log(), later, known)
+
+
+def test_more_of_a_batch_is_news_and_the_same_part_is_not() -> None:
+    part = OriginAcks.of({}, {"b": [(Position(9, 2), BatchAcks.of(4, [0, 1]))]})
+    more = OriginAcks.of({}, {"b": [(Position(9, 2), BatchAcks.of(4, [0, 1, 3]))]})
+    whole = OriginAcks.of({"b": [Span(9, 2, 2)]})
+    assert not claiming.tells_news(_a_log(), part, part)
+    assert claiming.tells_news(_a_log(), more, part)
+    assert claiming.tells_news(_a_log(), whole, part)
+    assert not claiming.tells_news(_a_log(), part, whole)
+    other = OriginAcks.of({}, {"b": [(Position(9, 5), BatchAcks.of(4, [0]))]})  # not read here
+    assert not claiming.tells_news(_a_log(), other, part)
+
+
+def test_gaps_are_what_no_span_covers() -> None:
+    spans = (Span(9, 2, 3), Span(9, 6, 6), Span(10, 0, 5))
+    assert claiming._gaps(spans, Span(9, 0, 8)) == [(0, 1), (4, 5), (7, 8)]
+    assert claiming._gaps(spans, Span(9, 2, 3)) == []
+    assert claiming._gaps(spans, Span(10, 3, 9)) == [(6, 9)]
+    assert claiming._gaps((), Span(4, 1, 2)) == [(1, 2)]

@@ -1,0 +1,120 @@
+"""Pulsar's own geo-replicators, watched: which ones hold a backlog and have sent nothing for a while.
+
+Why: GeoSync can only be exact about messages a region holds. When a broker's replicator to another region
+stops moving (seen after an hour-long outage: connected, 78,279 entries of backlog, rate 0, for good, on one
+topic of four), that region never gets the messages and the agents have nothing to report: every subscription
+looks in step with what is there. Pulsar shows it only topic by topic (``topics stats``: ``replication``).
+
+Each discovery pass reads every synced topic's stats anyway; their ``replication`` section gives, per remote
+region, the backlog (entries not replicated yet), the messages sent out so far (``msgOutCount``), the rate
+out over the broker's last stats interval, and whether the replicator's producer is connected. A link made
+progress at a pass when its backlog is empty, fell, or anything went out since the previous pass (count grew,
+or a rate above 0 where the count is missing). A link is **stalled** when it has made no progress for
+``after_s`` (the agent's ``replicator_stall_s``): a region cut off, a replicator stuck after a reconnection,
+a remote region refusing writes. The first pass that sees a link counts as progress (its past is unknown).
+
+The values come from the broker's JSON and are checked: a missing or malformed one makes that link unknown
+(skipped), never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One replicator as a topic's stats showed it."""
+
+    backlog: int
+    sent: int | None
+    """``msgOutCount`` (None: the broker does not report it)"""
+    rate_out: float
+    connected: bool
+
+
+@dataclass(frozen=True)
+class Stall:
+    topic: str
+    remote: str
+    backlog: int
+    connected: bool
+    since: float
+    """Monotonic time of the link's last progress."""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def samples_of(stats: Mapping[str, Any]) -> dict[str, Sample]:
+    """remote region -> its replicator, from a topic's stats (``/admin/v2/persistent/.../stats``); entries
+    that are not the documented shape are left out."""
+    section = stats.get("replication")
+    if not isinstance(section, Mapping):
+        return {}
+    out: dict[str, Sample] = {}
+    for remote, raw in section.items():
+        if not isinstance(remote, str) or not isinstance(raw, Mapping):
+            continue
+        backlog = _int(raw.get("replicationBacklog"))
+        rate = raw.get("msgRateOut", 0.0)
+        if backlog is None or not isinstance(rate, int | float) or isinstance(rate, bool):
+            continue
+        out[remote] = Sample(
+            backlog=backlog,
+            sent=_int(raw.get("msgOutCount")),
+            rate_out=float(rate),
+            connected=raw.get("connected") is True,
+        )
+    return out
+
+
+@dataclass
+class _Link:
+    sample: Sample
+    progress_at: float
+
+
+def _progressed(before: Sample, now: Sample) -> bool:
+    if now.backlog == 0 or now.backlog < before.backlog:
+        return True
+    if now.sent is not None and before.sent is not None:
+        return now.sent != before.sent
+    return now.rate_out > 0
+
+
+@dataclass
+class Watch:
+    """The replicators of the topics an agent syncs, pass after pass."""
+
+    links: dict[tuple[str, str], _Link] = field(default_factory=dict)
+
+    def observe(self, topic: str, samples: Mapping[str, Sample], at: float) -> None:
+        """A pass at monotonic time ``at`` read ``topic``'s replicators (a remote region it no longer
+        replicates to is forgotten)."""
+        for remote, sample in samples.items():
+            link = self.links.get((topic, remote))
+            if link is None or _progressed(link.sample, sample):
+                self.links[(topic, remote)] = _Link(sample, at)
+            else:
+                link.sample = sample
+        for key in [k for k in self.links if k[0] == topic and k[1] not in samples]:
+            del self.links[key]
+
+    def retain(self, topics: Iterable[str]) -> None:
+        """Forget the links of topics not in ``topics`` (deleted, no longer synced, owned elsewhere)."""
+        keep = set(topics)
+        for key in [k for k in self.links if k[0] not in keep]:
+            del self.links[key]
+
+    def stalled(self, now: float, after_s: float) -> list[Stall]:
+        """The links without progress for ``after_s`` at monotonic time ``now``, longest stalled first."""
+        out = [
+            Stall(topic, remote, link.sample.backlog, link.sample.connected, link.progress_at)
+            for (topic, remote), link in self.links.items()
+            if link.sample.backlog > 0 and now - link.progress_at >= after_s
+        ]
+        return sorted(out, key=lambda s: (s.since, s.topic, s.remote))
