@@ -99,7 +99,13 @@ def status(
         stalls = [(name, s) for name, view in obs.agents.items() for s in view.stalled_replicators]
         if stalls:
             stalled = Table(
-                "from", "to", "topic", "backlog", "connected", "sent nothing for", title="stalled replicators"
+                "from",
+                "to",
+                "topic",
+                "entries behind",
+                "connected",
+                "sent nothing for",
+                title="stalled replicators",
             )
             for name, s in stalls:
                 stalled.add_row(
