@@ -988,6 +988,8 @@ class Agent:
             state = self.subs.setdefault((topic, name), Subscription(topic, name))
             unread = state.cursor is None and (not state.exists or state.confirmed_at == 0)
             state.confirm(at)
+            if state.recreated:
+                self.unobserved.pop(state.key, None)  # a report waiting since before is about the old one
             state.consumers = consumers
             state.learn_kind(kind)
             if unread:
@@ -2176,6 +2178,9 @@ class Agent:
         )
         state.reset_to = (outcome.mark_delete, now.mono + REWIND_SETTLE_S)
         state.cursor = state.seen_feed = state.seen_any = None  # read it again before planning
+        # A feed report still waiting for the tail shows the cursor from before: taken later, it would have
+        # this region claim again, under the new generation, what the rewind took back.
+        self.unobserved.pop(state.key, None)
         state.planned = state.pending_move = None
         state.last_applied_at = now.wall
         ts = self.topics.get(state.topic)

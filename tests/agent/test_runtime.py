@@ -13,7 +13,7 @@ from geosync_adapters import admin as adm
 from geosync_agent import discovering, runtime, supervising, tailing
 from geosync_agent.runtime import Now
 from geosync_agent.snapshotting import TopicSnapshots
-from geosync_core import envelopes
+from geosync_core import envelopes, pluginapi
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin, OriginAcks, Span
@@ -1089,3 +1089,52 @@ def test_acknowledgements_made_in_another_region_first_still_move_where_it_is_co
     carry(b, a)
     a.step()
     assert not a.agent.subs[(TOPIC, SUB)].active
+
+
+def test_a_feed_report_from_before_the_agents_own_rewind_is_not_taken_after_it() -> None:
+    """A report the feed gave before b's agent rewound its copy waits for the tail (it names a batch not read
+    yet); taken after the rewind, it would show the cursor as it was, and b would claim again, under the new
+    generation, what a's user took back."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:5])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[4])
+    b.region.feed.append(b.region.report(TOPIC, SUB))  # the feed has spoken once (a read from 0 is special)
+    b.step()
+    # b's cursor as the feed reports it now, naming a batch at 9:7 that b's reader has not reached.
+    ahead = (pluginapi.BatchState(Position(9, 7), (1,)),)
+    pending = pluginapi.CursorReport(TOPIC, SUB, B_LOG[4], "[]", ahead)
+    b.region.feed.append(pending)
+    b.step()
+    assert (TOPIC, SUB) in b.agent.unobserved
+    # a's user rewinds a to its first entry; b follows.
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[0])
+    a.region.consumer_acks(TOPIC, SUB, [])
+    a.step()
+    assert a.agent.stats.counters["rewinds"] == 1
+    a.step()
+    for p in A_LOG:
+        a.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.step()
+    carry(a, b)
+    b.step()
+    b.step()  # b forgot the entries every subscription had acknowledged: it reads them again first
+    deliver_b_copies(b)
+    b.step()
+    b.step()
+    assert ("reset", TOPIC, SUB, (B_LOG[0].ledger, B_LOG[0].entry)) in b.region.calls
+    assert (TOPIC, SUB) not in b.agent.unobserved  # the report from before the rewind is dropped
+    # b's reader reaches 9:7 (two messages published in b).
+    b.region.topics[TOPIC] += [Position(9, 6), Position(9, 7)]
+    b.region.origin_runs[TOPIC].append(OriginRun(9, 6, 2, "b"))
+    for p in (Position(9, 6), Position(9, 7)):
+        b.messaging.deliver(TOPIC, message(TOPIC, p, batch_index=0, batch_size=2))
+        b.messaging.deliver(TOPIC, message(TOPIC, p, batch_index=1, batch_size=2))
+    for _ in range(3):
+        b.step()
+        carry(b, a)
+        a.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0])
+    assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[0])
