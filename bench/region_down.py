@@ -1,17 +1,21 @@
 """A region down for a long time while the others take traffic, then back: how long until it is exact? (17.8)
 
-    python bench/region_down.py [--lab DIR] [--down 600] [--rate 200] [--topics 4] [--share 0.9]
+    python bench/region_down.py [--lab DIR] [--how freeze|cut] [--down 600] [--rate 200] [--topics 4]
+                                [--share 0.9]
 
 Setup: ``--topics`` topics in a new namespace replicated between a and b; a batched producer in a publishes
 ``--rate`` messages/s in all; on each topic a Shared subscription created as the traffic starts, whose
 consumer in a acknowledges ``--share`` of the messages at random (batch indexes; the rest stay holes for
-good). After a warm-up, region b (its broker process and its agent) is frozen (SIGSTOP: nothing answers, the
-sockets stay open, as a region cut off) for ``--down`` seconds while a goes on; then both are thawed and the
-traffic stops, so what b must end up acknowledging is fixed. Reported, from the thaw: when b holds every
-message (Pulsar's replicator catching up), when b's agent has read them all, and when b's cursors
-acknowledge exactly what a's consumers did (message by message, batch indexes included, read through the
-interceptor's cursor endpoint); b's agent CPU seconds and its rounds meanwhile (the round must not
-grow with the backlog: the highest median of its last 200 rounds seen), and the backlog's size.
+good). After a warm-up, region b is down for ``--down`` seconds while a goes on, one of two ways: ``--how
+freeze`` (default) stops b's broker process and its agent (SIGSTOP: nothing answers, the sockets stay open;
+after long enough, ZooKeeper sessions expire); ``--how cut`` cuts the link between a and b with Toxiproxy (a
+lab booted with ``--wan``): b and its agent keep running, each region's replicator to the other holds a
+backlog, as in a network outage between regions. Then b is back and the traffic stops, so what b must end up
+acknowledging is fixed. Reported, from b's return: when b holds every message (Pulsar's replicator catching
+up), when b's agent has read them all, and when b's cursors acknowledge exactly what a's consumers did
+(message by message, batch indexes included, read through the interceptor's cursor endpoint); b's agent CPU
+seconds and its rounds meanwhile (the round must not grow with the backlog: the highest median of its last 200
+rounds seen), and the backlog's size.
 
 Without ``--lab`` a fresh two-region lab is booted in a temporary directory and stopped at the end.
 """
@@ -39,7 +43,7 @@ from rich.table import Table
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_core.positions import Position
-from geosync_lab import labs, probes
+from geosync_lab import labs, probes, wan
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import failover
@@ -115,20 +119,46 @@ def freeze(lab_dir: pathlib.Path, agent_pid: int, *, frozen: bool) -> None:
     os.kill(agent_pid, signal.SIGSTOP if frozen else signal.SIGCONT)
 
 
+def take_down(how: str, lab_dir: pathlib.Path, agent_pid: int, *, down: bool) -> None:
+    """Region b down (``down``) or back, by ``how``: ``freeze`` or ``cut``."""
+    if how == "freeze":
+        freeze(lab_dir, agent_pid, frozen=down)
+    else:
+        wan.partition(labs.load(lab_dir), lab_dir, ("a", "b"), heal=not down)
+
+
+def stalled_replicators(lab_dir: pathlib.Path, region: str) -> int | None:
+    """How many replicators out of ``region`` its agent reports stalled (None: no answer)."""
+    with contextlib.suppress(requests.RequestException, ValueError, KeyError):
+        state = requests.get(labs.agent_metrics_url(lab_dir, region) + "/state", timeout=10).json()
+        return len(state["replicators_stalled"])
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", type=pathlib.Path, help="use this running lab instead of booting one")
     parser.add_argument("--down", type=float, default=600.0, help="seconds region b stays down")
+    parser.add_argument(
+        "--how",
+        choices=("freeze", "cut"),
+        default="freeze",
+        help="freeze: b's broker and agent stopped (SIGSTOP); cut: the a-b link cut with Toxiproxy (needs a "
+        "lab with --wan; booted with it when --lab is not given)",
+    )
     parser.add_argument("--rate", type=float, default=200.0, help="messages/s published in a")
     parser.add_argument("--topics", type=int, default=4)
     parser.add_argument("--share", type=float, default=0.9, help="share of messages acknowledged in a")
     parser.add_argument("--warmup", type=float, default=30.0)
     parser.add_argument(
-        "--limit", type=float, default=1800.0, help="seconds to wait for exact after the thaw"
+        "--limit", type=float, default=1800.0, help="seconds to wait for exact after b is back"
     )
     args = parser.parse_args()
-    with labs.given_or_booted(args.lab, ["a", "b"], report=console.print) as lab_dir:
+    wanted = args.how == "cut"
+    with labs.given_or_booted(args.lab, ["a", "b"], with_wan=wanted, report=console.print) as lab_dir:
         topology = labs.load(lab_dir)
+        if args.how == "cut" and not topology.wan:
+            raise SystemExit(f"--how cut needs a lab with a WAN (geoctl lab up --wan); {lab_dir} has none")
         run = uuid.uuid4().hex[:6]
         namespace = f"geo/down-{run}"
         admins = {r: AdminClient(topology.region(r).admin_url, timeout=30) for r in ("a", "b")}
@@ -145,19 +175,25 @@ def main() -> None:
             console.print(f"warm-up {args.warmup:.0f} s on {namespace}")
             time.sleep(args.warmup)
             before = traffic.sent
-            freeze(lab_dir, agent_b.pid, frozen=True)
+            take_down(args.how, lab_dir, agent_b.pid, down=True)
             down_at = time.monotonic()
-            console.print(f"region b and its agent frozen at {before:,} messages sent")
+            stalled_seen = 0
+            console.print(f"region b down ({args.how}) at {before:,} messages sent")
             try:
                 while time.monotonic() - down_at < args.down:
                     time.sleep(min(60.0, args.down - (time.monotonic() - down_at)))
-                    console.print(f"  down {time.monotonic() - down_at:.0f} s, {traffic.sent:,} sent")
+                    stalled = stalled_replicators(lab_dir, "a")
+                    stalled_seen = max(stalled_seen, stalled or 0)
+                    console.print(
+                        f"  down {time.monotonic() - down_at:.0f} s, {traffic.sent:,} sent; a's agent "
+                        f"reports {'?' if stalled is None else stalled} stalled replicator(s)"
+                    )
             finally:
-                freeze(lab_dir, agent_b.pid, frozen=False)
+                take_down(args.how, lab_dir, agent_b.pid, down=False)
             thawed = time.monotonic()
             traffic.finish()
             total = traffic.sent
-            console.print(f"thawed; {total - before:,} messages sent while b was down, {total:,} in all")
+            console.print(f"back; {total - before:,} messages sent while b was down, {total:,} in all")
             proc = psutil.Process(agent_b.pid)
             cpu0 = sum(proc.cpu_times()[:2])
             times: dict[str, float | None] = {"replicated": None, "read": None, "exact": None}
@@ -183,6 +219,7 @@ def main() -> None:
                 time.sleep(0.5)
             cpu = sum(proc.cpu_times()[:2]) - cpu0
         table = Table(
+            "how",
             "down",
             "sent while down",
             "acknowledged in a",
@@ -194,6 +231,7 @@ def main() -> None:
         )
         acked = sum(len(a) for a in traffic.acked.values())
         table.add_row(
+            args.how,
             f"{args.down:.0f} s",
             f"{total - before:,}",
             f"{acked:,} of {total:,}",
@@ -202,6 +240,7 @@ def main() -> None:
             f"{longest_round:.2f} s",
         )
         console.print(table)
+        console.print(f"a's agent reported up to {stalled_seen} stalled replicator(s) while b was down")
         if times["exact"] is None:
             raise SystemExit("b was not exact within the limit")
 
