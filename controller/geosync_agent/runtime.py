@@ -345,11 +345,11 @@ class Agent:
         self.rediscover_at = 0.0
         """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
-        self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
-        self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
         it, and the feed reports each acknowledgement once)."""
+        self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
+        self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
         self.claimed_untracked: dict[str, tuple[float, float]] = {}
         """Topics claims named that are not tracked here yet -> (next lookup, give up after), monotonic."""
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}

@@ -140,13 +140,27 @@ def tells_news(index: OriginIndex, acks: OriginAcks, known: OriginAcks) -> bool:
                 wanted.setdefault((region, position.ledger), []).append((position.entry, position.entry))
     if not wanted:
         return False
-    for gaps in wanted.values():
+    lowest: dict[str, Position] = {}
+    for (region, ledger), gaps in wanted.items():
         gaps.sort()
-    for run in index:
+        start = Position(ledger, gaps[0][0])
+        lowest[region] = min(lowest.get(region, start), start)
+    # Newest entries first: new acknowledgements are mostly recent ones. Replication keeps each region's
+    # order, so once a region's run lies wholly below its lowest gap, its earlier runs do too (a replicator's
+    # re-sent copies can break that at the very end of the log; the cost is a missed news, as above).
+    for run in reversed(index):
+        bottom = lowest.get(run.region)
+        if bottom is None:
+            continue
+        if Position(run.origin_ledger, run.origin_last) < bottom:
+            del lowest[run.region]
+            if not lowest:
+                return False
+            continue
         found = wanted.get((run.region, run.origin_ledger))
         if found is None:
             continue
-        # The last one starting at or below the run's end overlaps the run iff it ends at or after the run's
+        # The last gap starting at or below the run's end overlaps the run iff it ends at or after the run's
         # start (they are disjoint and sorted: none before it reaches further).
         i = bisect.bisect_right(found, run.origin_last, key=lambda gap: gap[0]) - 1
         if i >= 0 and found[i][1] >= run.origin_first:

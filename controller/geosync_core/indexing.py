@@ -169,6 +169,10 @@ class OriginIndex:
     def __iter__(self) -> Iterator[Run]:
         return iter(self._runs)
 
+    def __reversed__(self) -> Iterator[Run]:
+        """The runs, newest local entries first."""
+        return reversed(self._runs)
+
     def runs_from(self, local: Position) -> Iterator[Run]:
         """The runs holding ``local`` or later entries, in order (the run before them may come first)."""
         start = max(bisect.bisect_right(self._runs, (local.ledger, local.entry), key=_local_key) - 1, 0)

@@ -117,3 +117,19 @@ def test_gaps_are_what_no_span_covers() -> None:
     assert claiming._gaps(spans, Span(9, 2, 3)) == []
     assert claiming._gaps(spans, Span(10, 3, 9)) == [(6, 9)]
     assert claiming._gaps((), Span(4, 1, 2)) == [(1, 2)]
+
+
+def test_news_far_below_the_newest_entries_is_found() -> None:
+    """Scanning from the newest entries, a region's older copies are still reached while their origins can
+    hold a gap (replication keeps each region's order)."""
+    index = OriginIndex()
+    index.append(Position(5, 0), Origin("b", Position(9, 0)))
+    index.append(Position(5, 1), Origin("b", Position(9, 2)))  # b's 9:1 is no message of b's (a copy there)
+    for e in range(2, 50):
+        index.append(Position(5, e), Origin("a", Position(5, e)))
+    index.append(Position(5, 50), Origin("b", Position(9, 5)))
+    known = OriginAcks.of({"b": [Span(9, 0, 0), Span(9, 2, 2), Span(9, 5, 5)]})
+    assert claiming.tells_news(index, OriginAcks.of({"b": [Span(9, 1, 1)]}), known) is False  # no 9:1 here
+    assert claiming.tells_news(index, OriginAcks.of({"b": [Span(9, 0, 2)]}), OriginAcks.of({})) is True
+    assert claiming.tells_news(index, OriginAcks.of({"a": [Span(5, 3, 3)]}), known) is True
+    assert claiming.tells_news(index, OriginAcks.of({"b": [Span(9, 0, 0), Span(9, 6, 9)]}), known) is False
