@@ -287,6 +287,33 @@ class Messaging:
         except pulsar.Timeout as e:
             raise MessagingUnavailable(f"{topic}: no producer within the timeout", delay=1.0) from e
 
+    def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
+        """Create the durable ``subscription`` at the earliest message in one step: a consumer subscribing
+        with initial position Earliest (no receiver queue: nothing is dispatched to it), closed at once.
+
+        Not the admin API's create-subscription: Pulsar 4.0 creates the cursor at the latest entry, persists
+        that, and then resets it to the requested position in memory. A broker killed before that reset is
+        persisted brings the subscription back at the latest entry, every earlier message acknowledged
+        though nobody consumed it (CI's sidecar kill test lost 5 messages that way). Raises TopicMissing where
+        the topic does not exist and auto topic creation is off, MessagingUnavailable on other failures."""
+        try:
+            consumer = self._client.subscribe(
+                topic,
+                subscription,
+                consumer_type=pulsar.ConsumerType.Shared,
+                receiver_queue_size=0,
+                consumer_name=name,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+        except pulsar.Timeout as e:
+            raise MessagingUnavailable(f"{topic}: cannot subscribe {subscription!r} in time") from e
+        except pulsar.TopicNotFound as e:
+            raise TopicMissing(f"{topic} does not exist (and auto topic creation is off)") from e
+        except pulsar.PulsarException as e:
+            raise MessagingUnavailable(f"{topic}: cannot subscribe {subscription!r}: {e}") from e
+        with contextlib.suppress(pulsar.PulsarException):
+            consumer.close()
+
     def shadow_ack(
         self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
     ) -> None:

@@ -27,6 +27,8 @@ log = logging.getLogger("geosync.agent")
 T = TypeVar("T")
 R = TypeVar("R")
 SHADOW_PREFIX = "geosync-shadow-"
+CREATOR = "geosync-creator"
+"""The consumer that creates a subscription (subscribes at the earliest message and closes at once)."""
 PLUGIN_ACK_BATCH = 200
 """Subscriptions per plugin acknowledgement call."""
 
@@ -276,15 +278,20 @@ class Effector:
             return [AdminMoved(effect.key, effect.counter, None, False, 0, 0, effect.consumers, error=str(e))]
 
     def _create(self, effect: CreateSubscription) -> Outcome:
+        """Create the subscription at the earliest message, unless it exists (a consumer subscribing with that
+        initial position: see ``Messaging.subscribe_at_earliest`` for why not the admin API)."""
         topic, name = effect.key
         try:
-            created = self.admin().create_subscription(topic, name)
-        except adm.AdminNotFound:
+            subscriptions = self.admin().topic_stats(topic).get("subscriptions") or {}
+            if name in subscriptions:
+                return Created(effect.key, created=False, topic_missing=False)
+            self.messaging.subscribe_at_earliest(topic, name, name=CREATOR)
+        except (adm.AdminNotFound, messaging.TopicMissing):
             return Created(effect.key, created=False, topic_missing=True)
-        except adm.AdminError as e:
+        except (adm.AdminError, messaging.MessagingUnavailable) as e:
             log.warning("cannot create %s on %s, will retry: %s", name, topic, e)
             return Created(effect.key, created=False, topic_missing=True)
-        return Created(effect.key, created=created, topic_missing=False)
+        return Created(effect.key, created=True, topic_missing=False)
 
     def _reset(self, effect: ResetCursor) -> Outcome:
         topic, name = effect.key

@@ -83,6 +83,11 @@ class Messaging(Protocol):
 
     def producer(self, topic: str) -> Producer: ...
 
+    def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
+        """Create durable ``subscription`` at the earliest message, as a consumer named ``name`` subscribing
+        with that initial position (atomic, unlike the admin API's create-then-reset)."""
+        ...
+
     def shadow_ack(
         self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
     ) -> None:

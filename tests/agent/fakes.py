@@ -333,6 +333,11 @@ class FakeMessaging:
     def producer(self, topic: str) -> FakeProducer:
         return self.producers.setdefault(topic, FakeProducer(topic))
 
+    def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
+        if topic in self.region.missing:
+            raise TopicMissing(f"{topic} does not exist")
+        self.region.create_subscription(topic, subscription)
+
     def shadow_ack(
         self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
     ) -> None:
