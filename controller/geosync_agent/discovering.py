@@ -7,6 +7,7 @@ so the loop never waits on per-topic admin calls and nothing is shared but the m
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import re
@@ -142,6 +143,11 @@ def scan(
     subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
     links: dict[str, dict[str, replicators.Sample]] = {}
     for ns in namespaces:
+        control = f"persistent://{ns}/{config.control_topic}"
+        if owns is None or owns(control):
+            # Its replicators carry the claims: one stuck leaves the other regions without them.
+            with contextlib.suppress(adm.AdminError):
+                links[control] = replicators.samples_of(admin.topic_stats(control))
         for topic in admin.topics(ns):
             if not synced_topic(config, topic):
                 continue

@@ -786,9 +786,9 @@ class Agent:
                 if state.name not in present:
                     self._absent(state, found.scanned_at)
         for topic, links in found.replicators.items():
-            if topic in self.topics:
+            if topic in self.topics or topic in self.controls:
                 self.replicators.observe(topic, links, at=found.scanned_at or now.mono)
-        self.replicators.retain(self.topics)
+        self.replicators.retain([*self.topics, *self.controls])
         self._report_stalls(self.replicators.stalled(now.mono, self.config.replicator_stall_s), now)
 
     def _report_stalls(self, stalled: list[replicators.Stall], now: Now) -> None:

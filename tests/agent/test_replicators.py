@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from geosync_agent import serving
-from tests.agent.test_runtime import TOPIC, pair
+from geosync_core.positions import Position
+from tests.agent.test_runtime import CONTROL, TOPIC, pair
 
 
 def _link(backlog: int, sent: int) -> dict[str, object]:
@@ -68,3 +69,16 @@ def test_a_topic_gone_takes_its_replicators_with_it() -> None:
     a.step()
     assert a.agent.status()["replicators_stalled"] == []
     assert a.agent.replicators.links == {}
+
+
+def test_the_control_topics_replicator_is_watched_too() -> None:
+    """Its replicator carries the claims: stuck, the other region never applies anything (seen after a
+    25-minute cut: the data topics' replicators drained, the control topic's held 1,371 entries)."""
+    a, _ = pair(replicator_stall_s=10.0)
+    a.region.topics[CONTROL] = [Position(77, 0)]
+    a.region.replication[CONTROL] = {"b": _link(1371, 3079)}
+    a.discover()
+    a.step(20.0)
+    a.discover()
+    a.step()
+    assert [s["topic"] for s in a.agent.status()["replicators_stalled"]] == [CONTROL]
