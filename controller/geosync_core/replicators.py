@@ -72,7 +72,7 @@ def samples_of(stats: Mapping[str, Any]) -> dict[str, Sample]:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Link:
     sample: Sample
     progress_at: float
@@ -90,31 +90,32 @@ def _progressed(before: Sample, now: Sample) -> bool:
 class Watch:
     """The replicators of the topics an agent syncs, pass after pass."""
 
-    links: dict[tuple[str, str], _Link] = field(default_factory=dict)
+    links: dict[str, dict[str, _Link]] = field(default_factory=dict)
+    """topic -> remote region -> what was last seen of its replicator"""
 
     def observe(self, topic: str, samples: Mapping[str, Sample], at: float) -> None:
         """A pass at monotonic time ``at`` read ``topic``'s replicators (a remote region it no longer
         replicates to is forgotten)."""
+        before = self.links.get(topic, {})
+        now: dict[str, _Link] = {}
         for remote, sample in samples.items():
-            link = self.links.get((topic, remote))
-            if link is None or _progressed(link.sample, sample):
-                self.links[(topic, remote)] = _Link(sample, at)
-            else:
-                link.sample = sample
-        for key in [k for k in self.links if k[0] == topic and k[1] not in samples]:
-            del self.links[key]
+            link = before.get(remote)
+            stuck = link is not None and not _progressed(link.sample, sample)
+            now[remote] = _Link(sample, link.progress_at if link is not None and stuck else at)
+        self.links[topic] = now
 
     def retain(self, topics: Iterable[str]) -> None:
         """Forget the links of topics not in ``topics`` (deleted, no longer synced, owned elsewhere)."""
         keep = set(topics)
-        for key in [k for k in self.links if k[0] not in keep]:
-            del self.links[key]
+        for topic in [t for t in self.links if t not in keep]:
+            del self.links[topic]
 
     def stalled(self, now: float, after_s: float) -> list[Stall]:
         """The links without progress for ``after_s`` at monotonic time ``now``, longest stalled first."""
         out = [
             Stall(topic, remote, link.sample.backlog, link.sample.connected, link.progress_at)
-            for (topic, remote), link in self.links.items()
+            for topic, remotes in self.links.items()
+            for remote, link in remotes.items()
             if link.sample.backlog > 0 and now - link.progress_at >= after_s
         ]
         return sorted(out, key=lambda s: (s.since, s.topic, s.remote))
