@@ -287,6 +287,18 @@ class Messaging:
         except pulsar.Timeout as e:
             raise MessagingUnavailable(f"{topic}: no producer within the timeout", delay=1.0) from e
 
+    def _idle_consumer(self, topic: str, subscription: str, name: str, **options: Any) -> Any:
+        """A Shared consumer of ``subscription`` that nothing is dispatched to (no receiver queue): the
+        agent's short-lived consumers, which acknowledge or create and close at once."""
+        return self._client.subscribe(
+            topic,
+            subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            receiver_queue_size=0,
+            consumer_name=name,
+            **options,
+        )
+
     def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
         """Create the durable ``subscription`` at the earliest message in one step: a consumer subscribing
         with initial position Earliest (no receiver queue: nothing is dispatched to it), closed at once.
@@ -297,13 +309,8 @@ class Messaging:
         though nobody consumed it (CI's sidecar kill test lost 5 messages that way). Raises TopicMissing where
         the topic does not exist and auto topic creation is off, MessagingUnavailable on other failures."""
         try:
-            consumer = self._client.subscribe(
-                topic,
-                subscription,
-                consumer_type=pulsar.ConsumerType.Shared,
-                receiver_queue_size=0,
-                consumer_name=name,
-                initial_position=pulsar.InitialPosition.Earliest,
+            consumer = self._idle_consumer(
+                topic, subscription, name, initial_position=pulsar.InitialPosition.Earliest
             )
         except pulsar.Timeout as e:
             raise MessagingUnavailable(f"{topic}: cannot subscribe {subscription!r} in time") from e
@@ -317,13 +324,7 @@ class Messaging:
     def shadow_ack(
         self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
     ) -> None:
-        consumer = self._client.subscribe(
-            topic,
-            subscription,
-            consumer_type=pulsar.ConsumerType.Shared,
-            receiver_queue_size=0,
-            consumer_name=name,
-        )
+        consumer = self._idle_consumer(topic, subscription, name)
         try:
             for p in positions:
                 consumer.acknowledge(pulsar.MessageId(partition, p.ledger, p.entry, -1))
