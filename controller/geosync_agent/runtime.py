@@ -205,6 +205,10 @@ class Subscription:
     """The agent's own rewind: the mark-delete it set, and until when (monotonic) backward moves down to
     it are that rewind's."""
 
+    def known(self) -> OriginAcks:
+        """Every claim held about it: received from other regions and published by this one."""
+        return self.received if self.published is None else self.received.merge(self.published)
+
     def confirm(self, at: float) -> None:
         """The subscription exists here as of monotonic time ``at``. One deleted here is a new subscription:
         its old cursor goes, and its first one starts a new generation of claims."""
@@ -1479,7 +1483,7 @@ class Agent:
             self._follow(state, message.generation)
         merged = state.received.merge(message.acks)
         if state.active and merged != state.received:
-            known = state.received if state.published is None else state.received.merge(state.published)
+            known = state.known()
             ts = self.topics.get(message.topic)
             if (
                 claiming.tells_news(ts.tail.index, message.acks, known)
@@ -1848,11 +1852,7 @@ class Agent:
         )
         if claim is None:
             return
-        if not state.active and claiming.tells_news(
-            tail.index,
-            claim.claims,
-            state.received if state.published is None else state.received.merge(state.published),
-        ):
+        if not state.active and claiming.tells_news(tail.index, claim.claims, state.known()):
             state.active = True  # acknowledged here first (messages, not forms): consumed here
         state.translated = cursor
         state.incomplete_at = None if claim.complete else tail.version
