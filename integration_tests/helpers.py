@@ -41,7 +41,7 @@ class Lab:
         for region in self.topology.regions.values():
             out.append(regions.log_tail(labs.region_process(self.dir, region), lines))
         for name in self.topology.agents:
-            tail = regions.file_tail(self.dir / "agents" / f"{name}.log", lines)
+            tail = regions.file_tail(labs.agent_log(self.dir, name), lines)
             out.append(tail or f"(agent {name}: no log)")
         return "\n\n".join(out)
 

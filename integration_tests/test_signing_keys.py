@@ -170,7 +170,7 @@ def test_no_key_or_token_bytes_in_an_agents_log_state_or_metrics(
     monkeypatch.setenv("GEOSYNC_TOKEN", token)
     monkeypatch.setenv("GEOSYNC_KEY", shared)
     labs.stop_agent(lab.dir, "c")
-    log = lab.dir / "agents" / "c.log"
+    log = labs.agent_log(lab.dir, "c")
     start = log.stat().st_size if log.exists() else 0
     try:
         labs.start_agent(lab.dir, "c")

@@ -537,7 +537,7 @@ class _Nemesis:
         """Stop the agent's process for longer than its ZooKeeper session timeout: the server expires the
         session, and the agent finds it expired when it runs again (as after a long GC pause)."""
         agent = self.topology().agents[region]
-        _, logfile = labs._agent_paths(self.lab.resolve(), region)
+        logfile = labs.agent_log(self.lab, region)
         offset = logfile.stat().st_size if logfile.exists() else 0
         if not agent.pid or not regions.signal_region(agent.pid, agent.config, signal.SIGSTOP):
             return {"error": f"the agent of {region} is not running"}

@@ -495,6 +495,11 @@ def _agent_paths(lab_dir: pathlib.Path, name: str) -> tuple[pathlib.Path, pathli
     return lab_dir / "agents" / f"{name}.yaml", lab_dir / "agents" / f"{name}.log"
 
 
+def agent_log(lab_dir: pathlib.Path, name: str) -> pathlib.Path:
+    """The log file of the lab's agent ``name`` (its standard output and error)."""
+    return _agent_paths(lab_dir.resolve(), name)[1]
+
+
 def _agent_keys(agents_dir: pathlib.Path, names: list[str]) -> pathlib.Path:
     """One Ed25519 signing key per region (``keys/REGION-1.key``, made once) and the keyring every agent
     loads (``keyring.yaml``, public keys only: each agent holds its own private key and the others' public
