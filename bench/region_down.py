@@ -127,12 +127,45 @@ def take_down(how: str, lab_dir: pathlib.Path, agent_pid: int, *, down: bool) ->
         wan.partition(labs.load(lab_dir), lab_dir, ("a", "b"), heal=not down)
 
 
+def agent_state(lab_dir: pathlib.Path, region: str) -> dict[str, Any] | None:
+    """``region``'s agent's /state (None: no answer)."""
+    with contextlib.suppress(requests.RequestException, ValueError):
+        state = requests.get(labs.agent_metrics_url(lab_dir, region) + "/state", timeout=10).json()
+        return state if isinstance(state, dict) else None
+    return None
+
+
 def stalled_replicators(lab_dir: pathlib.Path, region: str) -> int | None:
     """How many replicators out of ``region`` its agent reports stalled (None: no answer)."""
-    with contextlib.suppress(requests.RequestException, ValueError, KeyError):
-        state = requests.get(labs.agent_metrics_url(lab_dir, region) + "/state", timeout=10).json()
-        return len(state["replicators_stalled"])
-    return None
+    state = agent_state(lab_dir, region)
+    return None if state is None else len(state.get("replicators_stalled") or [])
+
+
+def unloads(lab_dir: pathlib.Path, region: str) -> str:
+    """What ``region``'s agent did about stuck replicators: topics unloaded (replicator_unload_after_s)."""
+    state = agent_state(lab_dir, region)
+    if state is None:
+        return "?"
+    counters = state.get("counters") or {}
+    return (
+        f"{counters.get('replicator_unloads', 0)} unload(s), {counters.get('replicator_unload_errors', 0)} "
+        f"refused, {len(state.get('replicators_stalled') or [])} stalled now"
+    )
+
+
+def explain_stalls(lab_dir: pathlib.Path, admin: AdminClient) -> None:
+    """For each replicator a's agent still reports stalled: its cursor in a (``pulsar.repl.b``) as internal
+    stats show it, to tell a cursor that stopped reading from one waiting on the remote."""
+    state = agent_state(lab_dir, "a") or {}
+    for stall in state.get("replicators_stalled") or []:
+        topic, remote = stall["topic"], stall["to"]
+        console.print(f"still stalled: {topic} -> {remote}: {stall}")
+        with contextlib.suppress(AdminError):
+            cursor = admin.internal_stats(topic).get("cursors", {}).get(f"pulsar.repl.{remote}", {})
+            keys = ("markDeletePosition", "readPosition", "waitingReadOp", "pendingReadOps", "state")
+            console.print("  its cursor in a: " + ", ".join(f"{k}={cursor.get(k)}" for k in keys))
+            link = (admin.topic_stats(topic).get("replication") or {}).get(remote, {})
+            console.print(f"  its replicator: {link}")
 
 
 def main() -> None:
@@ -197,9 +230,12 @@ def main() -> None:
             proc = psutil.Process(agent_b.pid)
             cpu0 = sum(proc.cpu_times()[:2])
             times: dict[str, float | None] = {"replicated": None, "read": None, "exact": None}
-            longest_round, checked_at = 0.0, 0.0
+            longest_round, checked_at, said_at = 0.0, 0.0, 0.0
             while time.monotonic() - thawed < args.limit and times["exact"] is None:
                 now = time.monotonic() - thawed
+                if now - said_at >= 60.0:
+                    said_at = now
+                    console.print(f"  back {now:.0f} s; a's agent: {unloads(lab_dir, 'a')}")
                 with contextlib.suppress(requests.RequestException, ValueError):
                     state = requests.get(state_url, timeout=10).json()
                     # The median of the agent's last 200 rounds: their maximum holds the round the freeze
@@ -241,6 +277,8 @@ def main() -> None:
         )
         console.print(table)
         console.print(f"a's agent reported up to {stalled_seen} stalled replicator(s) while b was down")
+        console.print(f"at the end, a's agent: {unloads(lab_dir, 'a')}; b's agent: {unloads(lab_dir, 'b')}")
+        explain_stalls(lab_dir, admins["a"])
         if times["exact"] is None:
             raise SystemExit("b was not exact within the limit")
 

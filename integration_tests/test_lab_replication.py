@@ -11,7 +11,7 @@ import requests
 from geosync_adapters.admin import AdminNotFound
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
 from geosync_lab import labs
-from integration_tests.helpers import Lab, produce, read_all, wait_for
+from integration_tests.helpers import Lab, produce, produce_batched, read_all, wait_for
 
 
 @pytest.mark.parametrize("namespace", ["geo/ab", "geo/abc"])
@@ -111,3 +111,26 @@ def readyz(lab: Lab, region: str) -> tuple[int, str]:
     """The agent's /readyz status and reason."""
     response = requests.get(labs.agent_metrics_url(lab.dir, region) + "/readyz", timeout=5)
     return response.status_code, response.text.strip()
+
+
+def test_unloading_a_topic_starts_a_new_replicator_and_replication_goes_on(lab: Lab, unique: str) -> None:
+    """What an agent does to a replicator stuck while connected (``replicator_unload_after_s``; a stuck one
+    cannot be made on demand, so the unload itself is checked here): the admin adapter's unload closes the
+    topic in a, Pulsar starts a new replicator to b (its sent count starts over), and nothing is lost."""
+    topic = f"persistent://geo/ab/unload-{unique}"
+    first = [f"m{i}" for i in range(30)]
+    produce_batched(lab.service_url("a"), topic, first)
+    assert len(read_all(lab.service_url("b"), topic, expect=30)) == 30
+
+    def sent_to_b() -> int:
+        link = (lab.admin("a").topic_stats(topic).get("replication") or {}).get("b") or {}
+        return int(link["msgOutCount"])
+
+    before = sent_to_b()
+    assert before >= 30
+    lab.admin("a").unload_topic(topic)
+    second = [f"n{i}" for i in range(30)]
+    produce_batched(lab.service_url("a"), topic, second)
+    got = read_all(lab.service_url("b"), topic, expect=60)
+    assert sorted(m.data.decode() for m in got) == sorted(first + second)
+    assert sent_to_b() < before + 30, "the replicator's count went on: the topic was not unloaded"

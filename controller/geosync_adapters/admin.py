@@ -413,6 +413,10 @@ class AdminClient:
     def internal_stats(self, topic: str, **kw: Any) -> dict[str, Any]:
         return dict(self.get(f"/admin/v2/{self.topic_path(topic)}/internalStats", **kw) or {})
 
+    def unload_topic(self, topic: str) -> None:
+        """Close the topic on its broker (its clients reconnect, and it loads again, with new replicators)."""
+        self.put(f"/admin/v2/{self.topic_path(topic)}/unload")
+
     def topics(self, namespace: str) -> list[str]:
         return list(self.get(f"/admin/v2/namespaces/{namespace}/topics") or [])
 

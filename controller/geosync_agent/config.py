@@ -104,6 +104,13 @@ class AgentConfig:
     nothing for this long is reported stalled in /state (``replicators_stalled``) and the metric
     ``geosync_replicators_stalled``: the other region is then missing messages
     (``geosync_core/replicators.py``). Judged at each discovery pass (``discover_interval_s``)."""
+    replicator_unload_after_s: float = 0.0
+    """Opt-in (0, the default: never): a topic whose replicator out of this region has been stalled *while
+    connected* for this long is unloaded here, so that Pulsar starts a new replicator (4.0's can stay stuck
+    for good after a failed send: apache/pulsar#25097). Not again for that topic until a doubling wait has
+    passed (this, 2x, 4x, ... at most an hour) while it keeps getting stuck; its clients reconnect at each
+    unload. At least ``replicator_stall_s``. Sidecars unload only the topics their broker owns
+    (``geosync_core/replicators.py``, ``Unsticking``)."""
     control_topic: str = CONTROL_TOPIC
     """Local name of the replicated control topic created in every synced namespace."""
     metrics_port: int = 0
@@ -334,6 +341,14 @@ def load(path: str | pathlib.Path) -> AgentConfig:
             raise ConfigError(f"{path}: '{name}' must be true or false, not {value!r}")
         else:
             values[name] = value
+    unload_after = values.get("replicator_unload_after_s")
+    stall = values.get("replicator_stall_s", known["replicator_stall_s"].default)
+    if unload_after is not None and unload_after < stall:
+        raise ConfigError(
+            f"{path}: 'replicator_unload_after_s' ({unload_after:g}) is below 'replicator_stall_s' "
+            f"({stall:g}): a replicator counts as stuck only once stalled that long; raise it or lower "
+            "replicator_stall_s"
+        )
     if values.get("shard_by_ownership"):
         if values.get("broker_admin_urls"):
             raise ConfigError(

@@ -101,7 +101,17 @@ class Publish:
     replicate_to: list[str] | None = None
 
 
-Effect = PluginAck | AdminMove | CreateSubscription | ResetCursor | Publish
+@dataclass(frozen=True, slots=True)
+class UnloadTopic:
+    """Unload ``topic`` here, so that its broker replicators start anew (one stuck while connected:
+    ``geosync_core.replicators.Unsticking``)."""
+
+    topic: str
+
+
+AdminChange = AdminMove | CreateSubscription | ResetCursor | UnloadTopic
+"""The effects carried out in parallel, one admin client per worker."""
+Effect = PluginAck | Publish | AdminChange
 
 
 # -- outcomes --------------------------------------------------------------------------------------
@@ -160,7 +170,13 @@ class Learned:
     value: bool
 
 
-Outcome = CursorWritten | NotWritten | AdminMoved | Created | CursorReset | Learned
+@dataclass(frozen=True, slots=True)
+class Unloaded:
+    topic: str
+    error: str = ""
+
+
+Outcome = CursorWritten | NotWritten | AdminMoved | Created | CursorReset | Learned | Unloaded
 
 
 class Effector:
@@ -199,7 +215,7 @@ class Effector:
     def perform(self, effects: Iterable[Effect]) -> list[Outcome]:
         """Carry out ``effects``: sends in order, plugin writes batched, admin changes in parallel."""
         plugin: list[PluginAck] = []
-        parallel: list[AdminMove | CreateSubscription | ResetCursor] = []
+        parallel: list[AdminChange] = []
         for effect in effects:
             if isinstance(effect, Publish):
                 self._publish(effect)
@@ -267,7 +283,9 @@ class Effector:
                 out.append(NotWritten(ack.key, fallback=True, reason=result.status.value))
         return out
 
-    def _admin_change(self, effect: AdminMove | CreateSubscription | ResetCursor) -> list[Outcome]:
+    def _admin_change(self, effect: AdminChange) -> list[Outcome]:
+        if isinstance(effect, UnloadTopic):
+            return [self._unload(effect)]
         if isinstance(effect, CreateSubscription):
             return [self._create(effect)]
         if isinstance(effect, ResetCursor):
@@ -292,6 +310,13 @@ class Effector:
             log.warning("cannot create %s on %s, will retry: %s", name, topic, e)
             return Created(effect.key, created=False, topic_missing=True)
         return Created(effect.key, created=True, topic_missing=False)
+
+    def _unload(self, effect: UnloadTopic) -> Outcome:
+        try:
+            self.admin().unload_topic(effect.topic)
+        except adm.AdminError as e:
+            return Unloaded(effect.topic, error=str(e)[:200])
+        return Unloaded(effect.topic)
 
     def _reset(self, effect: ResetCursor) -> Outcome:
         topic, name = effect.key

@@ -354,6 +354,7 @@ class Agent:
         it, and the feed reports each acknowledgement once)."""
         self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
         self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
+        self.unsticking = replicators.Unsticking(after_s=config.replicator_unload_after_s)
         self.claimed_untracked: dict[str, tuple[float, float]] = {}
         """Topics claims named that are not tracked here yet -> (next lookup, give up after), monotonic."""
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
@@ -793,7 +794,9 @@ class Agent:
             if topic in self.topics or topic in self.controls:
                 self.replicators.observe(topic, links, at=found.scanned_at or now.mono)
         self.replicators.retain([*self.topics, *self.controls])
-        self._report_stalls(self.replicators.stalled(now.mono, self.config.replicator_stall_s), now)
+        stalled = self.replicators.stalled(now.mono, self.config.replicator_stall_s)
+        self._report_stalls(stalled, now)
+        self._unstick(stalled, now)
 
     def _report_stalls(self, stalled: list[replicators.Stall], now: Now) -> None:
         """Log the replicators that stalled since the last pass and those that moved again."""
@@ -816,6 +819,23 @@ class Agent:
         for topic, remote in sorted(before - after):
             log.info("Pulsar's replicator of %s to %s is no longer stalled", topic, remote)
         self.stalled = [(s, now.mono - s.since) for s in stalled]
+
+    def _unstick(self, stalled: list[replicators.Stall], now: Now) -> None:
+        """Unload the topics (owned here) whose replicator is stuck while connected, when due (opt-in:
+        ``replicator_unload_after_s``)."""
+        self.unsticking.settle(self.replicators)
+        due = self.unsticking.due([s for s in stalled if self.owns(s.topic)], now.mono)
+        for stall in due:
+            log.warning(
+                "unloading %s here: its replicator to %s is connected, holds %d entries and sent nothing for "
+                "%.0f s (Pulsar starts a new one; unload %d of this topic since it last drained)",
+                stall.topic,
+                stall.remote,
+                stall.backlog,
+                now.mono - stall.since,
+                self.unsticking.tries[stall.topic],
+            )
+        self._perform([fx.UnloadTopic(s.topic) for s in due], now)
 
     def _absent(self, state: Subscription, scanned_at: float | None) -> None:
         """A discovery pass started at ``scanned_at`` did not find ``state`` here."""
@@ -2134,6 +2154,13 @@ class Agent:
         if isinstance(outcome, fx.Learned):
             self.caps = self.caps.learned(outcome.capability, outcome.value, now=now.mono)
             return
+        if isinstance(outcome, fx.Unloaded):
+            if outcome.error:
+                self.stats.inc("replicator_unload_errors")
+                log.warning("could not unload %s (tried again later): %s", outcome.topic, outcome.error)
+            else:
+                self.stats.inc("replicator_unloads")
+            return
         state = self.subs.get(outcome.key)
         if state is None:
             return
@@ -2250,6 +2277,7 @@ class Agent:
                 }
                 for stall, seconds in list(self.stalled)
             ],
+            "replicator_unloads": dict(self.unsticking.tries),
             "checkpoint": dict(self.checkpoint_info),
             "allocator": self.allocator.report(),
             "snapshots": self.snapshots.status(),

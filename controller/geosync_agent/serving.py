@@ -42,6 +42,7 @@ ADMIN_ERRORS = {
     "discovery_errors": "discovery",
     "loop_errors": "round",
     "publish_errors": "publish",
+    "replicator_unload_errors": "unload",
 }
 REJECTED_PREFIX = "control_rejected_"
 

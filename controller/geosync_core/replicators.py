@@ -15,6 +15,16 @@ a remote region refusing writes. The first pass that sees a link counts as progr
 
 The values come from the broker's JSON and are checked: a missing or malformed one makes that link unknown
 (skipped), never an error.
+
+**Unsticking** (opt-in: the agent's ``replicator_unload_after_s``). Pulsar 4.0's replicator can stay stuck
+while connected: when a send to the remote region fails, it rewinds its cursor but the failed entries keep
+their read permits, so once the permits are used up it never reads again (apache/pulsar#25097, fixed by
+#26002 after 4.0.8). Only a new replicator frees it, and unloading the topic in the sending region makes one
+(seen in BENCHMARKS 17.8: two stuck replicators drained within 20 s of an unload). ``Unsticking`` decides
+which topics to unload: a link stalled *while connected* for ``after_s`` (a disconnected one is a region
+out of reach, which an unload cannot cure), at most one unload per topic at a time, and again only after a
+doubling wait (``after_s``, then 2, 4, ... times it, at most ``max_wait_s``) as long as the topic keeps
+getting stuck without draining. A topic whose links all drained starts over.
 """
 
 from __future__ import annotations
@@ -119,3 +129,43 @@ class Watch:
             if link.sample.backlog > 0 and now - link.progress_at >= after_s
         ]
         return sorted(out, key=lambda s: (s.since, s.topic, s.remote))
+
+
+@dataclass
+class Unsticking:
+    """Which topics with a replicator stuck while connected to unload, and when (see the module docstring)."""
+
+    after_s: float
+    """A connected link stalled this long (since its last progress) is unloaded; 0 or less: never."""
+    max_wait_s: float = 3600.0
+    tries: dict[str, int] = field(default_factory=dict)
+    """topic -> unloads since its links last drained"""
+    next_at: dict[str, float] = field(default_factory=dict)
+    """topic -> monotonic time before which it is not unloaded again"""
+
+    def due(self, stalled: Iterable[Stall], now: float) -> list[Stall]:
+        """The stalls (one per topic, the longest) whose topic to unload now; each is counted as tried."""
+        if self.after_s <= 0:
+            return []
+        out: dict[str, Stall] = {}
+        for stall in sorted(stalled, key=lambda s: s.since):
+            if (
+                stall.connected
+                and stall.topic not in out
+                and now - stall.since >= self.after_s
+                and now >= self.next_at.get(stall.topic, 0.0)
+            ):
+                out[stall.topic] = stall
+        for topic in out:
+            tries = self.tries.get(topic, 0) + 1
+            self.tries[topic] = tries
+            self.next_at[topic] = now + min(self.after_s * 2 ** (tries - 1), self.max_wait_s)
+        return list(out.values())
+
+    def settle(self, watch: Watch) -> None:
+        """Start over for topics whose links all drained, and forget topics no longer watched."""
+        for topic in list(self.tries):
+            links = watch.links.get(topic)
+            if links is None or all(link.sample.backlog == 0 for link in links.values()):
+                self.tries.pop(topic, None)
+                self.next_at.pop(topic, None)

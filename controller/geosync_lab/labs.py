@@ -614,6 +614,9 @@ def start_agent(
                 "discover_interval_s": 5.0,
                 # A replicator cut off shows as stalled within a test's patience (default 300 s).
                 "replicator_stall_s": 20.0,
+                # ... and one stuck while connected (Pulsar 4.0.8: apache/pulsar#25097) has its topic
+                # unloaded a minute on: longer than any test holds a region frozen on purpose.
+                "replicator_unload_after_s": 60.0,
                 "control_topic": CONTROL_TOPIC,
                 # The policy mirror's events travel in the namespace every region of the lab is in.
                 "mirror_events_topic": f"persistent://{_all_regions_namespace(topology)}/geosync-policy-events",

@@ -127,6 +127,12 @@ class FakeRegion:
             if key[0] == topic:
                 self.cursors[key] = AckState.of(cursor.mark_delete, cursor.ranges)
 
+    def unload_topic(self, topic: str) -> None:
+        self.calls.append(("unload", topic))
+        if topic not in self.topics:
+            raise adm.AdminNotFound(f"404 topic {topic} not found")
+        self.reload(topic)
+
     def create_topic(self, topic: str) -> bool:
         self.calls.append(("create_topic", topic))
         if topic not in self.missing:

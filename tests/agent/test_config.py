@@ -62,6 +62,11 @@ def test_without_a_ca_the_system_cas_verify(tmp_path: pathlib.Path) -> None:
             "'shard_by_ownership' needs 'plugin_cursors'",
         ),
         ({"broker_id": "b-0:8080"}, "'broker_id' is only used with 'shard_by_ownership: true'"),
+        ({"replicator_unload_after_s": 0}, "'replicator_unload_after_s' must be a positive number"),
+        (
+            {"replicator_stall_s": 60, "replicator_unload_after_s": 30},
+            "'replicator_unload_after_s' (30) is below 'replicator_stall_s' (60)",
+        ),
     ],
 )
 def test_bad_settings_say_what_is_wrong(

@@ -172,3 +172,35 @@ def test_only_claimed_topics_no_broker_owns_are_looked_up_and_not_too_often() ->
     assert ownership.should_look_up(THEIRS, 0.0)  # nobody does
     assert not ownership.should_look_up(THEIRS, 1.0)
     assert ownership.should_look_up(THEIRS, owning.LOOKUP_S + 1)
+
+
+def test_each_stuck_topic_is_unloaded_once_by_the_sidecar_of_the_broker_that_owns_it() -> None:
+    b = FakeRegion(
+        "b",
+        {NS: ["a", "b"]},
+        topics={**{t: list(log) for t, log in B_LOGS.items()}, CONTROL: [Position(77, 0)]},
+        bundles={ME: [LOWER], OTHER: [UPPER]},
+    )
+    link = {"replicationBacklog": 9, "msgOutCount": 4, "msgRateOut": 0.0, "connected": True}
+    b.replication = {topic: {"a": dict(link)} for topic in b.topics}
+    sidecars = {
+        broker: Harness.build(
+            b,
+            shard_by_ownership=True,
+            broker_id=broker,
+            replicator_stall_s=20.0,
+            replicator_unload_after_s=30.0,
+        )
+        for broker in (ME, OTHER)
+    }
+    unloaded: dict[str, list[str]] = {}
+    for broker, h in sidecars.items():
+        for _ in range(4):  # 40 s: one unload each
+            h.discover()
+            h.step(10.0)
+        unloaded[broker] = sorted(c[1] for c in b.calls if c[0] == "unload")
+        b.calls.clear()
+    upper = topic_hash(CONTROL) >= 0x80000000
+    mine, theirs = [MINE], [THEIRS]
+    (theirs if upper else mine).append(CONTROL)
+    assert unloaded == {ME: sorted(mine), OTHER: sorted(theirs)}

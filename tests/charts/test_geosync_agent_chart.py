@@ -16,6 +16,8 @@ import yaml
 helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (bundles the Helm SDK)")
 kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
 
+from geosync_agent import config as cfg
+
 CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "geosync-agent"
 KUBE = "1.32.0"
 CRDS = ("ServiceMonitor", "PrometheusRule")  # Prometheus Operator kinds: no bundled schema
@@ -316,3 +318,15 @@ def test_the_replicators_backoff_is_bounded_unless_left_to_pulsar() -> None:
         "PULSAR_PREFIX_brokerClient_maxBackoffIntervalNanos"
         not in plugin_parts(pulsars)["plugins-broker-config.yaml"]
     )
+
+
+def test_unloading_stuck_replicators_is_opt_in(tmp_path: pathlib.Path) -> None:
+    default = agent_config(render({"agent": {"region": "a"}}))
+    assert default["replicator_stall_s"] == 300
+    assert "replicator_unload_after_s" not in default
+    chosen = agent_config(render({"agent": {"region": "a", "replicators": {"unloadStuckAfterSeconds": 900}}}))
+    assert chosen["replicator_unload_after_s"] == 900
+    # What the chart renders is a config the agent takes.
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump({**chosen, "admin_url": "http://b:8080", "service_url": "pulsar://b:6650"}))
+    assert cfg.load(path).replicator_unload_after_s == 900.0

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from geosync_core.replicators import Sample, Watch, samples_of
+from geosync_core.replicators import Sample, Stall, Unsticking, Watch, samples_of
 
 
 def _stats(**links: dict[str, Any]) -> dict[str, Any]:
@@ -88,3 +88,56 @@ def test_links_of_topics_and_regions_gone_are_forgotten() -> None:
     assert sorted((s.topic, s.remote) for s in watch.stalled(400.0, 300.0)) == [("t", "b"), ("u", "b")]
     watch.retain(["t"])
     assert [(s.topic, s.remote) for s in watch.stalled(400.0, 300.0)] == [("t", "b")]
+
+
+# -- unsticking: which topics to unload, and when ---------------------------------------------------
+
+
+def _stall(topic: str, remote: str = "b", since: float = 0.0, connected: bool = True) -> Stall:
+    return Stall(topic, remote, backlog=10, connected=connected, since=since)
+
+
+def test_a_topic_stuck_while_connected_is_unloaded_once_stalled_long_enough() -> None:
+    u = Unsticking(after_s=100.0)
+    assert u.due([_stall("t")], now=99.0) == []
+    assert u.due([_stall("t")], now=100.0) == [_stall("t")]
+    assert u.tries == {"t": 1}
+
+
+def test_a_disconnected_replicator_is_a_region_out_of_reach_and_not_unloaded() -> None:
+    u = Unsticking(after_s=100.0)
+    assert u.due([_stall("t", connected=False)], now=10_000.0) == []
+
+
+def test_off_by_default() -> None:
+    assert Unsticking(after_s=0.0).due([_stall("t")], now=10_000.0) == []
+
+
+def test_one_unload_per_topic_whatever_the_number_of_stuck_links() -> None:
+    u = Unsticking(after_s=10.0)
+    got = u.due([_stall("t", "b", since=5.0), _stall("t", "c", since=1.0), _stall("u")], now=50.0)
+    assert got == [_stall("u"), _stall("t", "c", since=1.0)]  # longest stalled first
+
+
+def test_a_topic_that_gets_stuck_again_waits_twice_as_long_each_time_up_to_the_cap() -> None:
+    u = Unsticking(after_s=100.0, max_wait_s=350.0)
+    unloads = [t for t in range(0, 2000, 10) if u.due([_stall("t")], now=float(t))]
+    assert unloads == [100, 200, 400, 750, 1100, 1450, 1800]
+
+
+def test_a_topic_whose_links_drained_starts_over_and_a_gone_topic_is_forgotten() -> None:
+    u = Unsticking(after_s=100.0)
+    watch = Watch()
+    for topic in ("t", "u"):
+        watch.observe(topic, {"b": Sample(backlog=5, sent=0, rate_out=0.0, connected=True)}, at=0.0)
+        u.due([_stall(topic)], now=100.0)
+        u.due([_stall(topic)], now=200.0)
+    assert u.tries == {"t": 2, "u": 2}
+    u.settle(watch)
+    assert u.tries == {"t": 2, "u": 2}  # still a backlog: the waits keep doubling
+    watch.observe("t", {"b": Sample(backlog=0, sent=9, rate_out=0.0, connected=True)}, at=300.0)
+    watch.retain(["t"])
+    u.settle(watch)
+    assert u.tries == {}
+    assert u.next_at == {}
+    assert u.due([_stall("t", since=300.0)], now=400.0) == [_stall("t", since=300.0)]
