@@ -166,6 +166,18 @@ def explain_stalls(lab_dir: pathlib.Path, admin: AdminClient) -> None:
             console.print("  its cursor in a: " + ", ".join(f"{k}={cursor.get(k)}" for k in keys))
             link = (admin.topic_stats(topic).get("replication") or {}).get(remote, {})
             console.print(f"  its replicator: {link}")
+    # Pulsar's replicator logs a failed send to the remote broker (the failure that leaks its read permits).
+    process = labs.region_process(lab_dir, labs.load(lab_dir).region("a"))
+    failed = [
+        line
+        for path in (process.log_file, process.stdout_file)
+        if path.exists()
+        for line in path.read_text(errors="replace").splitlines()
+        if "Error producing on remote broker" in line
+    ]
+    console.print(f"a's broker logged {len(failed)} failed replicator send(s)")
+    for line in failed[-3:]:
+        console.print("  " + line[:400])
 
 
 def main() -> None:
