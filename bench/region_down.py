@@ -209,6 +209,7 @@ def main() -> None:
         admins = {r: AdminClient(topology.region(r).admin_url, timeout=30) for r in ("a", "b")}
         for admin in admins.values():
             admin.create_namespace(namespace)
+            admin.set_retention(namespace, minutes=labs.LAB_RETENTION_MINUTES, size_mb=labs.LAB_RETENTION_MB)
             admin.set_replication_clusters(namespace, ["a", "b"])
         topics = [f"persistent://{namespace}/t{i}" for i in range(args.topics)]
         agent_b = topology.agents["b"]

@@ -371,6 +371,16 @@ class AdminClient:
     def replication_clusters(self, namespace: str) -> list[str]:
         return list(self.get(f"/admin/v2/namespaces/{namespace}/replication") or [])
 
+    def set_retention(self, namespace: str, *, minutes: int, size_mb: int) -> None:
+        """Keep acknowledged messages ``minutes`` and up to ``size_mb`` per topic (-1: without limit)."""
+        body = {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
+        self.post(f"/admin/v2/namespaces/{namespace}/retention", body)
+
+    def retention(self, namespace: str) -> dict[str, Any] | None:
+        """The namespace's own retention policy; None when it has none (the brokers' defaults apply)."""
+        got = self.get(f"/admin/v2/namespaces/{namespace}/retention")
+        return dict(got) if isinstance(got, dict) else None
+
     def set_allowed_clusters(self, namespace: str, clusters: list[str]) -> None:
         self.post(f"/admin/v2/namespaces/{namespace}/allowedClusters", clusters)
 

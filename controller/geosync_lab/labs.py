@@ -37,6 +37,9 @@ from geosync_lab import clusters, distribution, plugins, regions, wan
 from geosync_lab.errors import LabError
 
 TENANT = "geo"
+LAB_RETENTION_MINUTES = 120
+LAB_RETENTION_MB = 1024
+"""Retention of the lab's namespaces (and the benchmarks'): longer than any test or benchmark run."""
 PROBE_TOPIC = "lab-probe"
 TOPOLOGY_FILE = "topology.json"
 Report = Callable[[str], None]
@@ -252,6 +255,10 @@ def _wire(
         for name in members:
             admins[name].create_namespace(ns)
             admins[name].set_allowed_clusters(ns, list(members))
+            # Messages replicated into a region before GeoSync creates their subscription there are held by
+            # no cursor there: without retention, a broker restart or a ledger rollover deletes them (README,
+            # "Retention").
+            admins[name].set_retention(ns, minutes=LAB_RETENTION_MINUTES, size_mb=LAB_RETENTION_MB)
         for name in members:
             admins[name].set_replication_clusters(ns, list(members))
         report(f"namespace {ns}: replicated between {', '.join(members)}")
