@@ -81,6 +81,12 @@ class AgentView:
         found = (self.state or {}).get("replicators_stalled") or []
         return [s for s in found if isinstance(s, dict)] if isinstance(found, list) else []
 
+    @property
+    def unretained(self) -> list[str]:
+        """Synced namespaces that keep no acknowledged message in this region (the agent's word)."""
+        found = (self.state or {}).get("namespaces_without_retention") or []
+        return [str(ns) for ns in found] if isinstance(found, list) else []
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "url": self.url,
@@ -89,6 +95,7 @@ class AgentView:
             "error": self.error,
             "unresolved": self.unresolved,
             "replicators_stalled": self.stalled_replicators,
+            "namespaces_without_retention": self.unretained,
         }
 
 

@@ -162,6 +162,14 @@ def status(
             click.echo(f"warning: {e}")
         if unhealthy:
             click.echo(f"UNHEALTHY: agent(s) {', '.join(unhealthy)} down or not ready")
+        for name, view in sorted(obs.agents.items()):
+            if view.unretained:
+                click.echo(
+                    f"warning: in {name}, {', '.join(view.unretained)} keep(s) no acknowledged message: "
+                    "messages replicated there before GeoSync creates their subscription can be deleted by "
+                    "a broker restart or ledger rollover (set a retention: pulsar-admin namespaces "
+                    "set-retention NS --time 1h --size 1G)"
+                )
         if stalls:
             click.echo(
                 f"STALLED: {len(stalls)} Pulsar replicator(s) hold a backlog and send nothing: the region "

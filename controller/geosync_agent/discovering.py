@@ -13,7 +13,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -45,6 +45,8 @@ class Discovered:
     ``topics`` holds the owned ones); None: ``topics``."""
     replicators: dict[str, dict[str, replicators.Sample]] = field(default_factory=dict)
     """topic -> remote region -> its broker replicator (from the same stats as ``subscriptions``)"""
+    unretained: tuple[str, ...] = ()
+    """Synced namespaces that retain no acknowledged message here (``retains``)."""
 
 
 class Latest(Generic[T]):
@@ -130,6 +132,50 @@ def synced_namespaces(admin: Admin, config: AgentConfig) -> dict[str, frozenset[
     return out
 
 
+def _amount(value: Any) -> int | None:
+    """A retention limit from a policy (int) or the runtime configuration (string); None if malformed."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def retains(policy: Mapping[str, Any] | None, broker_defaults: Mapping[str, Any]) -> bool:
+    """Whether a namespace keeps acknowledged messages: its own retention policy, or without one the brokers'
+    ``defaultRetentionTimeInMinutes`` and ``defaultRetentionSizeInMB``. Either limit at 0 retains nothing.
+
+    Why GeoSync cares: a message replicated into this region before the agent has created its subscription
+    here is held by no cursor here (only the replicator's, which is done with it). Without retention Pulsar
+    deletes its ledger as soon as it is closed: at a ledger rollover, a bundle unload, a broker restart. The
+    subscription created afterwards at the earliest message does not have it, and a failover here loses it
+    (seen in CI: a broker killed seconds after the traffic began)."""
+    if policy is None:
+        minutes = _amount(broker_defaults.get("defaultRetentionTimeInMinutes", 0))
+        size = _amount(broker_defaults.get("defaultRetentionSizeInMB", 0))
+    else:
+        minutes = _amount(policy.get("retentionTimeInMinutes", 0))
+        size = _amount(policy.get("retentionSizeInMB", 0))
+    return minutes is not None and size is not None and minutes != 0 and size != 0
+
+
+def unretained(admin: Admin, namespaces: Iterable[str]) -> tuple[str, ...]:
+    """The ``namespaces`` that retain nothing (see ``retains``); one that cannot be read is left out."""
+    out: list[str] = []
+    defaults: Mapping[str, Any] | None = None
+    for ns in namespaces:
+        try:
+            policy = admin.retention(ns)
+            if policy is None and defaults is None:
+                defaults = admin.runtime_configuration()
+        except adm.AdminError:
+            continue
+        if not retains(policy, defaults or {}):
+            out.append(ns)
+    return tuple(out)
+
+
 def scan(
     admin: Admin, config: AgentConfig, *, now: float | None = None, owns: Callable[[str], bool] | None = None
 ) -> Discovered:
@@ -168,6 +214,7 @@ def scan(
         scanned_at=scanned_at,
         listed=None if owns is None else tuple(listed),
         replicators=links,
+        unretained=unretained(admin, namespaces),
     )
 
 

@@ -355,6 +355,7 @@ class Agent:
         self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
         self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
         self.unsticking = replicators.Unsticking(after_s=config.replicator_unload_after_s)
+        self.unretained: tuple[str, ...] = ()  # synced namespaces without retention (discovering.retains)
         self.claimed_untracked: dict[str, tuple[float, float]] = {}
         """Topics claims named that are not tracked here yet -> (next lookup, give up after), monotonic."""
         self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
@@ -794,6 +795,17 @@ class Agent:
             if topic in self.topics or topic in self.controls:
                 self.replicators.observe(topic, links, at=found.scanned_at or now.mono)
         self.replicators.retain([*self.topics, *self.controls])
+        for ns in sorted(set(found.unretained) - set(self.unretained)):
+            log.warning(
+                "namespace %s retains no acknowledged message in %s: messages replicated here before their "
+                "subscription is created here are held by no cursor, and a ledger rollover, bundle unload or "
+                "broker restart deletes them (a failover here then loses them). Set a retention longer than "
+                "a discovery pass or two, e.g. pulsar-admin namespaces set-retention %s --time 1h --size 1G",
+                ns,
+                self.config.region,
+                ns,
+            )
+        self.unretained = found.unretained
         stalled = self.replicators.stalled(now.mono, self.config.replicator_stall_s)
         self._report_stalls(stalled, now)
         self._unstick(stalled, now)
@@ -2278,6 +2290,7 @@ class Agent:
                 for stall, seconds in list(self.stalled)
             ],
             "replicator_unloads": dict(self.unsticking.tries),
+            "namespaces_without_retention": list(self.unretained),
             "checkpoint": dict(self.checkpoint_info),
             "allocator": self.allocator.report(),
             "snapshots": self.snapshots.status(),

@@ -69,6 +69,9 @@ class FakeRegion:
     not_loaded: set[str] = field(default_factory=set)
     """Topics the plugin's cursor writes answer ``not_loaded`` for (moved to another broker)."""
     owner_dead: set[str] = field(default_factory=set)
+    retained: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """Namespace -> its retention policy (None: none, the brokers' defaults, 0: no retention); default:
+    an hour, any size."""
     writing_to: dict[str, int] = field(default_factory=dict)
     """The ledger a topic writes to, as internal stats show it (default: its last entry's ledger)."""
     """Topics whose admin calls are redirected to an owner that does not answer (it died)."""
@@ -84,6 +87,11 @@ class FakeRegion:
         if namespace not in self.namespaces:
             raise adm.AdminNotFound(namespace)
         return self.namespaces[namespace]
+
+    def retention(self, namespace: str) -> dict[str, Any] | None:
+        if namespace not in self.namespaces:
+            raise adm.AdminNotFound(namespace)
+        return self.retained.get(namespace, {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1})
 
     def topic_list(self, namespace: str) -> list[str]:
         return [t for t in self.topics if discovering.namespace_of(t) == namespace]

@@ -130,3 +130,25 @@ def test_status_shows_the_replicators_agents_report_stalled(
     data = json.loads(out)
     assert data["agents"]["a"]["replicators_stalled"] == [stall]
     assert data["agents"]["b"]["replicators_stalled"] == []
+
+
+def test_status_warns_of_namespaces_that_keep_no_acknowledged_message(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geoctl import observing
+    from geoctl.access import AgentView
+
+    key = "namespaces_without_retention"
+    agents = {
+        "a": AgentView(url="http://a", alive=True, ready=True, state={key: []}),
+        "b": AgentView(url="http://b", alive=True, ready=True, state={key: ["geo/ab"]}),
+    }
+    monkeypatch.setattr(
+        observing, "observe", lambda *_a, **_k: observing.Observation(rows=[], agents=agents, namespaces={})
+    )
+    code, out = run("status", "--topology", str(topology(tmp_path)))
+    assert code == 0, out
+    assert "warning: in b, geo/ab keep(s) no acknowledged message" in out.replace("\n", " ")
+    assert "in a," not in out
+    code, out = run("status", "--topology", str(topology(tmp_path)), "-o", "json")
+    assert json.loads(out)["agents"]["b"][key] == ["geo/ab"]
