@@ -270,6 +270,9 @@ def test_the_surviving_brokers_sidecar_takes_over_from_a_killed_one(sidecars: La
         # read in part taken for its size (session 15), and the victim's broker killed between the admin
         # API's create-subscription (cursor persisted at the latest entry) and its reset to the earliest
         # (session 16: b's cursor came back at 27:2 on the survivor; agents now subscribe at the earliest).
+        # Third (session 17): killed before b's subscription existed, so on the survivor the topic had only
+        # the replicator's cursor, done with ledger 28, and Pulsar deleted the ledger as it loaded the topic;
+        # lab namespaces now keep messages (retention; test_retention.py makes that case on purpose).
         evidence = cursors_and_claims(lab, survivor, topic, sub)
         try:
             assert_exact(consume_all(lab.service_url("b"), topic, sub), set(payloads), acked, "b")
