@@ -19,6 +19,7 @@ from typing import Any
 
 from geosync_adapters.admin import AdminClient, is_ready
 from geosync_core import topology as topo
+from geosync_lab import labs
 from geosync_lab.errors import LabError
 
 IMAGE = "apachepulsar/pulsar:{version}"
@@ -109,5 +110,6 @@ def _wire(regions: dict[str, topo.Region]) -> None:
             admin = AdminClient(regions[name].admin_url)
             admin.create_namespace(ns)
             admin.set_allowed_clusters(ns, list(members))
+            admin.set_retention(ns, minutes=labs.LAB_RETENTION_MINUTES, size_mb=labs.LAB_RETENTION_MB)
         for name in members:
             AdminClient(regions[name].admin_url).set_replication_clusters(ns, list(members))
