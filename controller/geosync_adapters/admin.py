@@ -556,6 +556,15 @@ class AdminClient:
         """The brokers' runtime configuration (``/admin/v2/brokers/configuration/runtime``)."""
         return dict(self.get("/admin/v2/brokers/configuration/runtime") or {})
 
+    def set_dynamic_configuration(self, name: str, value: str | None) -> None:
+        """Set (``None``: delete) one of the region's dynamic broker settings; every broker of the region
+        reads it from the region's metadata store."""
+        path = f"/admin/v2/brokers/configuration/{urllib.parse.quote(name, safe='')}"
+        if value is None:
+            self.delete(path)
+        else:
+            self.post(f"{path}/{urllib.parse.quote(value, safe='')}")
+
     def active_brokers(self, cluster: str) -> list[str]:
         """The ids (``host:webServicePort``) of ``cluster``'s active brokers."""
         return [str(b) for b in self.get(f"/admin/v2/brokers/{urllib.parse.quote(cluster, safe='')}") or []]

@@ -538,7 +538,7 @@ def signer(lab_dir: pathlib.Path, name: str) -> signing.Ed25519Signer:
     return signing.load_signer(lab_dir.resolve() / "agents" / "keys" / f"{key_id}.key", key_id)
 
 
-def _all_regions_namespace(topology: topo.Topology) -> str:
+def all_regions_namespace(topology: topo.Topology) -> str:
     """The lab namespace replicated to every region (``geo/ab`` with two regions, ``geo/abc`` otherwise)."""
     return max(topology.namespaces, key=lambda ns: (len(topology.namespaces[ns].regions), "snap" not in ns))
 
@@ -626,7 +626,7 @@ def start_agent(
                 "replicator_unload_after_s": 60.0,
                 "control_topic": CONTROL_TOPIC,
                 # The policy mirror's events travel in the namespace every region of the lab is in.
-                "mirror_events_topic": f"persistent://{_all_regions_namespace(topology)}/geosync-policy-events",
+                "mirror_events_topic": f"persistent://{all_regions_namespace(topology)}/geosync-policy-events",
                 # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's
                 # own replicated subscriptions there) and unsynced-* (tests that need drift on purpose).
                 "exclude": list(UNSYNCED_PATTERNS),
