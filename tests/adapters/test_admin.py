@@ -300,6 +300,25 @@ def test_backlog_of_a_subscription_and_of_what_does_not_exist(server: tuple[str,
     assert client.backlog("persistent://t/ns/gone", "s") is None  # 404
 
 
+def test_a_dynamic_setting_is_set_with_its_value_quoted_in_the_path_and_deleted(
+    server: tuple[str, type[_Handler]],
+) -> None:
+    url, handler = server
+    name = "configurationMetadataSyncEventTopic"
+    quoted = "persistent%3A%2F%2Fgeo%2Fabc%2Fsync"
+    handler.routes[f"POST /admin/v2/brokers/configuration/{name}/{quoted}"] = [(204, {}, None)]
+    handler.routes[f"DELETE /admin/v2/brokers/configuration/{name}"] = [(204, {}, None)]
+    client = adm.AdminClient(url, retry=FAST)
+    client.set_dynamic_configuration(name, "persistent://geo/abc/sync")
+    client.set_dynamic_configuration(name, None)
+    assert [(m, p) for m, p, _, _ in handler.seen] == [
+        ("POST", f"/admin/v2/brokers/configuration/{name}/{quoted}"),
+        ("DELETE", f"/admin/v2/brokers/configuration/{name}"),
+    ]
+    with pytest.raises(adm.AdminNotFound):
+        client.set_dynamic_configuration("noSuchSetting", None)
+
+
 class _IndexedAdmin:
     """Answers the interceptor's origin index from ``runs`` (or fails with ``error``) and entry headers for
     anything; counts both."""
