@@ -17,6 +17,9 @@ One run, three parts, each reusing another bench's load (imported, not copied):
 3. Restart (kill -9 of b's agent) to exact with ``--retained`` messages on a topic (``bench/restart.py``:
    its checkpoint mode, ``--restart-runs`` times). ``--skip-restart`` leaves it out.
 
+``--py-spy DIR`` records both agents with py-spy over each load (collapsed stacks, one file per agent and
+step, for flame graphs or ``sort | uniq``-style reading of where a round's time goes).
+
 Without ``--lab`` a fresh three-region lab is booted in a temporary directory and stopped at the end.
 """
 
@@ -25,6 +28,8 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -107,22 +112,67 @@ class Monitor:
     showed as it started and ended (the pace of each stage, for reading where lag comes from). Only twice:
     /state lists every subscription, and reading it every second loaded the agents themselves at 10,000."""
 
-    def __init__(self, lab_dir: pathlib.Path) -> None:
+    def __init__(
+        self, lab_dir: pathlib.Path, *, profile: pathlib.Path | None = None, label: str = ""
+    ) -> None:
         self.lab_dir = lab_dir
         self.pids = pids(lab_dir)
         self.cpu: dict[str, float] = {}
         self.samples: list[dict[str, dict[str, Any]]] = []
         self.started = self.span = 0.0
+        self.profile, self.label = profile, label
+        self.profilers: list[subprocess.Popen[bytes]] = []
+        topology = labs.load(lab_dir)
+        self.region_pids = {name: topology.region(name).pids for name in AGENTS}
+        self.machine: dict[str, float] = {}
+        """CPU-seconds over the load of what shares the machine: agents, regions' JVMs, this bench."""
 
     def __call__(self, started: bool) -> None:
         if started:
             self.cpu = {name: -cpu_seconds(pid) for name, pid in self.pids.items()}
+            self.machine = {k: -v for k, v in self._machine().items()}
             self.started = time.monotonic()
             self._sample()
+            self._profile()
         else:
             self.cpu = {name: self.cpu[name] + cpu_seconds(pid) for name, pid in self.pids.items()}
+            self.machine = {k: self.machine[k] + v for k, v in self._machine().items()}
             self.span = time.monotonic() - self.started
+            for p in self.profilers:
+                p.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
+            for p in self.profilers:
+                p.wait(timeout=60)
             self._sample()
+
+    def _machine(self) -> dict[str, float]:
+        mine = os.times()
+        return {
+            **{f"agent {n}": cpu_seconds(pid) for n, pid in self.pids.items()},
+            **{f"region {n}": sum(cpu_seconds(p) for p in pids) for n, pids in self.region_pids.items()},
+            "bench (its clients)": mine.user + mine.system,
+        }
+
+    def _profile(self) -> None:
+        if self.profile is None:
+            return
+        self.profile.mkdir(parents=True, exist_ok=True)
+        spy = pathlib.Path(sys.executable).with_name("py-spy")
+        for name, pid in self.pids.items():
+            out = self.profile / f"agent-{name}-{self.label}.txt"
+            cmd = [
+                str(spy),
+                "record",
+                "-p",
+                str(pid),
+                "-r",
+                "50",
+                "-f",
+                "raw",
+                "-o",
+                str(out),
+                "--nonblocking",
+            ]
+            self.profilers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def _sample(self) -> None:
         try:
@@ -142,13 +192,18 @@ class Monitor:
             return float(after.get(counter, 0) - before.get(counter, 0)) / span
 
         rounds = {n: last[n]["round_seconds_p50"] for n in AGENTS}
+        longest = {n: last[n]["round_seconds_max"] for n in AGENTS}
         transit = [x["b"].get("control_transit_ms") or {} for x in self.samples]
+        machine = ", ".join(f"{k} {v:.1f}" for k, v in self.machine.items())
         return (
+            f"CPU s in {span:.0f} s on {os.cpu_count()} cores: {machine}; "
             f"a: {rate('a', 'states_published'):.0f} states/s in {rate('a', 'envelopes_published'):.0f} "
-            f"envelopes/s, feed reads {rate('a', 'feed_reads'):.1f}/s, round p50 {rounds['a']:.2f} s; "
+            f"envelopes/s, feed reads {rate('a', 'feed_reads'):.1f}/s, round p50 {rounds['a']:.2f} s "
+            f"max {longest['a']:.2f} s; "
             f"b: {rate('b', 'claims_received'):.0f} claims/s, "
             f"{rate('b', 'plugin_acks'):.0f} cursor writes/s, "
-            f"round p50 {rounds['b']:.2f} s, control transit a->b (last) {transit[-1]}"
+            f"round p50 {rounds['b']:.2f} s max {longest['b']:.2f} s, "
+            f"control transit a->b (last) {transit[-1]}"
         )
 
 
@@ -161,7 +216,7 @@ def agent_state(lab_dir: pathlib.Path, region: str) -> dict[str, Any]:
 
 def load_step(lab_dir: pathlib.Path, topology: topo.Topology, n: int, mode: str, args: Any) -> Step:
     topics, per_topic = shape(n)
-    monitor = Monitor(lab_dir)
+    monitor = Monitor(lab_dir, profile=args.py_spy, label=f"{n}-{mode}-{time.strftime('%H%M%S')}")
     run = failover.load_run(
         topology,
         mode=mode,
@@ -215,6 +270,9 @@ def main() -> None:
     parser.add_argument("--retained", type=int, default=1_000_000, help="retained messages for the restart")
     parser.add_argument("--restart-runs", type=int, default=3)
     parser.add_argument("--skip-restart", action="store_true")
+    parser.add_argument(
+        "--py-spy", type=pathlib.Path, help="record both agents with py-spy into this directory"
+    )
     args = parser.parse_args()
     quiet_clients()
     steps = [int(x) for x in args.steps.split(",") if x]

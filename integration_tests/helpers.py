@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulsar
+import requests
 
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient
@@ -119,6 +120,12 @@ def cursor(admin: AdminClient, topic: str, subscription: str) -> tuple[str, str]
     except Exception:
         return None
     return None if raw is None else (raw["markDeletePosition"], raw["individuallyDeletedMessages"])
+
+
+def agent_state(lab: Lab, region: str) -> dict[str, Any]:
+    """The ``/state`` of the lab's agent ``region``."""
+    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
+    return state
 
 
 def wait_for(

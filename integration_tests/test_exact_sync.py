@@ -13,7 +13,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pulsar
 import pytest
@@ -24,6 +23,7 @@ from geosync_core import envelopes
 from geosync_core.origins import OriginAcks, Span
 from geosync_lab import labs
 from integration_tests.helpers import Lab, consume_all, produce, read_all, wait_for
+from integration_tests.helpers import agent_state as _agent_state
 
 
 def backlog(lab: Lab, region: str, topic: str, sub: str) -> int | None:
@@ -340,11 +340,6 @@ def test_agent_killed_mid_apply_restarts_idempotently(lab: Lab, unique: str) -> 
     assert sorted(consume_all(lab.service_url("b"), topic, sub)) == sorted(
         {f"m{i}" for i in range(200)} - acked
     )
-
-
-def _agent_state(lab: Lab, region: str) -> dict[str, Any]:
-    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
-    return state
 
 
 def test_forged_and_garbage_control_messages_change_nothing(lab: Lab, unique: str) -> None:

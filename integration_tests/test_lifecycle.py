@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any
 
 import requests
 
 from geosync_lab import labs
 from integration_tests.helpers import Lab, ack_some, consume_all, produce_batched, wait_for
-
-
-def _state(lab: Lab, region: str) -> dict[str, Any]:
-    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
-    return state
+from integration_tests.helpers import agent_state as _state
 
 
 def _metrics(lab: Lab, region: str) -> str:

@@ -27,7 +27,7 @@ import pytest
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_lab import labs, regions
-from integration_tests.helpers import Lab, assert_exact, consume_all, produce_batched, wait_for
+from integration_tests.helpers import Lab, agent_state, assert_exact, consume_all, produce_batched, wait_for
 from integration_tests.test_batch_failover import consume_and_ack, synced_entry, wait_applied
 from integration_tests.test_multibroker import NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
 
@@ -172,6 +172,61 @@ def sync_lag(lab: Lab, topic: str, sub: str, *, n: int, tag: str) -> float:
         consumer.close()
     wait_for(lambda: remote.backlog(topic, sub) == 0, timeout_s=60, what=f"b's backlog of {topic} to be 0")
     return time.monotonic() - acked_at
+
+
+SYNC_SETTING = "configurationMetadataSyncEventTopic"
+
+
+def test_pulsars_own_pip136_synchronizer_runs_beside_the_agents_and_its_subscription_is_left_alone(
+    agents: Lab, unique: str
+) -> None:
+    """Pulsar's synchronizer (it runs only where the configuration store is separate: these regions) consumes
+    its sync topic as ``metadata-syncer`` in every region. On a topic of a synced namespace, the agents track
+    an application subscription there but never the synchronizer's (claims from a region whose synchronizer
+    went further would skip events in the other), and Pulsar's own sync still works."""
+    lab = agents
+    topic = f"persistent://{NAMESPACE}/{unique}-config-sync"
+    app = f"app-{unique}"  # made after the synchronizer's, and acknowledged by no one: only a discovery
+    admins = {r: lab.admin(r) for r in ("a", "b")}  # pass that lists it lists the synchronizer's too
+    tenant = f"bench-{unique}"  # the lab's agents do not mirror bench-* tenants: only Pulsar copies it
+    try:
+        for admin in admins.values():
+            admin.set_dynamic_configuration(SYNC_SETTING, topic)
+
+        def consumed_everywhere() -> bool:
+            for admin in admins.values():
+                with contextlib.suppress(AdminError):
+                    subs = admin.topic_stats(topic).get("subscriptions", {})
+                    if subs.get("metadata-syncer", {}).get("consumers"):
+                        continue
+                return False
+            return True
+
+        wait_for(consumed_everywhere, timeout_s=60, what="Pulsar's synchronizer consuming in a and b")
+        for region in ("a", "b"):
+            with messaging.client(lab.service_url(region)) as c:
+                c.subscribe(topic, app, consumer_type=pulsar.ConsumerType.Shared).close()
+        admins["a"].upsert_tenant(tenant, allowed_clusters=["a", "b"])
+        wait_for(lambda: tenant in admins["b"].tenants(), timeout_s=30, what=f"Pulsar copying {tenant} to b")
+
+        def tracked(region: str) -> set[str]:
+            return {s["subscription"] for s in agent_state(lab, region)["synced"] if s["topic"] == topic}
+
+        wait_for(
+            lambda: all(app in tracked(r) for r in ("a", "b")),
+            timeout_s=60,
+            what=lambda: f"both agents tracking {app} on {topic}: {tracked('a')} / {tracked('b')}",
+        )
+        for region in ("a", "b"):
+            assert "metadata-syncer" not in tracked(region), region
+            assert "metadata-syncer" in admins[region].topic_stats(topic)["subscriptions"], region
+    finally:
+        for admin in admins.values():
+            with contextlib.suppress(AdminError):
+                admin.set_dynamic_configuration(SYNC_SETTING, None)
+        for admin in admins.values():
+            with contextlib.suppress(AdminError):
+                admin.delete_tenant(tenant)
 
 
 def test_with_the_first_broker_killed_the_agent_fails_over_and_stays_exact(agents: Lab, unique: str) -> None:

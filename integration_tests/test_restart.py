@@ -8,19 +8,12 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any
-
-import requests
 
 from geosync_lab import labs
 from integration_tests.helpers import Lab, ack_some, consume_all, produce_batched, wait_for
+from integration_tests.helpers import agent_state as _state
 
 RETAINED = 3000
-
-
-def _state(lab: Lab, region: str) -> dict[str, Any]:
-    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
-    return state
 
 
 def _backlog(lab: Lab, region: str, topic: str, sub: str) -> int:

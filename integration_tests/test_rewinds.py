@@ -11,11 +11,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import requests
-
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from geosync_lab import labs
 from integration_tests.helpers import (
     Lab,
     ack_some,
@@ -25,11 +22,7 @@ from integration_tests.helpers import (
     read_all,
     wait_for,
 )
-
-
-def _state(lab: Lab, region: str) -> dict[str, Any]:
-    state: dict[str, Any] = requests.get(labs.agent_metrics_url(lab.dir, region) + "/state", timeout=5).json()
-    return state
+from integration_tests.helpers import agent_state as _state
 
 
 def _backlogs(lab: Lab, topic: str, sub: str) -> tuple[int | None, int | None]:

@@ -27,9 +27,9 @@ from geosync_adapters import signing
 from geosync_core import envelopes
 from geosync_lab import labs
 from integration_tests.helpers import Lab, consume_all, produce, wait_for
+from integration_tests.helpers import agent_state as _agent_state
 from integration_tests.test_exact_sync import (
     _agent_ready,
-    _agent_state,
     _everything,
     consume_some,
     subscribe_first,

@@ -25,6 +25,10 @@ from geosync_core import replicators
 
 PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
+BROKER_SUBSCRIPTIONS = frozenset({"metadata-syncer", "__compaction"})
+"""Durable subscriptions brokers keep for themselves: Pulsar's PIP-136 synchronizer consumes its sync topic
+as ``metadata-syncer`` (each region must apply every event it has not seen; claims from a region whose
+synchronizer went further would skip events here), and compaction keeps its cursor as ``__compaction``."""
 T = TypeVar("T")
 
 
@@ -112,6 +116,7 @@ def synced(config: AgentConfig, topic: str, subscription: str) -> bool:
     return (
         synced_topic(config, topic)
         and not subscription.startswith(INTERNAL_CURSORS)
+        and subscription not in BROKER_SUBSCRIPTIONS
         and wanted(config, topic, subscription)
     )
 

@@ -45,7 +45,7 @@ from geosync_agent import checkpointing, discovering, owning, snapshotting
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.config import AgentConfig
-from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced, wanted
+from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import Recent
 from geosync_agent.tailing import Tail
@@ -1502,7 +1502,9 @@ class Agent:
         return replace(message, acks=acks)
 
     def _take_claims(self, message: envelopes.AckStateMessage, now: Now) -> None:
-        if not wanted(self.config, message.topic, message.subscription):
+        # The sender's rules may differ (another version or configuration): what is not synced here, a
+        # broker's own subscription among them, is never written from claims.
+        if not synced(self.config, message.topic, message.subscription):
             return
         state = self.subs.setdefault(
             (message.topic, message.subscription),

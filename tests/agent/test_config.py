@@ -234,3 +234,14 @@ def test_the_mirrors_events_topic_and_control_topics_are_not_synced_as_data(tmp_
     assert discovering.synced_topic(
         loaded, "persistent://geo/ab/geosync-policy-events"
     )  # another namespace's
+
+
+def test_the_brokers_own_subscriptions_are_not_synced(tmp_path: pathlib.Path) -> None:
+    from geosync_agent import discovering
+
+    loaded = cfg.load(write(tmp_path))
+    topic = "persistent://geo/abc/pulsar-config-sync"
+    for own in ("metadata-syncer", "__compaction", "pulsar.repl.b", "geosync-shadow-a"):
+        assert not discovering.synced(loaded, topic, own), own
+    for application in ("orders", "metadata-syncer-app", "compaction"):
+        assert discovering.synced(loaded, topic, application), application

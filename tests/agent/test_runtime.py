@@ -270,6 +270,19 @@ def test_excluded_subscriptions_are_neither_published_nor_applied() -> None:
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
 
 
+def test_claims_for_a_subscription_this_region_leaves_to_its_brokers_are_not_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()  # as an agent that syncs it (an older version) would
+    monkeypatch.setattr(discovering, "BROKER_SUBSCRIPTIONS", frozenset({SUB}))
+    assert carry(a, b) > 0
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
+
+
 def test_status_reports_capabilities_and_subscriptions() -> None:
     a, _b = pair()
     a.region.consumer_acks(TOPIC, SUB, A_LOG[:1])
