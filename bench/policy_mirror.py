@@ -137,7 +137,7 @@ def main() -> None:
     run = uuid.uuid4().hex[:8]
     admins = {n: AdminClient(topology.region(n).admin_url) for n in names}
     pip136 = any(m.startswith("pip136") for m in mechanisms)
-    shared = [n for n, admin in admins.items() if pip136 and not separate_stores(admin)]
+    shared = [n for n, admin in admins.items() if pip136 and not _separate_stores(admin)]
     if shared:
         parser.error(
             f"pip136: region(s) {', '.join(shared)} keep configuration and metadata in one store (a "
@@ -177,7 +177,6 @@ class _Mirrors:
     """GeoSync's mirrors, one child process per region, stopped on exit."""
 
     def __init__(self, lab: str, names: list[str], run: str) -> None:
-        self.names = names
         workdir = pathlib.Path(tempfile.mkdtemp(prefix="bench-mirror-"))
         self.states = {n: workdir / f"mirror-{n}.json" for n in names}
         args = [sys.executable, __file__, "--child", "--lab", lab, "--run", run]
@@ -247,7 +246,7 @@ def _pip136_round(
     return result
 
 
-def separate_stores(admin: AdminClient) -> bool:
+def _separate_stores(admin: AdminClient) -> bool:
     """Whether the region's brokers keep their configuration store apart from their metadata store (where
     Pulsar's synchronizer may run), from their runtime configuration."""
     runtime = admin.runtime_configuration()
