@@ -18,7 +18,8 @@ One run, three parts, each reusing another bench's load (imported, not copied):
    its checkpoint mode, ``--restart-runs`` times). ``--skip-restart`` leaves it out.
 
 ``--py-spy DIR`` records both agents with py-spy over each load (collapsed stacks, one file per agent and
-step, for flame graphs or ``sort | uniq``-style reading of where a round's time goes).
+step, for flame graphs or ``sort | uniq``-style reading of where a round's time goes). Idle samples are
+kept (``--idle``): a thread waiting on a socket shows in the frame that waits.
 
 Without ``--lab`` a fresh three-region lab is booted in a temporary directory and stopped at the end.
 """
@@ -171,6 +172,7 @@ class Monitor:
                 "-o",
                 str(out),
                 "--nonblocking",
+                "--idle",
             ]
             self.profilers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
@@ -191,6 +193,11 @@ class Monitor:
             before, after = first[region]["counters"], last[region]["counters"]
             return float(after.get(counter, 0) - before.get(counter, 0)) / span
 
+        def phases(region: str) -> str:
+            steps = last[region].get("round_phases") or {}
+            top = sorted(steps.items(), key=lambda kv: -float(kv[1]["share"]))[:4]
+            return " ".join(f"{k} {v['max']:.2f}/{v['share']:.0%}" for k, v in top) or "-"
+
         rounds = {n: last[n]["round_seconds_p50"] for n in AGENTS}
         longest = {n: last[n]["round_seconds_max"] for n in AGENTS}
         transit = [x["b"].get("control_transit_ms") or {} for x in self.samples]
@@ -203,7 +210,10 @@ class Monitor:
             f"b: {rate('b', 'claims_received'):.0f} claims/s, "
             f"{rate('b', 'plugin_acks'):.0f} cursor writes/s, "
             f"round p50 {rounds['b']:.2f} s max {longest['b']:.2f} s, "
-            f"control transit a->b (last) {transit[-1]}"
+            f"control transit a->b (last) {transit[-1]}; "
+            f"round steps (max s / share of round time): a {phases('a')}; b {phases('b')}; "
+            f"discovery pass max a {last['a'].get('discovery_seconds_max', '-')} s, "
+            f"b {last['b'].get('discovery_seconds_max', '-')} s"
         )
 
 

@@ -224,8 +224,13 @@ class Effector:
             else:
                 parallel.append(effect)
         outcomes: list[Outcome] = []
-        for start in range(0, len(plugin), PLUGIN_ACK_BATCH):
-            outcomes.extend(self._plugin_acks(plugin[start : start + PLUGIN_ACK_BATCH]))
+        # Each batch names other subscriptions (one write per subscription a round), so batches go out side by
+        # side: the broker works on one while the loop's client parses the answer to another.
+        chunks = [
+            plugin[start : start + PLUGIN_ACK_BATCH] for start in range(0, len(plugin), PLUGIN_ACK_BATCH)
+        ]
+        for result in self.map(self._plugin_acks, chunks):
+            outcomes.extend(result)
         for result in self.map(self._admin_change, parallel):
             outcomes.extend(result)
         return outcomes

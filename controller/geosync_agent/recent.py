@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 
 class Recent:
@@ -24,3 +25,36 @@ class Recent:
         if not ordered:
             return {}
         return {f"p{q}": ordered[min(len(ordered) - 1, len(ordered) * q // 100)] for q in (50, 90, 99)}
+
+
+class PhaseTimes:
+    """Seconds each step of the last ``keep`` rounds took; ``report()`` gives per step the median, the
+    maximum and the step's share of the rounds' total time."""
+
+    def __init__(self, keep: int = 200) -> None:
+        self.keep = keep
+        self._values: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def lap(self, name: str, since: float) -> float:
+        """Record that step ``name`` ran from ``since`` (monotonic) until now; returns now."""
+        now = time.monotonic()
+        with self._lock:
+            values = self._values.setdefault(name, [])
+            values.append(now - since)
+            del values[: -self.keep]
+        return now
+
+    def report(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            copies = {name: sorted(values) for name, values in self._values.items()}
+        total = sum(sum(values) for values in copies.values()) or 1.0
+        return {
+            name: {
+                "p50": round(values[len(values) // 2], 4),
+                "max": round(values[-1], 4),
+                "share": round(sum(values) / total, 3),
+            }
+            for name, values in copies.items()
+            if values
+        }

@@ -47,7 +47,7 @@ from geosync_agent.allocator import Allocator
 from geosync_agent.config import AgentConfig
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced
 from geosync_agent.ports import Messaging
-from geosync_agent.recent import Recent
+from geosync_agent.recent import PhaseTimes, Recent
 from geosync_agent.tailing import Tail
 from geosync_core import (
     claiming,
@@ -373,6 +373,10 @@ class Agent:
         """Parts the rounds go on without (discovery, the acknowledgement feed) that have failed since their
         last success: when the first failure was (monotonic) and the last error."""
         self.round_seconds: list[float] = []
+        self.phase_seconds = PhaseTimes()
+        self.discovery_seconds: list[float] = []
+        """The last discovery passes' time (the discovery task's admin calls and parsing)."""
+        """The last rounds' time per step, for /state: which step a long round spent its time in."""
         self.started_ms = int(time.time() * 1000)
         self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
         self.checkpoint_at = 0.0
@@ -438,16 +442,21 @@ class Agent:
             self.wake.clear()
 
     def round(self, now: Now) -> None:
-        self.own(now)
-        self.adopt(now)
-        self._reopen(now)
-        self._revive(now)
-        self.index(now)
-        self.receive(now)
-        self.observe(now)
-        self.bound_entries()
-        self.apply(now)
-        self.snapshot_round(now)
+        lap = now.mono
+        for name, phase in (
+            ("own", self.own),
+            ("adopt", self.adopt),
+            ("reopen", self._reopen),
+            ("revive", self._revive),
+            ("index", self.index),
+            ("receive", self.receive),
+            ("observe", self.observe),
+            ("bound", lambda _now: self.bound_entries()),
+            ("apply", self.apply),
+            ("snapshots", self.snapshot_round),
+        ):
+            phase(now)
+            lap = self.phase_seconds.lap(name, lap)
         self.ready = True
         self.round_done_at = now.mono
         if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
@@ -766,6 +775,8 @@ class Agent:
         found = self.discovered.take()
         if found is None:
             return
+        self.discovery_seconds.append(found.took_s)
+        del self.discovery_seconds[:-20]
         if set(found.namespaces) - set(self.namespaces):
             # Reports about a namespace not in scope yet were dropped, and the feed names each acknowledgement
             # once: read it again from the start (it names every subscription with its cursor as it is now;
@@ -2277,6 +2288,8 @@ class Agent:
             "counters": dict(self.stats.counters),
             "round_seconds_p50": sorted(rounds)[len(rounds) // 2] if rounds else 0,
             "round_seconds_max": max(rounds, default=0),
+            "round_phases": self.phase_seconds.report(),
+            "discovery_seconds_max": round(max(self.discovery_seconds, default=0.0), 3),
             "control_transit_ms": self.transit_ms.percentiles(),
             "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},
             "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],

@@ -295,6 +295,19 @@ def test_status_reports_capabilities_and_subscriptions() -> None:
     assert synced["claim_spans"]["published"] >= 1
     assert synced["waiting"] is None
     assert status["ready"] is True
+    # every step of the round is timed, in the order the round takes them
+    assert list(status["round_phases"]) == [
+        "own",
+        "adopt",
+        "reopen",
+        "revive",
+        "index",
+        "receive",
+        "observe",
+        "bound",
+        "apply",
+        "snapshots",
+    ]
     a.agent.subs[(TOPIC, SUB)].cursor = None  # as after a restart, before the cursor is read again
     a.agent.apply(Now(0.0, 0.0))
     assert a.agent.status()["synced"][0]["waiting"] == "its cursor has not been read here yet"

@@ -1,0 +1,81 @@
+"""The effector's plugin writes (batches side by side) and discovery's pacing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from geosync_agent import discovering
+from geosync_agent import effects as fx
+from geosync_agent.recent import PhaseTimes
+from geosync_core import pluginapi
+from geosync_core.positions import Position
+
+
+class Writes:
+    """An admin client whose plugin writes wait until ``parties`` of them are in the broker at once."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=5)
+        self.batches: list[list[str]] = []
+        self.lock = threading.Lock()
+
+    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+        self.barrier.wait()  # broken (an error) unless the batches are in flight together
+        with self.lock:
+            self.batches.append([i.subscription for i in items])
+        return [
+            pluginapi.AckResult(
+                pluginapi.Status.OK,
+                i.topic,
+                i.subscription,
+                cursor=pluginapi.CursorReport(i.topic, i.subscription, i.mark_delete or Position(1, 0), "[]"),
+                acknowledged=1,
+            )
+            for i in items
+        ]
+
+
+def test_plugin_write_batches_go_out_side_by_side_and_every_outcome_comes_back() -> None:
+    n = fx.PLUGIN_ACK_BATCH * 2 + 7  # three batches
+    writes = Writes(parties=3)
+    acks = [fx.PluginAck(("persistent://t/n/x", f"s{i}"), Position(1, i), (), ()) for i in range(n)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        effector = fx.Effector(admin_factory=lambda: writes, messaging=Any, pool=pool)  # type: ignore[arg-type]
+        outcomes = effector.perform(acks)
+    assert sorted(len(b) for b in writes.batches) == [7, fx.PLUGIN_ACK_BATCH, fx.PLUGIN_ACK_BATCH]
+    written = [o for o in outcomes if isinstance(o, fx.CursorWritten)]
+    assert sorted(o.key[1] for o in written) == sorted(f"s{i}" for i in range(n))
+
+
+@pytest.mark.parametrize(
+    ("interval", "took", "wait"),
+    [
+        (10.0, 0.5, 10.0),  # fast passes: the configured interval
+        (5.0, 6.5, 26.0),  # slow passes: busy at most a fifth of the time
+        (5.0, 1.25, 5.0),  # exactly at the share
+    ],
+)
+def test_discovery_rests_in_proportion_to_its_passes(interval: float, took: float, wait: float) -> None:
+    assert discovering.pass_wait(interval, took) == pytest.approx(wait)
+
+
+def test_phase_times_report_each_step_with_its_share() -> None:
+    times = PhaseTimes(keep=3)
+    for name, seconds in [
+        ("observe", 0.3),
+        ("apply", 0.1),
+        ("observe", 0.5),
+        ("observe", 0.1),
+        ("observe", 0.9),
+    ]:
+        times.lap(name, time.monotonic() - seconds)
+    report = times.report()
+    assert set(report) == {"observe", "apply"}
+    assert report["observe"]["max"] == pytest.approx(0.9, abs=0.05)  # of the last 3: 0.5, 0.1, 0.9
+    assert report["observe"]["p50"] == pytest.approx(0.5, abs=0.05)
+    assert report["apply"]["share"] == pytest.approx(0.1 / 1.6, abs=0.02)
