@@ -1164,3 +1164,32 @@ def test_a_feed_report_from_before_the_agents_own_rewind_is_not_taken_after_it()
         a.step()
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0])
     assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[0])
+
+
+def test_large_claims_are_published_at_a_pace_and_nothing_is_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Claims above PAUSE_FROM_SPANS wait their pause before the next publish; the acknowledgements made
+    meanwhile go out with the next one (brought by the topic's poll, due when the pause ends)."""
+    monkeypatch.setattr(runtime, "PAUSE_FROM_SPANS", 1)
+    monkeypatch.setattr(runtime, "PAUSE_PER_SPAN_S", 2.0)
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])  # two spans: 5:0 and 5:2
+    a.step()
+    assert carry(a, b) == 1
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[4]])
+    a.step(0.5)
+    assert carry(a, b) == 0  # within the pause
+    assert a.agent.stats.counters["publishes_paused"] >= 1
+    for _ in range(5):
+        a.step()
+    assert carry(a, b) >= 1
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0]).ack(B_LOG[2], B_LOG[4])
+
+
+@pytest.mark.parametrize(
+    ("spans", "pause"), [(0, 0.0), (2_000, 0.0), (2_001, 0.2001), (30_000, 3.0), (10**6, 10.0)]
+)
+def test_publish_pause_grows_with_the_claims_and_is_capped(spans: int, pause: float) -> None:
+    assert runtime.publish_pause(spans) == pytest.approx(pause)
