@@ -87,12 +87,14 @@ STALL_S = 60.0
 FAILING_S = 15.0
 """/readyz fails once rounds have failed for this long (a call gives up after retries of several seconds)."""
 REDISCOVER_FOR_FEED_S = 1.0
+"""Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
+CLAIMED_LOOKUP_S = 60.0
 PAUSE_FROM_SPANS = 2_000
 PAUSE_PER_SPAN_S = 0.0001
 MAX_PUBLISH_PAUSE_S = 10.0
 """See ``publish_pause``: 2,000 spans or fewer publish at once; 30,000 wait 3 s; never more than 10 s."""
-CLAIMED_LOOKUP_S = 60.0
-"""Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
+NEWS_FROM_SPANS = 500
+"""Claims of more spans than this are sent as their news since the last publish between resyncs."""
 UNLISTED_CLAIMS_RESYNCS = 3
 """Claims about a topic this region does not list (and the agent does not track) are dropped once no region
 sent any for this many resync intervals: every region republishes what it knows each interval, so the topic
@@ -1925,11 +1927,18 @@ class Agent:
         namespace = namespace_of(state.topic)
         if namespace not in self.namespaces:
             return
-        state.publish_after = now.mono + publish_pause(_claim_size(claim.claims))
+        size = _claim_size(claim.claims)
+        state.publish_after = now.mono + publish_pause(size)
+        sent = claim.claims
+        if not force and size > NEWS_FROM_SPANS and state.published is not None:
+            # Receivers merge claims and hold the published ones: large claims travel as their news between
+            # resyncs (each resync sends them whole, for a receiver that missed some). Sent whole each time,
+            # 4 subscriptions of ~30,000 spans wrote 845 MB an hour to a control topic, in entries of ~190 KB
+            # that Pulsar 4.0.8's replicator then failed to read 1,000 at a time, for good.
+            sent = claim.claims.news_since(state.published)
+            self.stats.inc("states_sent_as_news")
         self.outgoing.setdefault(namespace, []).append(
-            envelopes.AckStateMessage(
-                state.topic, state.name, self.config.region, claim.claims, state.generation
-            )
+            envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
         )
         state.published, state.claimed_to = claim.claims, _claimed_to(cursor, tail)
 

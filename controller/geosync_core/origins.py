@@ -214,6 +214,20 @@ class OriginAcks:
             (item for acks in every for item in acks.partials),
         )
 
+    def news_since(self, before: OriginAcks) -> OriginAcks:
+        """What these claims say that ``before`` did not, as claims: every span and partly claimed entry of
+        this value that ``before`` does not hold as it is (a span grown by a filled hole is sent whole). For a
+        value grown from ``before`` (claims only grow), ``before.merge(news)`` is this value again, so a
+        receiver that merges claims and already holds ``before`` needs only the news."""
+        if not before:
+            return self
+        old_spans = {region: set(spans) for region, spans in before.by_region}
+        old_partials = {region: set(batches) for region, batches in before.partials}
+        return OriginAcks.of(
+            [(r, [x for x in spans if x not in old_spans.get(r, ())]) for r, spans in self.by_region],
+            [(r, [x for x in batches if x not in old_partials.get(r, ())]) for r, batches in self.partials],
+        )
+
     def without(self, regions: Iterable[str]) -> OriginAcks:
         """These claims less every claim about origins of ``regions`` (a region rebuilt under its name: its
         old origins name other messages than its new ones)."""

@@ -1193,3 +1193,27 @@ def test_large_claims_are_published_at_a_pace_and_nothing_is_left_out(
 )
 def test_publish_pause_grows_with_the_claims_and_is_capped(spans: int, pause: float) -> None:
     assert runtime.publish_pause(spans) == pytest.approx(pause)
+
+
+def test_large_claims_travel_as_their_news_and_whole_at_each_resync(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "NEWS_FROM_SPANS", 1)
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])  # two spans: 5:0 and 5:2
+    a.step()
+    (first,) = states_sent(a)
+    assert first[1] == OriginAcks.of({"a": [Span(5, 0, 0), Span(5, 2, 2)]})
+    carry(a, b)
+    b.step()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[4]])
+    a.step()
+    (second,) = states_sent(a)
+    assert second[1] == OriginAcks.of({"a": [Span(5, 4, 4)]})  # the news alone
+    assert a.agent.stats.counters["states_sent_as_news"] >= 1
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0]).ack(B_LOG[2], B_LOG[4])
+    # A resync sends them whole, for a receiver that missed some.
+    a.step(a.agent.config.resync_interval_s + 1)
+    whole = [acks for name, acks in states_sent(a) if name == SUB]
+    assert whole
+    assert whole[-1] == OriginAcks.of({"a": [Span(5, 0, 0), Span(5, 2, 2), Span(5, 4, 4)]})

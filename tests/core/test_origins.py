@@ -209,3 +209,31 @@ def test_renamed_claims_the_same_messages_under_the_new_name(acks: OriginAcks, r
     assert renamed == OriginAcks.of(renamed.by_region, renamed.partials)  # canonical
     assert renamed.without(["x#1"]) == acks.without([region])  # the others untouched
     assert renamed.renamed("x#1", region) == acks  # nothing lost or added on the way
+
+
+from .strategies import partial_batches  # noqa: E402
+
+claims_with_partials = st.builds(
+    OriginAcks.of,
+    st.lists(st.tuples(st.sampled_from(REGIONS), st.lists(spans(), max_size=3))),
+    st.lists(st.tuples(st.sampled_from(REGIONS), partial_batches())),
+)
+
+
+@fast
+@given(claims_with_partials, claims_with_partials)
+def test_news_since_is_all_a_receiver_holding_the_old_claims_needs(old: OriginAcks, more: OriginAcks) -> None:
+    grown = old.merge(more)  # claims only grow
+    news = grown.news_since(old)
+    assert old.merge(news) == grown
+    assert grown.merge(news) == grown  # nothing that was not claimed
+
+
+def test_news_since_sends_only_the_spans_that_changed() -> None:
+    many = [Span(1, e, e) for e in range(0, 2000, 2)]  # 1,000 holes for good
+    before = OriginAcks.of({"a": many})
+    after = before.merge(OriginAcks.of({"a": [Span(1, 2001, 2001)], "b": [Span(4, 0, 3)]}))
+    assert after.news_since(before) == OriginAcks.of({"a": [Span(1, 2001, 2001)], "b": [Span(4, 0, 3)]})
+    filled = before.merge(OriginAcks.of({"a": [Span(1, 1, 1)]}))  # a hole filled: one span grows
+    assert filled.news_since(before) == OriginAcks.of({"a": [Span(1, 0, 2)]})
+    assert before.news_since(OriginAcks.of({})) == before
