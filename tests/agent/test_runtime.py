@@ -1217,3 +1217,33 @@ def test_large_claims_travel_as_their_news_and_whole_at_each_resync(monkeypatch:
     whole = [acks for name, acks in states_sent(a) if name == SUB]
     assert whole
     assert whole[-1] == OriginAcks.of({"a": [Span(5, 0, 0), Span(5, 2, 2), Span(5, 4, 4)]})
+
+
+def test_a_costly_plan_waits_before_it_is_made_again_for_cursor_moves_but_not_for_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
+    monkeypatch.setattr(runtime, "MAX_PLAN_WAIT_S", 5.0)
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0]])
+    a.step()
+    carry(a, b)
+    b.step()
+    state = b.agent.subs[(TOPIC, SUB)]
+    planned = state.planned
+    assert planned is not None
+    b.region.consumer_acks(TOPIC, SUB, [B_LOG[5]])  # b's own cursor moves: no new claim
+    b.step()
+    assert state.planned is planned  # not planned again within the wait
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[1]])  # new claims: planned at once
+    a.step()
+    carry(a, b)
+    b.step()
+    assert state.planned is not planned
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[5])
+    planned = state.planned
+    b.region.consumer_acks(TOPIC, SUB, [B_LOG[4]])
+    b.step()
+    assert state.planned is planned
+    b.step(5.0)  # the wait is over
+    assert state.planned is not planned
