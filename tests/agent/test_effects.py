@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import cast
 
 import pytest
 
 from geosync_agent import discovering
 from geosync_agent import effects as fx
+from geosync_agent.ports import Admin, Messaging
 from geosync_agent.recent import PhaseTimes
 from geosync_core import pluginapi
 from geosync_core.positions import Position
@@ -45,7 +46,9 @@ def test_plugin_write_batches_go_out_side_by_side_and_every_outcome_comes_back()
     writes = Writes(parties=3)
     acks = [fx.PluginAck(("persistent://t/n/x", f"s{i}"), Position(1, i), (), ()) for i in range(n)]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        effector = fx.Effector(admin_factory=lambda: writes, messaging=Any, pool=pool)  # type: ignore[arg-type]
+        effector = fx.Effector(
+            admin_factory=lambda: cast(Admin, writes), messaging=cast(Messaging, None), pool=pool
+        )
         outcomes = effector.perform(acks)
     assert sorted(len(b) for b in writes.batches) == [7, fx.PLUGIN_ACK_BATCH, fx.PLUGIN_ACK_BATCH]
     written = [o for o in outcomes if isinstance(o, fx.CursorWritten)]
