@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from geosync_adapters import admin as adm
@@ -216,7 +216,6 @@ def scan(
                 continue
             subscriptions[topic] = subscriptions_of(config, topic, stats)
             links[topic] = replicators.samples_of(stats)
-    retaining_none = unretained(admin, namespaces)
     return Discovered(
         namespaces=namespaces,
         topics=tuple(topics),
@@ -224,8 +223,7 @@ def scan(
         scanned_at=scanned_at,
         listed=None if owns is None else tuple(listed),
         replicators=links,
-        unretained=retaining_none,
-        took_s=time.monotonic() - scanned_at if now is None else 0.0,
+        unretained=unretained(admin, namespaces),
     )
 
 
@@ -253,10 +251,11 @@ def discover(
     while not stop.is_set():
         started = time.monotonic()
         try:
-            out.put(scan(admin, config, owns=owns))
+            found = scan(admin, config, now=started, owns=owns)
         except (adm.AdminError, OSError) as e:
             on_outcome(e)
         else:
+            out.put(replace(found, took_s=time.monotonic() - started))
             on_outcome(None)
         again.wait(pass_wait(config.discover_interval_s, time.monotonic() - started))
         again.clear()

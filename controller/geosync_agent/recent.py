@@ -56,5 +56,4 @@ class PhaseTimes:
                 "share": round(sum(values) / total, 3),
             }
             for name, values in copies.items()
-            if values
         }

@@ -393,9 +393,9 @@ class Agent:
         last success: when the first failure was (monotonic) and the last error."""
         self.round_seconds: list[float] = []
         self.phase_seconds = PhaseTimes()
+        """The last rounds' time per step, for /state: which step a long round spent its time in."""
         self.discovery_seconds: list[float] = []
         """The last discovery passes' time (the discovery task's admin calls and parsing)."""
-        """The last rounds' time per step, for /state: which step a long round spent its time in."""
         self.started_ms = int(time.time() * 1000)
         self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
         self.checkpoint_at = 0.0
@@ -1870,10 +1870,13 @@ class Agent:
                 pending_move=any(s.pending_move for s in states),
                 consumers=any(s.consumers for s in states),
             )
-        paused = [s.publish_after for s in states if s.publish_after > now.mono and s.cursor != s.translated]
-        if paused:
-            # Acknowledged during a publish pause: the poll that ends the pause publishes them.
-            ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, *paused))
+            paused = [
+                s.publish_after for s in states if s.publish_after > now.mono and s.cursor != s.translated
+            ]
+            if paused:
+                # The new schedule replaced the one ``_publish`` set for states acknowledged during a publish
+                # pause: the poll that ends the earliest pause publishes them.
+                ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, *paused))
 
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
         try:
