@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import pathlib
 import random
@@ -293,7 +294,57 @@ def main() -> None:
         console.print(f"at the end, a's agent: {unloads(lab_dir, 'a')}; b's agent: {unloads(lab_dir, 'b')}")
         explain_stalls(lab_dir, admins["a"])
         if times["exact"] is None:
+            explain_mismatch(admins, topics, traffic, lab_dir / f"region_down-{run}.json")
             raise SystemExit("b was not exact within the limit")
+
+
+def explain_mismatch(
+    admins: dict[str, AdminClient], topics: list[str], traffic: Traffic, saved: pathlib.Path
+) -> None:
+    """Where b differs: per topic, what a's consumer acknowledged, what a's cursor holds of it, and what b's
+    cursor holds (in a's positions); every set is saved to ``saved`` for a closer look."""
+    table = Table(
+        "topic",
+        "received",
+        "acked by a's consumer",
+        "a's cursor",
+        "a's cursor ≠ consumer",
+        "b's cursor",
+        "b ≠ a's cursor",
+        "b lacks copies",
+    )
+    dump: dict[str, Any] = {}
+    for topic in topics:
+        received = traffic.received[topic]
+        in_a = probes.acknowledged(admins["a"], topic, SUB, received)
+        mapping = probes.copies(admins["b"], topic, origin="a")
+        back = {(mapping[p], i): (p, i) for p, i in received if p in mapping}
+        in_b = {back[m] for m in probes.acknowledged(admins["b"], topic, SUB, list(back))}
+        consumer = traffic.acked[topic]
+        table.add_row(
+            topic.rsplit("/", 1)[-1],
+            f"{len(received):,}",
+            f"{len(consumer):,}",
+            f"{len(in_a):,}",
+            f"{len(in_a ^ consumer):,}",
+            f"{len(in_b):,}",
+            f"{len(in_b ^ in_a):,}",
+            f"{sum(p not in mapping for p, _ in received):,}",
+        )
+
+        def listed(keys: set[probes.Message]) -> list[str]:
+            return sorted(f"{p}:{i}" for p, i in keys)
+
+        dump[topic] = {
+            "a_not_consumer": listed(in_a - consumer),
+            "consumer_not_a": listed(consumer - in_a),
+            "b_not_a": listed(in_b - in_a),
+            "a_not_b": listed(in_a - in_b),
+            "no_copy": sorted({str(p) for p, _ in received if p not in mapping}),
+        }
+    console.print(table)
+    saved.write_text(json.dumps(dump, indent=1))
+    console.print(f"the differing messages, per topic: {saved}")
 
 
 def exact(admin_b: AdminClient, topic: str, traffic: Traffic) -> bool:

@@ -94,6 +94,9 @@ PAUSE_PER_SPAN_S = 0.0001
 MAX_PUBLISH_PAUSE_S = 10.0
 """See ``publish_pause``: 2,000 spans or fewer publish at once; 30,000 wait 3 s; never more than 10 s."""
 PLAN_WAIT_FACTOR = 10.0
+PUBLISH_WAIT_FACTOR = 10.0
+"""See ``publish_pause``: claims above NEWS_FROM_SPANS spans are published again no sooner than ten times
+what their last publish took."""
 MAX_PLAN_WAIT_S = 2.0
 """A subscription is planned again for new entries or its own cursor's moves alone no sooner than ten times
 what its last plan took (at most 2 s later); claims received are planned at once. A plan walks up to
@@ -1915,6 +1918,7 @@ class Agent:
                 size_of=tail.size_of,
                 key_of_message=tail.key_of_message,
             )
+        started = time.monotonic()
         claim = claiming.decide(
             tail.index,
             cursor,
@@ -1941,7 +1945,6 @@ class Agent:
         if namespace not in self.namespaces:
             return
         size = _claim_size(claim.claims)
-        state.publish_after = now.mono + publish_pause(size)
         sent = claim.claims
         if not force and size > NEWS_FROM_SPANS and state.published is not None:
             # Receivers merge claims and hold the published ones: large claims travel as their news between
@@ -1950,6 +1953,7 @@ class Agent:
             # that Pulsar 4.0.8's replicator then failed to read 1,000 at a time, for good.
             sent = claim.claims.news_since(state.published)
             self.stats.inc("states_sent_as_news")
+        state.publish_after = now.mono + publish_pause(size, took=time.monotonic() - started)
         self.outgoing.setdefault(namespace, []).append(
             envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
         )
@@ -2387,16 +2391,20 @@ class Agent:
         }
 
 
-def publish_pause(spans: int) -> float:
+def publish_pause(spans: int, *, took: float = 0.0) -> float:
     """Seconds a subscription whose published claims hold ``spans`` spans waits before it is translated and
     published again (0 up to PAUSE_FROM_SPANS). Claims are sent whole and cost time in proportion to their
     spans at both ends; a consumer that leaves one message in ten unacknowledged for good grows them by
     thousands an hour. Sent at every acknowledgement, 4 such subscriptions with ~30,000 spans each took 62 %
     of a core (region_down bench, b cut off for an hour): paced, they cost a bounded share, and their
-    acknowledgements reach the other regions up to the pause later."""
-    if spans <= PAUSE_FROM_SPANS:
-        return 0.0
-    return min(MAX_PUBLISH_PAUSE_S, spans * PAUSE_PER_SPAN_S)
+    acknowledgements reach the other regions up to the pause later.
+
+    Above NEWS_FROM_SPANS the pause is also at least PUBLISH_WAIT_FACTOR times what this publish ``took`` to
+    decide and translate (the plan wait's rule): what a span costs depends on the machine and the load, and
+    with shorter rounds a subscription that keeps holes is published more often."""
+    by_cost = took * PUBLISH_WAIT_FACTOR if spans > NEWS_FROM_SPANS else 0.0
+    by_spans = spans * PAUSE_PER_SPAN_S if spans > PAUSE_FROM_SPANS else 0.0
+    return min(MAX_PUBLISH_PAUSE_S, max(by_cost, by_spans))
 
 
 def _claim_size(acks: OriginAcks | None) -> int:

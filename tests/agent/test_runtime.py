@@ -1195,6 +1195,16 @@ def test_publish_pause_grows_with_the_claims_and_is_capped(spans: int, pause: fl
     assert runtime.publish_pause(spans) == pytest.approx(pause)
 
 
+@pytest.mark.parametrize(
+    ("spans", "took", "pause"),
+    [(500, 0.05, 0.0), (501, 0.05, 0.5), (2_001, 0.001, 0.2001), (30_000, 0.5, 5.0), (600, 3.0, 10.0)],
+)
+def test_publish_pause_is_also_ten_times_what_a_large_publish_took(
+    spans: int, took: float, pause: float
+) -> None:
+    assert runtime.publish_pause(spans, took=took) == pytest.approx(pause)
+
+
 def test_large_claims_travel_as_their_news_and_whole_at_each_resync(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "NEWS_FROM_SPANS", 1)
     a, b = pair()
