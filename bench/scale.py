@@ -198,6 +198,11 @@ class Monitor:
             top = sorted(steps.items(), key=lambda kv: -float(kv[1]["share"]))[:4]
             return " ".join(f"{k} {v['max']:.2f}/{v['share']:.0%}" for k, v in top) or "-"
 
+        def calls(region: str) -> str:
+            kinds = last[region].get("broker_calls") or {}
+            slow = sorted(kinds.items(), key=lambda kv: -float(kv[1]["p99"]))[:4]
+            return " ".join(f"{k} {v['p50']:.2f}/{v['p99']:.2f}/{v['max']:.2f}" for k, v in slow) or "-"
+
         rounds = {n: last[n]["round_seconds_p50"] for n in AGENTS}
         longest = {n: last[n]["round_seconds_max"] for n in AGENTS}
         transit = [x["b"].get("control_transit_ms") or {} for x in self.samples]
@@ -212,6 +217,7 @@ class Monitor:
             f"round p50 {rounds['b']:.2f} s max {longest['b']:.2f} s, "
             f"control transit a->b (last) {transit[-1]}; "
             f"round steps (max s / share of round time): a {phases('a')}; b {phases('b')}; "
+            f"slowest broker calls (p50/p99/max s, last 1,000 of each kind): a {calls('a')}; b {calls('b')}; "
             f"discovery pass max a {last['a'].get('discovery_seconds_max', '-')} s, "
             f"b {last['b'].get('discovery_seconds_max', '-')} s"
         )

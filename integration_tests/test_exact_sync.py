@@ -124,10 +124,16 @@ def _applied_by(lab: Lab, region: str) -> Counter[str]:
     return Counter({k: int(counters.get(k, 0)) for k in ("plugin_acks", "mark_delete_moves", "holes_acked")})
 
 
-def _check_path(cursor_path: str, before: Counter[str], after: Counter[str], *, holes: bool) -> None:
+def _check_path(
+    lab: Lab, cursor_path: str, before: Counter[str], after: Counter[str], *, holes: bool
+) -> None:
     moved = after - before
     if cursor_path == "plugin":
         assert moved["plugin_acks"] > 0, f"b's agent applied nothing through the plugin: {moved}"
+        calls = _agent_state(lab, "b")["broker_calls"]  # what the round waited on, timed by kind
+        assert calls["POST acks"]["n"] > 0, calls
+        assert calls["GET cursors"]["n"] > 0, calls
+        assert 0 < calls["POST acks"]["p50"] <= calls["POST acks"]["max"], calls
     else:
         assert moved["plugin_acks"] == 0, f"b's agent used the plugin although told not to: {moved}"
         # Cumulative acks move the mark-delete; with random holes the first message may be one of them, so
@@ -153,7 +159,7 @@ def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str, cursor_
     )
     assert len(acked) == 60
     wait_backlog(lab, "b", topic, sub, 40)
-    _check_path(cursor_path, before, _applied_by(lab, "b"), holes=False)
+    _check_path(lab, cursor_path, before, _applied_by(lab, "b"), holes=False)
     got = consume_all(lab.service_url("b"), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
     assert sorted(got) == sorted(set(payloads) - acked)
 
@@ -178,7 +184,7 @@ def test_shared_random_holes_and_unacked_tail(lab: Lab, unique: str, cursor_path
     expected = sorted(set(payloads) - acked)
     wait_backlog(lab, "a", topic, sub, len(expected))
     wait_backlog(lab, "b", topic, sub, len(expected))
-    _check_path(cursor_path, before, _applied_by(lab, "b"), holes=True)
+    _check_path(lab, cursor_path, before, _applied_by(lab, "b"), holes=True)
     got = consume_all(lab.service_url("b"), topic, sub)
     assert sorted(got) == expected
 

@@ -14,6 +14,7 @@ import json
 import logging
 import pathlib
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -225,6 +226,8 @@ class AdminClient:
     max_redirects: int = 5
     verify: bool | str = True
     session: requests.Session = field(default_factory=requests.Session, repr=False)
+    on_call: Callable[[str, float], None] | None = field(default=None, repr=False)
+    """Told of every HTTP request answered: its kind (``call_kind``) and the seconds it took."""
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
@@ -247,6 +250,7 @@ class AdminClient:
             headers = self._headers()
             if data is not None:
                 headers["Content-Type"] = "application/json"
+            started = time.monotonic()
             try:
                 response = self.session.request(
                     method,
@@ -277,6 +281,8 @@ class AdminClient:
                 raise AdminTemporary(
                     f"{method} {url}: {e.__class__.__name__}: {e}", method=method, url=url
                 ) from e
+            if self.on_call is not None:
+                self.on_call(call_kind(method, url), time.monotonic() - started)
             if response.status_code in (301, 302, 307, 308) and "Location" in response.headers:
                 url = urllib.parse.urljoin(url, response.headers["Location"])
                 params = None  # the Location already carries the query string
@@ -601,6 +607,41 @@ class AdminClient:
 
     def set_message_ttl(self, namespace: str, seconds: int) -> None:
         self.post(f"/admin/v2/namespaces/{namespace}/messageTTL", seconds)
+
+
+CALL_STEPS = frozenset(
+    {
+        "cursors",
+        "acks",
+        "origins",
+        "stats",
+        "internalStats",
+        "entry",
+        "resetcursor",
+        "expireMessages",
+        "skipByMessageIds",
+        "subscriptions",
+        "subscription",
+        "partitions",
+        "runtime",
+        "ownedNamespaces",
+        "replication",
+        "retention",
+        "lookup",
+    }
+)
+"""Path steps that name a call (a bounded set: topic, namespace and subscription names are never kinds)."""
+
+
+def call_kind(method: str, url: str) -> str:
+    """A request's kind for timing: the method and the last step of its path that names the call (``GET
+    cursors``: the interceptor's feed; ``POST acks``: its cursor writes; ``GET stats``: a topic's statistics),
+    else the resource it is on (``GET namespaces``), never a topic's or a subscription's name."""
+    steps = [step for step in urllib.parse.urlsplit(url).path.split("/") if step]
+    named = next((step for step in reversed(steps) if step in CALL_STEPS), None)
+    if named is None:
+        named = steps[2] if len(steps) > 2 and steps[0] == "admin" else "other"
+    return f"{method} {named}"
 
 
 def is_ready(client: AdminClient, cluster: str, *, probe: Callable[[], list[str]] | None = None) -> bool:

@@ -125,7 +125,12 @@ class RegionAdmin(AdminClient):
         found = self._clients.get(url)
         if found is None:
             found = AdminClient(
-                url, token=self.token, timeout=self.timeout, retry=BROKER_CALL, verify=self.verify
+                url,
+                token=self.token,
+                timeout=self.timeout,
+                retry=BROKER_CALL,
+                verify=self.verify,
+                on_call=self.on_call,
             )
             found.session = self.session
             self._clients[url] = found

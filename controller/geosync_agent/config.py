@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -252,7 +253,9 @@ class AgentConfig:
             )
         return zk.ZkAuth(user, password, world_read=self.zookeeper_world_read)
 
-    def admin_client(self, *, timeout: float) -> routing.RegionAdmin:
+    def admin_client(
+        self, *, timeout: float, on_call: Callable[[str, float], None] | None = None
+    ) -> routing.RegionAdmin:
         """An admin client for this region's brokers (``routing``: every broker's feed, plugin calls at the
         topic's owner, fail-over between brokers) with the configured token (a token file is read again
         when it changes) and CA bundle."""
@@ -265,6 +268,7 @@ class AgentConfig:
             region="" if self.shard_by_ownership else self.region,
             seeds=() if self.shard_by_ownership else self.broker_admin_urls,
             refresh_s=self.brokers_refresh_s,
+            on_call=on_call,
         )
 
     def messaging(self) -> messaging.Messaging:

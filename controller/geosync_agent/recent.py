@@ -57,3 +57,34 @@ class PhaseTimes:
             }
             for name, values in copies.items()
         }
+
+
+class CallTimes:
+    """Seconds the last ``keep`` broker calls of each kind took (thread-safe: the pool's threads add to it);
+    ``report()`` gives per kind the count kept, p50, p99 and maximum. A round that waits on its brokers
+    shows here: the feed read, the cursor writes and polls, against the round's own steps."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        self.keep = keep
+        self._values: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, kind: str, seconds: float) -> None:
+        with self._lock:
+            values = self._values.setdefault(kind, [])
+            values.append(seconds)
+            if len(values) > 2 * self.keep:
+                del values[: -self.keep]
+
+    def report(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            copies = {kind: sorted(values[-self.keep :]) for kind, values in self._values.items()}
+        return {
+            kind: {
+                "n": len(values),
+                "p50": round(values[len(values) // 2], 4),
+                "p99": round(values[min(len(values) - 1, len(values) * 99 // 100)], 4),
+                "max": round(values[-1], 4),
+            }
+            for kind, values in sorted(copies.items())
+        }

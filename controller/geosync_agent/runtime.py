@@ -47,7 +47,7 @@ from geosync_agent.allocator import Allocator
 from geosync_agent.config import AgentConfig
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced
 from geosync_agent.ports import Messaging
-from geosync_agent.recent import PhaseTimes, Recent
+from geosync_agent.recent import CallTimes, PhaseTimes, Recent
 from geosync_agent.tailing import Tail
 from geosync_core import (
     claiming,
@@ -318,6 +318,7 @@ class Agent:
         rng: random.Random | None = None,
         allocator: Allocator | None = None,
         incarnation: Incarnation | None = None,
+        broker_calls: CallTimes | None = None,
     ) -> None:
         self.config = config
         self.incarnation = incarnation
@@ -395,6 +396,8 @@ class Agent:
         """Parts the rounds go on without (discovery, the acknowledgement feed) that have failed since their
         last success: when the first failure was (monotonic) and the last error."""
         self.round_seconds: list[float] = []
+        self.broker_calls = broker_calls or CallTimes()
+        """Seconds each kind of broker call took (the admin clients add to it), for /state."""
         self.phase_seconds = PhaseTimes()
         """The last rounds' time per step, for /state: which step a long round spent its time in."""
         self.discovery_seconds: list[float] = []
@@ -2343,6 +2346,7 @@ class Agent:
             "round_seconds_p50": sorted(rounds)[len(rounds) // 2] if rounds else 0,
             "round_seconds_max": max(rounds, default=0),
             "round_phases": self.phase_seconds.report(),
+            "broker_calls": self.broker_calls.report(),
             "discovery_seconds_max": round(max(self.discovery_seconds, default=0.0), 3),
             "control_transit_ms": self.transit_ms.percentiles(),
             "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},

@@ -24,6 +24,7 @@ from geosync_agent import allocator, checkpointing, discovering, incarnating, se
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
+from geosync_agent.recent import CallTimes
 from geosync_agent.runtime import Agent, Now
 from geosync_core.incarnations import Incarnation
 
@@ -121,8 +122,9 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="admin")
     discovered: discovering.Latest[discovering.Discovered] = discovering.Latest()
     rediscover, wake = threading.Event(), threading.Event()
+    calls = CallTimes()
     effector = fx.Effector(
-        admin_factory=lambda: config.admin_client(timeout=5.0),
+        admin_factory=lambda: config.admin_client(timeout=5.0, on_call=calls.add),
         messaging=messaging,
         pool=pool,
     )
@@ -137,6 +139,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         first_seq=time.time_ns() // 1000,
         allocator=memory,
         incarnation=_incarnation(config),
+        broker_calls=calls,
     )
     effector.on_sent = agent.on_sent
     resume(agent)
@@ -146,7 +149,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
 
     def discover() -> None:
         discovering.discover(
-            config.admin_client(timeout=10.0),
+            config.admin_client(timeout=10.0, on_call=calls.add),
             config,
             discovered,
             stop=stop,

@@ -274,3 +274,40 @@ def test_a_look_up_without_the_web_service_url_of_the_admin_scheme_is_an_error(r
     admin = routing.RegionAdmin("https://127.0.0.1:1", seeds=(shared.urls[0],), retry=FAST, timeout=2)
     with pytest.raises(pluginapi.PluginApiError):
         admin.owner(T1)
+
+
+def test_every_call_is_timed_by_kind_at_each_broker(region: Any) -> None:
+    shared, brokers, _ = region
+    shared.owners = {T1: 0, T2: 1}
+    timed: list[tuple[str, float]] = []
+    admin = _admin(shared.urls[0], on_call=lambda kind, seconds: timed.append((kind, seconds)))
+    brokers[1].report(T2, "8:1")
+    admin.plugin_feed(since=0)
+    item = pluginapi.AckItem(topic=T2, subscription="s", mark_delete=Position(7, 1), positions=())
+    admin.plugin_write([item])  # at broker 1, the owner, through a pinned client
+    kinds = [kind for kind, _ in timed]
+    assert kinds.count("GET cursors") == 2  # each broker's feed
+    assert kinds.count("POST acks") == 1
+    assert "GET lookup" in kinds
+    assert all(0 <= seconds < 5 for _, seconds in timed)
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "kind"),
+    [
+        ("GET", "http://b:8080/admin/v2/geosync/cursors?since=3", "GET cursors"),
+        ("POST", "http://b:8080/admin/v2/geosync/acks", "POST acks"),
+        ("GET", "http://b:8080/admin/v2/persistent/geo/ab/my-topic/stats", "GET stats"),
+        ("GET", "http://b:8080/admin/v2/persistent/geo/ab/t/ledger/12/entry/7", "GET entry"),
+        (
+            "POST",
+            "http://b:8080/admin/v2/persistent/geo/ab/t/subscription/s/resetcursor/0",
+            "POST resetcursor",
+        ),
+        ("GET", "http://b:8080/lookup/v2/topic/persistent/geo/ab/any-name", "GET lookup"),
+        ("GET", "http://b:8080/admin/v2/namespaces/geo/some-ns", "GET namespaces"),
+        ("GET", "http://b:8080/metrics", "GET other"),
+    ],
+)
+def test_a_calls_kind_never_holds_a_topic_or_subscription_name(method: str, url: str, kind: str) -> None:
+    assert adm.call_kind(method, url) == kind

@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from geosync_agent import discovering
+from geosync_agent import discovering, recent
 from geosync_agent import effects as fx
 from geosync_agent.ports import Admin, Messaging
 from geosync_agent.recent import PhaseTimes
@@ -82,3 +82,17 @@ def test_phase_times_report_each_step_with_its_share() -> None:
     assert report["observe"]["max"] == pytest.approx(0.9, abs=0.05)  # of the last 3: 0.5, 0.1, 0.9
     assert report["observe"]["p50"] == pytest.approx(0.5, abs=0.05)
     assert report["apply"]["share"] == pytest.approx(0.1 / 1.6, abs=0.02)
+
+
+def test_call_times_report_each_kind_and_keep_the_last_ones() -> None:
+    calls = recent.CallTimes(keep=100)
+    for i in range(300):
+        calls.add("GET cursors", i / 1000)
+    calls.add("POST acks", 2.5)
+    report = calls.report()
+    assert report["POST acks"] == {"n": 1, "p50": 2.5, "p99": 2.5, "max": 2.5}
+    cursors = report["GET cursors"]
+    assert cursors["n"] == 100  # the last 100: 0.200 to 0.299 s
+    assert cursors["p50"] == pytest.approx(0.25)
+    assert cursors["p99"] == pytest.approx(0.299)
+    assert cursors["max"] == pytest.approx(0.299)
