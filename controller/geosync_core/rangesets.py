@@ -38,6 +38,11 @@ from geosync_core.batches import BatchAcks, Batches, check_canonical, gather
 from geosync_core.positions import Position
 
 _RANGE = re.compile(r"\s*\(([^.\]]+)\.\.([^\]]+)\]\s*")
+_NUMBER = r"(-1|[0-9]+)"
+_PLAIN = rf"\({_NUMBER}:{_NUMBER}\.\.{_NUMBER}:{_NUMBER}\]"
+_PLAIN_RANGE = re.compile(_PLAIN)
+_PLAIN_LIST = re.compile(rf"\s*{_PLAIN}\s*(?:,\s*{_PLAIN}\s*)*".replace("(-1|", "(?:-1|"))
+"""``individuallyDeletedMessages`` as brokers print it (``(L:E..L:E]`` between commas): parsed in one pass."""
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -63,6 +68,23 @@ class Range:
         return f"({self.lower}..{self.upper}]"
 
 
+def _key(r: Range) -> tuple[int, int, int, int]:
+    lower, upper = r.lower, r.upper
+    return (lower.ledger, lower.entry, upper.ledger, upper.entry)
+
+
+def _upper_key(r: Range) -> tuple[int, int]:
+    return (r.upper.ledger, r.upper.entry)
+
+
+def _range(lower: Position, upper: Position) -> Range:
+    """A range its caller checked non-empty, without checking it again."""
+    made = object.__new__(Range)
+    object.__setattr__(made, "lower", lower)
+    object.__setattr__(made, "upper", upper)
+    return made
+
+
 @dataclass(frozen=True, slots=True)
 class RangeSet:
     """A canonical set of open-closed ranges; build it with ``RangeSet.of`` or ``RangeSet.parse``."""
@@ -78,12 +100,16 @@ class RangeSet:
     def of(cls, ranges: Iterable[Range]) -> RangeSet:
         """The union of any ranges, in canonical form."""
         merged: list[Range] = []
-        for r in sorted(ranges):
-            if merged and r.lower <= merged[-1].upper:
-                if r.upper > merged[-1].upper:
-                    merged[-1] = Range(merged[-1].lower, r.upper)
+        top = (0, 0)  # merged[-1].upper as integers: compared in C, not through Position's methods
+        for r in sorted(ranges, key=_key):
+            lower, upper = r.lower, r.upper
+            if merged and (lower.ledger, lower.entry) <= top:
+                if (upper.ledger, upper.entry) > top:
+                    merged[-1] = Range(merged[-1].lower, upper)
+                    top = (upper.ledger, upper.entry)
             else:
                 merged.append(r)
+                top = (upper.ledger, upper.entry)
         return cls._trusted(tuple(merged))
 
     @classmethod
@@ -106,6 +132,14 @@ class RangeSet:
         body = body[1:-1]
         if not body.strip():
             return cls()
+        if _PLAIN_LIST.fullmatch(body):
+            plain = []
+            for a, b, c, d in _PLAIN_RANGE.findall(body):
+                lower, upper = Position(int(a), int(b)), Position(int(c), int(d))
+                if not (lower.ledger, lower.entry) < (upper.ledger, upper.entry):
+                    raise ValueError(f"empty range ({lower}..{upper}] in {text!r}")
+                plain.append(_range(lower, upper))
+            return cls.of(plain)
         ranges = []
         for part in body.split(","):
             match = _RANGE.fullmatch(part)
@@ -135,11 +169,14 @@ class RangeSet:
 
     def above(self, floor: Position) -> RangeSet:
         """The part of this set strictly above ``floor``."""
-        kept = []
-        for r in self.ranges:
-            if r.upper > floor:
-                kept.append(r if r.lower >= floor else Range(floor, r.upper))
-        return RangeSet._trusted(tuple(kept))
+        at = (floor.ledger, floor.entry)
+        first = bisect.bisect_right(self.ranges, at, key=_upper_key)  # the first range ending above it
+        if first == len(self.ranges):
+            return RangeSet()
+        head = self.ranges[first]
+        if (head.lower.ledger, head.lower.entry) >= at:
+            return self if first == 0 else RangeSet._trusted(self.ranges[first:])
+        return RangeSet._trusted((Range(floor, head.upper), *self.ranges[first + 1 :]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +207,9 @@ class AckState:
         become whole-entry ranges, partial batches already acknowledged whole are dropped."""
         partial = gather(batches)
         whole = [Range.single(p) for p, acks in partial.items() if acks.is_full]
-        rest = RangeSet.of((*ranges, *whole)).above(mark_delete)
+        # A RangeSet is canonical already: only ranges added to it need sorting in.
+        canonical = ranges if isinstance(ranges, RangeSet) and not whole else RangeSet.of((*ranges, *whole))
+        rest = canonical.above(mark_delete)
         if rest and rest.ranges[0].lower == mark_delete:
             mark_delete, rest = rest.ranges[0].upper, RangeSet._trusted(rest.ranges[1:])
         kept = sorted(

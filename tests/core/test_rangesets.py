@@ -317,3 +317,14 @@ def test_every_ack_is_monotone_at_message_level(
     assert messages(after_batches) == before | {(p, i) for p, b in batches for i in b.indexes()}
     assert messages(state.ack(*acked)) >= before
     assert messages(state.ack_cumulative(position)) >= before
+
+
+@fast
+@given(st.lists(ranges(), max_size=6), st.sampled_from([",", ", ", " , "]))
+def test_parse_reads_the_brokers_printing_in_one_pass_as_range_by_range(rs: list[Range], comma: str) -> None:
+    """Brokers' ``(L:E..L:E]`` lists take a one-regex path; any spacing the range-by-range path accepts
+    reads the same set, in any order."""
+    shuffled = list(reversed(rs))
+    plain = "[" + comma.join(map(str, shuffled)) + "]"
+    spaced = "[" + comma.join(f"( {r.lower} .. {r.upper} ]" for r in shuffled) + "]"
+    assert RangeSet.parse(plain) == RangeSet.parse(spaced) == RangeSet.of(rs)
