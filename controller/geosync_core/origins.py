@@ -35,6 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -79,12 +80,19 @@ class Span:
         return self.last - self.first + 1
 
 
+_SPAN_KEY = operator.attrgetter("ledger", "first", "last")
+_SPAN_END = operator.attrgetter("ledger", "last")
+"""Spans sorted and searched on C-level keys, not through their generated comparisons (claims hold
+thousands)."""
+
+
 def _canonical(spans: Iterable[Span]) -> tuple[Span, ...]:
     merged: list[Span] = []
-    for s in sorted(spans):
+    for s in sorted(spans, key=_SPAN_KEY):
         top = merged[-1] if merged else None
         if top is not None and top.ledger == s.ledger and s.first <= top.last + 1:
-            merged[-1] = Span(s.ledger, top.first, max(top.last, s.last))
+            if s.last > top.last:
+                merged[-1] = Span(s.ledger, top.first, s.last)
         else:
             merged.append(s)
     return tuple(merged)
@@ -277,7 +285,7 @@ class OriginAcks:
 
 
 def _covers(spans: tuple[Span, ...], p: Position) -> bool:
-    i = bisect.bisect_left(spans, (p.ledger, p.entry), key=lambda s: (s.ledger, s.last))
+    i = bisect.bisect_left(spans, (p.ledger, p.entry), key=_SPAN_END)
     return i < len(spans) and p in spans[i]
 
 

@@ -118,10 +118,13 @@ def _joined_spans(
     out: list[tuple[str, Span]] = []
     # the local span being extended, and how far the log is accounted for from it (None: a break)
     pending: Span | None = None
-    reach: Position | None = None
+    reach: tuple[int, int] | None = None  # (ledger, entry): positions as integers, made for every span
     seed = Span(above.ledger, 0, above.entry) if above.entry >= 0 else None
     if seed is not None:
-        pending, reach = seed, above  # kept only if a span joins it: alone it claims nothing new
+        pending, reach = (
+            seed,
+            (above.ledger, above.entry),
+        )  # kept only if a span joins it: alone it is no news
     for run in runs:
         spans = _acked_spans(run, acked)
         own = run.region == local and (run.origin_ledger, run.origin_first) == (
@@ -130,24 +133,22 @@ def _joined_spans(
         )
         if not own:
             out.extend((run.region, span) for span in spans)
-            joins = (
-                reach is not None and run.local_ledger == reach.ledger and run.local_first <= reach.entry + 1
-            )
-            reach = Position(run.local_ledger, max(run.local_last, reach.entry)) if joins and reach else None
+            joins = reach is not None and run.local_ledger == reach[0] and run.local_first <= reach[1] + 1
+            reach = (run.local_ledger, max(run.local_last, reach[1])) if joins and reach else None
             continue
         for span in spans:
             if (
                 pending is not None
                 and reach is not None
-                and (span.ledger, span.first) == (reach.ledger, reach.entry + 1)
+                and (span.ledger, span.first) == (reach[0], reach[1] + 1)
             ):
                 pending = Span(pending.ledger, pending.first, span.last)
             else:
                 if pending is not None and pending != seed:
                     out.append((local, pending))
                 pending = span
-            reach = Position(span.ledger, span.last)
-        if reach is not None and reach != Position(run.local_ledger, run.local_last):
+            reach = (span.ledger, span.last)
+        if reach is not None and reach != (run.local_ledger, run.local_last):
             reach = None  # an unacknowledged message of ours ends the span
     if pending is not None and pending != seed:
         out.append((local, pending))
@@ -158,16 +159,22 @@ def _acked_spans(run: Run, acked: tuple[Range, ...]) -> list[Span]:
     """The origin spans of ``run``'s entries that lie in ``acked`` (sorted, disjoint ranges)."""
     ledger, first, last = run.local_ledger, run.local_first, run.local_last
     spans = []
-    i = bisect.bisect_left(acked, Position(ledger, first), key=lambda r: r.upper)
-    for r in acked[i:]:
-        if r.lower >= Position(ledger, last):
+    shift = run.origin_first - first
+    # Compared as integers: a run of a topic with holes kept for good meets thousands of ranges.
+    i = bisect.bisect_left(acked, (ledger, first), key=_upper_key)
+    for r in itertools.islice(acked, i, None):
+        lower, upper = r.lower, r.upper
+        if (lower.ledger, lower.entry) >= (ledger, last):
             break
-        lo = first if r.lower.ledger < ledger else max(first, r.lower.entry + 1)
-        hi = last if r.upper.ledger > ledger else min(last, r.upper.entry)
+        lo = first if lower.ledger < ledger else max(first, lower.entry + 1)
+        hi = last if upper.ledger > ledger else min(last, upper.entry)
         if lo <= hi:
-            shift = run.origin_first - first
             spans.append(Span(run.origin_ledger, lo + shift, hi + shift))
     return spans
+
+
+def _upper_key(r: Range) -> tuple[int, int]:
+    return (r.upper.ledger, r.upper.entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +227,7 @@ def plan_apply(
     previous = (-2, -2)
     floor = (local.mark_delete.ledger, local.mark_delete.entry)
     ranges = [(r.lower.ledger, r.lower.entry, r.upper.ledger, r.upper.entry) for r in local.ranges]
-    at = 0
+    at, count = 0, len(ranges)
     for p in log:
         here = (p.ledger, p.entry)
         if here <= previous:
@@ -228,9 +235,9 @@ def plan_apply(
         previous = here
         if here <= floor:
             continue
-        while at < len(ranges) and (ranges[at][2], ranges[at][3]) < here:
+        while at < count and (ranges[at][2], ranges[at][3]) < here:
             at += 1
-        if at < len(ranges) and (ranges[at][0], ranges[at][1]) < here:
+        if at < count and (ranges[at][0], ranges[at][1]) < here:
             # Acknowledged here, whole: nothing to write; the mark-delete may pass it.
             if advancing:
                 mark_delete = p
