@@ -2103,7 +2103,7 @@ class Agent:
                     ts.tail.index,
                     state.cursor,
                     remote=state.received,
-                    log=ts.tail.positions_above(state.cursor.mark_delete),
+                    log=ts.tail.stretches_above(state.cursor.mark_delete),
                     size_of=ts.tail.size_of,
                 )
                 took = time.monotonic() - started

@@ -35,7 +35,7 @@ from typing import Any
 
 from geosync_adapters.messaging import Received
 from geosync_agent.ports import Messaging, Reader
-from geosync_core import resolving
+from geosync_core import resolving, syncing
 from geosync_core.details import EntryDetails
 from geosync_core.indexing import OriginIndex
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
@@ -373,6 +373,29 @@ class Tail:
             self.index.truncate_below(Position(highest.ledger, highest.entry + 1))
             self.budget_floor = highest if self.budget_floor is None else max(highest, self.budget_floor)
         return highest
+
+    def stretches_above(self, floor: Position, *, limit: int | None = None) -> syncing.Stretches:
+        """``positions_above`` as stretches of consecutive entries, read off the index's runs without making a
+        position of each entry (what ``plan_apply`` walks)."""
+        limit = LOG_WINDOW if limit is None else limit
+        if any(p > floor for p in self.unresolved):
+            return syncing.Stretches.of(self.positions_above(floor, limit=limit))  # rare: a few entries
+        items: list[tuple[int, int, int]] = []
+        total = 0
+        for run in self.index.runs_from(Position(floor.ledger, floor.entry + 1)):
+            if (run.local_ledger, run.local_last) <= (floor.ledger, floor.entry):
+                continue
+            start = run.local_first
+            if run.local_ledger == floor.ledger:
+                start = max(start, floor.entry + 1)
+            elif run.local_ledger < floor.ledger:
+                continue
+            stop = min(run.local_last, start + (limit - total) - 1)
+            items.append((run.local_ledger, start, stop))
+            total += stop - start + 1
+            if total >= limit:
+                break
+        return syncing.Stretches(tuple(items))
 
     def positions_above(self, floor: Position, *, limit: int | None = None) -> list[Position]:
         """The first ``limit`` (default ``LOG_WINDOW``) indexed local entries above ``floor``, in order

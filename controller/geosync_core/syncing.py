@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import enum
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from geosync_core.batches import BatchAcks, Batches
@@ -196,19 +196,55 @@ class ApplyPlan:
         return self.new_mark_delete is None and not self.individual_acks and not self.batch_acks
 
 
+@dataclass(frozen=True, slots=True)
+class Stretches:
+    """Local entries as stretches of consecutive entries of one ledger, ``(ledger, first, last)`` with both
+    ends included, in increasing order: the log ``plan_apply`` walks, in a form that lets it pass over a
+    stretch the cursor acknowledged whole at once instead of entry by entry."""
+
+    items: tuple[tuple[int, int, int], ...] = ()
+
+    @classmethod
+    def of(cls, positions: Iterable[Position]) -> Stretches:
+        """The stretches of ``positions`` (increasing, or ValueError)."""
+        items: list[list[int]] = []
+        previous = (-2, -2)
+        for p in positions:
+            here = (p.ledger, p.entry)
+            if here <= previous:
+                raise ValueError(f"log not in increasing order: {Position(*previous)} then {p}")
+            previous = here
+            if items and items[-1][0] == p.ledger and items[-1][2] + 1 == p.entry:
+                items[-1][2] = p.entry
+            else:
+                items.append([p.ledger, p.entry, p.entry])
+        return cls(tuple((ledger, first, last) for ledger, first, last in items))
+
+    def __iter__(self) -> Iterator[Position]:
+        for ledger, first, last in self.items:
+            for entry in range(first, last + 1):
+                yield Position(ledger, entry)
+
+    def __len__(self) -> int:
+        return sum(last - first + 1 for _, first, last in self.items)
+
+
 def plan_apply(
     index: OriginIndex,
     local: AckState,
     *,
     remote: OriginAcks,
-    log: Iterable[Position],
+    log: Iterable[Position] | Stretches,
     size_of: Callable[[Position], int | None] | None = None,
 ) -> ApplyPlan:
     """Plan the change that makes ``local`` acknowledge what ``remote`` claims, entry by entry of ``log``.
 
     ``log`` lists, in increasing order, every local entry above the local mark-delete that a consumer
     could be dispatched (entries the broker never dispatches, such as markers, may be left out and are
-    then passed over, as brokers do). Entries listed but not indexed block the mark-delete.
+    then passed over, as brokers do). Entries listed but not indexed block the mark-delete. Given as
+    ``Stretches``, a stretch the cursor acknowledges is passed over whole: the walk costs the entries the
+    cursor lacks, not the window (a mark-delete held back by holes kept for good has tens of thousands of
+    entries above it).
 
     ``size_of(p)`` is the number of messages in local entry ``p`` (``None`` or 1: not batched; an entry the
     cursor holds in part is read with the size the cursor gives if ``size_of`` does not know it). An entry
@@ -216,60 +252,69 @@ def plan_apply(
     remote acknowledged indexes together cover its size; otherwise remote indexes the cursor lacks are
     planned in ``batch_acks``. Without sizes, remote partial claims are left unused (never guessed at).
     """
-    mark_delete: Position | None = None
+    mark_delete: tuple[int, int] | None = None
     individual: list[Position] = []
     batches: list[tuple[Position, BatchAcks]] = []
     blocked_by: Position | None = None
     advancing = True
-    # The walk compares integers, not Positions (their generated comparisons cost a call each), and follows
-    # the local ranges with a cursor instead of searching them per entry: a plan walks up to tens of thousands
-    # of entries above a mark-delete that holes kept for good hold back.
+    stretches = log if isinstance(log, Stretches) else Stretches.of(log)
+    # Positions as integers (Position's generated comparisons cost a call each), the local ranges followed
+    # with a cursor instead of searched per entry.
     previous = (-2, -2)
     floor = (local.mark_delete.ledger, local.mark_delete.entry)
     ranges = [(r.lower.ledger, r.lower.entry, r.upper.ledger, r.upper.entry) for r in local.ranges]
     at, count = 0, len(ranges)
-    for p in log:
-        here = (p.ledger, p.entry)
-        if here <= previous:
-            raise ValueError(f"log not in increasing order: {Position(*previous)} then {p}")
-        previous = here
-        if here <= floor:
+    for ledger, first, last in stretches.items:
+        if first > last or (ledger, first) <= previous:
+            raise ValueError(
+                f"log not in increasing order: {Position(*previous)} then {Position(ledger, first)}"
+            )
+        previous = (ledger, last)
+        if (ledger, last) <= floor:
             continue
-        while at < count and (ranges[at][2], ranges[at][3]) < here:
-            at += 1
-        if at < count and (ranges[at][0], ranges[at][1]) < here:
-            # Acknowledged here, whole: nothing to write; the mark-delete may pass it.
-            if advancing:
-                mark_delete = p
-            continue
-        origin = index.origin_of(p)
-        acked = origin is not None and origin in remote
-        grown: BatchAcks | None = None
-        known = None if size_of is None else size_of(p)
-        size = _size(p, local, known)
-        if not acked and origin is not None and (size > 1 or known == 1):
-            # A one-message entry known to be one: a partial claim about its origin may name that message.
-            mine = local.acked_indexes(p, size)
-            grown = mine.union(remote.acked_indexes(origin, size))
-            acked = grown.is_full
-            if acked and size_of is not None and known != size:
-                # Not at the entry's own size but at one the cursor's unacknowledged indexes imply, which may
-                # be short: completing it, or writing it as a batch ack with every index set (which a broker
-                # takes for the whole entry), would acknowledge the messages above it too.
-                acked, grown = False, None
-            if grown == mine:
-                grown = None
-        if advancing and acked:
-            mark_delete = p
-        elif acked:
-            individual.append(p)
-        else:
-            if grown is not None:
-                batches.append((p, grown))
-            if advancing:
-                advancing = False
-                blocked_by = p if origin is None else None
-    return ApplyPlan(mark_delete, tuple(individual), blocked_by, tuple(batches))
+        entry = floor[1] + 1 if ledger == floor[0] and first <= floor[1] else first
+        while entry <= last:
+            here = (ledger, entry)
+            while at < count and (ranges[at][2], ranges[at][3]) < here:
+                at += 1
+            if at < count and (ranges[at][0], ranges[at][1]) < here:
+                # Acknowledged here, whole, up to the range's end: nothing to write; the mark-delete may pass.
+                end = last if ranges[at][2] > ledger else min(last, ranges[at][3])
+                if advancing:
+                    mark_delete = (ledger, end)
+                entry = end + 1
+                continue
+            p = Position(ledger, entry)
+            entry += 1
+            origin = index.origin_of(p)
+            acked = origin is not None and origin in remote
+            grown: BatchAcks | None = None
+            known = None if size_of is None else size_of(p)
+            size = _size(p, local, known)
+            if not acked and origin is not None and (size > 1 or known == 1):
+                # A one-message entry known to be one: a partial claim about its origin may name that message.
+                mine = local.acked_indexes(p, size)
+                grown = mine.union(remote.acked_indexes(origin, size))
+                acked = grown.is_full
+                if acked and size_of is not None and known != size:
+                    # Not at the entry's own size but at one the cursor's unacknowledged indexes imply, which
+                    # may be short: completing it, or writing it as a batch ack with every index set (which a
+                    # broker takes for the whole entry), would acknowledge the messages above it too.
+                    acked, grown = False, None
+                if grown == mine:
+                    grown = None
+            if advancing and acked:
+                mark_delete = here
+            elif acked:
+                individual.append(p)
+            else:
+                if grown is not None:
+                    batches.append((p, grown))
+                if advancing:
+                    advancing = False
+                    blocked_by = p if origin is None else None
+    new_mark_delete = None if mark_delete is None else Position(*mark_delete)
+    return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, tuple(batches))
 
 
 def _size(p: Position, local: AckState, known: int | None) -> int:

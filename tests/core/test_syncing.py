@@ -14,6 +14,7 @@ from geosync_core.rangesets import AckState, Range
 from geosync_core.syncing import (
     ApplyPlan,
     Reason,
+    Stretches,
     Translation,
     Untranslatable,
     applied,
@@ -571,3 +572,59 @@ def test_entries_of_a_retired_incarnation_are_claimed_under_its_retired_name_onl
     translated = to_origin_acks(index, cursor, local="b")
     assert isinstance(translated, Translation)
     assert translated.acks == OriginAcks.of({"a": [Span(5, 0, 1)], "a#old": [Span(5, 0, 3)]})
+
+
+def entry_by_entry(
+    index: OriginIndex,
+    local: AckState,
+    remote: OriginAcks,
+    log: list[Position],
+    size_of: Callable[[Position], int | None] | None,
+) -> ApplyPlan:
+    """``plan_apply``'s rule stated one entry at a time, as it was before it passed over acknowledged
+    stretches: the oracle for the fast walk."""
+    mark_delete, individual, batches, blocked_by, advancing = None, [], [], None, True
+    for p in log:
+        if p in local and p <= local.mark_delete:
+            continue
+        origin = index.origin_of(p)
+        acked = p in local or (origin is not None and origin in remote)
+        grown = None
+        known = None if size_of is None else size_of(p)
+        partial = local.batch(p)
+        size = known if known is not None and known > 1 else (partial.size if partial is not None else 1)
+        if not acked and origin is not None and (size > 1 or known == 1):
+            mine = local.acked_indexes(p, size)
+            grown = mine.union(remote.acked_indexes(origin, size))
+            acked = grown.is_full and not (size_of is not None and known != size)
+            grown = None if (grown.is_full and not acked) or grown == mine else grown
+        if acked and advancing:
+            mark_delete = p
+        elif acked:
+            if p not in local:
+                individual.append(p)
+        else:
+            if grown is not None:
+                batches.append((p, grown))
+            if advancing:
+                advancing, blocked_by = False, (p if origin is None else None)
+    return ApplyPlan(mark_delete, tuple(individual), blocked_by, tuple(batches))
+
+
+@settings(fast, max_examples=150)
+@given(batched_scenarios(), st.data())
+def test_the_walk_over_stretches_plans_what_the_entry_by_entry_rule_does(
+    scenario: tuple[Log, OriginIndex, AckState, OriginAcks], data: st.DataObject
+) -> None:
+    log, index, local, remote = scenario
+    positions = [p for p, _ in log]
+    # Entries the broker never dispatches (markers) are left out of the log: stretches break there.
+    left_out = data.draw(st.sets(st.sampled_from(range(len(log))), max_size=4)) if log else set()
+    listed = [p for i, p in enumerate(positions) if i not in left_out]
+    stretches = Stretches.of(listed)
+    assert list(stretches) == listed
+    assert len(stretches) == len(listed)
+    for size_of in (None, sizes(log)):
+        expected = entry_by_entry(index, local, remote, listed, size_of)
+        assert plan_apply(index, local, remote=remote, log=stretches, size_of=size_of) == expected
+        assert plan_apply(index, local, remote=remote, log=listed, size_of=size_of) == expected
