@@ -41,8 +41,7 @@ _RANGE = re.compile(r"\s*\(([^.\]]+)\.\.([^\]]+)\]\s*")
 _NUMBER = r"(-1|[0-9]+)"
 _PLAIN = rf"\({_NUMBER}:{_NUMBER}\.\.{_NUMBER}:{_NUMBER}\]"
 _PLAIN_RANGE = re.compile(_PLAIN)
-_PLAIN_LIST = re.compile(rf"\s*{_PLAIN}\s*(?:,\s*{_PLAIN}\s*)*".replace("(-1|", "(?:-1|"))
-"""``individuallyDeletedMessages`` as brokers print it (``(L:E..L:E]`` between commas): parsed in one pass."""
+"""One range of ``individuallyDeletedMessages`` as brokers print it."""
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -71,6 +70,34 @@ class Range:
 def _key(r: Range) -> tuple[int, int, int, int]:
     lower, upper = r.lower, r.upper
     return (lower.ledger, lower.entry, upper.ledger, upper.entry)
+
+
+_SEEN: dict[str, Range] = {}
+"""Ranges as brokers print them -> the range (a pure function, so any of it is right): a feed reports a
+cursor again at each acknowledgement, with thousands of ranges that were in its last report."""
+SEEN_MAX = 50_000
+
+
+def _plain_ranges(body: str) -> list[Range] | None:
+    """The ranges of a list printed as brokers print it (``(L:E..L:E]`` between commas, spaces around them
+    allowed); None for any other form. Raises ValueError for an empty range."""
+    if len(_SEEN) > SEEN_MAX:
+        _SEEN.clear()
+    out = []
+    for part in body.split(","):
+        token = part.strip()
+        found = _SEEN.get(token)
+        if found is None:
+            match = _PLAIN_RANGE.fullmatch(token)
+            if match is None:
+                return None
+            a, b, c, d = match.groups()
+            lower, upper = Position(int(a), int(b)), Position(int(c), int(d))
+            if not (lower.ledger, lower.entry) < (upper.ledger, upper.entry):
+                raise ValueError(f"empty range ({lower}..{upper}]")
+            found = _SEEN[token] = _range(lower, upper)
+        out.append(found)
+    return out
 
 
 def _upper_key(r: Range) -> tuple[int, int]:
@@ -132,13 +159,8 @@ class RangeSet:
         body = body[1:-1]
         if not body.strip():
             return cls()
-        if _PLAIN_LIST.fullmatch(body):
-            plain = []
-            for a, b, c, d in _PLAIN_RANGE.findall(body):
-                lower, upper = Position(int(a), int(b)), Position(int(c), int(d))
-                if not (lower.ledger, lower.entry) < (upper.ledger, upper.entry):
-                    raise ValueError(f"empty range ({lower}..{upper}] in {text!r}")
-                plain.append(_range(lower, upper))
+        plain = _plain_ranges(body)
+        if plain is not None:
             return cls.of(plain)
         ranges = []
         for part in body.split(","):

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from geosync_core import rangesets
 from geosync_core.batches import BatchAcks, gather
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range, RangeSet
@@ -328,3 +329,16 @@ def test_parse_reads_the_brokers_printing_in_one_pass_as_range_by_range(rs: list
     plain = "[" + comma.join(map(str, shuffled)) + "]"
     spaced = "[" + comma.join(f"( {r.lower} .. {r.upper} ]" for r in shuffled) + "]"
     assert RangeSet.parse(plain) == RangeSet.parse(spaced) == RangeSet.of(rs)
+
+
+def test_ranges_seen_before_are_reused_and_their_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rangesets, "SEEN_MAX", 3)
+    rangesets._SEEN.clear()
+    first = RangeSet.parse("[(3:4..3:5],(3:7..3:10]]")
+    again = RangeSet.parse("[(3:7..3:10], (3:12..3:13]]")
+    assert again.ranges[0] is first.ranges[1]  # parsed once
+    for n in range(10):
+        RangeSet.parse(f"[(4:{2 * n}..4:{2 * n + 1}]]")
+        assert len(rangesets._SEEN) <= 4
+    with pytest.raises(ValueError, match="empty range"):
+        RangeSet.parse("[(3:7..3:10],(3:12..3:12]]")  # a bad range among known ones
