@@ -290,10 +290,11 @@ def plan_apply(
             acked = origin is not None and origin in remote
             grown: BatchAcks | None = None
             known = None if size_of is None else size_of(p)
-            size = _size(p, local, known)
+            partial = local.batch(p) if local.batches else None  # not acknowledged whole: in part, if at all
+            size = known if known is not None and known > 1 else (partial.size if partial is not None else 1)
             if not acked and origin is not None and (size > 1 or known == 1):
                 # A one-message entry known to be one: a partial claim about its origin may name that message.
-                mine = local.acked_indexes(p, size)
+                mine = BatchAcks(size, 0) if partial is None else partial.within(size)
                 grown = mine.union(remote.acked_indexes(origin, size))
                 acked = grown.is_full
                 if acked and size_of is not None and known != size:
