@@ -1776,6 +1776,13 @@ class Agent:
                 state = self.subs.setdefault(key, Subscription(topic, name))
                 state.confirm(now.mono)
             tracked = self._track_topic(topic, now)
+            if now.mono < state.publish_after:
+                # Its claims are large and their publish is paused: the report (the newest, replacing the one
+                # before) waits here until the pause ends, instead of being read, checked for a rewind and
+                # translated at every round for a publish that cannot go out yet (what a's agent spent its
+                # time on while b was cut off, with tens of thousands of holes kept for good).
+                self.stats.inc("feed_reports_deferred")
+                continue
             if report.batches and not tracked.tail.has_read(max(b.position for b in report.batches)):
                 continue  # the batch sizes are not known yet: the report waits for the tail
             del self.unobserved[key]
