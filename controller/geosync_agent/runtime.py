@@ -102,7 +102,12 @@ MAX_PLAN_WAIT_S = 2.0
 what its last plan took (at most 2 s later); claims received are planned at once. A plan walks up to
 LOG_WINDOW entries above the mark-delete: in the region where a consumer leaves holes for good while the
 other region is cut off, re-planning 4 such subscriptions at every acknowledgement was 74 % of the agent's
-rounds (region_down bench). Those re-plans find nothing new unless claims named messages not there yet."""
+rounds (region_down bench). Those re-plans find nothing new unless claims named messages not there yet.
+
+The wait is also multiplied by the number of subscriptions whose last plan took HEAVY_PLAN_S or more, so
+that together they re-plan for a bounded share of the loop: each waiting ten times its own plan left 4 such
+subscriptions at 36 % of it (the region_down bench's a, its cursors holding thousands of holes)."""
+HEAVY_PLAN_S = 0.001
 NEWS_FROM_SPANS = 500
 """Claims of more spans than this are sent as their news since the last publish between resyncs."""
 UNLISTED_CLAIMS_RESYNCS = 3
@@ -220,6 +225,10 @@ class Subscription:
     reset_to: tuple[Position | None, float] | None = None
     """The agent's own rewind: the mark-delete it set, and until when (monotonic) backward moves down to
     it are that rewind's."""
+    plan_took: float = 0.0
+    """Seconds its last plan took (see HEAVY_PLAN_S)."""
+    publish_took: float = 0.0
+    """Seconds its last published claim took to decide and translate (see ``publish_pause``)."""
     plan_after: float = 0.0
     """Monotonic time before which it is not planned again for new entries or cursor moves alone (new claims
     are planned at once): see PLAN_WAIT_FACTOR."""
@@ -398,6 +407,8 @@ class Agent:
         self.round_seconds: list[float] = []
         self.broker_calls = broker_calls or CallTimes()
         """Seconds each kind of broker call took (the admin clients add to it), for /state."""
+        self.heavy_publishes = 0
+        """Subscriptions whose last publish took HEAVY_PLAN_S or more, counted at each observe step."""
         self.phase_seconds = PhaseTimes()
         """The last rounds' time per step, for /state: which step a long round spent its time in."""
         self.discovery_seconds: list[float] = []
@@ -1648,6 +1659,7 @@ class Agent:
     # -- 4. observe and publish ------------------------------------------------------------------
 
     def observe(self, now: Now) -> None:
+        self.heavy_publishes = sum(1 for s in self.subs.values() if s.publish_took >= HEAVY_PLAN_S)
         fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
         by_topic = {t: s for t, s in self._by_topic(existing_only=True).items() if t in self.topics}
         resync = set()
@@ -1963,7 +1975,8 @@ class Agent:
             # that Pulsar 4.0.8's replicator then failed to read 1,000 at a time, for good.
             sent = claim.claims.news_since(state.published)
             self.stats.inc("states_sent_as_news")
-        state.publish_after = now.mono + publish_pause(size, took=time.monotonic() - started)
+        state.publish_took = took = time.monotonic() - started
+        state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
         self.outgoing.setdefault(namespace, []).append(
             envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
         )
@@ -2065,7 +2078,9 @@ class Agent:
         batch_writes = plugin_writes and self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
         work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
         creates: list[fx.Effect] = []
-        for state in list(self.subs.values()):
+        states = list(self.subs.values())
+        heavy = sum(1 for s in states if s.plan_took >= HEAVY_PLAN_S)
+        for state in states:
             if not state.announced or self.snapshots.covers(state.topic):
                 continue
             ts = self.topics.get(state.topic)
@@ -2113,8 +2128,8 @@ class Agent:
                     log=ts.tail.stretches_above(state.cursor.mark_delete),
                     size_of=ts.tail.size_of,
                 )
-                took = time.monotonic() - started
-                state.plan_after = now.mono + min(MAX_PLAN_WAIT_S, took * PLAN_WAIT_FACTOR)
+                state.plan_took = took = time.monotonic() - started
+                state.plan_after = now.mono + plan_wait(took, heavy=heavy)
             state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
                 # Batch indexes cannot be written here (admin API only, or brokers without batch-index
@@ -2402,7 +2417,14 @@ class Agent:
         }
 
 
-def publish_pause(spans: int, *, took: float = 0.0) -> float:
+def plan_wait(took: float, *, heavy: int) -> float:
+    """Seconds a subscription whose plan ``took`` seconds waits before it is planned again for new entries or
+    cursor moves alone, when ``heavy`` subscriptions (at least 1) plan for HEAVY_PLAN_S or more: see
+    PLAN_WAIT_FACTOR."""
+    return min(MAX_PLAN_WAIT_S, took * PLAN_WAIT_FACTOR * max(1, heavy))
+
+
+def publish_pause(spans: int, *, took: float = 0.0, heavy: int = 1) -> float:
     """Seconds a subscription whose published claims hold ``spans`` spans waits before it is translated and
     published again (0 up to PAUSE_FROM_SPANS). Claims are sent whole and cost time in proportion to their
     spans at both ends; a consumer that leaves one message in ten unacknowledged for good grows them by
@@ -2411,9 +2433,10 @@ def publish_pause(spans: int, *, took: float = 0.0) -> float:
     acknowledgements reach the other regions up to the pause later.
 
     Above NEWS_FROM_SPANS the pause is also at least PUBLISH_WAIT_FACTOR times what this publish ``took`` to
-    decide and translate (the plan wait's rule): what a span costs depends on the machine and the load, and
-    with shorter rounds a subscription that keeps holes is published more often."""
-    by_cost = took * PUBLISH_WAIT_FACTOR if spans > NEWS_FROM_SPANS else 0.0
+    decide and translate, times the ``heavy`` subscriptions whose publishes take HEAVY_PLAN_S or more (the
+    plan wait's rule): what a span costs depends on the machine and the load, and with shorter rounds a
+    subscription that keeps holes is published more often."""
+    by_cost = took * PUBLISH_WAIT_FACTOR * max(1, heavy) if spans > NEWS_FROM_SPANS else 0.0
     by_spans = spans * PAUSE_PER_SPAN_S if spans > PAUSE_FROM_SPANS else 0.0
     return min(MAX_PUBLISH_PAUSE_S, max(by_cost, by_spans))
 
