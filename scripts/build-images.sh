@@ -101,9 +101,12 @@ busybox_base=$(pick_base "${GEOSYNC_BUSYBOX_BASE:-}" docker.io/library/busybox:1
 labels=(--label "org.opencontainers.image.version=$VERSION"
         --label "org.opencontainers.image.revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
         --label "org.opencontainers.image.licenses=Apache-2.0")
-# A network that re-signs TLS (a proxy's CA in PIP_CERT) is passed to the wheel build as a secret.
+# A network that re-signs TLS (a proxy's CA in PIP_CERT) is passed to the wheel build as a secret. Without
+# one named, the host's own bundle: a proxy CA trusted by the host is then trusted by the build too (a shell
+# with a clean environment lost PIP_CERT, and pip in the build failed on the proxy's certificate).
 secret=()
-ca=${GEOSYNC_PIP_CA:-${PIP_CERT:-}}
+ca=${GEOSYNC_PIP_CA:-${PIP_CERT:-${SSL_CERT_FILE:-${REQUESTS_CA_BUNDLE:-}}}}
+if [ -z "$ca" ] && [ -s /etc/ssl/certs/ca-certificates.crt ]; then ca=/etc/ssl/certs/ca-certificates.crt; fi
 if [ -n "$ca" ] && [ -s "$ca" ]; then secret=(--secret "id=pip-ca,src=$ca"); fi
 
 echo "build-images: $AGENT_IMAGE (base $python_base)"
