@@ -41,7 +41,7 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
-from geosync_agent import checkpointing, discovering, owning, snapshotting
+from geosync_agent import checkpointing, discovering, owning, snapshotting, tailing
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.config import AgentConfig
@@ -2127,6 +2127,7 @@ class Agent:
                     remote=state.received,
                     log=ts.tail.stretches_above(state.cursor.mark_delete),
                     size_of=ts.tail.size_of,
+                    budget=tailing.LOG_WINDOW,
                 )
                 state.plan_took = took = time.monotonic() - started
                 state.plan_after = now.mono + plan_wait(took, heavy=heavy)

@@ -200,9 +200,10 @@ class ApplyPlan:
 class Stretches:
     """Local entries as stretches of consecutive entries of one ledger, ``(ledger, first, last)`` with both
     ends included, in increasing order: the log ``plan_apply`` walks, in a form that lets it pass over a
-    stretch the cursor acknowledged whole at once instead of entry by entry."""
+    stretch the cursor acknowledged whole at once instead of entry by entry. ``items`` may be a generator
+    (read once, as far as the walk goes)."""
 
-    items: tuple[tuple[int, int, int], ...] = ()
+    items: Iterable[tuple[int, int, int]] = ()
 
     @classmethod
     def of(cls, positions: Iterable[Position]) -> Stretches:
@@ -225,9 +226,6 @@ class Stretches:
             for entry in range(first, last + 1):
                 yield Position(ledger, entry)
 
-    def __len__(self) -> int:
-        return sum(last - first + 1 for _, first, last in self.items)
-
 
 def plan_apply(
     index: OriginIndex,
@@ -236,6 +234,7 @@ def plan_apply(
     remote: OriginAcks,
     log: Iterable[Position] | Stretches,
     size_of: Callable[[Position], int | None] | None = None,
+    budget: int | None = None,
 ) -> ApplyPlan:
     """Plan the change that makes ``local`` acknowledge what ``remote`` claims, entry by entry of ``log``.
 
@@ -244,7 +243,9 @@ def plan_apply(
     then passed over, as brokers do). Entries listed but not indexed block the mark-delete. Given as
     ``Stretches``, a stretch the cursor acknowledges is passed over whole: the walk costs the entries the
     cursor lacks, not the window (a mark-delete held back by holes kept for good has tens of thousands of
-    entries above it).
+    entries above it). ``budget``: the most entries the walk looks at one by one (those the cursor does not
+    hold whole); it stops there, and so does the mark-delete. Entries acknowledged here cost nothing of it,
+    so a mark-delete held back by a hole kept for good does not hold the plan back with it.
 
     ``size_of(p)`` is the number of messages in local entry ``p`` (``None`` or 1: not batched; an entry the
     cursor holds in part is read with the size the cursor gives if ``size_of`` does not know it). An entry
@@ -264,6 +265,7 @@ def plan_apply(
     floor = (local.mark_delete.ledger, local.mark_delete.entry)
     ranges = [(r.lower.ledger, r.lower.entry, r.upper.ledger, r.upper.entry) for r in local.ranges]
     at, count = 0, len(ranges)
+    left = -1 if budget is None else budget
     for ledger, first, last in stretches.items:
         if first > last or (ledger, first) <= previous:
             raise ValueError(
@@ -284,6 +286,9 @@ def plan_apply(
                     mark_delete = (ledger, end)
                 entry = end + 1
                 continue
+            if left == 0:
+                break  # the budget is spent: the walk (and the mark-delete) stops before this entry
+            left -= 1
             p = Position(ledger, entry)
             entry += 1
             origin = index.origin_of(p)
@@ -314,6 +319,8 @@ def plan_apply(
                 if advancing:
                     advancing = False
                     blocked_by = p if origin is None else None
+        if left == 0 and entry <= last:
+            break
     new_mark_delete = None if mark_delete is None else Position(*mark_delete)
     return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, tuple(batches))
 

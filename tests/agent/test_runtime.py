@@ -904,6 +904,23 @@ def test_a_backlog_longer_than_the_planning_window_is_applied_over_several_round
     assert seen[-1] == AckState.of(B_LOG[3]).ack(B_LOG[5])
 
 
+def test_entries_beyond_the_planning_window_above_a_hole_kept_for_good_are_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 17.8's hour: a's consumer never acknowledges the first message, so the mark-delete stays below
+    it in both regions. A window of the first LOG_WINDOW entries above the mark-delete never moved, and b
+    stopped applying 50,000 entries above its first hole; the budget counts only the entries the cursor
+    does not hold, so each plan goes past what the last one applied."""
+    monkeypatch.setattr(tailing, "LOG_WINDOW", 2)
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[1:])
+    a.step()
+    carry(a, b)
+    for _ in range(6):
+        b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1)).ack(*B_LOG[1:])
+
+
 def test_a_rewind_in_the_active_region_is_followed_and_older_claims_are_dropped() -> None:
     a, b = pair()
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[2], A_LOG[4]])

@@ -623,8 +623,16 @@ def test_the_walk_over_stretches_plans_what_the_entry_by_entry_rule_does(
     listed = [p for i, p in enumerate(positions) if i not in left_out]
     stretches = Stretches.of(listed)
     assert list(stretches) == listed
-    assert len(stretches) == len(listed)
     for size_of in (None, sizes(log)):
         expected = entry_by_entry(index, local, remote, listed, size_of)
         assert plan_apply(index, local, remote=remote, log=stretches, size_of=size_of) == expected
         assert plan_apply(index, local, remote=remote, log=listed, size_of=size_of) == expected
+    # A budget stops the walk after that many entries not held here whole: the plan is the one over the log
+    # cut there (the entries held here before the cut cost nothing of it).
+    budget = data.draw(st.integers(0, 4))
+    looked = [p for p in listed if p not in local]
+    cut = listed if len(looked) <= budget else [p for p in listed if p < looked[budget]]
+    expected = entry_by_entry(index, local, remote, cut, sizes(log))
+    assert (
+        plan_apply(index, local, remote=remote, log=stretches, size_of=sizes(log), budget=budget) == expected
+    )
