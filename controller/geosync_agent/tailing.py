@@ -409,28 +409,7 @@ class Tail:
         return syncing.Stretches(merged())
 
     def positions_above(self, floor: Position, *, limit: int | None = None) -> list[Position]:
-        """The first ``limit`` (default ``LOG_WINDOW``) indexed local entries above ``floor``, in order
-        (what a consumer could be dispatched); unresolved entries among them are listed too (they block
-        whoever reaches them)."""
+        """The first ``limit`` (default ``LOG_WINDOW``) entries of ``stretches_above``: indexed local entries
+        above ``floor``, in order (what a consumer could be dispatched), unresolved ones among them."""
         limit = LOG_WINDOW if limit is None else limit
-        out: list[Position] = []
-        for run in self.index.runs_from(Position(floor.ledger, floor.entry + 1)):
-            if Position(run.local_ledger, run.local_last) <= floor:
-                continue
-            start = run.local_first
-            if run.local_ledger == floor.ledger:
-                start = max(start, floor.entry + 1)
-            elif run.local_ledger < floor.ledger:
-                continue
-            out.extend(
-                Position(run.local_ledger, e) for e in range(start, min(run.local_last + 1, start + limit))
-            )
-            if len(out) >= limit:
-                break
-        if self.unresolved:
-            out = sorted({*out, *(p for p in self.unresolved if p > floor)})
-        if len(out) > limit:
-            # An unresolved entry past the window is left out with the rest: the mark-delete stops at the
-            # window's end anyway, below it.
-            out = out[:limit]
-        return out
+        return list(itertools.islice(self.stretches_above(floor), limit))
