@@ -53,12 +53,23 @@ def test_a_subscription_deleted_in_b_stays_deleted_until_created_there_again(lab
     assert sub not in _subscriptions(lab, "b", topic)
     assert label in _state(lab, "b")["deleted_here"]
 
+    created_at = time.time()
     lab.admin("b").create_subscription(topic, sub)  # at the earliest message: synced again from here
+
+    def applied_since_created() -> bool:
+        # In step is not enough: right after discovery finds it again its cursor is unread, nothing is
+        # planned, and nothing is behind yet. a's claims are not empty, so b must write them after this.
+        state = _state(lab, "b")
+        return label not in state["deleted_here"] and any(
+            s["subscription"] == sub
+            and s["mark_delete"] is not None
+            and not s["behind_since"]
+            and (s["last_applied_at"] or 0) >= created_at
+            for s in state["synced"]
+        )
+
     wait_for(
-        lambda: (
-            label not in _state(lab, "b")["deleted_here"]
-            and any(s["subscription"] == sub and not s["behind_since"] for s in _state(lab, "b")["synced"])
-        ),
+        applied_since_created,
         timeout_s=45,
         what="b's agent to sync the subscription created again",
     )
