@@ -10,6 +10,7 @@ policy that is a value, not loops sprinkled around.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import pathlib
@@ -183,6 +184,10 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy(attempts=1)
+
+MAX_BATCH_PAGES = 1000
+"""Pages of 1,000 partly acknowledged entries read per cursor report at most (a million entries): beyond,
+the report stays truncated (``pluginapi.CursorReport.batches_truncated``)."""
 
 
 class TokenFile:
@@ -532,19 +537,67 @@ class AdminClient:
 
     def plugin_feed(self, *, since: int) -> pluginapi.Feed:
         """``plugin_cursors`` as typed values: each reported cursor with its partly acknowledged batch
-        entries (``CursorReport.batches``). Raises AdminNotFound where the plugin is not loaded and
-        ``PluginApiError`` for an answer that is not the documented shape."""
-        return pluginapi.Feed.from_wire(self.get("/admin/v2/geosync/cursors", params={"since": since}) or {})
+        entries (``CursorReport.batches``), all of them (``complete_batches``). Raises AdminNotFound where
+        the plugin is not loaded and ``PluginApiError`` for an answer that is not the documented shape."""
+        feed = pluginapi.Feed.from_wire(self.get("/admin/v2/geosync/cursors", params={"since": since}) or {})
+        if not any(c.batches_truncated for c in feed.cursors):
+            return feed
+        return dataclasses.replace(feed, cursors=tuple(self.complete_batches(c) for c in feed.cursors))
+
+    def plugin_cursor(
+        self, topic: str, subscription: str, *, after: Position | None = None
+    ) -> pluginapi.CursorReport | None:
+        """One cursor's state from the interceptor (``/admin/v2/geosync/cursor``), its partly acknowledged
+        entries only those above ``after`` (the next page of a truncated report); None when this broker has
+        not loaded the topic or the subscription is gone. Raises AdminNotFound where the plugin is older."""
+        params = {"topic": topic, "subscription": subscription}
+        if after is not None:
+            params["after"] = str(after)
+        body = self.get("/admin/v2/geosync/cursor", params=params) or {}
+        ok = pluginapi.Status.OK.value
+        if isinstance(body, dict) and body.get("status", ok) != ok:
+            return None
+        return pluginapi.CursorReport.from_wire(body)
+
+    def complete_batches(self, report: pluginapi.CursorReport) -> pluginapi.CursorReport:
+        """``report`` with every partly acknowledged entry of its cursor: the broker answers at most 1,000 per
+        report and says so (``batches_truncated``); the rest are read page by page, up to MAX_BATCH_PAGES.
+        A page that cannot be read leaves the report truncated as it is (those indexes are claimed later:
+        duplicates after a failover meanwhile, never a loss); so does a plugin too old to page."""
+        pages = 0
+        while report.batches_truncated and report.batches and pages < MAX_BATCH_PAGES:
+            try:
+                after = report.batches[-1].position
+                page = self.plugin_cursor(report.topic, report.subscription, after=after)
+            except (AdminError, pluginapi.PluginApiError) as e:
+                log.warning(
+                    "%s / %s: %d partly acknowledged entries reported, the next page unreadable: %s",
+                    report.topic,
+                    report.subscription,
+                    len(report.batches),
+                    e,
+                )
+                return report
+            if page is None:
+                return report
+            report, pages = report.followed_by(page), pages + 1
+        return report
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
         """``plugin_acks`` as typed values, with batch-index acknowledgements (``AckItem.batches``). One
-        result per item, in order. Raises AdminNotFound without the plugin, AdminForbidden where the broker
+        result per item, in order, each cursor with all its partly acknowledged entries
+        (``complete_batches``). Raises AdminNotFound without the plugin, AdminForbidden where the broker
         keeps cursor writes off, and ``PluginApiError`` for an answer that is not the documented shape."""
         body = self.post("/admin/v2/geosync/acks", pluginapi.encode_ack_request(items)) or {}
         results = [pluginapi.AckResult.from_wire(r) for r in body.get("results") or []]
         if len(results) != len(items):
             raise pluginapi.PluginApiError(f"{len(items)} items written but {len(results)} results answered")
-        return results
+        return [
+            dataclasses.replace(r, cursor=self.complete_batches(r.cursor))
+            if r.cursor is not None and r.cursor.batches_truncated
+            else r
+            for r in results
+        ]
 
     def replicated_from(self, topic: str, *, ledger: int, entry: int) -> str | None:
         """The region a stored entry was replicated from (None for a local one), from the entry's headers."""
@@ -612,6 +665,7 @@ class AdminClient:
 CALL_STEPS = frozenset(
     {
         "cursors",
+        "cursor",
         "acks",
         "origins",
         "stats",

@@ -10,7 +10,9 @@ Shapes (version 1):
 * feed: ``{"epoch", "seq", "cursors": [report]}``;
 * report: ``{"topic", "subscription", "status": "ok", "mark_delete": "L:E", "individually_deleted":
   "[(L:E..L:E]]", "batches": [{"position": "L:E", "unacked": [i, ...]}]}``, plus ``"batches_truncated":
-  true`` when the cursor has more partly acknowledged entries than one answer carries;
+  true`` when the cursor has more partly acknowledged entries than one answer carries (1,000): the next
+  page is ``GET /admin/v2/geosync/cursor?topic=T&subscription=S&after=L:E`` (the last entry given), one
+  report with the partly acknowledged entries above it, or a refusal ``{"status", ...}``;
 * write item: ``{"topic", "subscription", "mark_delete": "L:E" | null, "positions": ["L:E"], "batches":
   [{"position": "L:E", "size": n, "acked": [i, ...]}]}``;
 * write result: a report plus ``"acknowledged"`` (count), or ``{"status", "error"?}`` with topic and
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from geosync_core.errors import PermanentError
@@ -283,6 +285,18 @@ class CursorReport:
         if self.batches_truncated:
             out["batches_truncated"] = True
         return out
+
+    def followed_by(self, page: CursorReport) -> CursorReport:
+        """This report with the partly acknowledged entries of its next page (``GET
+        /admin/v2/geosync/cursor?...&after=``, those above this report's last one), truncated as the page is.
+
+        The page is read later: its batches can only show more indexes acknowledged (ack bits are only
+        cleared), and this report's mark-delete and ranges, read before, still win over them, so the whole
+        never claims more than was acknowledged when the page was read."""
+        last = self.batches[-1].position if self.batches else self.mark_delete
+        floor = max(last, self.mark_delete)
+        more = tuple(b for b in page.batches if b.position > floor)
+        return replace(self, batches=self.batches + more, batches_truncated=page.batches_truncated)
 
     @classmethod
     def from_wire(cls, obj: Any) -> CursorReport:

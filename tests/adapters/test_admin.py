@@ -19,6 +19,7 @@ from typing import Any, ClassVar, cast
 import pytest
 
 from geosync_adapters import admin as adm
+from geosync_core import pluginapi
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -184,6 +185,76 @@ def test_plugin_feed_and_writes_are_read_and_sent_as_documented(server: tuple[st
     assert json.loads(handler.seen[-1][3]) == {"acks": [item]}
     with pytest.raises(adm.AdminForbidden):
         client.plugin_acks([item])
+
+
+def _report(md: str, batches: list[str], *, truncated: bool, **extra: Any) -> dict[str, Any]:
+    out = {
+        "topic": "persistent://t/n/x",
+        "subscription": "s",
+        "status": "ok",
+        "mark_delete": md,
+        "individually_deleted": "[]",
+        "batches": [{"position": p, "unacked": [1]} for p in batches],
+        **extra,
+    }
+    if truncated:
+        out["batches_truncated"] = True
+    return out
+
+
+def _page_path(after: str) -> str:
+    query = urllib.parse.urlencode({"topic": "persistent://t/n/x", "subscription": "s", "after": after})
+    return f"GET /admin/v2/geosync/cursor?{query}"
+
+
+def test_truncated_batch_reports_are_completed_page_by_page(server: tuple[str, type[_Handler]]) -> None:
+    url, handler = server
+    handler.routes["GET /admin/v2/geosync/cursors?since=0"] = [
+        (200, {}, {"epoch": "e", "seq": 3, "cursors": [_report("3:0", ["3:1", "3:2"], truncated=True)]})
+    ]
+    # Read later: the mark-delete moved and 3:2 is acknowledged whole; the earlier report's still win.
+    handler.routes[_page_path("3:2")] = [(200, {}, _report("3:1", ["3:5", "3:6"], truncated=True))]
+    handler.routes[_page_path("3:6")] = [(200, {}, _report("3:1", ["3:6", "3:9"], truncated=False))]
+    client = adm.AdminClient(url, retry=FAST)
+    [cursor] = client.plugin_feed(since=0).cursors
+    assert [str(b.position) for b in cursor.batches] == ["3:1", "3:2", "3:5", "3:6", "3:9"]
+    assert (str(cursor.mark_delete), cursor.batches_truncated) == ("3:0", False)
+
+    # Write results are completed too; a refused page (the topic moved) leaves the report truncated.
+    handler.routes["POST /admin/v2/geosync/acks"] = [
+        (200, {}, {"results": [{**_report("3:0", ["3:1"], truncated=True), "acknowledged": 2}]})
+    ]
+    handler.routes[_page_path("3:1")] = [(200, {}, {"status": "not_loaded", "topic": "persistent://t/n/x"})]
+    [written] = client.plugin_write(
+        [pluginapi.AckItem("persistent://t/n/x", "s", mark_delete=Position(3, 0))]
+    )
+    assert written.cursor is not None
+    assert [str(b.position) for b in written.cursor.batches] == ["3:1"]
+    assert written.cursor.batches_truncated
+    assert written.acknowledged == 2
+
+
+def test_a_plugin_too_old_to_page_leaves_the_report_truncated(server: tuple[str, type[_Handler]]) -> None:
+    url, handler = server
+    handler.routes["GET /admin/v2/geosync/cursors?since=0"] = [
+        (200, {}, {"epoch": "e", "seq": 3, "cursors": [_report("3:0", ["3:1"], truncated=True)]})
+    ]
+    client = adm.AdminClient(url, retry=FAST)  # no route for the page: 404
+    [cursor] = client.plugin_feed(since=0).cursors
+    assert ([str(b.position) for b in cursor.batches], cursor.batches_truncated) == (["3:1"], True)
+
+
+def test_pages_stop_at_the_limit(server: tuple[str, type[_Handler]], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, handler = server
+    monkeypatch.setattr(adm, "MAX_BATCH_PAGES", 2)
+    handler.routes["GET /admin/v2/geosync/cursors?since=0"] = [
+        (200, {}, {"epoch": "e", "seq": 3, "cursors": [_report("3:0", ["3:1"], truncated=True)]})
+    ]
+    for n in range(1, 5):
+        handler.routes[_page_path(f"3:{n}")] = [(200, {}, _report("3:0", [f"3:{n + 1}"], truncated=True))]
+    [cursor] = adm.AdminClient(url, retry=FAST).plugin_feed(since=0).cursors
+    assert [str(b.position) for b in cursor.batches] == ["3:1", "3:2", "3:3"]
+    assert cursor.batches_truncated
 
 
 def test_a_certificate_that_cannot_be_verified_is_a_permanent_error_that_says_what_to_set(

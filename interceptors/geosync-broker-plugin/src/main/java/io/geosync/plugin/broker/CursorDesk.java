@@ -51,7 +51,10 @@ import org.apache.pulsar.common.protocol.Commands;
  * on the agent's write path only).
  */
 final class CursorDesk {
-    /** At most this many partly acknowledged entries are reported per subscription and answer. */
+    /**
+     * At most this many partly acknowledged entries are reported per subscription and answer; the rest are
+     * read page by page ({@code GET /admin/v2/geosync/cursor?topic=T&subscription=S&after=L:E}).
+     */
     static final int MAX_REPORTED_BATCHES = 1000;
     private static final long ENTRY_READ_TIMEOUT_MS = 10_000;
 
@@ -84,11 +87,24 @@ final class CursorDesk {
 
     /** One cursor's state, or a refusal saying why there is none. */
     Map<String, Object> read(String topic, String name) {
+        return read(topic, name, null);
+    }
+
+    /**
+     * One cursor's state with only the partly acknowledged entries strictly above {@code after} (null: above
+     * the mark-delete), or a refusal: the next page of an answer whose batches were truncated.
+     */
+    Map<String, Object> read(String topic, String name, Pos after) {
         Found found = subscription(topic, name);
-        return found instanceof Sub s ? describe(topic, name, s.ps().getCursor()) : ((Refused) found).answer();
+        return found instanceof Sub s ? describe(topic, name, s.ps().getCursor(), after)
+                : ((Refused) found).answer();
     }
 
     private static Map<String, Object> describe(String topic, String name, ManagedCursor cursor) {
+        return describe(topic, name, cursor, null);
+    }
+
+    private static Map<String, Object> describe(String topic, String name, ManagedCursor cursor, Pos after) {
         // Batches, then ranges, then the mark-delete: a concurrent acknowledgement can then only make the
         // answer claim less than is acknowledged, never more (ack bits are only ever cleared; an entry
         // acknowledged whole meanwhile shows up in the ranges or under the mark-delete, which win).
@@ -98,8 +114,11 @@ final class CursorDesk {
         if (cursor instanceof ManagedCursorImpl impl) {
             NavigableMap<Position, BitSet> partial = impl.getBatchDeletedIndexes();
             if (partial != null) {
-                for (Map.Entry<Position, BitSet> e : partial.tailMap(cursor.getMarkDeletedPosition(), false)
-                        .entrySet()) {
+                Position from = cursor.getMarkDeletedPosition();
+                if (after != null && position(after).compareTo(from) > 0) {
+                    from = position(after);
+                }
+                for (Map.Entry<Position, BitSet> e : partial.tailMap(from, false).entrySet()) {
                     if (batches.size() == MAX_REPORTED_BATCHES) {
                         truncated = true;
                         break;

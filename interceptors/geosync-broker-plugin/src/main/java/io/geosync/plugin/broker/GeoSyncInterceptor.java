@@ -76,7 +76,10 @@ import org.slf4j.LoggerFactory;
  * geosyncAckFeedSettleMillis}), with the feed's {@code epoch} (new at each broker start) and current {@code
  * seq}: one cheap call per agent round instead of polling every topic's internal stats. Each cursor state
  * includes its partly acknowledged batch entries ({@code batches}: position and the indexes still
- * unacknowledged) when the broker runs with {@code acknowledgmentAtBatchIndexLevelEnabled=true}. With {@code
+ * unacknowledged) when the broker runs with {@code acknowledgmentAtBatchIndexLevelEnabled=true}, at most
+ * {@link CursorDesk#MAX_REPORTED_BATCHES} per answer ({@code "batches_truncated": true} beyond): {@code GET
+ * /admin/v2/geosync/cursor?topic=T&subscription=S&after=L:E} answers one cursor's state with the partly
+ * acknowledged entries above {@code after}, the next page. With {@code
  * geosyncAllowCursorWrites=true}, {@code POST /admin/v2/geosync/acks} acknowledges on subscriptions of
  * topics this broker has loaded ({@link CursorDesk}): a batch of mark-delete moves, individual
  * acknowledgements and batch-index acknowledgements in one call (shapes and rules: {@link PluginApi}), where the admin API has one {@code expireMessages} per subscription and,
@@ -292,6 +295,29 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                 }
                 reply(response, 200, cursors(since));
             }
+            case "cursor" -> {
+                String topic = request.getParameter("topic");
+                String sub = request.getParameter("subscription");
+                if (topic == null || topic.isEmpty() || sub == null || sub.isEmpty()) {
+                    reply(response, 400, Map.of("error", "query parameters 'topic' and 'subscription' are "
+                            + "required ('after=L:E' optionally: only partly acknowledged entries above it)"));
+                    return;
+                }
+                long[] after = {-1, -1};
+                String given = request.getParameter("after");
+                if (given != null && !parsePosition(given, after)) {
+                    reply(response, 400, Map.of("error", "'after' must be a position L:E (the last partly "
+                            + "acknowledged entry of the previous page)"));
+                    return;
+                }
+                CursorDesk d = desk;
+                if (d == null) {
+                    reply(response, 503, Map.of("error", "the broker is not started yet"));
+                    return;
+                }
+                reply(response, 200, d.read(topic, sub,
+                        given == null ? null : new PluginApi.Pos(after[0], after[1])));
+            }
             case "acks" -> acks(request, response);
             case "status" -> reply(response, 200, status());
             case "origins" -> {
@@ -309,7 +335,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                 }
                 reply(response, 200, index.toJson(region, topic, from[0], from[1]));
             }
-            default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins, cursors, acks or status"));
+            default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins, cursors, cursor, acks or status"));
         }
         requestsServed.incrementAndGet();
     }
