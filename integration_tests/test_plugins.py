@@ -381,6 +381,16 @@ def test_ack_feed_and_cursor_writes_agree_with_the_broker(plugin_lab: Lab, uniqu
     assert requests.post(url, json={"acks": 5}, timeout=10).status_code == 400
     assert requests.get(url, timeout=10).status_code == 405
     assert requests.get(f"{region.admin_url}/admin/v2/geosync/cursors?since=x", timeout=10).status_code == 400
+    # One cursor, as the agent reads the pages of a truncated report: refusals and bad parameters.
+    one = f"{region.admin_url}/admin/v2/geosync/cursor"
+    page = requests.get(one, params={"topic": topic, "subscription": sub, "after": "0:0"}, timeout=10).json()
+    assert (page["status"], page["subscription"], page["batches"]) == ("ok", sub, [])
+    gone = requests.get(one, params={"topic": topic, "subscription": "nobody"}, timeout=10).json()
+    assert gone["status"] == "no_subscription"
+    assert requests.get(one, params={"topic": topic}, timeout=10).status_code == 400
+    bad_after = requests.get(one, params={"topic": topic, "subscription": sub, "after": "x"}, timeout=10)
+    assert bad_after.status_code == 400
+    assert "L:E" in bad_after.json()["error"]
     # The application sees exactly what nobody acknowledged: m6 and m9.
     assert sorted(m.data.decode() for m in drain(region.service_url, topic, subscription=sub)) == ["m6", "m9"]
     assert int(status(plugin_lab, "a")["cursor_writes"]) >= 5
