@@ -267,7 +267,10 @@ def main() -> None:
                     if all(exact(admins["b"], t, traffic) for t in topics):
                         times["exact"] = now
                 time.sleep(0.5)
-            cpu = sum(proc.cpu_times()[:2]) - cpu0
+            try:
+                cpu: float | None = sum(proc.cpu_times()[:2]) - cpu0
+            except psutil.NoSuchProcess:  # b's agent was restarted meanwhile (by hand): its CPU is unknown
+                cpu = None
         table = Table(
             "how",
             "down",
@@ -286,7 +289,7 @@ def main() -> None:
             f"{total - before:,}",
             f"{acked:,} of {total:,}",
             *(f"{v:.1f} s" if v is not None else f"> {args.limit:.0f} s" for v in times.values()),
-            f"{cpu:.1f} s",
+            "agent restarted" if cpu is None else f"{cpu:.1f} s",
             f"{longest_round:.2f} s",
         )
         console.print(table)
