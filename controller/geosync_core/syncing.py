@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import enum
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -266,12 +267,15 @@ def plan_apply(
     ranges = [(r.lower.ledger, r.lower.entry, r.upper.ledger, r.upper.entry) for r in local.ranges]
     at, count = 0, len(ranges)
     left = -1 if budget is None else budget
+    partial_keys = [(p.ledger, p.entry) for p, _ in local.batches]
+    hot_until = -1  # entries of the current ledger up to here are walked one by one (see _quiet)
     for ledger, first, last in stretches.items:
         if first > last or (ledger, first) <= previous:
             raise ValueError(
                 f"log not in increasing order: {Position(*previous)} then {Position(ledger, first)}"
             )
         previous = (ledger, last)
+        hot_until = -1
         if (ledger, last) <= floor:
             continue
         entry = floor[1] + 1 if ledger == floor[0] and first <= floor[1] else first
@@ -288,6 +292,23 @@ def plan_apply(
                 continue
             if left == 0:
                 break  # the budget is spent: the walk (and the mark-delete) stops before this entry
+            if entry > hot_until:
+                # Not held here: pass over the entries nothing could acknowledge (no claim about their
+                # origin, whole or in part, and not held here in part) in one step, as the rule below would
+                # one by one: they stop the mark-delete and change nothing else. A subscription's backlog
+                # is mostly such entries, and a plan is made for every claim received.
+                gap_end = last if at >= count or ranges[at][0] > ledger else min(last, ranges[at][1])
+                quiet_end, hot_until = _quiet(index, remote, partial_keys, at=(ledger, entry), end=gap_end)
+                if quiet_end >= entry:
+                    take = quiet_end - entry + 1 if left < 0 else min(quiet_end - entry + 1, left)
+                    if advancing:
+                        advancing = False
+                        stop = Position(ledger, entry)
+                        blocked_by = stop if index.origin_of(stop) is None else None
+                    if left > 0:
+                        left -= take
+                    entry += take
+                    continue
             left -= 1
             p = Position(ledger, entry)
             entry += 1
@@ -323,6 +344,56 @@ def plan_apply(
             break
     new_mark_delete = None if mark_delete is None else Position(*mark_delete)
     return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, tuple(batches))
+
+
+def _quiet(
+    index: OriginIndex,
+    remote: OriginAcks,
+    partial_keys: list[tuple[int, int]],
+    *,
+    at: tuple[int, int],
+    end: int,
+) -> tuple[int, int]:
+    """Entries ``ledger:entry..end`` (none held here whole) split as ``(quiet_end, hot_end)``: up to
+    ``quiet_end`` (``entry - 1``: none) nothing could acknowledge them; from there up to ``hot_end`` they
+    are walked one by one. An entry may be quiet only if it is not indexed, or if its origin is claimed
+    neither whole nor in part and the cursor holds none of it: ``plan_apply``'s rule then leaves it
+    unacknowledged and unwritten. Costs the index runs over the quiet entries, not the entries."""
+    ledger, entry = at
+    hit, hot = end + 1, end
+    i = bisect.bisect_left(partial_keys, (ledger, entry))
+    if i < len(partial_keys) and partial_keys[i][0] == ledger and partial_keys[i][1] <= end:
+        hit = hot = partial_keys[i][1]
+    for run in index.runs_from(Position(ledger, entry)):
+        if run.local_ledger < ledger:
+            continue  # the run before: it may end in an earlier ledger
+        if run.local_ledger > ledger or run.local_first >= hit:
+            break
+        lo, hi = max(entry, run.local_first), min(hit - 1, run.local_last)
+        if lo > hi:
+            continue
+        shift = run.origin_first - run.local_first
+        olo, ohi, origin_ledger = lo + shift, hi + shift, run.origin_ledger
+        spans = remote.spans(run.region)
+        j = bisect.bisect_left(spans, (origin_ledger, olo), key=_SPAN_END)
+        if j < len(spans) and spans[j].ledger == origin_ledger and spans[j].first <= ohi:
+            hit, hot = max(spans[j].first, olo) - shift, min(spans[j].last, ohi) - shift
+        partials = remote.partials_of(run.region)
+        k = bisect.bisect_left(partials, (origin_ledger, olo), key=_BATCH_AT)
+        if k < len(partials):
+            claimed = partials[k][0]
+            if claimed.ledger == origin_ledger and claimed.entry <= ohi and claimed.entry - shift < hit:
+                hit = hot = claimed.entry - shift
+        if hit <= hi:
+            break
+    return hit - 1, max(hot, hit)
+
+
+def _BATCH_AT(item: tuple[Position, BatchAcks]) -> tuple[int, int]:
+    return (item[0].ledger, item[0].entry)
+
+
+_SPAN_END = operator.attrgetter("ledger", "last")
 
 
 def _size(p: Position, local: AckState, known: int | None) -> int:

@@ -636,3 +636,31 @@ def test_the_walk_over_stretches_plans_what_the_entry_by_entry_rule_does(
     assert (
         plan_apply(index, local, remote=remote, log=stretches, size_of=sizes(log), budget=budget) == expected
     )
+
+
+class _CountingIndex(OriginIndex):
+    """An origin index that counts the entries asked about one by one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def origin_of(self, local: Position) -> Origin | None:
+        self.asked += 1
+        return super().origin_of(local)
+
+
+def test_a_plan_over_a_long_backlog_looks_only_at_what_could_be_acknowledged() -> None:
+    """b's copy of a subscription with 100,000 entries of backlog, of which a acknowledged the first ten and
+    one far above: b plans at every claim received, so a plan must not walk the backlog entry by entry."""
+    index = _CountingIndex()
+    for e in range(100_000):
+        index.append(Position(9, e), Origin("a", Position(5, e)))
+    remote = OriginAcks.of({"a": [Span(5, 0, 9), Span(5, 50_000, 50_000)]})
+    local = AckState.of(Position(9, -1))
+    log = Stretches(((9, 0, 99_999),))
+    plan = plan_apply(index, local, remote=remote, log=log, size_of=lambda _p: None)
+    assert plan == ApplyPlan(Position(9, 9), (Position(9, 50_000),), None, ())
+    assert index.asked <= 20, f"{index.asked} entries looked at one by one"
+    # The budget still counts the entries passed over: a plan limited to 1,000 stops before the far claim.
+    assert plan_apply(index, local, remote=remote, log=log, budget=1_000) == ApplyPlan(Position(9, 9), ())
