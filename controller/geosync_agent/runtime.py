@@ -381,6 +381,8 @@ class Agent:
         self.rediscover_at = 0.0
         """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
+        self.created: set[fx.SubKey] = set()
+        """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
         it, and the feed reports each acknowledgement once)."""
@@ -479,6 +481,14 @@ class Agent:
 
     def round(self, now: Now) -> None:
         lap = now.mono
+        # What the last round created existed by the time this one began: a discovery pass begun after the
+        # last round's start but before the creation (the discovery thread runs beside the rounds) does not
+        # list it, and must not be taken for a user's deletion.
+        for key in self.created:
+            created = self.subs.get(key)
+            if created is not None and created.exists:
+                created.confirmed_at = max(created.confirmed_at, now.mono)
+        self.created.clear()
         for name, phase in (
             ("own", self.own),
             ("adopt", self.adopt),
@@ -2292,6 +2302,7 @@ class Agent:
                 state.cursor = None
             if not outcome.topic_missing:  # else the topic does not exist here yet; replication creates it
                 state.confirm(now.mono)
+                self.created.add(state.key)
                 self.rediscover.set()
                 self._poll_soon(state.topic)
         elif isinstance(outcome, fx.AdminMoved):
