@@ -184,11 +184,13 @@ def test_a_checkpoint_slow_to_take_is_taken_less_often(
 
     monkeypatch.setattr(runtime.Agent, "checkpoint_later", slow)
     if b.agent.checkpoint_writer is not None:
-        b.agent.checkpoint_writer.join(10)  # else this round's checkpoint is skipped, not taken
+        b.agent.checkpoint_writer.join(120)  # else this round's checkpoint is skipped, not taken
+        assert not b.agent.checkpoint_writer.is_alive()
     b.step(1.0)
     taken = b.agent.checkpoint_taken_s
     assert taken >= 0.05
-    assert b.agent.checkpoint_at == pytest.approx(b.clock + taken / runtime.CHECKPOINT_SHARE)
+    # At least: the previous checkpoint's whole cost (its encoding, on a loaded machine) may ask for longer.
+    assert b.agent.checkpoint_at >= b.clock + taken / runtime.CHECKPOINT_SHARE - 1e-9
     b.agent.close()
 
 
