@@ -19,6 +19,7 @@ import json
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -37,11 +38,21 @@ pytestmark = pytest.mark.lab
 
 
 def consume_and_ack(
-    lab: Lab, region: str, topic: str, sub: str, *, total: int, share: float, seed: str
+    lab: Lab,
+    region: str,
+    topic: str,
+    sub: str,
+    *,
+    total: int,
+    share: float = 0.0,
+    seed: str = "",
+    pick: Callable[[Any], bool] | None = None,
 ) -> tuple[set[str], dict[str, tuple[Any, int]]]:
     """Receive ``total`` messages on a Shared consumer with batch-index acks; acknowledge about ``share`` of
-    them at random, one by one. Returns the acknowledged payloads and each payload's (entry, batch index)."""
+    them at random, one by one (or those ``pick(message)`` chooses). Returns the acknowledged payloads and
+    each payload's (entry, batch index)."""
     rng = random.Random(seed)
+    chosen = pick if pick is not None else (lambda _msg: rng.random() < share)
     acked: set[str] = set()
     where: dict[str, tuple[Any, int]] = {}
     with messaging.client(lab.service_url(region)) as c:
@@ -57,7 +68,7 @@ def consume_and_ack(
             data = msg.data().decode()
             mid = msg.message_id()
             where[data] = ((mid.ledger_id(), mid.entry_id()), mid.batch_index())
-            if rng.random() < share:
+            if chosen(msg):
                 consumer.acknowledge(msg)
                 acked.add(data)
         time.sleep(0.5)  # let the client flush grouped acknowledgements before closing

@@ -381,28 +381,12 @@ def test_more_partly_acknowledged_batches_than_one_plugin_answer_carries_fail_ov
         helpers.produce_batched(lab.service_url(region), topic, sent, batch=2)
     everything = set(payloads["a"]) | set(payloads["b"])
     started = time.time()
-    acked: set[str] = set()
-    where: dict[str, tuple[int, int]] = {}
-    with messaging.client(lab.service_url("a")) as c:
-        consumer = c.subscribe(
-            topic,
-            sub,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-            batch_index_ack_enabled=True,
-        )
-        for _ in range(len(everything)):
-            msg = consumer.receive(timeout_millis=30000)
-            mid = msg.message_id()
-            where[msg.data().decode()] = (mid.ledger_id(), mid.entry_id())
-            if mid.batch_index() == 0:
-                consumer.acknowledge(msg)
-                acked.add(msg.data().decode())
-        time.sleep(0.5)  # let the client flush grouped acknowledgements before closing
-        consumer.close()
+    acked, where = consume_and_ack(
+        lab, "a", topic, sub, total=len(everything), pick=lambda msg: msg.message_id().batch_index() == 0
+    )
     per_entry: dict[tuple[int, int], int] = defaultdict(int)
     for data in everything:
-        per_entry[where[data]] += 1
+        per_entry[where[data][0]] += 1
     partial = sum(1 for n in per_entry.values() if n > 1)
     page = AdminClient(lab.topology.region("a").admin_url).plugin_cursor(topic, sub)
     assert page is not None
