@@ -108,6 +108,9 @@ The wait is also multiplied by the number of subscriptions whose last plan took 
 that together they re-plan for a bounded share of the loop: each waiting ten times its own plan left 4 such
 subscriptions at 36 % of it (the region_down bench's a, its cursors holding thousands of holes)."""
 HEAVY_PLAN_S = 0.001
+APPENDED_CHECK_MAX = 64
+"""Entries appended since a subscription's last plan that ``Agent._only_unclaimed_appended`` looks at before
+it simply plans again."""
 NEWS_FROM_SPANS = 500
 """Claims of more spans than this are sent as their news since the last publish between resyncs."""
 UNLISTED_CLAIMS_RESYNCS = 3
@@ -181,6 +184,11 @@ class Subscription:
     """(cursor, index version, claims received) the last plan was made from: replanning is skipped until
     one of them changes or a mark-delete move is still pending (compared as values: an unchanged one is the
     same object, so checking 10,000 subscriptions a round costs little)."""
+    planned_end: Position | None = None
+    """The tail's last entry when the last plan was made (None: its size was still being counted), and
+    ``planned_rewrites`` its ``rewrites`` then: entries appended since change that plan only if the claims
+    received name their origins (see ``Agent._only_unclaimed_appended``)."""
+    planned_rewrites: int = -1
     pending_move: pacing.PendingMove | None = None
     pending_holes: int = 0
     unapplied_batches: int = 0
@@ -382,6 +390,8 @@ class Agent:
         """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
         self.created: set[fx.SubKey] = set()
+        self._appended: dict[tuple[str, Position], list[Origin] | None] = {}
+        """This round's ``_appended_origins`` per (topic, end), shared by the topic's subscriptions."""
         """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
@@ -1522,6 +1532,7 @@ class Agent:
         for ts in self.topics.values():
             runs += ts.tail.index.retire(region, retired)
             ts.tail.version += 1
+            ts.tail.rewrites += 1
         for state in self.subs.values():
             if not any(
                 acks is not None and region in acks.origin_regions
@@ -2084,6 +2095,7 @@ class Agent:
     # -- 5. apply ----------------------------------------------------------------------------------
 
     def apply(self, now: Now) -> None:
+        self._appended = {}
         plugin_writes = self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono)
         batch_writes = plugin_writes and self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
         work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
@@ -2103,6 +2115,18 @@ class Agent:
             if state.cursor is None:
                 state.waiting = "its cursor has not been read here yet"
                 continue
+            # First: nothing else is looked at for the thousands of subscriptions where nothing changed.
+            basis = (state.cursor, ts.tail.version, state.received)
+            if state.planned is not None and state.pending_move is None:
+                if basis == state.planned:
+                    continue
+                if self._only_unclaimed_appended(state, ts):
+                    # The same plan again (every topic grows all the time: planning each of its
+                    # subscriptions again at every new entry was most of the apply step at 10,000 of them).
+                    state.planned = basis
+                    state.planned_end = ts.tail.last
+                    self.stats.inc("plans_skipped_for_unclaimed_entries")
+                    continue
             if self._behind_forgotten(ts, state, state.cursor):
                 state.waiting = "parked" if state.parked else "the topic is being read again"
                 continue
@@ -2113,9 +2137,6 @@ class Agent:
                 if reset is not None or state.follow:
                     state.waiting = "following a rewind made in another region"
                     continue
-            basis = (state.cursor, ts.tail.version, state.received)
-            if basis == state.planned and state.pending_move is None:
-                continue
             if (
                 state.planned is not None
                 and state.planned[2] is state.received
@@ -2124,6 +2145,8 @@ class Agent:
             ):
                 continue  # only the log or the cursor moved since a plan that took long: see PLAN_WAIT_FACTOR
             state.planned = basis
+            state.planned_end = None if ts.tail.sizing is not None else ts.tail.last
+            state.planned_rewrites = ts.tail.rewrites
             state.waiting = ""
             if not state.received.by_region and not state.received.partials:
                 # Nobody claimed anything: nothing to apply, and no need to walk the log (a subscription
@@ -2181,6 +2204,31 @@ class Agent:
             if move is not None:
                 moves.append(move)
         self._perform(moves, now)
+
+    def _only_unclaimed_appended(self, state: Subscription, ts: TopicState) -> bool:
+        """Whether only the tail grew since ``state``'s last plan, by entries whose origins the claims
+        received do not name, whole or in part: the plan would then be the same (an entry nobody claims
+        stops the mark-delete where the log's end stopped it before, and is acknowledged by nobody). Looks at
+        no more than APPENDED_CHECK_MAX new entries (more: plan again)."""
+        planned, end, tail = state.planned, state.planned_end, ts.tail
+        if (
+            planned is None
+            or end is None
+            or planned[0] != state.cursor
+            or planned[2] is not state.received
+            or state.planned_rewrites != tail.rewrites
+        ):
+            return False
+        key = (state.topic, end)
+        if key in self._appended:
+            origins = self._appended[key]
+        else:
+            # The same for every subscription of the topic planned at the same end: read once a round.
+            origins = self._appended[key] = _appended_origins(tail, end)
+        if origins is None:
+            return False
+        received = state.received
+        return not any(origin in received or received.batch(origin) is not None for origin in origins)
 
     def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[fx.SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked
@@ -2473,6 +2521,21 @@ def _forgettable(state: Subscription, *, claims: bool) -> Position | None:
     if state.follow:
         return BEFORE_ALL
     return min(state.cursor.mark_delete, state.claimed_to) if claims else state.cursor.mark_delete
+
+
+def _appended_origins(tail: Tail, end: Position) -> list[Origin] | None:
+    """The origins of the entries ``tail`` holds above ``end`` (None: more than APPENDED_CHECK_MAX)."""
+    origins: list[Origin] = []
+    seen = 0
+    for ledger, first, last in tail.stretches_above(end).items:
+        seen += last - first + 1
+        if seen > APPENDED_CHECK_MAX:
+            return None
+        for entry in range(first, last + 1):
+            origin = tail.index.origin_of(Position(ledger, entry))
+            if origin is not None:
+                origins.append(origin)
+    return origins
 
 
 def _claimed_to(cursor: AckState, tail: Tail) -> Position:

@@ -93,6 +93,9 @@ class Tail:
     """The highest entry forgotten over the budget: a subscription at or below it is parked, not re-read."""
     version: int = 0
     """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
+    rewrites: int = 0
+    """Bumped whenever entries already indexed change (named late, renamed): a plan made before must be made
+    again even if only unclaimed entries were appended since (see ``Agent._only_unclaimed_appended``)."""
     bytes_read: int = 0
     messages_read: int = 0
     unresolved: list[Position] = field(default_factory=list)
@@ -249,6 +252,7 @@ class Tail:
         if filled:
             self.resolved_late += filled
             self.version += 1
+            self.rewrites += 1
         return filled
 
     def to_wire(self) -> dict[str, Any]:
@@ -322,7 +326,10 @@ class Tail:
     def _more_of_batch(self, position: Position, msg: Received) -> int:
         """A further message of the batched entry just indexed: its size grows; 1 if plans must be redone."""
         self.details.set_message_key(position, msg.batch_index, msg.ordering_key or msg.key or "")
-        return 1 if self.details.grow(position, msg.batch_index + 1) else 0
+        if not self.details.grow(position, msg.batch_index + 1):
+            return 0
+        self.rewrites += 1  # an entry already indexed changed size
+        return 1
 
     def has_read(self, position: Position) -> bool:
         """Whether every message of entry ``position`` (and all before it) has been indexed."""

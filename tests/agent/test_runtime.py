@@ -13,7 +13,7 @@ from geosync_adapters import admin as adm
 from geosync_agent import discovering, runtime, supervising, tailing
 from geosync_agent.runtime import Now
 from geosync_agent.snapshotting import TopicSnapshots
-from geosync_core import envelopes, pluginapi
+from geosync_core import envelopes, pluginapi, syncing
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin, OriginAcks, Span
@@ -1304,3 +1304,55 @@ def test_plan_waits_grow_with_the_subscriptions_whose_plans_are_heavy(
 ) -> None:
     """Four subscriptions each waiting ten times its own plan still re-planned for 4/11 of the loop."""
     assert runtime.plan_wait(took, heavy=heavy) == pytest.approx(wait)
+
+
+def test_a_plan_is_made_again_for_appended_entries_only_when_the_claims_name_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every topic grows all the time: planning each subscription again at every new entry was most of b's
+    apply step at 10,000 subscriptions. Entries nobody claims change no plan; a claim that arrived before
+    the copy it names is applied as soon as the copy is read."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1])
+    b.step()  # planned again from the cursor the write answered
+    plans: list[Position] = []
+    plan_apply = syncing.plan_apply
+
+    def counted(*args: object, **kwargs: object) -> syncing.ApplyPlan:
+        plans.append(b.agent.subs[(TOPIC, SUB)].cursor.mark_delete)
+        return plan_apply(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime.syncing, "plan_apply", counted)
+    for entry in (6, 7):  # b's own producer: nobody claims these
+        own = Position(9, entry)
+        b.region.topics[TOPIC].append(own)
+        b.messaging.deliver(TOPIC, message(TOPIC, own))
+    b.step()
+    b.step()
+    assert plans == []
+    assert b.agent.stats.counters["plans_skipped_for_unclaimed_entries"] == 1
+    # a acknowledges a message of its own whose copy b has not read yet: planned at the claim (nothing to
+    # apply for it yet), and again when the copy is read.
+    newest = Position(5, 6)
+    a.region.topics[TOPIC].append(newest)
+    a.messaging.deliver(TOPIC, message(TOPIC, newest))
+    a.step()
+    a.region.consumer_acks(TOPIC, SUB, [*A_LOG[2:], newest])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[5])
+    b.step()  # planned again from the cursor the write answered
+    assert len(plans) == 2
+    copy = Position(9, 8)
+    b.region.topics[TOPIC].append(copy)
+    b.region.origin_runs[TOPIC].append(OriginRun(9, 8, 1, "a", newest))  # what the interceptor recorded
+    stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(newest)}
+    b.messaging.deliver(TOPIC, message(TOPIC, copy, properties=stamp, producer="a-1-0"))
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[5]).ack(copy)
+    assert len(plans) == 3  # and for the copy
