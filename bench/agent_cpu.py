@@ -1,0 +1,159 @@
+"""The agents' CPU per acknowledgement at 10,000 subscriptions, without brokers (issue 12).
+
+    python bench/agent_cpu.py [--topics 100] [--subs 100] [--rounds 10] [--acks 2000] [--profile N]
+
+Two agents, a and b, each over the unit tests' fake region (``tests/agent/fakes.py``: no broker, no network,
+the control topic carried by hand), in one process. ``--topics`` topics of 400 entries each, published in a
+and replicated to b, with ``--subs`` subscriptions each. Per round, a's consumers acknowledge ``--acks``
+messages in order over randomly chosen subscriptions (one in twenty skipping one: a hole), both regions'
+producers add an entry to ``--grow`` random topics (nobody claims those yet), then a's agent runs a round,
+its control messages reach b, b's agent runs a round, and b's reach a. Printed: the CPU each agent's rounds
+took per acknowledgement (``time.process_time`` around them), and a few of their counters.
+
+This is what the lab's 10,000-subscription step (``bench/scale.py``) cannot say on a two-core machine shared
+with the brokers: the agent's own work, apart from waits on brokers and for a CPU. It is not a lab figure:
+the fakes answer instantly, and a round's HTTP and JSON work against brokers is missing. ``--profile N``
+runs the rounds under cProfile and prints each agent's N costliest functions (which doubles the times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pathlib
+import pstats
+import random
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from geosync_core.indexing import OriginRun
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from tests.agent.fakes import FakeRegion, Harness, message
+
+NS = "geo/ab"
+CONTROL = f"persistent://{NS}/geosync-control"
+ENTRIES = 400
+STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
+
+
+def carry(sender: Harness, receiver: Harness) -> None:
+    producer = sender.messaging.producers.get(CONTROL)
+    if producer is None:
+        return
+    for i, (data, _, _) in enumerate(producer.sent):
+        receiver.messaging.deliver(CONTROL, message(CONTROL, Position(77, i), data=data))
+    producer.sent.clear()
+
+
+def build(topics: list[str], subs: int) -> tuple[Harness, Harness]:
+    a = FakeRegion(
+        "a",
+        {NS: ["a", "b"]},
+        topics={t: [Position(100 + i, e) for e in range(ENTRIES)] for i, t in enumerate(topics)},
+    )
+    b = FakeRegion(
+        "b",
+        {NS: ["a", "b"]},
+        topics={t: [Position(500 + i, e) for e in range(ENTRIES)] for i, t in enumerate(topics)},
+    )
+    for i, topic in enumerate(topics):
+        a.origin_runs[topic] = [OriginRun(100 + i, 0, ENTRIES, "a")]
+        b.origin_runs[topic] = [OriginRun(500 + i, 0, ENTRIES, "a", Position(100 + i, 0))]
+        for s in range(subs):
+            a.cursors[(topic, f"s{s}")] = AckState.of(Position(100 + i, -1))
+            b.cursors[(topic, f"s{s}")] = AckState.of(Position(500 + i, -1))
+    ha, hb = Harness.build(a), Harness.build(b)
+    for h in (ha, hb):
+        h.discover()
+        h.step()
+    for i, topic in enumerate(topics):
+        for e in range(ENTRIES):
+            ha.messaging.deliver(topic, message(topic, Position(100 + i, e)))
+            stamp = {STAMP: f"{100 + i}:{e}"}
+            hb.messaging.deliver(
+                topic, message(topic, Position(500 + i, e), properties=stamp, producer="a-1-0")
+            )
+    return ha, hb
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--topics", type=int, default=100)
+    parser.add_argument("--subs", type=int, default=100, help="subscriptions per topic")
+    parser.add_argument("--rounds", type=int, default=10, help="measured rounds")
+    parser.add_argument("--acks", type=int, default=2000, help="acknowledgements per round")
+    parser.add_argument("--grow", type=int, default=20, help="topics each region's producers add an entry to")
+    parser.add_argument("--warmup", type=int, default=60, help="quiet rounds first (polls settle)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions per agent")
+    args = parser.parse_args()
+
+    topics = [f"persistent://{NS}/t{i}" for i in range(args.topics)]
+    started = time.monotonic()
+    ha, hb = build(topics, args.subs)
+    for _ in range(args.warmup):
+        ha.step()
+        carry(ha, hb)
+        hb.step()
+        carry(hb, ha)
+    print(
+        f"{len(topics) * args.subs:,} subscriptions ready in {time.monotonic() - started:.0f} s", flush=True
+    )
+
+    rng = random.Random(args.seed)
+    keys = [(t, f"s{s}") for t in topics for s in range(args.subs)]
+    next_entry = dict.fromkeys(keys, 0)
+    grown = dict.fromkeys(topics, 0)
+    cpu = {"a": 0.0, "b": 0.0}
+    profiles = {"a": cProfile.Profile(), "b": cProfile.Profile()}
+    acks = 0
+    for _ in range(args.rounds):
+        touched: dict[tuple[str, str], None] = {}
+        for _ in range(args.acks):
+            key = rng.choice(keys)
+            i = int(key[0].rsplit("t", 1)[1])
+            entry = next_entry[key]
+            if entry >= ENTRIES - 2:
+                continue
+            skip = 1 if rng.random() < 0.05 else 0
+            ha.region.acknowledge(key[0], key[1], [Position(100 + i, entry + skip)])
+            next_entry[key] = entry + 1 + skip
+            acks += 1
+            touched[key] = None
+        ha.region.feed.extend(ha.region.report(*key) for key in touched)
+        for i in rng.sample(range(len(topics)), min(args.grow, len(topics))):
+            topic = topics[i]
+            for h, ledger in ((ha, 300 + i), (hb, 700 + i)):
+                p = Position(ledger, grown[topic])
+                h.region.topics[topic].append(p)
+                h.messaging.deliver(topic, message(topic, p))
+            grown[topic] += 1
+        for name, h, other in (("a", ha, hb), ("b", hb, ha)):
+            t0 = time.process_time()
+            if args.profile:
+                profiles[name].enable()
+            h.step()
+            if args.profile:
+                profiles[name].disable()
+            cpu[name] += time.process_time() - t0
+            carry(h, other)
+    print(f"{acks:,} acknowledgements over {args.rounds} rounds")
+    for name, h in (("a", ha), ("b", hb)):
+        counters = h.agent.stats.counters
+        shown = {k: counters.get(k, 0) for k in ("states_published", "claims_received", "plugin_acks")}
+        shown |= {k: v for k, v in counters.items() if k.startswith("plans_")}
+        per_ack = cpu[name] / max(acks, 1) * 1e6
+        print(f"{name}: {cpu[name]:.2f} CPU-s, {per_ack:.0f} us per acknowledgement; {shown}")
+    if args.profile:
+        for name in ("a", "b"):
+            print(f"\n--- {name} ---")
+            pstats.Stats(profiles[name]).sort_stats("cumulative").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
