@@ -216,6 +216,13 @@ class OriginAcks:
                 return self
             if not self:
                 return other
+            if not self.partials and not other.partials:
+                # Spans alone (most claims): joined region by region, without regathering both values.
+                regions = dict(self.by_region)
+                for region, spans in other.by_region:
+                    have = regions.get(region)
+                    regions[region] = spans if have is None else _canonical((*have, *spans))
+                return OriginAcks._trusted(tuple(sorted(regions.items())), ())
         every = (self, *others)
         return OriginAcks.of(
             (item for acks in every for item in acks.by_region),

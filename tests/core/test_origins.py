@@ -79,6 +79,8 @@ def test_of_is_the_union_of_its_spans(items: list[tuple[str, list[Span]]]) -> No
 @given(origin_acks, origin_acks, origin_acks)
 def test_merge_is_a_semilattice(a: OriginAcks, b: OriginAcks, c: OriginAcks) -> None:
     assert members(a.merge(b)) == members(a) | members(b)  # union, hence monotone
+    merged = a.merge(b)
+    assert OriginAcks(merged.by_region, merged.partials) == merged  # canonical (the checks pass)
     assert a.merge(b) == b.merge(a)
     assert a.merge(b).merge(c) == a.merge(b.merge(c)) == a.merge(b, c)
     assert a.merge(a) == a
