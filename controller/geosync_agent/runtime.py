@@ -1084,11 +1084,20 @@ class Agent:
             probed[url] = self.messaging.broker_answers(url)
         return bool(url) and probed[url]
 
+    def _subscription(self, topic: str, name: str, *, exists: bool = True) -> Subscription:
+        """The state of ``topic``'s subscription ``name``, made (with ``exists``) if there is none yet, and
+        not made to be thrown away when there is one (a claim received for each acknowledgement at 10,000
+        subscriptions built a whole new state each time: 4 % of both agents' work)."""
+        state = self.subs.get((topic, name))
+        if state is None:
+            state = self.subs[(topic, name)] = Subscription(topic, name, exists=exists)
+        return state
+
     def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]], *, at: float) -> None:
         """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type)) at
         monotonic time ``at``."""
         for name, (consumers, kind) in present.items():
-            state = self.subs.setdefault((topic, name), Subscription(topic, name))
+            state = self._subscription(topic, name)
             unread = state.cursor is None and (not state.exists or state.confirmed_at == 0)
             state.confirm(at)
             if state.recreated:
@@ -1422,9 +1431,7 @@ class Agent:
             self._reject(work.rejected)
             return
         if work.update_for is not None:
-            tracked = self.subs.setdefault(
-                (topic, work.update_for), Subscription(topic, work.update_for, exists=False)
-            )
+            tracked = self._subscription(topic, work.update_for, exists=False)
             tracked.confirm(now.mono)
         self._perform(list(work.effects), now)
 
@@ -1574,10 +1581,7 @@ class Agent:
         # broker's own subscription among them, is never written from claims.
         if not synced(self.config, message.topic, message.subscription):
             return
-        state = self.subs.setdefault(
-            (message.topic, message.subscription),
-            Subscription(message.topic, message.subscription, exists=False),
-        )
+        state = self._subscription(message.topic, message.subscription, exists=False)
         if message.generation < state.generation:
             self.stats.inc("claims_superseded")  # from before a rewind: they would undo it
             return
@@ -1806,7 +1810,7 @@ class Agent:
             if topic not in self.topics or state is None or not state.exists:
                 unknown = True
                 self.stats.inc("tracked_from_feed")
-                state = self.subs.setdefault(key, Subscription(topic, name))
+                state = self._subscription(topic, name)
                 state.confirm(now.mono)
             tracked = self._track_topic(topic, now)
             if now.mono < state.publish_after:
