@@ -389,13 +389,13 @@ class Agent:
         self.rediscover_at = 0.0
         """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
         self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
-        self.created: set[fx.SubKey] = set()
-        self._appended: dict[tuple[str, Position], list[Origin] | None] = {}
-        """This round's ``_appended_origins`` per (topic, end), shared by the topic's subscriptions."""
-        """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
         it, and the feed reports each acknowledgement once)."""
+        self.created: set[fx.SubKey] = set()
+        """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
+        self._appended: dict[tuple[str, Position], list[Origin] | None] = {}
+        """This round's ``_appended_origins`` per (topic, end), shared by the topic's subscriptions."""
         self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
         self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
         self.unsticking = replicators.Unsticking(after_s=config.replicator_unload_after_s)
@@ -2128,7 +2128,7 @@ class Agent:
                     # The same plan again (every topic grows all the time: planning each of its
                     # subscriptions again at every new entry was most of the apply step at 10,000 of them).
                     state.planned = basis
-                    state.planned_end = ts.tail.last
+                    state.planned_end = _plan_end(ts.tail)
                     self.stats.inc("plans_skipped_for_unclaimed_entries")
                     continue
             if self._behind_forgotten(ts, state, state.cursor):
@@ -2149,7 +2149,7 @@ class Agent:
             ):
                 continue  # only the log or the cursor moved since a plan that took long: see PLAN_WAIT_FACTOR
             state.planned = basis
-            state.planned_end = None if ts.tail.sizing is not None else ts.tail.last
+            state.planned_end = _plan_end(ts.tail)
             state.planned_rewrites = ts.tail.rewrites
             state.waiting = ""
             if not state.received.by_region and not state.received.partials:
@@ -2525,6 +2525,12 @@ def _forgettable(state: Subscription, *, claims: bool) -> Position | None:
     if state.follow:
         return BEFORE_ALL
     return min(state.cursor.mark_delete, state.claimed_to) if claims else state.cursor.mark_delete
+
+
+def _plan_end(tail: Tail) -> Position | None:
+    """The log's end a plan is made up to (``Subscription.planned_end``): None while its last entry's size is
+    still being counted (a plan may have left that entry's partial claims unused)."""
+    return None if tail.sizing is not None else tail.last
 
 
 def _appended_origins(tail: Tail, end: Position) -> list[Origin] | None:

@@ -94,8 +94,9 @@ class Tail:
     version: int = 0
     """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
     rewrites: int = 0
-    """Bumped whenever entries already indexed change (named late, renamed): a plan made before must be made
-    again even if only unclaimed entries were appended since (see ``Agent._only_unclaimed_appended``)."""
+    """Bumped whenever entries already indexed change (named late, renamed, a batch's size counted further):
+    a plan made before must be made again even if only unclaimed entries were appended since (see
+    ``Agent._only_unclaimed_appended``)."""
     bytes_read: int = 0
     messages_read: int = 0
     unresolved: list[Position] = field(default_factory=list)
