@@ -32,20 +32,10 @@ from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import FakeRegion, Harness, message
+from tests.agent.test_runtime import NS, carry  # the control topic carried by hand
 
-NS = "geo/ab"
-CONTROL = f"persistent://{NS}/geosync-control"
 ENTRIES = 400
 STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
-
-
-def carry(sender: Harness, receiver: Harness) -> None:
-    producer = sender.messaging.producers.get(CONTROL)
-    if producer is None:
-        return
-    for i, (data, _, _) in enumerate(producer.sent):
-        receiver.messaging.deliver(CONTROL, message(CONTROL, Position(77, i), data=data))
-    producer.sent.clear()
 
 
 def build(topics: list[str], subs: int) -> tuple[Harness, Harness]:
