@@ -216,6 +216,15 @@ def produce_batched(service_url: str, topic: str, payloads: list[str], *, batch:
         producer.close()
 
 
+def produce_in_both(lab: Lab, topic: str, count: int, *, tag: str = "", batch: int = 20) -> set[str]:
+    """Both regions publish ``count`` messages on ``topic`` through batching producers (``produce_batched``),
+    named ``a{tag}{i}`` and ``b{tag}{i}``: every message sent."""
+    payloads = {r: [f"{r}{tag}{i}" for i in range(count)] for r in ("a", "b")}
+    for region, sent in payloads.items():
+        produce_batched(lab.service_url(region), topic, sent, batch=batch)
+    return set(payloads["a"]) | set(payloads["b"])
+
+
 def assert_exact(
     got: list[str], everything: set[str], acked: set[str], where: str, *, copies: bool = False
 ) -> None:

@@ -31,7 +31,7 @@ from click.testing import CliRunner
 from geoctl.cli import main
 from geosync_adapters import messaging
 from geosync_lab import labs
-from integration_tests.helpers import Lab, consume_all, produce_batched, wait_for
+from integration_tests.helpers import Lab, consume_all, produce_in_both, wait_for
 from integration_tests.test_exact_sync import cursor_path  # noqa: F401  (module-scoped fixture)
 
 pytestmark = pytest.mark.lab
@@ -138,10 +138,7 @@ def test_batched_shared_random_acks_fail_over_exactly(lab: Lab, unique: str, cur
     topic, sub = f"persistent://geo/ab/batched-{unique}", f"batched-{unique}"
     with messaging.client(lab.service_url("a")) as c:  # the subscription starts with the traffic
         c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
-    payloads = {r: [f"{r}{i}" for i in range(300)] for r in ("a", "b")}
-    for region, sent in payloads.items():
-        produce_batched(lab.service_url(region), topic, sent)
-    everything = set(payloads["a"]) | set(payloads["b"])
+    everything = produce_in_both(lab, topic, 300)
     started = time.time()
     acked, where = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=unique)
     assert 0 < len(acked) < len(everything)

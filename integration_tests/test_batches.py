@@ -350,10 +350,7 @@ def test_batch_indexes_pulsar_forgets_on_an_unload_are_written_again(lab: Lab, u
     topic, sub = f"persistent://geo/ab/reloaded-{unique}", f"reloaded-{unique}"
     with messaging.client(lab.service_url("a")) as c:
         c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
-    payloads = {r: [f"{r}{i}" for i in range(100)] for r in ("a", "b")}
-    for region, sent in payloads.items():
-        helpers.produce_batched(lab.service_url(region), topic, sent, batch=10)
-    everything = set(payloads["a"]) | set(payloads["b"])
+    everything = helpers.produce_in_both(lab, topic, 100, batch=10)
     started = time.time()
     acked, _ = consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.6, seed=unique)
     wait_applied(lab, "b", topic, sub, after=started, nothing_pending=True)
@@ -376,10 +373,7 @@ def test_more_partly_acknowledged_batches_than_one_plugin_answer_carries_fail_ov
     topic, sub = f"persistent://geo/ab/many-partial-{unique}", f"many-partial-{unique}"
     with messaging.client(lab.service_url("a")) as c:  # the subscription starts with the traffic
         c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
-    payloads = {r: [f"{r}{i}" for i in range(1400)] for r in ("a", "b")}
-    for region, sent in payloads.items():
-        helpers.produce_batched(lab.service_url(region), topic, sent, batch=2)
-    everything = set(payloads["a"]) | set(payloads["b"])
+    everything = helpers.produce_in_both(lab, topic, 1400, batch=2)
     started = time.time()
     acked, where = consume_and_ack(
         lab, "a", topic, sub, total=len(everything), pick=lambda msg: msg.message_id().batch_index() == 0

@@ -27,7 +27,15 @@ import pytest
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_lab import labs, regions
-from integration_tests.helpers import Lab, agent_state, assert_exact, consume_all, produce_batched, wait_for
+from integration_tests.helpers import (
+    Lab,
+    agent_state,
+    assert_exact,
+    consume_all,
+    produce_batched,
+    produce_in_both,
+    wait_for,
+)
 from integration_tests.test_batch_failover import consume_and_ack, synced_entry, wait_applied
 from integration_tests.test_multibroker import NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
 
@@ -77,10 +85,7 @@ def traffic_on_each_broker(lab: Lab, name: str) -> dict[str, set[str]]:
     for n, topic in enumerate(topics_on_each_broker(lab, name).values()):
         with messaging.client(lab.service_url("a")) as c:
             c.subscribe(topic, name, consumer_type=pulsar.ConsumerType.Shared).close()
-        payloads = {r: [f"{r}{n}-{i}" for i in range(300)] for r in ("a", "b")}
-        for region, batch in payloads.items():
-            produce_batched(lab.service_url(region), topic, batch)
-        sent[topic] = set(payloads["a"]) | set(payloads["b"])
+        sent[topic] = produce_in_both(lab, topic, 300, tag=f"{n}-")
     return sent
 
 

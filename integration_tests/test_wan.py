@@ -32,6 +32,7 @@ from integration_tests.helpers import (
     consume_all,
     given_or_booted,
     produce_batched,
+    produce_in_both,
     wait_for,
 )
 from integration_tests.test_batch_failover import consume_and_ack, wait_applied
@@ -221,10 +222,7 @@ def test_a_cut_from_c_leaves_a_b_exact_and_c_converges_after_healing(lab: Lab, u
                 client.subscribe(
                     topic, sub, consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True
                 ).close()
-        payloads = {r: [f"{r}-{i}" for i in range(300)] for r in ("a", "b")}
-        for region, batch in payloads.items():
-            produce_batched(lab.service_url(region), topic, batch)
-        everything = set(payloads["a"]) | set(payloads["b"])
+        everything = produce_in_both(lab, topic, 300, tag="-")
         started = time.time()
         acked = {
             sub: consume_and_ack(lab, "a", topic, sub, total=len(everything), share=0.9, seed=sub)[0]
