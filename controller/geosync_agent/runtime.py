@@ -575,8 +575,6 @@ class Agent:
             self.stats.inc("checkpoint_errors")
             log.warning("cannot take the checkpoint: %s", e)
             return
-        finally:
-            self.acks_wire, self.acks_wire_next = self.acks_wire_next, {}
         taken = self.checkpoint_taken_s = time.monotonic() - started
         if background:
             self.checkpoint_writer = threading.Thread(
@@ -619,8 +617,8 @@ class Agent:
         return self.checkpoint_later()()
 
     def checkpoint_later(self) -> Callable[[], dict[str, Any]]:
-        """``checkpoint``'s value as it is now, its largest part (the topics' origin indexes and entry
-        details) encoded when called: taken on the loop's thread, the only one that reads the state, and
+        """``checkpoint``'s value as it is now, its largest parts (the topics' origin indexes and entry
+        details, the subscriptions' claims) encoded when called: taken on the loop's thread, the only one that reads the state, and
         called on the checkpoint's thread."""
         topics = {t: ts.tail.to_wire_later() for t, ts in self.topics.items() if not ts.tail.stale}
         rest = {
@@ -629,25 +627,44 @@ class Agent:
             "controls": {t: tail.last.to_wire() for t, tail in self.controls.items() if tail.last},
             "guards": {t: _guard_to_wire(g) for t, g in self.guards.items()},
             "marker_guards": {t: _guard_to_wire(g) for t, g in self.snapshots.guards.items()},
-            "subscriptions": [
-                {
-                    "topic": s.topic,
-                    "name": s.name,
-                    "exists": s.exists,
-                    "deleted_here": s.deleted_here,
-                    "announced": s.announced,
-                    "kind": s.kind,
-                    "key_shared": s.key_shared,
-                    "received": self._acks_wire(s.received),
-                    "published": None if s.published is None else self._acks_wire(s.published),
-                    "generation": s.generation,
-                    "follow": s.follow,
-                    "active": s.active,
-                }
-                for s in self.subs.values()
-            ],
         }
-        return lambda: {"topics": {t: encode() for t, encode in topics.items()}, **rest}
+        # Their claims are encoded when called, on the checkpoint's thread (at 10,000 subscriptions
+        # acknowledged all the time, encoding the claims that changed was 6-8 % of the loop's time).
+        subs = [
+            {
+                "topic": s.topic,
+                "name": s.name,
+                "exists": s.exists,
+                "deleted_here": s.deleted_here,
+                "announced": s.announced,
+                "kind": s.kind,
+                "key_shared": s.key_shared,
+                "received": s.received,
+                "published": s.published,
+                "generation": s.generation,
+                "follow": s.follow,
+                "active": s.active,
+            }
+            for s in self.subs.values()
+        ]
+
+        def encode() -> dict[str, Any]:
+            listed = [
+                {
+                    **sub,
+                    "received": self._acks_wire(sub["received"]),
+                    "published": None if sub["published"] is None else self._acks_wire(sub["published"]),
+                }
+                for sub in subs
+            ]
+            self.acks_wire, self.acks_wire_next = self.acks_wire_next, {}
+            return {
+                "topics": {t: encode_topic() for t, encode_topic in topics.items()},
+                **rest,
+                "subscriptions": listed,
+            }
+
+        return encode
 
     def restore(self, state: dict[str, Any], now: Now) -> None:
         """Take up a checkpoint before the first round: tails resume at their last entry (their readers open
@@ -1641,13 +1658,17 @@ class Agent:
         and this region is the active one, a new generation of its claims starts, made of this cursor alone.
         Batch indexes are left out (polls cannot see them)."""
         md = cursor.mark_delete
-        whole = AckState.of(md, cursor.ranges)
+        whole = AckState.of(md, cursor.ranges) if cursor.batches else cursor
         seen = state.seen_feed if source == "feed" else state.seen_any
         if source == "feed":
             state.seen_feed = whole
-        state.seen_any = whole if state.seen_any is None or source != "feed" else state.seen_any.merge(whole)
+        any_ = state.seen_any
+        # A cursor moving on covers what was seen: the union is then the cursor itself (not built again).
+        state.seen_any = (
+            whole if any_ is None or source != "feed" or whole.covers_whole(any_) else any_.merge(whole)
+        )
         recreated, state.recreated = state.recreated, False
-        if not recreated and (seen is None or seen == whole or whole.merge(seen) == whole):
+        if not recreated and (seen is None or whole.covers_whole(seen)):
             return False
         state.planned = None  # the cursor may be back where it was planned from before: plan again
         if not state.active:

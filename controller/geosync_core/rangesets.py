@@ -318,6 +318,23 @@ class AckState:
         """Acknowledge everything up to ``position``; never moves the mark-delete back."""
         return AckState.of(max(self.mark_delete, position), self.ranges, self.batches)
 
+    def covers_whole(self, other: AckState) -> bool:
+        """Whether every whole entry ``other`` acknowledges (its mark-delete and ranges; batch indexes left
+        out) this state acknowledges whole: ``self.merge(other)`` would add no whole entry. Without building
+        the union (the agent asks it of every cursor the feed reports)."""
+        if other.mark_delete > self.mark_delete:
+            return False  # a canonical state holds nothing just above its mark-delete
+        mine = self.ranges.ranges
+        for r in other.ranges.ranges:
+            if r.upper <= self.mark_delete:
+                continue
+            # The ranges of a canonical set neither overlap nor touch: r lies inside the first one ending at
+            # or above it, or in none.
+            i = bisect.bisect_left(mine, (r.upper.ledger, r.upper.entry), key=_upper_key)
+            if i == len(mine) or mine[i].lower > r.lower:
+                return False
+        return True
+
     def merge(self, other: AckState) -> AckState:
         """The union of two states."""
         return AckState.of(

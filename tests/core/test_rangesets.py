@@ -190,6 +190,15 @@ def test_merge_is_union_commutative_associative_idempotent(a: AckState, b: AckSt
     assert a.merge(a) == a
 
 
+@given(ack_states, ack_states, batched_ack_states)
+def test_covers_whole_is_a_merge_that_adds_nothing(a: AckState, b: AckState, batched: AckState) -> None:
+    """The rewind check's shortcut: exactly when the union would equal ``a``; batch indexes play no part."""
+    assert a.covers_whole(b) == (a.merge(b) == a)
+    assert a.covers_whole(a) and a.merge(b).covers_whole(b)
+    whole = AckState.of(batched.mark_delete, batched.ranges)
+    assert batched.covers_whole(a) == whole.covers_whole(a) == (whole.merge(a) == whole)
+
+
 @fast
 @given(ack_states)
 def test_holes_are_the_unacked_existing_entries_below_highest(state: AckState) -> None:
