@@ -99,7 +99,9 @@ class AgentConfig:
     discover_interval_s: float = 10.0
     """How often namespaces, topics and subscriptions are listed."""
     resync_interval_s: float = 30.0
-    """How often the full known state is republished, so a restarted peer catches up without history."""
+    """How often the full known state is republished, so a restarted peer catches up without history.
+    Stretched with many subscriptions so that resyncs send at most 100 states a second on average (100 s at
+    10,000 subscriptions: ``runtime.RESYNC_STATES_PER_S``); lost sends bring one forward."""
     replicator_stall_s: float = 300.0
     """A broker replicator (Pulsar's own geo-replication, out of this region) holding a backlog that sent
     nothing for this long is reported stalled in /state (``replicators_stalled``) and the metric

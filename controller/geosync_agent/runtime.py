@@ -113,6 +113,15 @@ APPENDED_CHECK_MAX = 64
 it simply plans again."""
 NEWS_FROM_SPANS = 500
 """Claims of more spans than this are sent as their news since the last publish between resyncs."""
+RESYNC_STATES_PER_S = 100
+"""At most this many states a second, on average, go out in full republishes: with more subscriptions than
+``resync_interval_s`` times this, each topic's resync period stretches to (subscriptions / this) seconds. At
+10,000 subscriptions every 30 s the resyncs alone were 333 states a second each way, a sixth of what 2,000
+acknowledgements a second sent, each one translated, sealed, sent, verified and merged, and a cursor poll per
+topic besides. Peers restart from their checkpoints; a lost send is republished soon (``on_sent``)."""
+RESYNC_AFTER_LOSS_S = 5.0
+"""After sends were lost and sending works again, every topic is republished in full within this long
+(spread: at 10,000 subscriptions one round for all of them would stall the loop)."""
 UNLISTED_CLAIMS_RESYNCS = 3
 """Claims about a topic this region does not list (and the agent does not track) are dropped once no region
 sent any for this many resync intervals: every region republishes what it knows each interval, so the topic
@@ -413,6 +422,8 @@ class Agent:
         self.last_error = ""
         self.publish_failing_since: float | None = None
         """Monotonic time since which every control-message send failed (None: the last one went out)."""
+        self.sends_lost = False
+        """A control-message send failed since the last lost-sends resync (set on the client's thread)."""
         self.parts_failing: dict[str, tuple[float, str]] = {}
         """Parts the rounds go on without (discovery, the acknowledgement feed) that have failed since their
         last success: when the first failure was (monotonic) and the last error."""
@@ -618,8 +629,8 @@ class Agent:
 
     def checkpoint_later(self) -> Callable[[], dict[str, Any]]:
         """``checkpoint``'s value as it is now, its largest parts (the topics' origin indexes and entry
-        details, the subscriptions' claims) encoded when called: taken on the loop's thread, the only one that reads the state, and
-        called on the checkpoint's thread."""
+        details, the subscriptions' claims) encoded when called: taken on the loop's thread, the only one
+        that reads the state, and called on the checkpoint's thread."""
         topics = {t: ts.tail.to_wire_later() for t, ts in self.topics.items() if not ts.tail.stale}
         rest = {
             "incarnation": None if self.incarnation is None else self.incarnation.to_wire(),
@@ -684,7 +695,7 @@ class Agent:
                 topic: TopicState(
                     Tail.from_wire(topic, partition_of(topic), value),
                     resync_at=pacing.first_resync(
-                        now.mono, period_s=self.config.resync_interval_s, phase=self.rng.random()
+                        now.mono, period_s=self.resync_period(), phase=self.rng.random()
                     ),
                 )
                 for topic, value in dict(state["topics"]).items()
@@ -971,7 +982,7 @@ class Agent:
     def _forget_unlisted_claims(self, listed: set[str], now: Now) -> None:
         """Drop the claims about topics neither listed here nor tracked that no region sent any of for
         UNLISTED_CLAIMS_RESYNCS resync intervals (see there)."""
-        horizon = now.wall - UNLISTED_CLAIMS_RESYNCS * self.config.resync_interval_s
+        horizon = now.wall - UNLISTED_CLAIMS_RESYNCS * self.resync_period()
         gone = [
             key
             for key, state in self.subs.items()
@@ -989,7 +1000,7 @@ class Agent:
                 "forgot the claims of %d subscription(s) on topics no region has spoken of for %.0f s and "
                 "this region does not list (e.g. %s on %s)",
                 len(gone),
-                UNLISTED_CLAIMS_RESYNCS * self.config.resync_interval_s,
+                UNLISTED_CLAIMS_RESYNCS * self.resync_period(),
                 gone[0][1],
                 gone[0][0],
             )
@@ -1012,7 +1023,7 @@ class Agent:
             tail = Tail(topic, partition_of(topic))
             self._open(tail, now)
             phase = self.rng.random()
-            resync_at = pacing.first_resync(now.mono, period_s=self.config.resync_interval_s, phase=phase)
+            resync_at = pacing.first_resync(now.mono, period_s=self.resync_period(), phase=phase)
             ts = self.topics[topic] = TopicState(tail, resync_at=resync_at, tracked_at=now.mono)
         return ts
 
@@ -1131,6 +1142,11 @@ class Agent:
         ts = self.topics.get(topic)
         if ts is not None:
             ts.poll = replace(ts.poll, next_at=0.0)
+
+    def resync_period(self) -> float:
+        """Seconds between a topic's full republishes: ``resync_interval_s``, stretched so that resyncs send
+        at most RESYNC_STATES_PER_S states a second on average."""
+        return max(self.config.resync_interval_s, len(self.subs) / RESYNC_STATES_PER_S)
 
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"
@@ -1709,11 +1725,18 @@ class Agent:
         fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
         by_topic = {t: s for t, s in self._by_topic(existing_only=True).items() if t in self.topics}
         resync = set()
+        period = self.resync_period()
+        if self.sends_lost and self.publish_failing_since is None:
+            # Sends failed and sending works again: what they carried goes out again soon, not a period on.
+            self.sends_lost = False
+            self.stats.inc("resyncs_after_lost_sends")
+            for ts in self.topics.values():
+                ts.resync_at = min(ts.resync_at, now.mono + self.rng.random() * RESYNC_AFTER_LOSS_S)
         for topic in by_topic:
             ts = self.topics[topic]
             if now.mono >= ts.resync_at:
                 resync.add(topic)
-                ts.resync_at = now.mono + self.config.resync_interval_s
+                ts.resync_at = now.mono + period
         for topic, cursors in fed.items():
             self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
         due = [t for t in by_topic if t in resync or now.mono >= self.topics[t].poll.next_at]
@@ -2109,11 +2132,12 @@ class Agent:
 
     def on_sent(self, ok: bool) -> None:
         # On the client's thread: only count and note the time (single assignments). A lost state goes out
-        # again at the next change or resync.
+        # again at the next change, or at the resync that follows once sends work again (``observe``).
         if ok:
             self.publish_failing_since = None
         else:
             self.stats.inc("publish_errors")
+            self.sends_lost = True
             if self.publish_failing_since is None:
                 self.publish_failing_since = time.monotonic()
 

@@ -1356,3 +1356,32 @@ def test_a_plan_is_made_again_for_appended_entries_only_when_the_claims_name_the
     b.step()
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[5]).ack(copy)
     assert len(plans) == 3  # and for the copy
+
+
+def test_resyncs_stretch_with_the_subscriptions_and_come_soon_after_lost_sends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Full republishes send at most RESYNC_STATES_PER_S states a second on average: with more subscriptions
+    a topic's period stretches beyond resync_interval_s. Sends lost (the client reported them failed) are made
+    good by a resync within RESYNC_AFTER_LOSS_S once sending works again, not a whole period on."""
+    a, b = pair()
+    carry(a, b)
+    assert a.agent.resync_period() == a.config.resync_interval_s  # one subscription: the configured period
+    monkeypatch.setattr(runtime, "RESYNC_STATES_PER_S", len(a.agent.subs) / 100.0)
+    assert a.agent.resync_period() == 100.0
+    ts = a.agent.topics[TOPIC]
+    a.step(ts.resync_at - a.clock)  # the resync this topic was due
+    assert states_sent(a), "a resync sends the state even though nothing changed"
+    assert ts.resync_at == a.clock + 100.0
+    carry(a, b)
+    a.step(a.config.resync_interval_s + 1)  # the configured period passed: no resync yet
+    assert states_sent(a) == []
+    a.agent.on_sent(False)  # a send was lost (the client's thread reports it) ...
+    a.step(1.0)
+    assert states_sent(a) == []  # ... and sending has not worked since: nothing to make good yet
+    a.agent.on_sent(True)
+    a.step(0.1)
+    a.step(runtime.RESYNC_AFTER_LOSS_S)
+    assert [name for name, _ in states_sent(a)] == [SUB], "republished soon after the lost send"
+    assert a.agent.stats.counters["resyncs_after_lost_sends"] == 1
+    assert ts.resync_at > a.clock + 99.0

@@ -194,7 +194,8 @@ def test_merge_is_union_commutative_associative_idempotent(a: AckState, b: AckSt
 def test_covers_whole_is_a_merge_that_adds_nothing(a: AckState, b: AckState, batched: AckState) -> None:
     """The rewind check's shortcut: exactly when the union would equal ``a``; batch indexes play no part."""
     assert a.covers_whole(b) == (a.merge(b) == a)
-    assert a.covers_whole(a) and a.merge(b).covers_whole(b)
+    assert a.covers_whole(a)
+    assert a.merge(b).covers_whole(b)
     whole = AckState.of(batched.mark_delete, batched.ranges)
     assert batched.covers_whole(a) == whole.covers_whole(a) == (whole.merge(a) == whole)
 
