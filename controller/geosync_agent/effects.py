@@ -235,6 +235,15 @@ class Effector:
             outcomes.extend(result)
         return outcomes
 
+    def start_plugin_writes(self, writes: Sequence[PluginAck]) -> Callable[[], list[Outcome]]:
+        """Send ``writes`` on the pool, as ``perform`` would, without waiting: the call returned waits for
+        their outcomes (the loop goes on with its next round's reads meanwhile)."""
+        futures = [
+            self.pool.submit(self._plugin_acks, list(writes[start : start + PLUGIN_ACK_BATCH]))
+            for start in range(0, len(writes), PLUGIN_ACK_BATCH)
+        ]
+        return lambda: [outcome for future in futures for outcome in future.result()]
+
     def close(self) -> None:
         for producer in self.producers.values():
             producer.close()

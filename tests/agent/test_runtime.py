@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any
 
 import pytest
 
@@ -86,7 +89,9 @@ def test_an_acknowledgement_travels_from_a_to_b_with_its_hole() -> None:
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[3])
     assert ("plugin_ack", TOPIC, SUB, "9:1", ("9:3",)) in b.region.calls
     assert a.agent.caps.get(Capability.PLUGIN_FEED) is True
-    assert b.agent.caps.get(Capability.PLUGIN_CURSOR_WRITES) is True
+    assert b.agent.caps.get(Capability.PLUGIN_CURSOR_WRITES) is None  # its outcome lands next round ...
+    b.step(0.01)
+    assert b.agent.caps.get(Capability.PLUGIN_CURSOR_WRITES) is True  # ... before that round's observe
     # b's cursor caught up with what a told it: nothing new to echo back.
     b.region.feed.append(b.region.report(TOPIC, SUB))
     b.step()
@@ -112,7 +117,8 @@ def test_without_the_plugin_moves_go_through_the_admin_api_and_holes_wait_for_co
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])
     a.step()
     carry(a, b)
-    b.step()
+    b.step()  # the plugin write is refused ...
+    b.step(0.01)  # ... and moved through the admin API when its outcome lands
     assert b.agent.caps.get(Capability.PLUGIN_CURSOR_WRITES) is False
     assert ("expire", TOPIC, SUB, B_LOG[0]) in b.region.calls
     state = b.agent.subs[(TOPIC, SUB)]
@@ -135,7 +141,8 @@ def test_one_mark_delete_move_in_flight() -> None:
     a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
     a.step()
     carry(a, b)
-    b.step(0.1)
+    b.step(0.1)  # the plugin write is refused ...
+    b.step(0.1)  # ... and the move goes through the admin API when its outcome lands
     moves = b.agent.stats.counters["mark_delete_moves"]
     b.step(0.1)
     b.step(0.1)
@@ -303,6 +310,7 @@ def test_status_reports_capabilities_and_subscriptions() -> None:
         "revive",
         "index",
         "receive",
+        "writes",
         "observe",
         "bound",
         "apply",
@@ -1385,3 +1393,46 @@ def test_resyncs_stretch_with_the_subscriptions_and_come_soon_after_lost_sends(
     assert [name for name, _ in states_sent(a)] == [SUB], "republished soon after the lost send"
     assert a.agent.stats.counters["resyncs_after_lost_sends"] == 1
     assert ts.resync_at > a.clock + 99.0
+
+
+class HeldPool(Executor):
+    """Work submitted waits until ``release`` (a broker slow to answer the cursor writes)."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Future[Any], Callable[[], Any]]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.held.append((future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for future, call in held:
+            future.set_result(call())
+
+
+def test_the_round_does_not_wait_for_its_cursor_writes_and_the_next_folds_them_before_observing() -> None:
+    a, b = pair()
+    pool = b.agent.effector.pool = HeldPool()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])
+    a.step()
+    carry(a, b)
+    before = b.region.cursors[(TOPIC, SUB)]
+    writes = b.agent.stats.counters.get("plugin_acks", 0)
+    b.step()  # plans and sends the write, and returns without its answer
+    assert len(pool.held) == 1
+    assert b.agent.writes_in_flight is not None
+    assert b.region.cursors[(TOPIC, SUB)] == before
+    # Meanwhile the broker's feed reports a newer cursor (a consumer in b acknowledged 9:3 after the write).
+    pool.release()
+    written = b.region.cursors[(TOPIC, SUB)]
+    assert written == AckState.of(B_LOG[0]).ack(B_LOG[2])
+    b.region.consumer_acks(TOPIC, SUB, [B_LOG[3]])
+    b.step(0.1)  # the write's answer is folded first, then the feed's newer report is observed
+    state = b.agent.subs[(TOPIC, SUB)]
+    assert b.agent.writes_in_flight is None
+    assert b.agent.stats.counters["plugin_acks"] == writes + 1
+    assert state.cursor == written.ack(B_LOG[3])  # the newer cursor, not the write's older answer
+    assert b.agent.stats.counters.get("rewinds", 0) == 0
+    assert state.generation == 0
