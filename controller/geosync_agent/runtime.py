@@ -651,31 +651,33 @@ class Agent:
         # Their claims are encoded when called, on the checkpoint's thread (at 10,000 subscriptions
         # acknowledged all the time, encoding the claims that changed was 6-8 % of the loop's time).
         subs = [
-            {
-                "topic": s.topic,
-                "name": s.name,
-                "exists": s.exists,
-                "deleted_here": s.deleted_here,
-                "announced": s.announced,
-                "kind": s.kind,
-                "key_shared": s.key_shared,
-                "received": s.received,
-                "published": s.published,
-                "generation": s.generation,
-                "follow": s.follow,
-                "active": s.active,
-            }
+            (
+                {
+                    "topic": s.topic,
+                    "name": s.name,
+                    "exists": s.exists,
+                    "deleted_here": s.deleted_here,
+                    "announced": s.announced,
+                    "kind": s.kind,
+                    "key_shared": s.key_shared,
+                    "generation": s.generation,
+                    "follow": s.follow,
+                    "active": s.active,
+                },
+                s.received,
+                s.published,
+            )
             for s in self.subs.values()
         ]
 
         def encode() -> dict[str, Any]:
             listed = [
                 {
-                    **sub,
-                    "received": self._acks_wire(sub["received"]),
-                    "published": None if sub["published"] is None else self._acks_wire(sub["published"]),
+                    **fields,
+                    "received": self._acks_wire(received),
+                    "published": None if published is None else self._acks_wire(published),
                 }
-                for sub in subs
+                for fields, received, published in subs
             ]
             self.acks_wire, self.acks_wire_next = self.acks_wire_next, {}
             return {
