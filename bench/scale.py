@@ -310,6 +310,16 @@ def main() -> None:
                         f"tracked {step.tracked}, load {step.load}"
                     )
                     console.print(f"  pace: {step.pace}")
+                    lags = sorted(step.run.lags)
+                    if lags:
+                        # The shape of the tail: a p99 of a hundred probes is their second-slowest.
+                        p90, p95 = (percentile(lags, q) or 0.0 for q in (0.9, 0.95))
+                        console.print(
+                            f"  lags (s): p90 {p90:.2f}, p95 {p95:.2f}; "
+                            f"over 1 s {sum(1 for v in lags if v > 1.0)}, over 2 s "
+                            f"{sum(1 for v in lags if v > 2.0)} of {len(lags)}; slowest "
+                            + ", ".join(f"{v:.2f}" for v in lags[-5:])
+                        )
         table = Table(
             "subs",
             "mechanism",
