@@ -147,6 +147,9 @@ def scenarios(lab_dir: pathlib.Path) -> list[tuple[str, failover.Outcome]]:
 class LoadRun:
     mode: str
     lags: list[float] = field(default_factory=list)
+    copied: list[float] = field(default_factory=list)
+    """Per synced probe (same order as ``lags``): seconds from the acknowledgement in a until the probe
+    first found b's copy of the entry (0 when it was there at the first look)."""
     timeouts: int = 0
     acked: int = 0
     published: int = 0
@@ -285,13 +288,17 @@ def load_run(
                 topic, sub, pos_a, index, acked_at = sample
                 deadline = acked_at + 10.0
                 done = False
+                copied_at: float | None = None
                 while time.monotonic() < deadline and not stop.is_set():
                     pos_b = (
                         mapper.get_batched(admin_b, topic, pos_a) if batching else mapper.get(topic, pos_a)
                     )
+                    if pos_b is not None and copied_at is None:
+                        copied_at = time.monotonic()
                     if pos_b is not None and batching:
                         if (pos_b, index) in acknowledged(admin_b, topic, sub, [(pos_b, index)]):
                             run.lags.append(time.monotonic() - acked_at)
+                            run.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
                             done = True
                             break
                     elif pos_b is not None:
@@ -303,6 +310,7 @@ def load_run(
                             raw["markDeletePosition"], raw["individuallyDeletedMessages"]
                         ):
                             run.lags.append(time.monotonic() - acked_at)
+                            run.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
                             done = True
                             break
                     time.sleep(0.02)

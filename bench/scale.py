@@ -317,8 +317,14 @@ def main() -> None:
                         console.print(
                             f"  lags (s): p90 {p90:.2f}, p95 {p95:.2f}; "
                             f"over 1 s {sum(1 for v in lags if v > 1.0)}, over 2 s "
-                            f"{sum(1 for v in lags if v > 2.0)} of {len(lags)}; slowest "
-                            + ", ".join(f"{v:.2f}" for v in lags[-5:])
+                            f"{sum(1 for v in lags if v > 2.0)} of {len(lags)}; slowest (the copy in b first "
+                            "seen after) "
+                            + ", ".join(
+                                f"{lag:.2f} ({copied:.2f})"
+                                for lag, copied in sorted(zip(step.run.lags, step.run.copied, strict=True))[
+                                    -5:
+                                ]
+                            )
                         )
         table = Table(
             "subs",

@@ -232,6 +232,10 @@ class Subscription:
     a write result that lacks some is a rewind (everything seen before either happened before it)."""
     recreated: bool = False
     """Created again after it was deleted here: its first cursor starts a new generation."""
+    fed: tuple[object, ...] | None = None
+    """The last feed report taken (its fields, and the batch sizes its cursor was read with): the plugin
+    reports a subscription again for its settle time after each acknowledgement, and the same report again
+    is skipped unread (``_read_feed``)."""
     active: bool = False
     """The last acknowledgements nobody had claimed before were made here (by consumers here): this region
     is where the subscription is consumed, and a rewind here is deliberate. A passive region's copy
@@ -1840,7 +1844,7 @@ class Agent:
             for ts in self.topics.values():
                 ts.poll = replace(ts.poll, next_at=0.0)
             for sub in self.subs.values():
-                sub.seen_feed = sub.seen_any = None
+                sub.seen_feed = sub.seen_any = sub.fed = None
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
         self.feed.seq = feed.seq
         self.stats.inc("feed_reads")
@@ -1879,6 +1883,20 @@ class Agent:
             if report.batches and not tracked.tail.has_read(max(b.position for b in report.batches)):
                 continue  # the batch sizes are not known yet: the report waits for the tail
             del self.unobserved[key]
+            fed: tuple[object, ...] = (
+                report.mark_delete,
+                report.individually_deleted,
+                report.batches,
+                report.batches_truncated,
+            )
+            if report.batches:
+                fed += tuple(tracked.tail.size_of(b.position) for b in report.batches)
+            if fed == state.fed:
+                # The plugin's repeat within its settle time (at 10,000 subscriptions more than half of what
+                # the feed reported): the same cursor read the same way again, and its topic looked at again.
+                self.stats.inc("feed_repeats_skipped")
+                continue
+            state.fed = fed
             out.setdefault(topic, {})[name] = self._cursor_of(report)
         if unknown:
             self._rediscover_soon(now, "rediscover_for_feed")

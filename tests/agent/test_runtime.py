@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -1436,3 +1437,39 @@ def test_the_round_does_not_wait_for_its_cursor_writes_and_the_next_folds_them_b
     assert state.cursor == written.ack(B_LOG[3])  # the newer cursor, not the write's older answer
     assert b.agent.stats.counters.get("rewinds", 0) == 0
     assert state.generation == 0
+
+
+def test_the_feeds_repeats_of_a_report_are_skipped_unread_and_a_changed_report_is_taken() -> None:
+    """The plugin names a subscription again for its settle time after each acknowledgement: the same
+    report again is skipped; a different one (acknowledged further, rewound) is taken as before, and after
+    the broker restarted (a new epoch) the same report counts as new."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])
+    a.step()
+    assert [name for name, _ in states_sent(a)] == [SUB]
+    carry(a, b)
+    a.region.feed.append(a.region.report(TOPIC, SUB))  # the repeat within the settle time
+    a.step(0.1)
+    assert a.agent.stats.counters["feed_repeats_skipped"] == 1
+    assert states_sent(a) == []
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[1]])  # acknowledged further: taken and sent
+    a.step(0.1)
+    assert a.agent.stats.counters["feed_repeats_skipped"] == 1
+    assert states_sent(a) == [(SUB, OriginAcks.of({"a": [Span(5, 0, 2)]}))]
+    carry(a, b)
+    # Someone in a rewinds the subscription to its start: a different report, a rewind, a new generation.
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(Position(5, -1))
+    a.region.feed.append(a.region.report(TOPIC, SUB))
+    a.step(0.1)
+    assert a.agent.stats.counters["rewinds"] == 1
+    state = a.agent.subs[(TOPIC, SUB)]
+    assert state.cursor == AckState.of(Position(5, -1))
+    # The broker restarts: the first report of the new epoch is taken even though it is the same.
+    generation = state.generation
+    a.region.feed.append(a.region.report(TOPIC, SUB))
+    real = a.region.plugin_feed
+    a.region.plugin_feed = lambda *, since: replace(real(since=since), epoch="epoch-2")  # type: ignore[method-assign]
+    a.step(0.1)
+    assert a.agent.stats.counters["feed_repeats_skipped"] == 1
+    assert state.fed is not None
+    assert state.generation == generation
