@@ -99,7 +99,8 @@ PUBLISH_WAIT_FACTOR = 10.0
 what their last publish took."""
 MAX_PLAN_WAIT_S = 2.0
 """A subscription is planned again for new entries or its own cursor's moves alone no sooner than ten times
-what its last plan took (at most 2 s later); claims received are planned at once. A plan walks up to
+what its last plan took (its CPU: at most 2 s later); claims received are planned at once, and so are new
+entries the claims name (copies read after their claim). A plan walks up to
 LOG_WINDOW entries above the mark-delete: in the region where a consumer leaves holes for good while the
 other region is cut off, re-planning 4 such subscriptions at every acknowledgement was 74 % of the agent's
 rounds (region_down bench). Those re-plans find nothing new unless claims named messages not there yet.
@@ -247,9 +248,9 @@ class Subscription:
     """The agent's own rewind: the mark-delete it set, and until when (monotonic) backward moves down to
     it are that rewind's."""
     plan_took: float = 0.0
-    """Seconds its last plan took (see HEAVY_PLAN_S)."""
+    """CPU seconds its last plan took on the loop's thread (see HEAVY_PLAN_S)."""
     publish_took: float = 0.0
-    """Seconds its last published claim took to decide and translate (see ``publish_pause``)."""
+    """CPU seconds its last published claim took to decide and translate (see ``publish_pause``)."""
     plan_after: float = 0.0
     """Monotonic time before which it is not planned again for new entries or cursor moves alone (new claims
     are planned at once): see PLAN_WAIT_FACTOR."""
@@ -2039,7 +2040,9 @@ class Agent:
                 size_of=tail.size_of,
                 key_of_message=tail.key_of_message,
             )
-        started = time.monotonic()
+        # The cost is the loop thread's CPU, not the wall time: on a saturated machine a GIL switch alone
+        # (5 ms) made any publish or plan look heavy, and the pauses grew with every one counted so.
+        started = time.thread_time()
         claim = claiming.decide(
             tail.index,
             cursor,
@@ -2074,7 +2077,7 @@ class Agent:
             # that Pulsar 4.0.8's replicator then failed to read 1,000 at a time, for good.
             sent = claim.claims.news_since(state.published)
             self.stats.inc("states_sent_as_news")
-        state.publish_took = took = time.monotonic() - started
+        state.publish_took = took = time.thread_time() - started
         state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
         self.outgoing.setdefault(namespace, []).append(
             envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
@@ -2221,6 +2224,8 @@ class Agent:
                 and state.planned[2] is state.received
                 and state.pending_move is None
                 and now.mono < state.plan_after
+                # A copy read after the claim that names it is news as the claim was: planned at once.
+                and not self._claims_name_appended(state, ts)
             ):
                 continue  # only the log or the cursor moved since a plan that took long: see PLAN_WAIT_FACTOR
             state.planned = basis
@@ -2232,7 +2237,7 @@ class Agent:
                 # nobody consumes anywhere would otherwise be planned over its whole backlog every round).
                 plan = syncing.ApplyPlan(None, ())
             else:
-                started = time.monotonic()
+                started = time.thread_time()  # its CPU, as for publishes (``_publish``)
                 plan = syncing.plan_apply(
                     ts.tail.index,
                     state.cursor,
@@ -2241,7 +2246,7 @@ class Agent:
                     size_of=ts.tail.size_of,
                     budget=tailing.LOG_WINDOW,
                 )
-                state.plan_took = took = time.monotonic() - started
+                state.plan_took = took = time.thread_time() - started
                 state.plan_after = now.mono + plan_wait(took, heavy=heavy)
             state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
@@ -2315,25 +2320,32 @@ class Agent:
         received do not name, whole or in part: the plan would then be the same (an entry nobody claims
         stops the mark-delete where the log's end stopped it before, and is acknowledged by nobody). Looks at
         no more than APPENDED_CHECK_MAX new entries (more: plan again)."""
-        planned, end, tail = state.planned, state.planned_end, ts.tail
+        planned, tail = state.planned, ts.tail
         if (
             planned is None
-            or end is None
             or planned[0] != state.cursor
             or planned[2] is not state.received
             or state.planned_rewrites != tail.rewrites
         ):
             return False
+        return self._claims_name_appended(state, ts) is False
+
+    def _claims_name_appended(self, state: Subscription, ts: TopicState) -> bool | None:
+        """Whether the claims received name (whole or in part) an entry the tail appended since ``state``'s
+        last plan; None: not known (no plan yet, or more than APPENDED_CHECK_MAX entries appended)."""
+        end = state.planned_end
+        if end is None:
+            return None
         key = (state.topic, end)
         if key in self._appended:
             origins = self._appended[key]
         else:
             # The same for every subscription of the topic planned at the same end: read once a round.
-            origins = self._appended[key] = _appended_origins(tail, end)
+            origins = self._appended[key] = _appended_origins(ts.tail, end)
         if origins is None:
-            return False
+            return None
         received = state.received
-        return not any(origin in received or received.batch(origin) is not None for origin in origins)
+        return any(origin in received or received.batch(origin) is not None for origin in origins)
 
     def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[fx.SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked

@@ -1473,3 +1473,35 @@ def test_the_feeds_repeats_of_a_report_are_skipped_unread_and_a_changed_report_i
     assert a.agent.stats.counters["feed_repeats_skipped"] == 1
     assert state.fed is not None
     assert state.generation == generation
+
+
+def test_a_copy_read_after_the_claim_that_names_it_is_applied_at_once_even_while_a_costly_plan_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plan that took long waits before it is made again for cursor moves or new entries alone
+    (PLAN_WAIT_FACTOR), but not for the copy of an entry the claims already name: that is news as the claim
+    was (on a saturated machine every plan looked costly and such copies waited up to 2 s)."""
+    monkeypatch.setattr(runtime, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
+    monkeypatch.setattr(runtime, "MAX_PLAN_WAIT_S", 60.0)
+    a, b = pair()
+    newest = Position(5, 6)
+    a.region.topics[TOPIC].append(newest)
+    a.messaging.deliver(TOPIC, message(TOPIC, newest))
+    a.step()
+    a.region.consumer_acks(TOPIC, SUB, [*A_LOG, newest])
+    a.step()
+    carry(a, b)
+    b.step()  # planned at the claim: everything but the copy b has not read yet
+    b.step(0.1)
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[5])
+    state = b.agent.subs[(TOPIC, SUB)]
+    assert b.clock < state.plan_after  # the wait is in force
+    copy = Position(9, 6)
+    b.region.topics[TOPIC].append(copy)
+    b.region.origin_runs[TOPIC].append(OriginRun(9, 6, 1, "a", newest))
+    stamp = {"__MSG_PROP_REPL_SOURCE_POSITION": str(newest)}
+    b.messaging.deliver(TOPIC, message(TOPIC, copy, properties=stamp, producer="a-1-0"))
+    b.step(0.1)
+    b.step(0.1)  # the write's outcome lands
+    assert b.clock < state.plan_after
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(copy)
