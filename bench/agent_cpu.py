@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pathlib
 import pstats
 import random
@@ -95,6 +96,18 @@ def main() -> None:
         f"{len(topics) * args.subs:,} subscriptions ready in {time.monotonic() - started:.0f} s", flush=True
     )
 
+    # The interpreter's garbage collections over the measured rounds: a full one walks every object both
+    # agents hold, with the loop (and every thread) stopped.
+    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            pauses[info["generation"]].append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(on_gc)
     rng = random.Random(args.seed)
     keys = [(t, f"s{s}") for t in topics for s in range(args.subs)]
     next_entry = dict.fromkeys(keys, 0)
@@ -132,7 +145,15 @@ def main() -> None:
                 profiles[name].disable()
             cpu[name] += time.process_time() - t0
             carry(h, other)
+    gc.callbacks.remove(on_gc)
     print(f"{acks:,} acknowledgements over {args.rounds} rounds")
+    print(
+        f"garbage collections ({len(gc.get_objects()):,} objects tracked): "
+        + ", ".join(
+            f"generation {g} {len(p)} x, max {max(p, default=0.0) * 1e3:.0f} ms, total {sum(p) * 1e3:.0f} ms"
+            for g, p in pauses.items()
+        )
+    )
     for name, h in (("a", ha), ("b", hb)):
         counters = h.agent.stats.counters
         shown = {k: counters.get(k, 0) for k in ("states_published", "claims_received", "plugin_acks")}

@@ -44,6 +44,7 @@ from geosync_adapters import messaging as msg
 from geosync_agent import checkpointing, discovering, owning, snapshotting, tailing
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
+from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced
 from geosync_agent.ports import Messaging
@@ -233,10 +234,10 @@ class Subscription:
     a write result that lacks some is a rewind (everything seen before either happened before it)."""
     recreated: bool = False
     """Created again after it was deleted here: its first cursor starts a new generation."""
-    fed: tuple[object, ...] | None = None
-    """The last feed report taken (its fields, and the batch sizes its cursor was read with): the plugin
-    reports a subscription again for its settle time after each acknowledgement, and the same report again
-    is skipped unread (``_read_feed``)."""
+    fed: tuple[tuple[object, ...], AckState] | None = None
+    """The last feed report taken (its fields, and the batch sizes its cursor was read with) and the cursor
+    read from it: the plugin reports a subscription again for its settle time after each acknowledgement,
+    and the same report again is skipped unread while the cursor held is still that one (``_read_feed``)."""
     active: bool = False
     """The last acknowledgements nobody had claimed before were made here (by consumers here): this region
     is where the subscription is consumed, and a rewind here is deliberate. A passive region's copy
@@ -348,6 +349,7 @@ class Agent:
         first_seq: int,
         rng: random.Random | None = None,
         allocator: Allocator | None = None,
+        collections: Collections | None = None,
         incarnation: Incarnation | None = None,
         broker_calls: CallTimes | None = None,
     ) -> None:
@@ -361,6 +363,8 @@ class Agent:
         states went out meanwhile (``_announce``)."""
         self.allocator = allocator or Allocator()
         """The C allocator's settings; trimmed after each checkpoint (``geosync_agent.allocator``)."""
+        self.collections = collections
+        """The garbage collector's settings and collections (``geosync_agent.collector``; None: not tuned)."""
         self.keys = keys
         self.effector = effector
         self.messaging = messaging
@@ -1892,13 +1896,15 @@ class Agent:
             )
             if report.batches:
                 fed += tuple(tracked.tail.size_of(b.position) for b in report.batches)
-            if fed == state.fed:
+            if state.fed is not None and state.fed[0] == fed and state.cursor == state.fed[1]:
                 # The plugin's repeat within its settle time (at 10,000 subscriptions more than half of what
                 # the feed reported): the same cursor read the same way again, and its topic looked at again.
+                # Not once a write or a poll has set another cursor since: the report is news against that.
                 self.stats.inc("feed_repeats_skipped")
                 continue
-            state.fed = fed
-            out.setdefault(topic, {})[name] = self._cursor_of(report)
+            cursor = self._cursor_of(report)
+            state.fed = (fed, cursor)
+            out.setdefault(topic, {})[name] = cursor
         if unknown:
             self._rediscover_soon(now, "rediscover_for_feed")
         return out
@@ -2565,6 +2571,7 @@ class Agent:
             "namespaces_without_retention": list(self.unretained),
             "checkpoint": dict(self.checkpoint_info),
             "allocator": self.allocator.report(),
+            "gc": None if self.collections is None else self.collections.status(),
             "snapshots": self.snapshots.status(),
             "synced": [
                 {

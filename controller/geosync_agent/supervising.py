@@ -20,12 +20,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from geosync_agent import allocator, checkpointing, discovering, incarnating, serving
+from geosync_agent import allocator, checkpointing, collector, discovering, incarnating, serving
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
 from geosync_agent.recent import CallTimes
 from geosync_agent.runtime import Agent, Now
+from geosync_core.errors import PermanentError
 from geosync_core.incarnations import Incarnation
 
 log = logging.getLogger("geosync.agent")
@@ -106,6 +107,10 @@ def resume(agent: Agent) -> bool:
 def run(config: AgentConfig, stop: threading.Event) -> int:
     """Build the agent's parts, run its tasks until ``stop`` is set or a task is given up; the exit status."""
     memory = allocator.tune()  # before the Pulsar client's threads start and take arenas of their own
+    try:
+        collections = collector.tune()  # after the imports and the config: those are frozen
+    except ValueError as e:
+        raise PermanentError(str(e)) from e
     keys = config.keys()
     if config.legacy_keys():
         log.warning(
@@ -138,6 +143,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         wake=wake,
         first_seq=time.time_ns() // 1000,
         allocator=memory,
+        collections=collections,
         incarnation=_incarnation(config),
         broker_calls=calls,
     )

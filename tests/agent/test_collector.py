@@ -1,0 +1,58 @@
+"""The agent's garbage-collector settings (``geosync_agent.collector``)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from geosync_agent import collector
+
+
+@pytest.fixture
+def restored() -> Iterator[None]:
+    """The interpreter's collector as it was before the test (thresholds, frozen objects, callbacks)."""
+    threshold, callbacks = gc.get_threshold(), list(gc.callbacks)
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+    gc.callbacks[:] = callbacks
+
+
+def test_tune_freezes_what_exists_sets_the_thresholds_and_counts_collections(restored: None) -> None:
+    stats = collector.tune({})
+    assert gc.get_threshold() == collector.THRESHOLD
+    assert gc.get_freeze_count() > 1000  # the modules and classes loaded so far
+    status = stats.status()
+    assert status["tuned"] is True
+    assert status["threshold"] == list(collector.THRESHOLD)
+    assert status["collections"] == [0, 0, 0]
+    gc.collect()
+    status = stats.status()
+    assert status["collections"][2] == 1
+    assert stats.longest[2] > 0  # seconds (a collection after the freeze may round to 0.0 ms)
+
+
+def test_the_environment_can_keep_the_defaults_or_leave_the_collector_alone(restored: None) -> None:
+    stats = collector.tune({collector.ENV: "700,10,10"})
+    assert gc.get_threshold() == (700, 10, 10)
+    assert stats.status()["tuned"] is True
+    gc.unfreeze()
+    gc.set_threshold(123, 4, 5)
+    stats = collector.tune({collector.ENV: " OFF "})
+    assert gc.get_threshold() == (123, 4, 5)
+    assert gc.get_freeze_count() == 0
+    assert stats.status() == {
+        "threshold": [123, 4, 5],
+        "frozen": 0,
+        "tuned": False,
+        "collections": [0, 0, 0],
+        "longest_ms": [0.0, 0.0, 0.0],
+    }
+
+
+@pytest.mark.parametrize("value", ["", "20000", "20000,10", "0,10,10", "a,b,c", "20000,10,10,10", "-1,10,10"])
+def test_a_bad_threshold_is_refused_with_what_to_give(value: str) -> None:
+    with pytest.raises(ValueError, match="three whole numbers"):
+        collector.parse(value)
