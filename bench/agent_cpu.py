@@ -1,6 +1,7 @@
 """The agents' CPU per acknowledgement at 10,000 subscriptions, without brokers (issue 12).
 
     python bench/agent_cpu.py [--topics 100] [--subs 100] [--rounds 10] [--acks 2000] [--profile N]
+                              [--collector agent|python]
 
 Two agents, a and b, each over the unit tests' fake region (``tests/agent/fakes.py``: no broker, no network,
 the control topic carried by hand), in one process. ``--topics`` topics of 400 entries each, published in a
@@ -14,6 +15,8 @@ This is what the lab's 10,000-subscription step (``bench/scale.py``) cannot say 
 with the brokers: the agent's own work, apart from waits on brokers and for a CPU. It is not a lab figure:
 the fakes answer instantly, and a round's HTTP and JSON work against brokers is missing. ``--profile N``
 runs the rounds under cProfile and prints each agent's N costliest functions (which doubles the times).
+Also printed: the garbage collections over the measured rounds (both agents' objects in one process), with
+the collector set as the agent sets it (``--collector agent``, the default) or as CPython does.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
+from geosync_agent import collector
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -82,7 +86,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=60, help="quiet rounds first (polls settle)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions per agent")
+    parser.add_argument(
+        "--collector",
+        choices=("agent", "python"),
+        default="agent",
+        help="the garbage collector as the agent sets it (geosync_agent.collector), or CPython's defaults",
+    )
     args = parser.parse_args()
+    if args.collector == "agent":
+        collector.tune({})
 
     topics = [f"persistent://{NS}/t{i}" for i in range(args.topics)]
     started = time.monotonic()
