@@ -246,14 +246,15 @@ def test_a_restart_keeps_what_the_budget_forgot_and_does_not_read_the_topic_agai
 
 
 def test_close_writes_the_checkpoint_even_when_the_last_writes_outcomes_fail(tmp_path: pathlib.Path) -> None:
-    _, b = pair(state_dir=str(tmp_path))
+    a, b = pair(state_dir=str(tmp_path))
 
     def broken() -> list[Any]:
         raise RuntimeError("the pool broke")
 
     b.agent.writes_in_flight = (broken, {})
-    if b.agent.checkpoint_writer is not None:
-        b.agent.checkpoint_writer.join(10)
+    for h in (a, b):  # both agents write into tmp_path: none may be writing while b closes
+        if h.agent.checkpoint_writer is not None:
+            h.agent.checkpoint_writer.join(10)
     written = b.agent.stats.counters["checkpoints_written"]
     b.agent.close()
     assert b.agent.writes_in_flight is None
