@@ -110,16 +110,8 @@ def main() -> None:
 
     # The interpreter's garbage collections over the measured rounds: a full one walks every object both
     # agents hold, with the loop (and every thread) stopped.
-    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
-    began = [0.0]
-
-    def on_gc(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            began[0] = time.perf_counter()
-        else:
-            pauses[info["generation"]].append(time.perf_counter() - began[0])
-
-    gc.callbacks.append(on_gc)
+    collections = collector.Collections()
+    gc.callbacks.append(collections.on_gc)
     rng = random.Random(args.seed)
     keys = [(t, f"s{s}") for t in topics for s in range(args.subs)]
     next_entry = dict.fromkeys(keys, 0)
@@ -157,13 +149,14 @@ def main() -> None:
                 profiles[name].disable()
             cpu[name] += time.process_time() - t0
             carry(h, other)
-    gc.callbacks.remove(on_gc)
+    gc.callbacks.remove(collections.on_gc)
     print(f"{acks:,} acknowledgements over {args.rounds} rounds")
     print(
         f"garbage collections ({len(gc.get_objects()):,} objects tracked): "
         + ", ".join(
-            f"generation {g} {len(p)} x, max {max(p, default=0.0) * 1e3:.0f} ms, total {sum(p) * 1e3:.0f} ms"
-            for g, p in pauses.items()
+            f"generation {g} {collections.counts[g]} x, max {collections.longest[g] * 1e3:.0f} ms, "
+            f"total {collections.total[g] * 1e3:.0f} ms"
+            for g in range(3)
         )
     )
     for name, h in (("a", ha), ("b", hb)):

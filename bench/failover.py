@@ -154,6 +154,11 @@ class LoadRun:
     acked: int = 0
     published: int = 0
 
+    def synced(self, acked_at: float, copied_at: float | None) -> None:
+        """A probe acknowledged at ``acked_at`` is synced now; b's copy was first seen at ``copied_at``."""
+        self.lags.append(time.monotonic() - acked_at)
+        self.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
+
 
 class Mapper:
     """Local positions in b of messages published in a (from the replicated copies' source property)."""
@@ -289,6 +294,7 @@ def load_run(
                 deadline = acked_at + 10.0
                 done = False
                 copied_at: float | None = None
+
                 while time.monotonic() < deadline and not stop.is_set():
                     pos_b = (
                         mapper.get_batched(admin_b, topic, pos_a) if batching else mapper.get(topic, pos_a)
@@ -297,8 +303,7 @@ def load_run(
                         copied_at = time.monotonic()
                     if pos_b is not None and batching:
                         if (pos_b, index) in acknowledged(admin_b, topic, sub, [(pos_b, index)]):
-                            run.lags.append(time.monotonic() - acked_at)
-                            run.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
+                            run.synced(acked_at, copied_at)
                             done = True
                             break
                     elif pos_b is not None:
@@ -309,8 +314,7 @@ def load_run(
                         if raw and pos_b in AckState.parse(
                             raw["markDeletePosition"], raw["individuallyDeletedMessages"]
                         ):
-                            run.lags.append(time.monotonic() - acked_at)
-                            run.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
+                            run.synced(acked_at, copied_at)
                             done = True
                             break
                     time.sleep(0.02)

@@ -16,7 +16,8 @@ What ``tune`` does, unless ``GEOSYNC_GC_THRESHOLD`` says otherwise (``"700,10,10
   after 10 of the younger, as by default). Objects the agent drops are freed at once by reference counting
   either way; only reference cycles wait for a collection, and the agent makes few.
 
-``Collections`` counts the collections per generation and the longest pause of each (``/state``, ``gc``).
+``Collections`` counts the collections per generation, their longest pause and their total (``/state``,
+``gc``).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ ENV = "GEOSYNC_GC_THRESHOLD"
 
 @dataclass
 class Collections:
-    """The collections since ``tune``, per generation: how many, and the longest pause (seconds)."""
+    """The collections since ``tune``, per generation: how many, the longest pause, all pauses (seconds)."""
 
     settings: dict[str, Any] = field(default_factory=dict)
     counts: list[int] = field(default_factory=lambda: [0, 0, 0])
     longest: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    total: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     _began: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -55,6 +57,7 @@ class Collections:
         with self._lock:
             self.counts[generation] += 1
             self.longest[generation] = max(self.longest[generation], took)
+            self.total[generation] += took
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -62,6 +65,7 @@ class Collections:
                 **self.settings,
                 "collections": list(self.counts),
                 "longest_ms": [round(t * 1000, 1) for t in self.longest],
+                "total_ms": [round(t * 1000, 1) for t in self.total],
             }
 
 

@@ -223,21 +223,16 @@ class Effector:
                 plugin.append(effect)
             else:
                 parallel.append(effect)
-        outcomes: list[Outcome] = []
-        # Each batch names other subscriptions (one write per subscription a round), so batches go out side by
-        # side: the broker works on one while the loop's client parses the answer to another.
-        chunks = [
-            plugin[start : start + PLUGIN_ACK_BATCH] for start in range(0, len(plugin), PLUGIN_ACK_BATCH)
-        ]
-        for result in self.map(self._plugin_acks, chunks):
-            outcomes.extend(result)
+        outcomes = self.start_plugin_writes(plugin)()
         for result in self.map(self._admin_change, parallel):
             outcomes.extend(result)
         return outcomes
 
     def start_plugin_writes(self, writes: Sequence[PluginAck]) -> Callable[[], list[Outcome]]:
-        """Send ``writes`` on the pool, as ``perform`` would, without waiting: the call returned waits for
-        their outcomes (the loop goes on with its next round's reads meanwhile)."""
+        """Send ``writes`` on the pool without waiting: the call returned waits for their outcomes (the loop
+        goes on with its next round's reads meanwhile; ``perform`` calls it at once). Each batch names other
+        subscriptions (one write per subscription a round), so batches go out side by side: the broker works
+        on one while a worker's client parses the answer to another."""
         futures = [
             self.pool.submit(self._plugin_acks, list(writes[start : start + PLUGIN_ACK_BATCH]))
             for start in range(0, len(writes), PLUGIN_ACK_BATCH)

@@ -32,6 +32,7 @@ def test_tune_freezes_what_exists_sets_the_thresholds_and_counts_collections(res
     status = stats.status()
     assert status["collections"][2] == 1
     assert stats.longest[2] > 0  # seconds (a collection after the freeze may round to 0.0 ms)
+    assert stats.total[2] == stats.longest[2]
 
 
 def test_the_environment_can_keep_the_defaults_or_leave_the_collector_alone(restored: None) -> None:
@@ -49,6 +50,7 @@ def test_the_environment_can_keep_the_defaults_or_leave_the_collector_alone(rest
         "tuned": False,
         "collections": [0, 0, 0],
         "longest_ms": [0.0, 0.0, 0.0],
+        "total_ms": [0.0, 0.0, 0.0],
     }
 
 
