@@ -28,6 +28,7 @@ Without ``--lab`` a fresh three-region lab is booted in a temporary directory an
 from __future__ import annotations
 
 import argparse
+import gc
 import pathlib
 import random
 import threading
@@ -45,6 +46,8 @@ from rich.table import Table
 
 from geosync_adapters.admin import AdminClient, AdminError
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
+from geosync_agent.collector import Collections
+from geosync_agent.recent import Timeline
 from geosync_core import topology as topo
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -153,11 +156,42 @@ class LoadRun:
     timeouts: int = 0
     acked: int = 0
     published: int = 0
+    slow: list[SlowProbe] = field(default_factory=list)
+    """Probes synced a second or more after their acknowledgement, with what their polls saw."""
+    stalls: Timeline = field(default_factory=Timeline)
+    """When this process itself could not run (a 50 ms sleep woke late, or a garbage collection), on the
+    machine's monotonic clock like the agents' timelines: a probe's lag may be the bench's own."""
 
-    def synced(self, acked_at: float, copied_at: float | None) -> None:
-        """A probe acknowledged at ``acked_at`` is synced now; b's copy was first seen at ``copied_at``."""
-        self.lags.append(time.monotonic() - acked_at)
+    def synced(self, acked_at: float, copied_at: float | None, polls: list[tuple[float, float]]) -> None:
+        """A probe acknowledged at ``acked_at`` is synced now; b's copy was first seen at ``copied_at``;
+        ``polls``: when each of its polls of b began and how long it took."""
+        now = time.monotonic()
+        self.lags.append(now - acked_at)
         self.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
+        if now - acked_at >= 1.0:
+            self.slow.append(SlowProbe(acked_at, copied_at, now, polls))
+
+
+@dataclass
+class SlowProbe:
+    acked_at: float
+    copied_at: float | None
+    synced_at: float
+    polls: list[tuple[float, float]]
+
+    def describe(self) -> str:
+        """Times from the acknowledgement: b's copy first seen, the last two polls (start, duration)."""
+
+        def rel(t: float) -> str:
+            return f"+{t - self.acked_at:.2f}"
+
+        copied = "-" if self.copied_at is None else rel(self.copied_at)
+        last = ", ".join(f"{rel(t)}/{d:.2f}" for t, d in self.polls[-2:])
+        longest = max((d for _, d in self.polls), default=0.0)
+        return (
+            f"lag {self.synced_at - self.acked_at:.2f} s: copy seen {copied}, {len(self.polls)} polls "
+            f"(longest {longest:.2f} s; last two began/took {last})"
+        )
 
 
 class Mapper:
@@ -294,34 +328,43 @@ def load_run(
                 deadline = acked_at + 10.0
                 done = False
                 copied_at: float | None = None
+                polls: list[tuple[float, float]] = []
 
                 while time.monotonic() < deadline and not stop.is_set():
+                    began = time.monotonic()
                     pos_b = (
                         mapper.get_batched(admin_b, topic, pos_a) if batching else mapper.get(topic, pos_a)
                     )
                     if pos_b is not None and copied_at is None:
                         copied_at = time.monotonic()
                     if pos_b is not None and batching:
-                        if (pos_b, index) in acknowledged(admin_b, topic, sub, [(pos_b, index)]):
-                            run.synced(acked_at, copied_at)
-                            done = True
-                            break
+                        done = (pos_b, index) in acknowledged(admin_b, topic, sub, [(pos_b, index)])
                     elif pos_b is not None:
                         try:
                             raw = admin_b.internal_stats(topic)["cursors"].get(sub)
                         except AdminError:
                             raw = None
-                        if raw and pos_b in AckState.parse(
+                        done = bool(raw) and pos_b in AckState.parse(
                             raw["markDeletePosition"], raw["individuallyDeletedMessages"]
-                        ):
-                            run.synced(acked_at, copied_at)
-                            done = True
-                            break
+                        )
+                    polls.append((began, time.monotonic() - began))
+                    if done:
+                        run.synced(acked_at, copied_at, polls)
+                        break
                     time.sleep(0.02)
                 if not done and not stop.is_set():
                     run.timeouts += 1
 
-        threads = [threading.Thread(target=publish, daemon=True)]
+        def watch() -> None:
+            """Record when this process could not run for a while (its sleeps wake late)."""
+            while not stop.is_set():
+                began = time.monotonic()
+                time.sleep(0.05)
+                run.stalls.add("bench asleep", began, time.monotonic() - began - 0.05)
+
+        collections = Collections(timeline=run.stalls)
+        gc.callbacks.append(collections.on_gc)
+        threads = [threading.Thread(target=publish, daemon=True), threading.Thread(target=watch, daemon=True)]
         threads += [threading.Thread(target=probe, daemon=True) for _ in range(probes)]
         if during is not None:
             during(True)
@@ -333,6 +376,7 @@ def load_run(
             during(False)
         for th in threads:
             th.join(timeout=15)
+        gc.callbacks.remove(collections.on_gc)
         # Closing is best effort: the figures are taken (a loaded machine's broker may time a close out).
         for closable in [*consumers, *producers, mapper]:
             try:

@@ -106,6 +106,8 @@ class Step:
     tracked: dict[str, int]
     load: str
     pace: str
+    timelines: dict[str, list[dict[str, Any]]]
+    """Each agent's timeline (/state) as the load ended: its long rounds, discovery passes, collections."""
 
 
 class Monitor:
@@ -253,7 +255,24 @@ def load_step(lab_dir: pathlib.Path, topology: topo.Topology, n: int, mode: str,
         tracked={name: tracked(lab_dir, name) for name in AGENTS},
         load=", ".join(f"{x:.1f}" for x in os.getloadavg()),
         pace=monitor.pace(),
+        timelines={n: monitor.samples[-1][n].get("timeline", []) for n in AGENTS} if monitor.samples else {},
     )
+
+
+def overlapping(step: Step, began: float, ended: float) -> str:
+    """The agents' long events (their /state timelines at the load's end) and the bench's own stalls that
+    overlapped ``began``..``ended``, times relative to ``began``."""
+    events = [("bench", e) for e in step.run.stalls.report()]
+    events += [(name, e) for name, events_of in step.timelines.items() for e in events_of]
+    shown = []
+    for who, e in sorted(events, key=lambda x: float(x[1]["began"])):
+        start, took = float(e["began"]), float(e["seconds"])
+        if start + took < began or start > ended:
+            continue
+        steps = e.get("steps") or {}
+        detail = " (" + ", ".join(f"{k} {v}" for k, v in steps.items()) + ")" if steps else ""
+        shown.append(f"{who} {e['kind']} +{start - began:.2f}/{took:.2f}{detail}")
+    return "; ".join(shown) or "nothing long"
 
 
 def ms(values: list[float], q: float | None) -> str:
@@ -325,6 +344,11 @@ def main() -> None:
                                     -5:
                                 ]
                             )
+                        )
+                    for probe in sorted(step.run.slow, key=lambda p: p.synced_at - p.acked_at)[-5:]:
+                        console.print(f"  slow probe: {probe.describe()}")
+                        console.print(
+                            f"    overlapping: {overlapping(step, probe.acked_at, probe.synced_at)}"
                         )
         table = Table(
             "subs",

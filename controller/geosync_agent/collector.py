@@ -17,7 +17,7 @@ What ``tune`` does, unless ``GEOSYNC_GC_THRESHOLD`` says otherwise (``"700,10,10
   either way; only reference cycles wait for a collection, and the agent makes few.
 
 ``Collections`` counts the collections per generation, their longest pause and their total (``/state``,
-``gc``).
+``gc``), and puts pauses long enough into the agent's timeline (``/state``, ``timeline``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from geosync_agent.recent import Timeline
 
 log = logging.getLogger("geosync.agent")
 
@@ -44,16 +46,21 @@ class Collections:
     counts: list[int] = field(default_factory=lambda: [0, 0, 0])
     longest: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     total: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    timeline: Timeline | None = None
+    """Where pauses of the timeline's length or more go (the agent's)."""
     _began: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    """Reentrant: the interpreter calls ``on_gc`` in whichever thread allocated, also in one holding it."""
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
         # Called by the interpreter in whichever thread triggered the collection, every other one stopped.
         if phase == "start":
-            self._began = time.perf_counter()
+            self._began = time.monotonic()
             return
         generation = min(2, max(0, int(info.get("generation", 0))))
-        took = time.perf_counter() - self._began
+        took = time.monotonic() - self._began
+        if self.timeline is not None:
+            self.timeline.add("gc", self._began, took, generation=generation)
         with self._lock:
             self.counts[generation] += 1
             self.longest[generation] = max(self.longest[generation], took)

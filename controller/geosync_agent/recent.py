@@ -88,3 +88,26 @@ class CallTimes:
             }
             for kind, values in sorted(copies.items())
         }
+
+
+class Timeline:
+    """The last ``keep`` long events (a round, a discovery pass, a checkpoint, a garbage collection) with
+    when they began, on the machine's monotonic clock (the same in every process on it: a benchmark lines
+    them up with its own slow samples). Thread-safe; only events of ``at_least_s`` or more are kept."""
+
+    def __init__(self, keep: int = 100, at_least_s: float = 0.25) -> None:
+        self.keep, self.at_least_s = keep, at_least_s
+        self._events: list[dict[str, object]] = []
+        self._lock = threading.RLock()  # a collection's callback adds in whichever thread allocated
+
+    def add(self, kind: str, began: float, seconds: float, **detail: object) -> None:
+        if seconds < self.at_least_s:
+            return
+        event = {"kind": kind, "began": round(began, 3), "seconds": round(seconds, 3), **detail}
+        with self._lock:
+            self._events.append(event)
+            del self._events[: -self.keep]
+
+    def report(self) -> list[dict[str, object]]:
+        with self._lock:
+            return list(self._events)

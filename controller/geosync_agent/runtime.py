@@ -48,7 +48,7 @@ from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced
 from geosync_agent.ports import Messaging
-from geosync_agent.recent import CallTimes, PhaseTimes, Recent
+from geosync_agent.recent import CallTimes, PhaseTimes, Recent, Timeline
 from geosync_agent.tailing import Tail
 from geosync_core import (
     claiming,
@@ -453,6 +453,11 @@ class Agent:
         """The last rounds' time per step, for /state: which step a long round spent its time in."""
         self.discovery_seconds: list[float] = []
         """The last discovery passes' time (the discovery task's admin calls and parsing)."""
+        self.timeline = Timeline()
+        """The last long rounds (with their steps), discovery passes, checkpoints and collections, for /state:
+        what a slow acknowledgement's sync overlapped."""
+        if collections is not None:
+            collections.timeline = self.timeline
         self.started_ms = int(time.time() * 1000)
         self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
         self.checkpoint_at = 0.0
@@ -518,7 +523,7 @@ class Agent:
             self.wake.clear()
 
     def round(self, now: Now) -> None:
-        lap = now.mono
+        lap = started = time.monotonic()  # the machine's clock, whatever ``now`` says (a test's)
         # What the last round created existed by the time this one began: a discovery pass begun after the
         # last round's start but before the creation (the discovery thread runs beside the rounds) does not
         # list it, and must not be taken for a user's deletion.
@@ -527,6 +532,7 @@ class Agent:
             if created is not None and created.exists:
                 created.confirmed_at = max(created.confirmed_at, now.mono)
         self.created.clear()
+        steps: dict[str, float] = {}
         for name, phase in (
             ("own", self.own),
             ("adopt", self.adopt),
@@ -541,7 +547,11 @@ class Agent:
             ("snapshots", self.snapshot_round),
         ):
             phase(now)
-            lap = self.phase_seconds.lap(name, lap)
+            began, lap = lap, self.phase_seconds.lap(name, lap)
+            steps[name] = round(lap - began, 3)
+        self.timeline.add(
+            "round", now.mono, lap - started, steps={k: v for k, v in steps.items() if v >= 0.05}
+        )
         self.ready = True
         self.round_done_at = now.mono
         if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
@@ -632,6 +642,7 @@ class Agent:
             return
         self.stats.inc("checkpoints_written")
         self.checkpoint_cost_s = time.monotonic() - started
+        self.timeline.add("checkpoint", started, self.checkpoint_cost_s, in_loop_s=round(taken, 3))
         # The largest temporary buffers (the state's JSON and its compressed copy) were just freed.
         self.allocator.trim()
         self.checkpoint_info = {
@@ -885,6 +896,8 @@ class Agent:
             return
         self.discovery_seconds.append(found.took_s)
         del self.discovery_seconds[:-20]
+        if found.scanned_at is not None:
+            self.timeline.add("discovery", found.scanned_at, found.took_s)
         if set(found.namespaces) - set(self.namespaces):
             # Reports about a namespace not in scope yet were dropped, and the feed names each acknowledgement
             # once: read it again from the start (it names every subscription with its cursor as it is now;
@@ -2556,6 +2569,7 @@ class Agent:
             "round_phases": self.phase_seconds.report(),
             "broker_calls": self.broker_calls.report(),
             "discovery_seconds_max": round(max(self.discovery_seconds, default=0.0), 3),
+            "timeline": self.timeline.report(),
             "control_transit_ms": self.transit_ms.percentiles(),
             "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},
             "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],

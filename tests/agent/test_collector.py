@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from geosync_agent import collector
+from geosync_agent.recent import Timeline
 
 
 @pytest.fixture
@@ -58,3 +60,27 @@ def test_the_environment_can_keep_the_defaults_or_leave_the_collector_alone(rest
 def test_a_bad_threshold_is_refused_with_what_to_give(value: str) -> None:
     with pytest.raises(ValueError, match="three whole numbers"):
         collector.parse(value)
+
+
+def test_reading_the_counts_while_a_collection_starts_does_not_deadlock(restored: None) -> None:
+    """The interpreter calls ``on_gc`` in whichever thread allocated: also in one reading ``status()`` (whose
+    copies allocate) or adding to the timeline. A plain lock taken there would never be released."""
+    stats = collector.tune({collector.ENV: "off"})
+    stats.timeline = Timeline(at_least_s=0.0)
+    done = threading.Event()
+
+    def read() -> None:
+        gc.set_threshold(1, 1, 1)  # every allocation of a tracked object collects
+        try:
+            for _ in range(200):
+                stats.status()
+                stats.timeline.report() if stats.timeline else None
+        finally:
+            gc.set_threshold(700, 10, 10)
+        done.set()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    assert done.wait(20), "status() deadlocked in a collection it started"
+    assert sum(stats.counts) > 0
+    assert any(e["kind"] == "gc" for e in stats.timeline.report())

@@ -15,6 +15,7 @@ import pytest
 
 from geosync_adapters import admin as adm
 from geosync_agent import discovering, runtime, supervising, tailing
+from geosync_agent.recent import Timeline
 from geosync_agent.runtime import Now
 from geosync_agent.snapshotting import TopicSnapshots
 from geosync_core import envelopes, pluginapi, syncing
@@ -320,6 +321,23 @@ def test_status_reports_capabilities_and_subscriptions() -> None:
     a.agent.subs[(TOPIC, SUB)].cursor = None  # as after a restart, before the cursor is read again
     a.agent.apply(Now(0.0, 0.0))
     assert a.agent.status()["synced"][0]["waiting"] == "its cursor has not been read here yet"
+
+
+def test_the_timeline_shows_long_rounds_with_their_steps_and_discovery_passes() -> None:
+    a, _b = pair()
+    a.agent.timeline = Timeline(at_least_s=0.0)  # every event, however short
+    a.discover()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:1])
+    a.step()
+    events = a.agent.status()["timeline"]
+    assert [e["kind"] for e in events] == ["discovery", "round"]
+    assert events[0]["began"] == a.clock - 1.0  # the pass's start, as the scan gave it
+    assert events[1]["began"] == a.clock  # the round's start (the fake's clock, not the machine's)
+    assert 0 <= events[1]["seconds"] < 5  # measured on the machine's clock
+    assert isinstance(events[1]["steps"], dict)
+    a.agent.timeline = Timeline(at_least_s=60.0)  # the agent's keeps only what is long
+    a.step()
+    assert a.agent.status()["timeline"] == []
 
 
 def test_supervisor_restarts_a_failing_task_then_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
