@@ -95,7 +95,7 @@ class Timeline:
     when they began, on the machine's monotonic clock (the same in every process on it: a benchmark lines
     them up with its own slow samples). Thread-safe; only events of ``at_least_s`` or more are kept."""
 
-    def __init__(self, keep: int = 100, at_least_s: float = 0.25) -> None:
+    def __init__(self, keep: int = 300, at_least_s: float = 0.25) -> None:
         self.keep, self.at_least_s = keep, at_least_s
         self._events: list[dict[str, object]] = []
         self._lock = threading.RLock()  # a collection's callback adds in whichever thread allocated

@@ -524,6 +524,7 @@ class Agent:
 
     def round(self, now: Now) -> None:
         lap = started = time.monotonic()  # the machine's clock, whatever ``now`` says (a test's)
+        cpu = cpu_started = time.thread_time()
         # What the last round created existed by the time this one began: a discovery pass begun after the
         # last round's start but before the creation (the discovery thread runs beside the rounds) does not
         # list it, and must not be taken for a user's deletion.
@@ -532,7 +533,9 @@ class Agent:
             if created is not None and created.exists:
                 created.confirmed_at = max(created.confirmed_at, now.mono)
         self.created.clear()
-        steps: dict[str, float] = {}
+        steps: dict[str, tuple[float, float]] = {}
+        """step -> (seconds, of which this thread's CPU): a step far above its CPU waited (brokers, the
+        interpreter's lock held by another thread, the machine's other processes)."""
         for name, phase in (
             ("own", self.own),
             ("adopt", self.adopt),
@@ -548,9 +551,14 @@ class Agent:
         ):
             phase(now)
             began, lap = lap, self.phase_seconds.lap(name, lap)
-            steps[name] = round(lap - began, 3)
+            cpu_began, cpu = cpu, time.thread_time()
+            steps[name] = (round(lap - began, 3), round(cpu - cpu_began, 3))
         self.timeline.add(
-            "round", now.mono, lap - started, steps={k: v for k, v in steps.items() if v >= 0.05}
+            "round",
+            now.mono,
+            lap - started,
+            cpu_s=round(cpu - cpu_started, 3),
+            steps={k: v for k, v in steps.items() if v[0] >= 0.05},
         )
         self.ready = True
         self.round_done_at = now.mono
