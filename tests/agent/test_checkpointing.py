@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from geosync_agent import checkpointing, runtime, supervising
 from geosync_agent.runtime import Now
@@ -26,6 +30,32 @@ def test_a_checkpoint_reads_back_as_written(tmp_path: pathlib.Path) -> None:
     assert size == path.stat().st_size
     assert checkpointing.load(path, region="b") == STATE
     assert checkpointing.load(tmp_path / "none", region="b") is None
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(value=JSON, depth=st.integers(0, 4))
+def test_the_pieces_are_the_same_text_as_one_encoding(value: Any, depth: int) -> None:
+    assert "".join(checkpointing.pieces(value, depth)) == json.dumps(value, separators=(",", ":"))
+
+
+def test_a_large_state_is_encoded_in_pieces_compressed_as_one_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpointing, "CHUNK_CHARS", 100)  # many chunks through the compressor
+    state = {
+        "topics": {f"t{i}": {"runs": [[i, 0, 5]] * 3, "read": i} for i in range(50)},
+        "subscriptions": [{"topic": "t1", "name": f"s{i}", "acks": {"1:2": [0, 1]}} for i in range(300)],
+        "controls": {},
+    }
+    parts = list(checkpointing.pieces(state))
+    assert len(parts) > 350  # a piece per topic and per subscription: the lock can pass between them
+    assert max(len(p) for p in parts) < 100
+    whole = json.dumps(state, separators=(",", ":")).encode()
+    assert zlib.decompress(checkpointing.compressed(state)) == whole
 
 
 @pytest.mark.parametrize(
