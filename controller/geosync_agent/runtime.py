@@ -298,6 +298,42 @@ class Subscription:
             self.key_shared = self.key_shared or kind == "Key_Shared"
 
 
+class SubsTable(dict[fx.SubKey, Subscription]):
+    """The agent's subscriptions by key, counting changes to which keys it holds (``version``): the rounds'
+    per-topic grouping is kept while the version holds (at 10,000 subscriptions regrouping them at every
+    round was a tenth of a round's CPU, for a grouping that changes only when subscriptions come and go)."""
+
+    version: int = 0
+
+    def __setitem__(self, key: fx.SubKey, value: Subscription) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: fx.SubKey) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def pop(self, key: fx.SubKey, *default: Any) -> Any:
+        self.version += 1
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[fx.SubKey, Subscription]:
+        self.version += 1
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.version += 1
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: fx.SubKey, default: Subscription) -> Subscription:
+        self.version += 1
+        return super().setdefault(key, default)
+
+
 @dataclass
 class TopicState:
     """One topic partition: its tail (origin index) and when its cursors are polled and resynced."""
@@ -385,7 +421,13 @@ class Agent:
         )
         self.topics: dict[str, TopicState] = {}
         self.controls: dict[str, Tail] = {}
-        self.subs: dict[fx.SubKey, Subscription] = {}
+        self.subs: SubsTable = SubsTable()
+        self.grouped: tuple[SubsTable, int, dict[str, list[Subscription]]] | None = None
+        """``subs`` by topic, as of a version of the table (see ``SubsTable``)."""
+        self.heavy_plans: dict[fx.SubKey, Subscription] = {}
+        self.heavy_publishes_by: dict[fx.SubKey, Subscription] = {}
+        """The subscriptions whose last plan (publish) took HEAVY_PLAN_S or more, kept as their times are set:
+        counting them over every subscription at each round was as costly as the round's real work."""
         self.namespaces: dict[str, frozenset[str]] = {}
         # One guard per control topic: a sender's sequence numbers are shared by all its control topics,
         # and each topic only preserves the order of its own messages.
@@ -767,7 +809,7 @@ class Agent:
                 subs[sub.key] = sub
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"checkpoint content not usable: {type(e).__name__}: {e}") from e
-        self.topics, self.controls, self.guards, self.subs = topics, controls, guards, subs
+        self.topics, self.controls, self.guards, self.subs = topics, controls, guards, SubsTable(subs)
         self.snapshots.guards = marker_guards
         for region, incarnation in known.by_region.items():
             if region != self.config.region:
@@ -1193,14 +1235,33 @@ class Agent:
         at most RESYNC_STATES_PER_S states a second on average."""
         return max(self.config.resync_interval_s, len(self.subs) / RESYNC_STATES_PER_S)
 
+    def _heavy(self, heavy: dict[fx.SubKey, Subscription]) -> int:
+        """How many subscriptions ``heavy`` holds that are still the agent's (those gone are dropped)."""
+        for key in [k for k, state in heavy.items() if self.subs.get(k) is not state]:
+            del heavy[key]
+        return len(heavy)
+
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"
 
     def _by_topic(self, *, existing_only: bool) -> dict[str, list[Subscription]]:
+        """The subscriptions of each topic (in the order ``subs`` holds them); ``existing_only``: those that
+        exist here, and only the topics with one. The grouping is made again only when subscriptions came or
+        went; the lists are not to be changed."""
+        grouped = self.grouped
+        if grouped is None or grouped[0] is not self.subs or grouped[1] != self.subs.version:
+            groups: dict[str, list[Subscription]] = {}
+            for state in self.subs.values():
+                groups.setdefault(state.topic, []).append(state)
+            grouped = self.grouped = (self.subs, self.subs.version, groups)
+        if not existing_only:
+            return grouped[2]
         out: dict[str, list[Subscription]] = {}
-        for state in self.subs.values():
-            if state.exists or not existing_only:
-                out.setdefault(state.topic, []).append(state)
+        for topic, group in grouped[2].items():
+            if all(s.exists for s in group):
+                out[topic] = group
+            elif any(s.exists for s in group):
+                out[topic] = [s for s in group if s.exists]
         return out
 
     # -- 2. index ----------------------------------------------------------------------------------
@@ -1766,7 +1827,7 @@ class Agent:
     # -- 4. observe and publish ------------------------------------------------------------------
 
     def observe(self, now: Now) -> None:
-        self.heavy_publishes = sum(1 for s in self.subs.values() if s.publish_took >= HEAVY_PLAN_S)
+        self.heavy_publishes = self._heavy(self.heavy_publishes_by)
         fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
         by_topic = {t: s for t, s in self._by_topic(existing_only=True).items() if t in self.topics}
         resync = set()
@@ -2108,6 +2169,7 @@ class Agent:
             sent = claim.claims.news_since(state.published)
             self.stats.inc("states_sent_as_news")
         state.publish_took = took = time.thread_time() - started
+        _note_heavy(self.heavy_publishes_by, state, took)
         state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
         self.outgoing.setdefault(namespace, []).append(
             envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
@@ -2213,11 +2275,16 @@ class Agent:
         work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
         creates: list[fx.Effect] = []
         states = list(self.subs.values())
-        heavy = sum(1 for s in states if s.plan_took >= HEAVY_PLAN_S)
+        heavy = self._heavy(self.heavy_plans)
+        # Per topic, once a round: whether snapshot mode covers it, and its state (None: not tracked).
+        synced = {
+            topic: None if self.snapshots.covers(topic) else self.topics.get(topic)
+            for topic in self._by_topic(existing_only=False)
+        }
         for state in states:
-            if not state.announced or self.snapshots.covers(state.topic):
+            if not state.announced:
                 continue
-            ts = self.topics.get(state.topic)
+            ts = synced[state.topic]
             if ts is None:
                 continue
             if not state.exists:
@@ -2277,6 +2344,7 @@ class Agent:
                     budget=tailing.LOG_WINDOW,
                 )
                 state.plan_took = took = time.thread_time() - started
+                _note_heavy(self.heavy_plans, state, took)
                 state.plan_after = now.mono + plan_wait(took, heavy=heavy)
             state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
@@ -2670,6 +2738,14 @@ def _forgettable(state: Subscription, *, claims: bool) -> Position | None:
     if state.follow:
         return BEFORE_ALL
     return min(state.cursor.mark_delete, state.claimed_to) if claims else state.cursor.mark_delete
+
+
+def _note_heavy(heavy: dict[fx.SubKey, Subscription], state: Subscription, took: float) -> None:
+    """Keep ``heavy`` (see ``Agent.heavy_plans``) as ``state``'s last plan or publish took ``took``."""
+    if took >= HEAVY_PLAN_S:
+        heavy[state.key] = state
+    elif heavy.get(state.key) is state:
+        del heavy[state.key]
 
 
 def _plan_end(tail: Tail) -> Position | None:
