@@ -292,6 +292,71 @@ def test_claims_for_a_subscription_this_region_leaves_to_its_brokers_are_not_app
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
 
 
+def test_the_subscriptions_table_counts_every_change_to_its_keys() -> None:
+    table = runtime.SubsTable()
+    sub = runtime.Subscription(TOPIC, SUB)
+    changes: list[Callable[[], object]] = [
+        lambda: table.__setitem__(sub.key, sub),
+        lambda: table.setdefault((TOPIC, "x"), sub),
+        lambda: table.update({(TOPIC, "y"): sub}),
+        lambda: table.pop((TOPIC, "y")),
+        lambda: table.__delitem__((TOPIC, "x")),
+        table.popitem,
+        table.clear,
+    ]
+    for i, change in enumerate(changes, start=1):
+        change()
+        assert table.version == i
+    sub.cursor = AckState.of(Position(1, 1))  # a subscription's own fields are not the table's keys
+    assert table.version == len(changes)
+
+
+GROUPED = f"persistent://{NS}/grouped"
+
+
+def test_subscriptions_are_grouped_by_topic_again_only_when_they_come_or_go() -> None:
+    a, _b = pair()
+    agent = a.agent
+    agent.subs = runtime.SubsTable()  # without the harness's own subscription
+    first = agent._subscription(GROUPED, "one")
+    agent._subscription("persistent://geo/ab/other", "two")
+    groups = agent._by_topic(existing_only=False)
+    assert {t: [s.name for s in g] for t, g in groups.items()} == {
+        GROUPED: ["one"],
+        "persistent://geo/ab/other": ["two"],
+    }
+    assert agent._by_topic(existing_only=False) is groups  # nothing came or went: the same grouping
+    first.exists = False  # a field changing is seen without regrouping
+    assert GROUPED not in agent._by_topic(existing_only=True)
+    third = agent._subscription(GROUPED, "three")
+    regrouped = agent._by_topic(existing_only=False)
+    assert regrouped is not groups
+    assert regrouped[GROUPED] == [first, third]
+    assert agent._by_topic(existing_only=True)[GROUPED] == [third]
+    del agent.subs[first.key]
+    assert agent._by_topic(existing_only=False)[GROUPED] == [third]
+    restored = runtime.SubsTable({third.key: third})  # as a checkpoint's restore replaces the table
+    restored.version = agent.subs.version  # another table that happens to be at the same count
+    agent.subs = restored
+    assert agent._by_topic(existing_only=False) == {GROUPED: [third]}
+
+
+def test_heavy_plans_are_counted_as_they_are_timed_and_forgotten_with_their_subscription() -> None:
+    a, _b = pair()
+    agent = a.agent
+    light, heavy = agent._subscription(TOPIC, "light"), agent._subscription(TOPIC, "heavy")
+    runtime._note_heavy(agent.heavy_plans, light, runtime.HEAVY_PLAN_S / 2)
+    runtime._note_heavy(agent.heavy_plans, heavy, runtime.HEAVY_PLAN_S)
+    assert agent._heavy(agent.heavy_plans) == 1
+    runtime._note_heavy(agent.heavy_plans, heavy, 0.0)  # its last plan was light
+    assert agent._heavy(agent.heavy_plans) == 0
+    runtime._note_heavy(agent.heavy_plans, heavy, 1.0)
+    del agent.subs[heavy.key]
+    agent._subscription(TOPIC, "heavy")  # made again: a new state, whose plans were never timed
+    assert agent._heavy(agent.heavy_plans) == 0
+    assert agent.heavy_plans == {}
+
+
 def test_status_reports_capabilities_and_subscriptions() -> None:
     a, _b = pair()
     a.region.consumer_acks(TOPIC, SUB, A_LOG[:1])
