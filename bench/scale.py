@@ -273,7 +273,7 @@ def overlapping(step: Step, began: float, ended: float) -> str:
         # a round's steps: seconds/of which its thread's CPU
         detail = " (" + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in steps.items()) + ")" if steps else ""
         if "cpu_s" in e:
-            detail = f" cpu {e['cpu_s']}{detail}"
+            detail = f" cpu {e['cpu_s']} (all threads {e.get('process_cpu_s', '-')}){detail}"
         shown.append(f"{who} {e['kind']} +{start - began:.2f}/{took:.2f}{detail}")
     return "; ".join(shown) or "nothing long"
 

@@ -567,6 +567,7 @@ class Agent:
     def round(self, now: Now) -> None:
         lap = started = time.monotonic()  # the machine's clock, whatever ``now`` says (a test's)
         cpu = cpu_started = time.thread_time()
+        process_started = time.process_time()
         # What the last round created existed by the time this one began: a discovery pass begun after the
         # last round's start but before the creation (the discovery thread runs beside the rounds) does not
         # list it, and must not be taken for a user's deletion.
@@ -600,6 +601,9 @@ class Agent:
             now.mono,
             lap - started,
             cpu_s=round(cpu - cpu_started, 3),
+            # every thread's CPU meanwhile: near the round's seconds, the loop waited on the agent's other
+            # threads (the interpreter's lock); far below them, on brokers or for the machine's CPUs
+            process_cpu_s=round(time.process_time() - process_started, 3),
             steps={k: v for k, v in steps.items() if v[0] >= 0.05},
         )
         self.ready = True
