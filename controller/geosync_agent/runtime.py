@@ -538,6 +538,7 @@ class Agent:
         log.info("agent for region %s starting (admin %s)", self.config.region, self.config.admin_url)
         while not stop.is_set():
             now = Now.read()
+            cpu_before = time.thread_time()
             try:
                 self.round(now)
                 self.failing_since = None
@@ -552,7 +553,8 @@ class Agent:
             self.round_seconds.append(elapsed)
             del self.round_seconds[:-200]
             busy = self.caps.get(Capability.PLUGIN_FEED) is True and time.monotonic() < self.feed.busy_until
-            stop.wait(pacing.ROUND_GAP_S)
+            gap = pacing.round_gap(time.thread_time() - cpu_before)
+            stop.wait(gap)
             # A control message ends the wait: remote acknowledgements are applied as they arrive.
             self.wake.wait(
                 pacing.round_wait(
@@ -560,6 +562,7 @@ class Agent:
                     busy=busy,
                     feed_interval_s=self.config.feed_interval_s,
                     poll_interval_s=self.config.poll_interval_s,
+                    gap=gap,
                 )
             )
             self.wake.clear()

@@ -1,0 +1,26 @@
+"""The pause between the agent's rounds (``geosync_core.pacing.round_gap`` and ``round_wait``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from geosync_core import pacing
+
+
+def test_a_cheap_round_is_followed_by_the_least_gap() -> None:
+    assert pacing.round_gap(0.0) == pacing.ROUND_GAP_S
+    assert pacing.round_gap(pacing.ROUND_GAP_S / 2) == pacing.ROUND_GAP_S
+
+
+@pytest.mark.parametrize("cpu_s", [0.05, 0.2, 1.5])
+def test_a_costly_round_is_followed_by_a_pause_as_long_as_its_cpu(cpu_s: float) -> None:
+    gap = pacing.round_gap(cpu_s)
+    assert gap == pytest.approx(cpu_s * pacing.ROUND_CPU_GAP)
+    assert cpu_s / (cpu_s + gap) <= 0.5 + 1e-9  # the loop's thread uses at most half a core
+
+
+def test_the_wait_for_the_next_round_counts_the_gap_already_paused() -> None:
+    times = {"feed_interval_s": 0.1, "poll_interval_s": 0.25}
+    assert pacing.round_wait(elapsed=0.01, busy=True, gap=0.02, **times) == pytest.approx(0.07)
+    assert pacing.round_wait(elapsed=0.01, busy=False, gap=0.02, **times) == pytest.approx(0.22)
+    assert pacing.round_wait(elapsed=0.01, busy=True, gap=0.2, **times) == 0.0  # the gap was longer already
