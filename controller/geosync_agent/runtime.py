@@ -579,9 +579,9 @@ class Agent:
             if created is not None and created.exists:
                 created.confirmed_at = max(created.confirmed_at, now.mono)
         self.created.clear()
+        # step -> (seconds, of which this thread's CPU): a step far above its CPU waited (on brokers, on the
+        # interpreter's lock held by another thread, for one of the machine's CPUs)
         steps: dict[str, tuple[float, float]] = {}
-        """step -> (seconds, of which this thread's CPU): a step far above its CPU waited (brokers, the
-        interpreter's lock held by another thread, the machine's other processes)."""
         for name, phase in (
             ("own", self.own),
             ("adopt", self.adopt),
