@@ -363,7 +363,7 @@ def load_run(
             while not stop.is_set():
                 began = time.monotonic()
                 time.sleep(0.05)
-                run.stalls.add("bench asleep", began, time.monotonic() - began - 0.05)
+                run.stalls.add("asleep", began, time.monotonic() - began - 0.05)
 
         collections = Collections(timeline=run.stalls)
         gc.callbacks.append(collections.on_gc)
