@@ -95,12 +95,36 @@ def read_all(
     match: Callable[[messaging.Received], bool] = lambda _m: True,
 ) -> list[messaging.Received]:
     """Read ``topic`` from the earliest message until ``expect`` matching messages arrived (or time out)."""
+    return read_until(service_url, topic, lambda got: len(got) >= expect, timeout_s=timeout_s, match=match)
+
+
+def read_every(service_url: str, topic: str, want: set[str], *, timeout_s: float = 45.0) -> list[str]:
+    """The payloads read from ``topic``'s earliest message until every one of ``want`` came (or time out),
+    repeats included: Pulsar's replication delivers at least once, so a replicator that restarts may send
+    again what it sent."""
+
+    def every(found: list[messaging.Received]) -> bool:
+        return want <= {m.data.decode() for m in found}
+
+    return [m.data.decode() for m in read_until(service_url, topic, every, timeout_s=timeout_s)]
+
+
+def read_until(
+    service_url: str,
+    topic: str,
+    done: Callable[[list[messaging.Received]], bool],
+    *,
+    timeout_s: float = 45.0,
+    match: Callable[[messaging.Received], bool] = lambda _m: True,
+) -> list[messaging.Received]:
+    """Read ``topic`` from the earliest message, keeping those that ``match``, until ``done`` says the kept
+    ones are enough (or time out)."""
     found: list[messaging.Received] = []
     deadline = time.monotonic() + timeout_s
     with messaging.client(service_url) as c:
         reader = c.create_reader(topic, pulsar.MessageId.earliest)
         try:
-            while len(found) < expect and time.monotonic() < deadline:
+            while not done(found) and time.monotonic() < deadline:
                 try:
                     msg = reader.read_next(timeout_millis=500)
                 except pulsar.Timeout:
@@ -140,6 +164,21 @@ def wait_for(
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {said}")
         time.sleep(0.2)
     return time.monotonic() - started
+
+
+def replicated(lab: Lab, source: str, target: str, topics: list[str], *, timeout_s: float = 120.0) -> None:
+    """Until ``source``'s replicator to ``target`` is connected with nothing left to send on every one of
+    ``topics``."""
+
+    def none_left() -> bool:
+        for topic in topics:
+            stats = lab.admin(source).topic_stats(topic)
+            link = (stats.get("replication") or {}).get(target)
+            if link is None or int(link.get("replicationBacklog") or 0) > 0 or not link.get("connected"):
+                return False
+        return True
+
+    wait_for(none_left, timeout_s=timeout_s, what=f"{source} to finish replicating {topics} to {target}")
 
 
 def consume_all(

@@ -26,7 +26,7 @@ import requests
 from geosync_adapters import messaging
 from geosync_core import ownership
 from geosync_lab import labs, regions
-from integration_tests.helpers import Lab, assert_exact, consume_all, produce_batched, wait_for
+from integration_tests.helpers import Lab, assert_exact, consume_all, produce_batched, replicated, wait_for
 from integration_tests.test_batch_failover import consume_and_ack, wait_applied
 from integration_tests.test_multibroker import BROKERS, NAMESPACE, mb_lab, move_bundle, owner  # noqa: F401
 from integration_tests.test_multibroker_agents import (
@@ -91,13 +91,6 @@ def wait_synced_by_owner_only(lab: Lab, region: str, topic: str) -> str:
 
     wait_for(only_owner, timeout_s=60, what=f"{topic} synced in {region} by its owner's sidecar only {seen}")
     return str(seen[0])
-
-
-def replicated_to_b(lab: Lab, topic: str) -> bool:
-    """Whether a's replicator to b is connected with nothing left to send for ``topic``."""
-    stats = lab.admin("a").topic_stats(topic)
-    link = (stats.get("replication") or {}).get("b")
-    return link is not None and bool(link.get("connected")) and int(link.get("replicationBacklog") or 0) == 0
 
 
 def test_pulsar_places_topics_by_the_crc32_of_their_names(mb_lab: Lab) -> None:  # noqa: F811
@@ -255,9 +248,7 @@ def test_the_surviving_brokers_sidecar_takes_over_from_a_killed_one(sidecars: La
 
         wait_for(taken_over, timeout_s=150, what=f"{survivor} to take {topic} over")
         print(f"broker killed: {survivor} took the topic over {time.monotonic() - killed_at:.1f} s after it")
-        wait_for(
-            lambda: replicated_to_b(lab, topic), timeout_s=120, what=f"a to replicate all of {topic} to b"
-        )
+        replicated(lab, "a", "b", [topic])
         try:
             wait_applied(lab, survivor, topic, sub, after=started)
             applied_in = time.monotonic() - killed_at

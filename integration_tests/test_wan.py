@@ -33,6 +33,7 @@ from integration_tests.helpers import (
     given_or_booted,
     produce_batched,
     produce_in_both,
+    replicated,
     wait_for,
 )
 from integration_tests.test_batch_failover import consume_and_ack, wait_applied
@@ -195,20 +196,6 @@ def test_a_replicator_cut_off_is_reported_stalled_until_it_moves_again(lab: Lab,
         wan.partition(lab.topology, lab.dir, ("a", "b"), heal=True)
     replicated(lab, "a", "b", [topic])
     wait_for(lambda: not _stalled(lab, "a", topic), timeout_s=60, what="a's agent to see a->b move again")
-
-
-def replicated(lab: Lab, source: str, target: str, topics: list[str]) -> None:
-    """Until ``source`` has nothing left to replicate to ``target`` on ``topics``."""
-
-    def none_left() -> bool:
-        for topic in topics:
-            stats = lab.admin(source).topic_stats(topic)
-            link = (stats.get("replication") or {}).get(target)
-            if link is None or int(link.get("replicationBacklog") or 0) > 0 or not link.get("connected"):
-                return False
-        return True
-
-    wait_for(none_left, timeout_s=120, what=f"{source} to finish replicating {topics} to {target}")
 
 
 def test_a_cut_from_c_leaves_a_b_exact_and_c_converges_after_healing(lab: Lab, unique: str) -> None:
