@@ -35,7 +35,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1254,10 +1254,12 @@ class Agent:
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"
 
-    def _by_topic(self, *, existing_only: bool) -> dict[str, list[Subscription]]:
-        """The subscriptions of each topic (in the order ``subs`` holds them); ``existing_only``: those that
-        exist here, and only the topics with one. The grouping is made again only when subscriptions came or
-        went; the lists are not to be changed."""
+    def _by_topic(
+        self, *, existing_only: bool, topics: Iterable[str] | None = None
+    ) -> dict[str, list[Subscription]]:
+        """The subscriptions of each topic (in the order ``subs`` holds them), or of ``topics`` only;
+        ``existing_only``: those that exist here, and only the topics with one. The grouping is made again
+        only when subscriptions came or went; the lists are not to be changed."""
         grouped = self.grouped
         if grouped is None or grouped[0] is not self.subs or grouped[1] != self.subs.version:
             groups: dict[str, list[Subscription]] = {}
@@ -1267,7 +1269,9 @@ class Agent:
         if not existing_only:
             return grouped[2]
         out: dict[str, list[Subscription]] = {}
-        for topic, group in grouped[2].items():
+        groups = grouped[2]
+        chosen = groups.items() if topics is None else ((t, groups[t]) for t in topics if t in groups)
+        for topic, group in chosen:
             if all(s.exists for s in group):
                 out[topic] = group
             elif any(s.exists for s in group):
@@ -1848,7 +1852,7 @@ class Agent:
         self.heavy_publishes = self._heavy(self.heavy_publishes_by)
         fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
         if fed:
-            by_topic = self._by_topic(existing_only=True)
+            by_topic = self._by_topic(existing_only=True, topics=fed)
             for topic, cursors in fed.items():
                 self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
         self._flush_states(now, announce=False)  # the polls' flush announces, where there is nothing to send
@@ -1856,7 +1860,6 @@ class Agent:
     def poll(self, now: Now) -> None:
         """Read the cursors due a poll (every one at its topic's resync, to publish them whole) through the
         admin API, and send what they changed."""
-        by_topic = {t: s for t, s in self._by_topic(existing_only=True).items() if t in self.topics}
         resync = set()
         period = self.resync_period()
         if self.sends_lost and self.publish_failing_since is None:
@@ -1865,6 +1868,15 @@ class Agent:
             self.stats.inc("resyncs_after_lost_sends")
             for ts in self.topics.values():
                 ts.resync_at = min(ts.resync_at, now.mono + self.rng.random() * RESYNC_AFTER_LOSS_S)
+        # Only the topics due: sorting out the subscriptions that exist, for every topic, was most of an idle
+        # round's polls at 10,000 subscriptions.
+        tracked = self.topics
+        due_now = [
+            t
+            for t in self._by_topic(existing_only=False)
+            if (seen := tracked.get(t)) is not None and now.mono >= min(seen.resync_at, seen.poll.next_at)
+        ]
+        by_topic = self._by_topic(existing_only=True, topics=due_now)
         for topic in by_topic:
             ts = self.topics[topic]
             if now.mono >= ts.resync_at:
@@ -2084,7 +2096,9 @@ class Agent:
             if cursor != state.cursor:
                 changed = True
                 moved.append(state)
-            state.cursor = cursor
+                state.cursor = cursor
+            # else the same value read again keeps its object: the apply step and the checkpoint tell an
+            # unchanged subscription by identity (a poll parses all its topic's cursors anew)
         if any(not s.kind for s in moved):
             # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
             # per-key order) before the first claim, while the consumer that acknowledged is still there.
@@ -2095,12 +2109,16 @@ class Agent:
         claims = not self.snapshots.covers(topic)
         moved_ids = {id(s) for s in moved}
         for state in states:
-            if polled or id(state) in moved_ids or (claims and state.cursor != state.translated):
+            if (
+                polled
+                or id(state) in moved_ids
+                or (claims and state.cursor is not state.translated and state.cursor != state.translated)
+            ):
                 self._publish(state, force=force, now=now)
         ts = self.topics[topic]
-        floors = [_forgettable(s, claims=claims) for s in states]
-        if all(f is not None for f in floors):
-            ts.tail.forget_up_to(min(f for f in floors if f is not None))
+        floor = _forgettable_floor(states, claims=claims)
+        if floor is not None:
+            ts.tail.forget_up_to(floor)
         if polled:
             ts.poll = pacing.after_poll(
                 ts.poll,
@@ -2309,6 +2327,20 @@ class Agent:
             for topic in self._by_topic(existing_only=False)
         }
         for state in states:
+            planned = state.planned
+            if (
+                planned is not None
+                and planned[0] is state.cursor
+                and planned[2] is state.received
+                and state.pending_move is None
+                and state.announced
+                and state.exists
+            ):
+                # The thousands of subscriptions where nothing changed, told by identity (``_observe`` keeps
+                # an unchanged cursor's object): the same as the basis test below, at a third of its cost.
+                ts = synced[state.topic]
+                if ts is None or planned[1] == ts.tail.version:
+                    continue
             if not state.announced:
                 continue
             ts = synced[state.topic]
@@ -2765,6 +2797,18 @@ def _forgettable(state: Subscription, *, claims: bool) -> Position | None:
     if state.follow:
         return BEFORE_ALL
     return min(state.cursor.mark_delete, state.claimed_to) if claims else state.cursor.mark_delete
+
+
+def _forgettable_floor(states: list[Subscription], *, claims: bool) -> Position | None:
+    """Up to where all of ``states`` let their topic's tail forget (``_forgettable``; None: not at all)."""
+    floor: Position | None = None
+    for state in states:
+        f = _forgettable(state, claims=claims)
+        if f is None:
+            return None
+        if floor is None or f < floor:
+            floor = f
+    return floor
 
 
 def _note_heavy(heavy: dict[fx.SubKey, Subscription], state: Subscription, took: float) -> None:

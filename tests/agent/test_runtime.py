@@ -384,6 +384,25 @@ def test_the_feeds_news_goes_out_before_the_polls_and_claims_that_came_during_th
     assert ("plugin_ack", TOPIC, SUB, "9:1", ("9:3",)) in b.region.calls
 
 
+def test_a_cursor_read_again_unchanged_keeps_its_object_and_is_not_planned_again() -> None:
+    """At 10,000 subscriptions the apply step tells the unchanged ones by identity: a poll that parses a
+    cursor equal to the one held keeps the held object, and apply plans nothing for it."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])
+    a.step()
+    carry(a, b)
+    b.step()
+    b.step()
+    state = b.agent.subs[(TOPIC, SUB)]
+    held, plans = state.cursor, state.planned
+    assert held is not None
+    assert plans is not None
+    b.step(60.0)  # past the resync: the cursor is polled and parsed anew
+    assert ("internal_stats", TOPIC) in b.region.calls[-3:]
+    assert state.cursor is held
+    assert state.planned is plans
+
+
 def test_status_reports_capabilities_and_subscriptions() -> None:
     a, _b = pair()
     a.region.consumer_acks(TOPIC, SUB, A_LOG[:1])
