@@ -145,3 +145,19 @@ def test_unloading_a_topic_starts_a_new_replicator_and_replication_goes_on(lab: 
     got = read_every(lab.service_url("b"), topic, set(first + second))
     assert set(got) == set(first + second)
     assert sent_to_b() < before, "the replicator's count went on: the topic was not unloaded"
+
+
+def test_the_admin_adapter_gets_the_brokers_answers_uncompressed(lab: Lab, unique: str) -> None:
+    """The broker gzips an answer when asked (as requests asks by default); the adapter's are not, so
+    neither side spends CPU on it (a region's own network)."""
+    produce(lab.service_url("a"), f"persistent://geo/ab/plain-{unique}", [b"x"])
+    admin = lab.admin("a")
+    path = f"/admin/v2/persistent/geo/ab/plain-{unique}/stats"
+    encodings: list[str | None] = []
+    admin.session.hooks["response"].append(
+        lambda r, *_a, **_k: encodings.append(r.headers.get("Content-Encoding"))
+    )
+    assert "subscriptions" in admin.get(path)
+    assert encodings == [None]
+    asked = requests.get(admin.base_url + path, headers={"Accept-Encoding": "gzip"}, timeout=10)
+    assert asked.headers.get("Content-Encoding") == "gzip"  # what it would have cost

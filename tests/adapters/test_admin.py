@@ -98,6 +98,20 @@ def test_temporary_failures_are_retried_then_succeed(server: tuple[str, type[_Ha
     assert len(handler.seen) == 3
 
 
+def test_answers_are_asked_for_uncompressed(server: tuple[str, type[_Handler]]) -> None:
+    """The broker gzips its answers when asked to (requests asks by default): the adapter asks for them as
+    they are, sparing the broker and the agent the compression of large stats."""
+    url, handler = server
+    handler.routes["GET /x"] = [(200, {}, {"ok": True})]
+    client = adm.AdminClient(url, retry=FAST)
+    sent: list[str | None] = []
+    client.session.hooks["response"].append(
+        lambda r, *_a, **_k: sent.append(r.request.headers.get("Accept-Encoding"))
+    )
+    assert client.get("/x") == {"ok": True}
+    assert sent == ["identity"]
+
+
 def test_permanent_failures_are_not_retried(server: tuple[str, type[_Handler]]) -> None:
     url, handler = server
     handler.routes["GET /admin/v2/tenants"] = [(403, {}, {"reason": "no"})]
