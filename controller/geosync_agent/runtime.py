@@ -141,6 +141,11 @@ CHECKPOINT_SHARE = 0.1
 """Most of the loop's time taking checkpoints may use: the next one is due no earlier than the last one took
 divided by this (10,000 subscriptions on a busy machine took the loop 1 to 2.5 s a checkpoint, every 2 s in
 the lab). A later checkpoint only means a restart reads a little more."""
+CHECKPOINT_UNCHANGED_MAX_AGE_S = 60.0
+"""A periodic checkpoint is skipped while nothing it would hold looks changed (``checkpoint_fingerprint``),
+for at most this long: an idle agent at 10,000 subscriptions spent a fifth of its CPU writing the same
+checkpoint every few seconds. The fingerprint may miss a change (a batch's size learned): a checkpoint older
+than the state is what a crash between two checkpoints leaves anyway, and this bounds its age."""
 REWIND_SETTLE_S = 30.0
 """After the agent rewound a cursor itself (following a newer generation), backward moves down to where it
 rewound it are its own for this long (a report taken before the rewind may arrive after it)."""
@@ -508,6 +513,9 @@ class Agent:
         """The thread writing the last checkpoint a round took (None before the first)."""
         self.checkpoint_taken_s = 0.0
         """Seconds the last checkpoint took the loop (taking the state; the writing is the thread's)."""
+        self.checkpoint_seen: tuple[Any, list[object], float] | None = None
+        """The last checkpoint written: its fingerprint, the objects whose identities it holds (kept alive, so
+        that no new object takes one of their ids) and when it was taken (monotonic)."""
         self.checkpoint_cost_s = 0.0
         """Seconds the last checkpoint written took in all, taking, encoding and writing: the encoding holds
         the interpreter's lock, so the loop waits on it as on its own work."""
@@ -615,7 +623,7 @@ class Agent:
         self.ready = True
         self.round_done_at = now.mono
         if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
-            self.save_checkpoint(background=True)
+            self.save_checkpoint(background=True, at=now.mono)
             # Taking the state is the loop's, and encoding it holds the interpreter's lock: together they
             # get at most CHECKPOINT_SHARE of the time. (At 500,000 entries a soak's checkpoints took 19-28 s
             # each, one after the other, and the loop's rounds waited 20-50 s.)
@@ -653,12 +661,14 @@ class Agent:
 
     # -- checkpoint (see geosync_agent.checkpointing) ----------------------------------------------
 
-    def save_checkpoint(self, *, background: bool = False) -> None:
+    def save_checkpoint(self, *, background: bool = False, at: float | None = None) -> None:
         """Write the checkpoint now (a failure is logged and counted; the next one tries again). The state
         is taken on the loop's thread (the only one that reads it); with ``background`` it is encoded,
         compressed and written on a thread of its own (a second or more at 10,000 subscriptions on a busy
         machine, which the rounds no longer wait for), and skipped while the previous one is still being
-        written (the next interval writes a newer one). Without, it waits for that one and writes now."""
+        written (the next interval writes a newer one). Without, it waits for that one and writes now. A
+        periodic one (``background``; ``at`` the round's monotonic time) is skipped while the state looks
+        unchanged, for at most CHECKPOINT_UNCHANGED_MAX_AGE_S."""
         if self.checkpoint_path is None:
             return
         writer = self.checkpoint_writer
@@ -668,6 +678,18 @@ class Agent:
                 return
             writer.join()
         started = time.monotonic()
+        at = started if at is None else at
+        fingerprint, held = self.checkpoint_fingerprint()
+        seen = self.checkpoint_seen
+        if (
+            background
+            and seen is not None
+            and seen[0] == fingerprint
+            and at - seen[2] < CHECKPOINT_UNCHANGED_MAX_AGE_S
+        ):
+            self.stats.inc("checkpoints_unchanged")
+            return
+        self.checkpoint_seen = (fingerprint, held, at)
         try:
             state = self.checkpoint_later()
         except ValueError as e:
@@ -698,6 +720,7 @@ class Agent:
             size = checkpointing.save(self.checkpoint_path, region=self.config.region, state=state())
         except (OSError, ValueError) as e:
             self.stats.inc("checkpoint_errors")
+            self.checkpoint_seen = None  # not written: the next one is, changed or not
             log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
             return
         self.stats.inc("checkpoints_written")
@@ -711,6 +734,60 @@ class Agent:
             "taken_in_loop_seconds": round(taken, 4),
             "at": time.time(),
         }
+
+    def checkpoint_fingerprint(self) -> tuple[Any, list[object]]:
+        """What a checkpoint would hold, told cheaply (the tails by identity, sizes, last positions and
+        versions; the claims, immutable values, mostly the same objects as at the last one), and the objects
+        it names by identity."""
+        held: list[object] = []
+        topics = []
+        for topic, ts in self.topics.items():
+            tail = ts.tail
+            held.append(tail)
+            topics.append(
+                (
+                    topic,
+                    id(tail),
+                    tail.stale,
+                    tail.version,
+                    tail.rewrites,
+                    tail.last,
+                    tail.budget_floor,
+                    len(tail.index),
+                    tail.index.floor,
+                    len(tail.index.retirements()),
+                    len(tail.details),
+                    tail.details.lowest(),
+                    len(tail.unresolved),
+                    len(tail.pending),
+                )
+            )
+        subs = []
+        for s in self.subs.values():
+            subs.append(
+                (
+                    s.topic,
+                    s.name,
+                    s.exists,
+                    s.deleted_here,
+                    s.announced,
+                    s.kind,
+                    s.key_shared,
+                    s.generation,
+                    s.follow,
+                    s.active,
+                    s.received,  # compared as values where not the same object (a resync makes equal ones)
+                    s.published,
+                )
+            )
+        rest = (
+            self.incarnation,
+            self.incarnations.to_wire(),
+            {t: tail.last for t, tail in self.controls.items()},
+            {t: _guard_to_wire(g) for t, g in self.guards.items()},
+            {t: _guard_to_wire(g) for t, g in self.snapshots.guards.items()},
+        )
+        return (tuple(topics), tuple(subs), rest), held
 
     def checkpoint(self) -> dict[str, Any]:
         """What a restarted agent needs to resume without re-reading history, as JSON values."""

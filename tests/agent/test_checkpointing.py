@@ -289,3 +289,41 @@ def test_close_writes_the_checkpoint_even_when_the_last_writes_outcomes_fail(tmp
     b.agent.close()
     assert b.agent.writes_in_flight is None
     assert b.agent.stats.counters["checkpoints_written"] == written + 1
+
+
+def test_an_unchanged_state_is_not_written_again_until_it_changes_or_ages(tmp_path: pathlib.Path) -> None:
+    """An idle agent does not write the same checkpoint every interval; a change is written at the next one,
+    and an unchanged one again after CHECKPOINT_UNCHANGED_MAX_AGE_S (a fingerprint may miss a change)."""
+    a, b = pair()
+    b.agent.checkpoint_path = checkpointing.path_in(str(tmp_path))  # b's alone
+    interval = b.config.checkpoint_interval_s + 1
+
+    def settled() -> int:
+        if b.agent.checkpoint_writer is not None:
+            b.agent.checkpoint_writer.join(10)
+        return b.agent.stats.counters["checkpoints_written"]
+
+    b.step(interval)
+    b.step(interval)
+    written, unchanged = settled(), b.agent.stats.counters["checkpoints_unchanged"]
+    b.step(interval)
+    b.step(interval)
+    assert settled() == written
+    assert b.agent.stats.counters["checkpoints_unchanged"] == unchanged + 2
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])  # news: b's claims received change
+    a.step()
+    carry(a, b)
+    b.step(interval)
+    assert settled() == written + 1
+    path = checkpointing.path_in(str(tmp_path))
+    assert checkpointing.load(path, region="b") == b.agent.checkpoint()
+    b.step(interval)  # what followed from the claims (b's cursor, its tail's floor): written too
+    b.step(interval)
+    written = settled()
+    steps = int(runtime.CHECKPOINT_UNCHANGED_MAX_AGE_S // interval)
+    for _ in range(steps - 1):
+        b.step(interval)
+    assert settled() == written  # unchanged: nothing written for nearly a minute
+    b.step(interval)
+    b.step(interval)
+    assert settled() == written + 1  # then once, however unchanged
