@@ -1738,7 +1738,8 @@ class Agent:
             self._reject(envelopes.Rejected(envelopes.Reason.MISPLACED))
             return
         if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
-            self.transit_ms.add(now.wall_ms - opened.sent_at_ms)
+            # Until now, not the round's start: a message may be taken late in the round (``receive again``).
+            self.transit_ms.add(int(time.time() * 1000) - opened.sent_at_ms)
         self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)

@@ -173,6 +173,26 @@ def test_tampered_and_replayed_control_messages_change_nothing() -> None:
     assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[1]
 
 
+def test_a_control_messages_transit_is_measured_when_it_is_taken_not_when_the_round_began() -> None:
+    """A message may be taken late in a round (``receive again``, after the polls): its transit is from its
+    send to when it was taken, on the wall clock (the fake's rounds run at 1,000 s: a transit measured
+    from the round's start would come out negative by decades)."""
+    _, b = pair()
+    sent_ms = int(time.time() * 1000) - 400
+    b.agent.started_ms = sent_ms - 1000  # sent after the agent started: not history read again
+    envelope = envelopes.Envelope(
+        kind=envelopes.ACK_STATES,
+        region="a",
+        seq=sent_ms * 1000,
+        sent_at_ms=sent_ms,
+        payload=envelopes.encode_ack_states([], region="a"),
+    )
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=envelopes.seal(KEY, envelope)))
+    b.step()
+    transit = b.agent.status()["control_transit_ms"]
+    assert 400 <= transit["p50"] < 60_000
+
+
 def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_nor_guard() -> None:
     """Issue 14: someone with produce permission only copies genuine signed envelopes onto geo/ab's
     control topic: a policy event with a high sequence number, and a's states for another namespace. Both
