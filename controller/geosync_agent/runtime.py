@@ -2405,20 +2405,6 @@ class Agent:
             for topic in self._by_topic(existing_only=False)
         }
         for state in states:
-            planned = state.planned
-            if (
-                planned is not None
-                and planned[0] is state.cursor
-                and planned[2] is state.received
-                and state.pending_move is None
-                and state.announced
-                and state.exists
-            ):
-                # The thousands of subscriptions where nothing changed, told by identity (``_observe`` keeps
-                # an unchanged cursor's object): the same as the basis test below, at a third of its cost.
-                ts = synced[state.topic]
-                if ts is None or planned[1] == ts.tail.version:
-                    continue
             if not state.announced:
                 continue
             ts = synced[state.topic]
@@ -2431,7 +2417,8 @@ class Agent:
             if state.cursor is None:
                 state.waiting = "its cursor has not been read here yet"
                 continue
-            # First: nothing else is looked at for the thousands of subscriptions where nothing changed.
+            # First: nothing else is looked at for the thousands of subscriptions where nothing changed (the
+            # comparison is by identity first: ``_observe`` keeps an unchanged cursor's object).
             basis = (state.cursor, ts.tail.version, state.received)
             if state.planned is not None and state.pending_move is None:
                 if basis == state.planned:
