@@ -1949,18 +1949,20 @@ class Agent:
         # Only the topics due: sorting out the subscriptions that exist, for every topic, was most of an idle
         # round's polls at 10,000 subscriptions.
         tracked = self.topics
-        due_now = [
-            t
-            for t in self._by_topic(existing_only=False)
-            if (seen := tracked.get(t)) is not None and now.mono >= min(seen.resync_at, seen.poll.next_at)
-        ]
-        by_topic = self._by_topic(existing_only=True, topics=due_now)
+        by_topic = self._by_topic(
+            existing_only=True,
+            topics=[
+                t
+                for t in self._by_topic(existing_only=False)
+                if (seen := tracked.get(t)) is not None and now.mono >= min(seen.resync_at, seen.poll.next_at)
+            ],
+        )
         for topic in by_topic:
             ts = self.topics[topic]
             if now.mono >= ts.resync_at:
                 resync.add(topic)
                 ts.resync_at = now.mono + period
-        due = [t for t in by_topic if t in resync or now.mono >= self.topics[t].poll.next_at]
+        due = list(by_topic)  # each at its resync or its poll's time
         unreachable: list[str] = []
         for topic, internal in zip(due, self.effector.map(self._internal_stats, due), strict=True):
             if isinstance(internal, adm.OwnerUnreachable):
