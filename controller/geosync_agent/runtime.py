@@ -757,6 +757,7 @@ class Agent:
                     tail.index.floor,
                     len(tail.index.retirements()),
                     len(tail.details),
+                    tail.details.changes,
                     tail.details.lowest(),
                     len(tail.unresolved),
                     len(tail.pending),

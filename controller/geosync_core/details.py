@@ -48,6 +48,9 @@ class EntryDetails:
     def __init__(self) -> None:
         self._columns: dict[int, _Column] = {}
         self._count = 0
+        self.changes = 0
+        """How many times an entry already held changed (a size grew, a message's own key): what the count
+        of entries does not show (the agent's checkpoint fingerprint)."""
 
     def __len__(self) -> int:
         return self._count
@@ -75,6 +78,7 @@ class EntryDetails:
         if column is None or i is None or column.keys[i] is None or size <= max(column.sizes[i], 1):
             return False
         column.sizes[i] = size
+        self.changes += 1
         return True
 
     def set_message_key(self, p: Position, index: int, key: str) -> None:
@@ -91,6 +95,7 @@ class EntryDetails:
             keys = column.message_keys[p.entry] = [own] * index
         keys.extend([own] * (index + 1 - len(keys)))
         keys[index] = key
+        self.changes += 1
 
     def key(self, p: Position) -> str | None:
         column = self._columns.get(p.ledger)

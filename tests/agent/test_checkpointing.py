@@ -327,3 +327,31 @@ def test_an_unchanged_state_is_not_written_again_until_it_changes_or_ages(tmp_pa
     b.step(interval)
     b.step(interval)
     assert settled() == written + 1  # then once, however unchanged
+
+
+def test_a_learned_batch_size_is_written_at_the_next_checkpoint(tmp_path: pathlib.Path) -> None:
+    """A size learned for an entry already held changes the checkpoint without adding an entry: the
+    fingerprint sees it, so it is not left out for up to CHECKPOINT_UNCHANGED_MAX_AGE_S."""
+    _a, b = pair()
+    b.agent.checkpoint_path = checkpointing.path_in(str(tmp_path))
+    interval = b.config.checkpoint_interval_s + 1
+
+    def settled() -> int:
+        if b.agent.checkpoint_writer is not None:
+            b.agent.checkpoint_writer.join(10)
+        return b.agent.stats.counters["checkpoints_written"]
+
+    b.step(interval)
+    b.step(interval)
+    b.step(interval)
+    written = settled()
+    b.step(interval)
+    assert settled() == written  # idle: skipped
+    details = b.agent.topics[TOPIC].tail.details
+    entry = details.lowest()
+    assert entry is not None
+    assert details.grow(entry, (details.size(entry) or 1) + 3)
+    b.step(interval)
+    assert settled() == written + 1
+    path = checkpointing.path_in(str(tmp_path))
+    assert checkpointing.load(path, region="b") == b.agent.checkpoint()

@@ -158,6 +158,23 @@ def test_size_grows_and_a_marker_gap_has_no_details() -> None:
         details.record(Position(2, 9), "a", None)
 
 
+def test_changes_count_what_the_number_of_entries_does_not_show() -> None:
+    """The agent skips a checkpoint while its fingerprint is unchanged: a learned size or a message's own
+    key changes what a checkpoint holds without adding an entry."""
+    details = EntryDetails()
+    details.record(Position(3, 0), "a", 2)
+    assert details.changes == 0
+    assert not details.grow(Position(3, 0), 2)
+    assert details.changes == 0
+    assert details.grow(Position(3, 0), 5)
+    assert details.changes == 1
+    details.set_message_key(Position(3, 0), 1, "a")  # the entry's own key: nothing kept
+    assert details.changes == 1
+    details.set_message_key(Position(3, 0), 1, "b")
+    assert details.changes == 2
+    assert len(details) == 1
+
+
 def test_many_entries_cost_a_fraction_of_a_dictionary() -> None:
     # What this replaced: a dict Position -> key and another for sizes, about 250 bytes an entry.
     tracemalloc.start()
