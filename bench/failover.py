@@ -154,10 +154,15 @@ class LoadRun:
     """Per synced probe (same order as ``lags``): seconds from the acknowledgement in a until the probe
     first found b's copy of the entry (0 when it was there at the first look)."""
     timeouts: int = 0
+    timed_out: list[float] = field(default_factory=list)
+    """When each probe not synced within its 10 s was acknowledged in a (monotonic clock)."""
     acked: int = 0
     published: int = 0
     slow: list[SlowProbe] = field(default_factory=list)
     """Probes synced a second or more after their acknowledgement, with what their polls saw."""
+    probes: list[tuple[float, float]] = field(default_factory=list)
+    """Per synced probe (same order as ``lags``): when it was acknowledged in a and when b showed it, on this
+    machine's monotonic clock (for relating probes to events, e.g. an agent restarted during the load)."""
     stalls: Timeline = field(default_factory=Timeline)
     """When this process itself could not run (a 50 ms sleep woke late, or a garbage collection), on the
     machine's monotonic clock like the agents' timelines: a probe's lag may be the bench's own."""
@@ -167,6 +172,7 @@ class LoadRun:
         ``polls``: when each of its polls of b began and how long it took."""
         now = time.monotonic()
         self.lags.append(now - acked_at)
+        self.probes.append((acked_at, now))
         self.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
         if now - acked_at >= 1.0:
             self.slow.append(SlowProbe(acked_at, copied_at, now, polls))
@@ -357,6 +363,7 @@ def load_run(
                     time.sleep(0.02 if time.monotonic() - acked_at < 0.5 else 0.1)
                 if not done and not stop.is_set():
                     run.timeouts += 1
+                    run.timed_out.append(acked_at)
 
         def watch() -> None:
             """Record when this process could not run for a while (its sleeps wake late)."""

@@ -17,6 +17,12 @@ One run, three parts, each reusing another bench's load (imported, not copied):
 3. Restart (kill -9 of b's agent) to exact with ``--retained`` messages on a topic (``bench/restart.py``:
    its checkpoint mode, ``--restart-runs`` times). ``--skip-restart`` leaves it out.
 
+``--restart-under-load AFTER:DOWN`` kills b's agent (SIGKILL, its checkpoint kept) AFTER seconds into each
+of GeoSync's steady loads and starts it again DOWN seconds later, while the load and a's agent go on: a
+restart at 10,000 subscriptions under 2,000 acknowledgements a second. Printed for that step: how long after
+the agent's start b showed the probes it left waiting (in flight as it went down, or acknowledged while it was
+down; p50 and max), and how many did not sync within their 10 s. The step's lag figures include the outage.
+
 ``--py-spy DIR`` records both agents with py-spy over each load (collapsed stacks, one file per agent and
 step, for flame graphs or ``sort | uniq``-style reading of where a round's time goes). Idle samples are
 kept (``--idle``): a thread waiting on a socket shows in the frame that waits.
@@ -32,8 +38,10 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
@@ -108,6 +116,8 @@ class Step:
     pace: str
     timelines: dict[str, list[dict[str, Any]]]
     """Each agent's timeline (/state) as the load ended: its long rounds, discovery passes, collections."""
+    outage: str | None = None
+    """What the probes acknowledged while b's agent was down saw (``--restart-under-load``)."""
 
 
 class Monitor:
@@ -138,7 +148,9 @@ class Monitor:
             self._sample()
             self._profile()
         else:
-            self.cpu = {name: self.cpu[name] + cpu_seconds(pid) for name, pid in self.pids.items()}
+            self.cpu = {
+                name: self.cpu[name] + (cpu_seconds(pid) if pid else 0.0) for name, pid in self.pids.items()
+            }
             self.machine = {k: self.machine[k] + v for k, v in self._machine().items()}
             self.span = time.monotonic() - self.started
             for p in self.profilers:
@@ -147,10 +159,22 @@ class Monitor:
                 p.wait(timeout=60)
             self._sample()
 
+    def swap(self, name: str, kill: Callable[[], object]) -> None:
+        """Agent ``name`` is about to be killed: count its CPU so far, then ``kill`` it; ``restarted`` follows
+        its new process from its start (a restart's own CPU is the agent's too)."""
+        spent = cpu_seconds(self.pids[name])
+        kill()
+        self.cpu[name] += spent
+        self.machine[f"agent {name}"] += spent
+        self.pids[name] = 0
+
+    def restarted(self, name: str) -> None:
+        self.pids[name] = pids(self.lab_dir)[name]
+
     def _machine(self) -> dict[str, float]:
         mine = os.times()
         return {
-            **{f"agent {n}": cpu_seconds(pid) for n, pid in self.pids.items()},
+            **{f"agent {n}": cpu_seconds(pid) if pid else 0.0 for n, pid in self.pids.items()},
             **{f"region {n}": sum(cpu_seconds(p) for p in pids) for n, pids in self.region_pids.items()},
             "bench (its clients)": mine.user + mine.system,
         }
@@ -225,6 +249,84 @@ class Monitor:
         )
 
 
+@dataclass
+class Outage:
+    """b's agent killed (SIGKILL) ``after_s`` into the load and started again ``down_s`` later, its
+    checkpoint kept: the load, and a's agent, go on meanwhile (``--restart-under-load``)."""
+
+    after_s: float
+    down_s: float
+    killed_at: float | None = None
+    started_at: float | None = None
+    ready_at: float | None = None
+    error: str | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str | None) -> Outage | None:
+        if not text:
+            return None
+        after, sep, down = text.partition(":")
+        try:
+            outage = cls(float(after), float(down)) if sep else None
+        except ValueError:
+            outage = None
+        if outage is None or outage.after_s < 0 or outage.down_s < 0:
+            raise SystemExit(
+                f"--restart-under-load {text!r}: give AFTER:DOWN in seconds, e.g. 10:3 (kill b's agent 10 s "
+                "into the load, start it 3 s later)"
+            )
+        return outage
+
+    def during(self, lab_dir: pathlib.Path, monitor: Monitor) -> Callable[[bool], None]:
+        """``failover.load_run``'s ``during``: the monitor's, and the outage started with the load."""
+
+        def during(started: bool) -> None:
+            if started:
+                monitor(started)
+                thread = threading.Thread(target=self._run, args=(lab_dir, monitor), daemon=True)
+                self.threads.append(thread)
+                thread.start()
+            else:
+                for thread in self.threads:
+                    thread.join(timeout=300)
+                monitor(started)
+
+        return during
+
+    def _run(self, lab_dir: pathlib.Path, monitor: Monitor) -> None:
+        try:
+            time.sleep(self.after_s)
+            monitor.swap("b", lambda: labs.stop_agent(lab_dir, "b", kill=True))
+            self.killed_at = time.monotonic()
+            time.sleep(self.down_s)
+            labs.start_agent(lab_dir, "b")
+            self.started_at = time.monotonic()
+            monitor.restarted("b")
+            labs.wait_agent_ready(lab_dir, "b", timeout_s=300)
+            self.ready_at = time.monotonic()
+        except Exception as e:  # reported with the figures: a bench survives its own disturbance failing
+            self.error = f"{e.__class__.__name__}: {e}"
+
+    def report(self, run: failover.LoadRun) -> str:
+        """The probes b's agent left waiting: acknowledged before its start and not synced when it was
+        killed (the probes sample the latest acknowledgements, so these are the ones in flight as it went
+        down or acknowledged while it was down): how long after its start b showed them."""
+        if self.error or self.killed_at is None or self.started_at is None:
+            return f"the restart did not happen: {self.error or 'the load ended first'}"
+        waited = [
+            synced - self.started_at for acked, synced in run.probes if acked < self.started_at < synced
+        ]
+        waited = [max(0.0, t) for t in waited]
+        lost = sum(1 for acked in run.timed_out if acked < self.started_at)
+        ready = "-" if self.ready_at is None else f"{self.ready_at - self.started_at:.2f} s"
+        return (
+            f"b's agent killed {self.after_s:.0f} s into the load, started {self.down_s:.1f} s later, ready "
+            f"after {ready}; probes it left waiting: {len(waited)} synced, {lost} not within their 10 s; "
+            f"exact after its start p50 {s(waited, 0.5)}, max {s(waited, None)}"
+        )
+
+
 def agent_state(lab_dir: pathlib.Path, region: str) -> dict[str, Any]:
     state: dict[str, Any] = requests.get(
         labs.agent_metrics_url(lab_dir, region) + "/state", timeout=10
@@ -232,7 +334,15 @@ def agent_state(lab_dir: pathlib.Path, region: str) -> dict[str, Any]:
     return state
 
 
-def load_step(lab_dir: pathlib.Path, topology: topo.Topology, n: int, mode: str, args: Any) -> Step:
+def load_step(
+    lab_dir: pathlib.Path,
+    topology: topo.Topology,
+    n: int,
+    mode: str,
+    args: Any,
+    *,
+    outage: Outage | None = None,
+) -> Step:
     topics, per_topic = shape(n)
     monitor = Monitor(lab_dir, profile=args.py_spy, label=f"{n}-{mode}-{time.strftime('%H%M%S')}")
     run = failover.load_run(
@@ -243,7 +353,7 @@ def load_step(lab_dir: pathlib.Path, topology: topo.Topology, n: int, mode: str,
         n_subs=per_topic,
         rate=args.rate,
         batching=True,
-        during=monitor,
+        during=monitor if outage is None else outage.during(lab_dir, monitor),
     )
     now = pids(lab_dir)
     return Step(
@@ -256,6 +366,7 @@ def load_step(lab_dir: pathlib.Path, topology: topo.Topology, n: int, mode: str,
         load=", ".join(f"{x:.1f}" for x in os.getloadavg()),
         pace=monitor.pace(),
         timelines={n: monitor.samples[-1][n].get("timeline", []) for n in AGENTS} if monitor.samples else {},
+        outage=None if outage is None else outage.report(run),
     )
 
 
@@ -309,9 +420,16 @@ def main() -> None:
     parser.add_argument("--restart-runs", type=int, default=3)
     parser.add_argument("--skip-restart", action="store_true")
     parser.add_argument(
+        "--restart-under-load",
+        metavar="AFTER:DOWN",
+        help="in GeoSync's steady loads, kill -9 b's agent AFTER s into the load and start it DOWN s later "
+        "(its checkpoint kept); printed: how long after its start b showed what a acknowledged meanwhile",
+    )
+    parser.add_argument(
         "--py-spy", type=pathlib.Path, help="record both agents with py-spy into this directory"
     )
     args = parser.parse_args()
+    outage = Outage.parse(args.restart_under_load)
     quiet_clients()
     steps = [int(x) for x in args.steps.split(",") if x]
     repeat_step, _, repeat_times = args.repeat.partition(":")
@@ -323,7 +441,10 @@ def main() -> None:
         for n in steps:
             for mode in args.modes.split(","):
                 for _ in range(repeats.get(n, 1) if mode == "geosync" else 1):
-                    step = load_step(lab_dir, topology, n, mode, args)
+                    fresh = (
+                        None if outage is None or mode != "geosync" else Outage(outage.after_s, outage.down_s)
+                    )
+                    step = load_step(lab_dir, topology, n, mode, args, outage=fresh)
                     results.append(step)
                     console.print(
                         f"{n} subs, {mode}: p50 {ms(step.run.lags, 0.5)} p99 {ms(step.run.lags, 0.99)} "
@@ -332,6 +453,8 @@ def main() -> None:
                         f"tracked {step.tracked}, load {step.load}"
                     )
                     console.print(f"  pace: {step.pace}")
+                    if step.outage:
+                        console.print(f"  restart under load: {step.outage}")
                     lags = sorted(step.run.lags)
                     if lags:
                         # The shape of the tail: a p99 of a hundred probes is their second-slowest.
