@@ -95,8 +95,10 @@ def one_run(
     mode: str,
     acks: int,
     seed: int,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[float | None, int]:
-    """(seconds from b's agent start to exact or None within 120 s, messages b's agent read meanwhile)."""
+    """(seconds from b's agent start to exact or None within 120 s, messages b's agent read meanwhile).
+    ``settings``: b's agent configuration over the lab's when it starts again (``labs.start_agent``)."""
     labs.stop_agent(lab_dir, "b", kill=True)
     if mode == "rebuild":
         (lab_dir / "agents" / "b-state" / CHECKPOINT).unlink(missing_ok=True)
@@ -108,7 +110,7 @@ def one_run(
     in_b = [(mapping[p], i) for p, i in received]
     back = {(p_b, i): (p_a, i) for (p_a, i), (p_b, _) in zip(received, in_b, strict=True)}
     started = time.monotonic()
-    labs.start_agent(lab_dir, "b")
+    labs.start_agent(lab_dir, "b", settings=settings)
     took: float | None = None
     got: set[probes.Message] = set()
     while time.monotonic() - started < 120:

@@ -23,6 +23,9 @@ restart at 10,000 subscriptions under 2,000 acknowledgements a second. Printed f
 the agent's start b showed the probes it left waiting (in flight as it went down, or acknowledged while it was
 down; p50 and max), and how many did not sync within their 10 s. The step's lag figures include the outage.
 
+``--agent-intervals production`` first restarts both agents with their own checkpoint and discovery intervals
+(10 s each, as the Helm chart deploys them) instead of the lab's test-speed 2 s and 5 s.
+
 ``--py-spy DIR`` records both agents with py-spy over each load (collapsed stacks, one file per agent and
 step, for flame graphs or ``sort | uniq``-style reading of where a round's time goes). Idle samples are
 kept (``--idle``): a thread waiting on a socket shows in the frame that waits.
@@ -62,6 +65,12 @@ from geosync_lab.probes import percentile
 console = Console(width=180)
 TICKS = os.sysconf("SC_CLK_TCK")
 AGENTS = ("a", "b")
+INTERVALS = {
+    "lab": {},
+    # The agent's own defaults (the Helm chart's too): a checkpoint and a discovery pass every 10 s, where the
+    # lab's agents checkpoint every 2 s and discover every 5 s so that tests see both sooner.
+    "production": {"checkpoint_interval_s": None, "discover_interval_s": None},
+}
 
 
 def quiet_clients() -> None:
@@ -256,6 +265,8 @@ class Outage:
 
     after_s: float
     down_s: float
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The agent's configuration over the lab's when it is started again (``--agent-intervals``)."""
     killed_at: float | None = None
     started_at: float | None = None
     ready_at: float | None = None
@@ -300,7 +311,7 @@ class Outage:
             monitor.swap("b", lambda: labs.stop_agent(lab_dir, "b", kill=True))
             self.killed_at = time.monotonic()
             time.sleep(self.down_s)
-            labs.start_agent(lab_dir, "b")
+            labs.start_agent(lab_dir, "b", settings=self.settings)
             self.started_at = time.monotonic()
             monitor.restarted("b")
             labs.wait_agent_ready(lab_dir, "b", timeout_s=300)
@@ -325,6 +336,16 @@ class Outage:
             f"after {ready}; probes it left waiting: {len(waited)} synced, {lost} not within their 10 s; "
             f"exact after its start p50 {s(waited, 0.5)}, max {s(waited, None)}"
         )
+
+
+def restart_agents(lab_dir: pathlib.Path, settings: dict[str, Any]) -> None:
+    """Both agents stopped (each writes its checkpoint) and started again with ``settings`` over the lab's
+    configuration."""
+    for name in AGENTS:
+        labs.stop_agent(lab_dir, name)
+        labs.start_agent(lab_dir, name, settings=settings)
+    for name in AGENTS:
+        labs.wait_agent_ready(lab_dir, name, timeout_s=300)
 
 
 def agent_state(lab_dir: pathlib.Path, region: str) -> dict[str, Any]:
@@ -420,6 +441,13 @@ def main() -> None:
     parser.add_argument("--restart-runs", type=int, default=3)
     parser.add_argument("--skip-restart", action="store_true")
     parser.add_argument(
+        "--agent-intervals",
+        choices=sorted(INTERVALS),
+        default="lab",
+        help="production: restart both agents first with their own checkpoint and discovery intervals (10 s "
+        "each, as the Helm chart deploys them) instead of the lab's 2 s and 5 s, which are there for tests",
+    )
+    parser.add_argument(
         "--restart-under-load",
         metavar="AFTER:DOWN",
         help="in GeoSync's steady loads, kill -9 b's agent AFTER s into the load and start it DOWN s later "
@@ -430,19 +458,27 @@ def main() -> None:
     )
     args = parser.parse_args()
     outage = Outage.parse(args.restart_under_load)
+    settings = INTERVALS[args.agent_intervals]
     quiet_clients()
     steps = [int(x) for x in args.steps.split(",") if x]
     repeat_step, _, repeat_times = args.repeat.partition(":")
     repeats = {int(repeat_step): int(repeat_times or 1)} if repeat_step else {}
     with labs.given_or_booted(args.lab, ["a", "b", "c"], report=console.print) as lab_dir:
+        if settings:
+            restart_agents(lab_dir, settings)
         topology = labs.load(lab_dir)
-        console.print(f"Pulsar {topology.pulsar_version}; {os.cpu_count()} cores; load {os.getloadavg()}")
+        console.print(
+            f"Pulsar {topology.pulsar_version}; {os.cpu_count()} cores; load {os.getloadavg()}; agents' "
+            f"intervals: {args.agent_intervals}"
+        )
         results: list[Step] = []
         for n in steps:
             for mode in args.modes.split(","):
                 for _ in range(repeats.get(n, 1) if mode == "geosync" else 1):
                     fresh = (
-                        None if outage is None or mode != "geosync" else Outage(outage.after_s, outage.down_s)
+                        None
+                        if outage is None or mode != "geosync"
+                        else Outage(outage.after_s, outage.down_s, settings)
                     )
                     step = load_step(lab_dir, topology, n, mode, args, outage=fresh)
                     results.append(step)
@@ -550,7 +586,15 @@ def main() -> None:
                 )
                 for run in range(args.restart_runs):
                     took, read = restart.one_run(
-                        lab_dir, topology, consumer, topic, sub, mode="checkpoint", acks=2000, seed=run
+                        lab_dir,
+                        topology,
+                        consumer,
+                        topic,
+                        sub,
+                        mode="checkpoint",
+                        acks=2000,
+                        seed=run,
+                        settings=settings,
                     )
                     console.print(f"restart, run {run + 1}: {'-' if took is None else f'{took:.2f} s'}")
                     if took is not None:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -562,6 +562,7 @@ def start_agent(
     plugin_index: bool = True,
     key_id: str | None = None,
     broker: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> topo.Topology:
     """Start (or restart) the agent of region ``name`` as a process; its config names only its region.
     ``plugin_cursors=False`` makes it read and move cursors through the admin API only (the path for brokers
@@ -570,7 +571,9 @@ def start_agent(
     ``key_id``: sign with that key of ``agents/keys`` (default: the key it signed with before).
     ``broker``: start instead the sidecar agent of the region's broker number ``broker`` (from 0), named
     ``sidecar_name(name, broker)``: it talks to that broker only and syncs the topics it owns
-    (``shard_by_ownership``); stop it, wait for it and read its metrics under that name."""
+    (``shard_by_ownership``); stop it, wait for it and read its metrics under that name.
+    ``settings``: configuration keys that replace the lab's (a key given None is left out: the agent's
+    own default), e.g. ``{"checkpoint_interval_s": None}``: the production interval, not the lab's 2 s."""
     lab_dir = lab_dir.resolve()
     topology = load(lab_dir)
     region = topology.region(name)
@@ -602,41 +605,37 @@ def start_agent(
             "shard_by_ownership": True,
             "ownership_refresh_s": 1.0,
         }
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "region": name,
-                **where,
-                "service_url": region.service_url,
-                "zookeeper": region.zookeeper,
-                "signing_key_file": str(agents_dir / "keys" / f"{key_id}.key"),
-                "signing_key_id": key_id,
-                "keyring_file": str(keyring),
-                "metrics_port": metrics_port,
-                "poll_interval_s": poll_interval_s,
-                "plugin_cursors": plugin_cursors,
-                "plugin_index": plugin_index,
-                "state_dir": str(agents_dir / f"{agent_name}-state"),
-                "checkpoint_interval_s": 2.0,
-                "discover_interval_s": 5.0,
-                # A replicator cut off shows as stalled within a test's patience (default 300 s).
-                "replicator_stall_s": 20.0,
-                # ... and one stuck while connected (Pulsar 4.0.8: apache/pulsar#25097) has its topic
-                # unloaded a minute on: longer than any test holds a region frozen on purpose.
-                "replicator_unload_after_s": 60.0,
-                "control_topic": CONTROL_TOPIC,
-                # The policy mirror's events travel in the namespace every region of the lab is in.
-                "mirror_events_topic": f"persistent://{all_regions_namespace(topology)}/geosync-policy-events",
-                # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's
-                # own replicated subscriptions there) and unsynced-* (tests that need drift on purpose).
-                "exclude": list(UNSYNCED_PATTERNS),
-                # Tenants that tests and benchmarks mirror with their own in-process mirrors.
-                "mirror_exclude_tenants": ["public", "pulsar", "mirror-*", "bench-*"],
-                "snapshot_namespaces": [topo.SNAPSHOT_NAMESPACE_PATTERN],
-            },
-            sort_keys=True,
-        )
-    )
+    values = {
+        "region": name,
+        **where,
+        "service_url": region.service_url,
+        "zookeeper": region.zookeeper,
+        "signing_key_file": str(agents_dir / "keys" / f"{key_id}.key"),
+        "signing_key_id": key_id,
+        "keyring_file": str(keyring),
+        "metrics_port": metrics_port,
+        "poll_interval_s": poll_interval_s,
+        "plugin_cursors": plugin_cursors,
+        "plugin_index": plugin_index,
+        "state_dir": str(agents_dir / f"{agent_name}-state"),
+        "checkpoint_interval_s": 2.0,
+        "discover_interval_s": 5.0,
+        # A replicator cut off shows as stalled within a test's patience (default 300 s).
+        "replicator_stall_s": 20.0,
+        # ... and one stuck while connected (Pulsar 4.0.8: apache/pulsar#25097) has its topic
+        # unloaded a minute on: longer than any test holds a region frozen on purpose.
+        "replicator_unload_after_s": 60.0,
+        "control_topic": CONTROL_TOPIC,
+        # The policy mirror's events travel in the namespace every region of the lab is in.
+        "mirror_events_topic": f"persistent://{all_regions_namespace(topology)}/geosync-policy-events",
+        # Left alone by the agents: pip33-* (benchmarks and the demo compare GeoSync with Pulsar's
+        # own replicated subscriptions there) and unsynced-* (tests that need drift on purpose).
+        "exclude": list(UNSYNCED_PATTERNS),
+        # Tenants that tests and benchmarks mirror with their own in-process mirrors.
+        "mirror_exclude_tenants": ["public", "pulsar", "mirror-*", "bench-*"],
+        "snapshot_namespaces": [topo.SNAPSHOT_NAMESPACE_PATTERN],
+    }
+    config.write_text(yaml.safe_dump(with_settings(values, settings or {}), sort_keys=True))
     with logfile.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "geosync_agent", "--config", str(config)],
@@ -656,6 +655,15 @@ def start_agent(
     )
     save(lab_dir, topology)
     return topology
+
+
+def with_settings(values: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent configuration ``values`` with ``settings`` over it: a setting given None removes the key
+    (the agent's own default then applies)."""
+    merged = {**values, **{k: v for k, v in settings.items() if v is not None}}
+    for key in [k for k, v in settings.items() if v is None]:
+        merged.pop(key, None)
+    return merged
 
 
 def stop_agent(lab_dir: pathlib.Path, name: str, *, kill: bool = False) -> topo.Topology:

@@ -214,3 +214,11 @@ def test_zero_brokers_is_a_usage_error(tmp_path: pathlib.Path) -> None:
     result = CliRunner().invoke(main, ["lab", "up", "--brokers", "0", "--dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "--brokers" in result.output
+
+
+def test_agent_settings_replace_the_labs_and_none_leaves_the_agents_default() -> None:
+    values = {"region": "a", "checkpoint_interval_s": 2.0, "discover_interval_s": 5.0}
+    merged = labs.with_settings(values, {"checkpoint_interval_s": None, "poll_interval_s": 0.5})
+    assert merged == {"region": "a", "discover_interval_s": 5.0, "poll_interval_s": 0.5}
+    assert values["checkpoint_interval_s"] == 2.0  # the lab's own values are not changed
+    assert labs.with_settings(values, {}) == values
