@@ -23,8 +23,9 @@ restart at 10,000 subscriptions under 2,000 acknowledgements a second. Printed f
 the agent's start b showed the probes it left waiting (in flight as it went down, or acknowledged while it was
 down; p50 and max), and how many did not sync within their 10 s. The step's lag figures include the outage.
 
-``--agent-intervals production`` first restarts both agents with their own checkpoint and discovery intervals
-(10 s each, as the Helm chart deploys them) instead of the lab's test-speed 2 s and 5 s.
+The agents are first restarted with their own checkpoint and discovery intervals (10 s each, as the Helm chart
+deploys them) instead of the lab's test-speed 2 s and 5 s (``--agent-intervals lab`` keeps those, as every
+run before session 25 did).
 
 ``--py-spy DIR`` records both agents with py-spy over each load (collapsed stacks, one file per agent and
 step, for flame graphs or ``sort | uniq``-style reading of where a round's time goes). Idle samples are
@@ -443,9 +444,10 @@ def main() -> None:
     parser.add_argument(
         "--agent-intervals",
         choices=sorted(INTERVALS),
-        default="lab",
-        help="production: restart both agents first with their own checkpoint and discovery intervals (10 s "
-        "each, as the Helm chart deploys them) instead of the lab's 2 s and 5 s, which are there for tests",
+        default="production",
+        help="production (the default): restart both agents first with their own checkpoint and discovery "
+        "intervals (10 s each, as the Helm chart deploys them); lab: keep the lab's 2 s and 5 s, which are "
+        "there for tests (BENCHMARKS.md before session 25)",
     )
     parser.add_argument(
         "--restart-under-load",
