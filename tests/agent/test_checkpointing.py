@@ -24,6 +24,18 @@ from tests.agent.test_runtime import A_LOG, B_LOG, SUB, TOPIC, carry, pair
 STATE = {"topics": {"t": {"last": [1, 2]}}, "n": [1, 2.5, None, "x"]}
 
 
+def wait_for_writer(h: Harness) -> None:
+    """Until the agent's checkpoint writer (if one is running) has finished."""
+    if h.agent.checkpoint_writer is not None:
+        h.agent.checkpoint_writer.join(10)
+
+
+def written_by(h: Harness) -> int:
+    """The checkpoints the agent has written, once its writer has finished."""
+    wait_for_writer(h)
+    return h.agent.stats.counters["checkpoints_written"]
+
+
 def test_a_checkpoint_reads_back_as_written(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "state" / checkpointing.FILE
     size = checkpointing.save(path, region="b", state=STATE)
@@ -162,8 +174,7 @@ def test_rounds_write_the_checkpoint_on_a_thread_of_their_own(
         release.wait(10)
         return real_save(*args, **kwargs)
 
-    if b.agent.checkpoint_writer is not None:
-        b.agent.checkpoint_writer.join(10)
+    wait_for_writer(b)
     skipped = b.agent.stats.counters["checkpoints_skipped"]
     monkeypatch.setattr(checkpointing, "save", slow_save)
     b.step(b.config.checkpoint_interval_s + 1)
@@ -238,8 +249,7 @@ def test_a_checkpoint_slow_to_encode_and_write_is_taken_less_often(
 
     monkeypatch.setattr(checkpointing, "save", slow)
     for _ in range(2):
-        if b.agent.checkpoint_writer is not None:
-            b.agent.checkpoint_writer.join(10)
+        wait_for_writer(b)
         b.step(1.0)  # the first writes slowly; the second is due after its whole cost
     cost = b.agent.checkpoint_cost_s
     assert cost >= 0.2
@@ -283,8 +293,7 @@ def test_close_writes_the_checkpoint_even_when_the_last_writes_outcomes_fail(tmp
 
     b.agent.writes_in_flight = (broken, {})
     for h in (a, b):  # both agents write into tmp_path: none may be writing while b closes
-        if h.agent.checkpoint_writer is not None:
-            h.agent.checkpoint_writer.join(10)
+        wait_for_writer(h)
     written = b.agent.stats.counters["checkpoints_written"]
     b.agent.close()
     assert b.agent.writes_in_flight is None
@@ -298,35 +307,30 @@ def test_an_unchanged_state_is_not_written_again_until_it_changes_or_ages(tmp_pa
     b.agent.checkpoint_path = checkpointing.path_in(str(tmp_path))  # b's alone
     interval = b.config.checkpoint_interval_s + 1
 
-    def settled() -> int:
-        if b.agent.checkpoint_writer is not None:
-            b.agent.checkpoint_writer.join(10)
-        return b.agent.stats.counters["checkpoints_written"]
-
     b.step(interval)
     b.step(interval)
-    written, unchanged = settled(), b.agent.stats.counters["checkpoints_unchanged"]
+    written, unchanged = written_by(b), b.agent.stats.counters["checkpoints_unchanged"]
     b.step(interval)
     b.step(interval)
-    assert settled() == written
+    assert written_by(b) == written
     assert b.agent.stats.counters["checkpoints_unchanged"] == unchanged + 2
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])  # news: b's claims received change
     a.step()
     carry(a, b)
     b.step(interval)
-    assert settled() == written + 1
+    assert written_by(b) == written + 1
     path = checkpointing.path_in(str(tmp_path))
     assert checkpointing.load(path, region="b") == b.agent.checkpoint()
     b.step(interval)  # what followed from the claims (b's cursor, its tail's floor): written too
     b.step(interval)
-    written = settled()
+    written = written_by(b)
     steps = int(runtime.CHECKPOINT_UNCHANGED_MAX_AGE_S // interval)
     for _ in range(steps - 1):
         b.step(interval)
-    assert settled() == written  # unchanged: nothing written for nearly a minute
+    assert written_by(b) == written  # unchanged: nothing written for nearly a minute
     b.step(interval)
     b.step(interval)
-    assert settled() == written + 1  # then once, however unchanged
+    assert written_by(b) == written + 1  # then once, however unchanged
 
 
 def test_a_learned_batch_size_is_written_at_the_next_checkpoint(tmp_path: pathlib.Path) -> None:
@@ -336,22 +340,17 @@ def test_a_learned_batch_size_is_written_at_the_next_checkpoint(tmp_path: pathli
     b.agent.checkpoint_path = checkpointing.path_in(str(tmp_path))
     interval = b.config.checkpoint_interval_s + 1
 
-    def settled() -> int:
-        if b.agent.checkpoint_writer is not None:
-            b.agent.checkpoint_writer.join(10)
-        return b.agent.stats.counters["checkpoints_written"]
-
     b.step(interval)
     b.step(interval)
     b.step(interval)
-    written = settled()
+    written = written_by(b)
     b.step(interval)
-    assert settled() == written  # idle: skipped
+    assert written_by(b) == written  # idle: skipped
     details = b.agent.topics[TOPIC].tail.details
     entry = details.lowest()
     assert entry is not None
     assert details.grow(entry, (details.size(entry) or 1) + 3)
     b.step(interval)
-    assert settled() == written + 1
+    assert written_by(b) == written + 1
     path = checkpointing.path_in(str(tmp_path))
     assert checkpointing.load(path, region="b") == b.agent.checkpoint()
