@@ -660,9 +660,12 @@ def start_agent(
 def with_settings(values: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """An agent configuration ``values`` with ``settings`` over it: a setting given None removes the key
     (the agent's own default then applies)."""
-    merged = {**values, **{k: v for k, v in settings.items() if v is not None}}
-    for key in [k for k, v in settings.items() if v is None]:
-        merged.pop(key, None)
+    merged = dict(values)
+    for key, value in settings.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
     return merged
 
 
