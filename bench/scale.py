@@ -272,7 +272,7 @@ class Outage:
     started_at: float | None = None
     ready_at: float | None = None
     error: str | None = None
-    threads: list[threading.Thread] = field(default_factory=list)
+    thread: threading.Thread | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> Outage | None:
@@ -296,12 +296,11 @@ class Outage:
         def during(started: bool) -> None:
             if started:
                 monitor(started)
-                thread = threading.Thread(target=self._run, args=(lab_dir, monitor), daemon=True)
-                self.threads.append(thread)
-                thread.start()
+                self.thread = threading.Thread(target=self._run, args=(lab_dir, monitor), daemon=True)
+                self.thread.start()
             else:
-                for thread in self.threads:
-                    thread.join(timeout=300)
+                if self.thread is not None:
+                    self.thread.join(timeout=300)
                 monitor(started)
 
         return during
@@ -326,11 +325,11 @@ class Outage:
         down or acknowledged while it was down): how long after its start b showed them."""
         if self.error or self.killed_at is None or self.started_at is None:
             return f"the restart did not happen: {self.error or 'the load ended first'}"
-        waited = [
-            synced - self.started_at for acked, synced in run.probes if acked < self.started_at < synced
-        ]
-        waited = [max(0.0, t) for t in waited]
-        lost = sum(1 for acked in run.timed_out if acked < self.started_at)
+        start = self.started_at
+        waited = [max(0.0, synced - start) for acked, synced in run.probes if acked < start < synced]
+        # A probe that timed out was not synced 10 s after its acknowledgement: one acknowledged in the 10 s
+        # before the kill was still waiting when the agent went down.
+        lost = sum(1 for acked in run.timed_out if self.killed_at - 10 < acked < start)
         ready = "-" if self.ready_at is None else f"{self.ready_at - self.started_at:.2f} s"
         return (
             f"b's agent killed {self.after_s:.0f} s into the load, started {self.down_s:.1f} s later, ready "
