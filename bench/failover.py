@@ -28,9 +28,12 @@ Without ``--lab`` a fresh three-region lab is booted in a temporary directory an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import os
 import pathlib
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -51,7 +54,7 @@ from geosync_agent.recent import Timeline
 from geosync_core import topology as topo
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from geosync_lab import failover, labs, wan
+from geosync_lab import distribution, failover, labs, wan
 from geosync_lab.probes import acknowledged, copies, percentile
 
 console = Console(width=170)
@@ -157,22 +160,31 @@ class LoadRun:
     timed_out: list[float] = field(default_factory=list)
     """When each probe not synced within its 10 s was acknowledged in a (monotonic clock)."""
     acked: int = 0
+    """Acknowledgements in a over the measured load."""
     published: int = 0
+    warm_up_s: float | None = None
+    """Seconds the traffic ran before the measured load began (``load_run``'s ``warmed_up``)."""
     slow: list[SlowProbe] = field(default_factory=list)
     """Probes synced a second or more after their acknowledgement, with what their polls saw."""
     probes: list[tuple[float, float]] = field(default_factory=list)
     """Per synced probe (same order as ``lags``): when it was acknowledged in a and when b showed it, on this
     machine's monotonic clock (for relating probes to events, e.g. an agent restarted during the load)."""
+    origins: list[str] = field(default_factory=list)
+    """Per synced probe (same order as ``lags``): the region its message was published in (a or b)."""
     stalls: Timeline = field(default_factory=Timeline)
     """When this process itself could not run (a 50 ms sleep woke late, or a garbage collection), on the
     machine's monotonic clock like the agents' timelines: a probe's lag may be the bench's own."""
 
-    def synced(self, acked_at: float, copied_at: float | None, polls: list[tuple[float, float]]) -> None:
+    def synced(
+        self, acked_at: float, copied_at: float | None, polls: list[tuple[float, float]], *, origin: str = "a"
+    ) -> None:
         """A probe acknowledged at ``acked_at`` is synced now; b's copy was first seen at ``copied_at``;
-        ``polls``: when each of its polls of b began and how long it took."""
+        ``polls``: when each of its polls of b began and how long it took; ``origin``: where its message was
+        published."""
         now = time.monotonic()
         self.lags.append(now - acked_at)
         self.probes.append((acked_at, now))
+        self.origins.append(origin)
         self.copied.append(max(0.0, (copied_at or acked_at) - acked_at))
         if now - acked_at >= 1.0:
             self.slow.append(SlowProbe(acked_at, copied_at, now, polls))
@@ -205,6 +217,7 @@ class Mapper:
 
     def __init__(self, client: pulsar.Client, topics: list[str]) -> None:
         self.map: dict[tuple[str, Position], Position] = {}
+        self.sources: dict[tuple[str, Position], Position] = {}
         self.lock = threading.Lock()
         self.readers = [
             client.create_reader(t, pulsar.MessageId.earliest, reader_listener=self._on(t)) for t in topics
@@ -235,6 +248,19 @@ class Mapper:
             self.map.update({(topic, source): copy for source, copy in found_copies.items()})
             return self.map.get((topic, pos))
 
+    def origin_in_b(self, admin_a: AdminClient, topic: str, copy: Position) -> Position | None:
+        """The entry in b that a's entry ``copy`` (a copy of b's message) was copied from, from a's plugin
+        origin index; cached."""
+        key = (topic, copy)
+        with self.lock:
+            found = self.sources.get(key)
+        if found is not None:
+            return found
+        found_sources = {(topic, c): source for source, c in copies(admin_a, topic, origin="b").items()}
+        with self.lock:
+            self.sources.update(found_sources)
+            return self.sources.get(key)
+
     def close(self) -> None:
         for r in self.readers:
             r.close()
@@ -251,26 +277,52 @@ def load_run(
     probes: int = 4,
     batching: bool = False,
     during: Callable[[bool], None] | None = None,
+    with_traffic: bool = False,
+    b_share: float = 0.0,
+    warm_up_limit: float = 600.0,
+    client: str = "python",
 ) -> LoadRun:
     """``batching``: producers batch (the client's default) and consumers acknowledge batch indexes; probes
     then check single messages through the plugin's cursor endpoint instead of internalStats. ``during`` is
     called with True as the load starts (subscriptions, consumers and producers ready) and with False as it
-    stops (for measuring the load alone, without the setup)."""
+    stops (for measuring the load alone, without the setup).
+
+    ``with_traffic``: the subscriptions are created by a's consumers as the producers start, not beforehand,
+    and not at all in b (GeoSync's agent in b creates them from a's claims; PIP-33's are created in b
+    beforehand, as it needs). ``b_share``: that share of the messages is published in b (both regions
+    producing); a's consumers acknowledge them all, and the probes sample both origins. With
+    ``with_traffic`` the traffic runs until every subscription exists in b too (at most ``warm_up_limit`` s:
+    ``LoadRun.warm_up_s``) before the measured load begins: its lag is the steady state's, not the new
+    subscriptions' creation.
+    ``LoadRun.acked`` counts the measured load's acknowledgements alone.
+
+    ``client``: ``python``, every consumer in this process (pulsar-client); ``perf``, one subscription per
+    topic here (the probes sample it), the others consumed by Pulsar's own load generator (``pulsar-perf
+    consume``, one JVM, a child of this process; Shared, batch-index acknowledgements as asked, the clients'
+    100 ms acknowledgement grouping): 10,000 consumers cost this process ~10 CPU-seconds over 30 s on a
+    2-core machine shared with both regions and agents. ``LoadRun.acked`` then counts this process's
+    acknowledgements times the subscriptions per topic (every subscription receives every message)."""
+    if client not in ("python", "perf"):
+        raise ValueError(f"client {client!r}: python or perf")
     suffix = uuid.uuid4().hex[:6]
     topics = [f"persistent://geo/ab/load-{mode}-{suffix}-{i}" for i in range(n_topics)]
     prefix = failover.BUILTIN_PREFIX if mode == "builtin" else "load-"
-    subs = [f"{prefix}{suffix}-{j}" for j in range(n_subs)]
+    perf = client == "perf" and n_subs > 1 and mode != "builtin"  # PIP-33's flag is not one of pulsar-perf's
+    mine = [f"{prefix}{suffix}-{j}" for j in range(1 if perf else n_subs)]
+    subs = mine + ([f"{prefix}{suffix}-perf-{j}" for j in range(n_subs - 1)] if perf else [])
     builtin = mode == "builtin"
     a, b = topology.region("a"), topology.region("b")
     run = LoadRun(mode=mode)
-    recent: list[tuple[str, str, Position, int, float]] = []
+    recent: list[tuple[str, str, Position, int, float, str]] = []
     recent_lock = threading.Lock()
     ca = pulsar.Client(a.service_url, io_threads=2, message_listener_threads=2)
     cb = pulsar.Client(b.service_url)
+    stack = contextlib.ExitStack()
     try:
+        precreate = [ca, cb] if not with_traffic else [cb] if builtin else []
         for t in topics:
             for s in subs:
-                for c in (ca, cb):
+                for c in precreate:
                     c.subscribe(
                         t,
                         s,
@@ -279,45 +331,64 @@ def load_run(
                         replicate_subscription_state_enabled=builtin,
                     ).close()
         mapper = Mapper(cb, topics)
-        time.sleep(4)  # agents discover the new subscriptions; PIP-33 controllers start
+        if precreate:
+            time.sleep(4)  # agents discover the new subscriptions; PIP-33 controllers start
 
         def listener_for(topic: str, sub: str) -> Any:
             def on_message(consumer: Any, msg: Any) -> None:
                 consumer.acknowledge(msg)
                 mid = msg.message_id()
+                origin = "b" if msg.data()[:1] == b"b" else "a"
                 with recent_lock:
                     run.acked += 1
                     position = Position(mid.ledger_id(), mid.entry_id())
-                    recent.append((topic, sub, position, mid.batch_index(), time.monotonic()))
+                    recent.append((topic, sub, position, mid.batch_index(), time.monotonic(), origin))
                     if len(recent) > 2000:
                         del recent[:1000]
 
             return on_message
 
+        def producers_in(client: pulsar.Client) -> list[Any]:
+            return [
+                client.create_producer(t, batching_enabled=batching, batching_max_publish_delay_ms=10)
+                for t in topics
+            ]
+
+        producers = {"a": producers_in(ca), "b": producers_in(cb) if b_share > 0 else []}
+        stop = threading.Event()
+        publish_rate = rate / n_subs  # every message is consumed by each of the n_subs subscriptions
+
+        def publish() -> None:
+            rng = random.Random()
+            for i in paced(publish_rate, stop):
+                region = "b" if rng.random() < b_share else "a"
+                producers[region][i % n_topics].send_async(f"{region}{i}".encode(), None)
+                run.published += 1
+
+        publisher = threading.Thread(target=publish, daemon=True)
+        if with_traffic:
+            publisher.start()  # the subscriptions below are created while the messages flow
         consumers = [
             ca.subscribe(
                 t,
                 s,
                 consumer_type=pulsar.ConsumerType.Shared,
                 message_listener=listener_for(t, s),
+                initial_position=pulsar.InitialPosition.Earliest,
                 replicate_subscription_state_enabled=builtin,
                 batch_index_ack_enabled=batching,
             )
             for t in topics
-            for s in subs
+            for s in mine
         ]
-        producers = [
-            ca.create_producer(t, batching_enabled=batching, batching_max_publish_delay_ms=10) for t in topics
-        ]
-        stop = threading.Event()
-        publish_rate = rate / n_subs  # every message is consumed by each of the n_subs subscriptions
-
-        def publish() -> None:
-            for i in paced(publish_rate, stop):
-                producers[i % n_topics].send_async(f"m{i}".encode(), None)
-                run.published += 1
-
         admin_b = AdminClient(b.admin_url, timeout=5)
+        admin_a = AdminClient(a.admin_url, timeout=5)
+        if perf:
+            generator = stack.enter_context(
+                perf_consumers(a.service_url, topics, f"{prefix}{suffix}-perf", n_subs - 1, batching)
+            )
+            while not all_in(admin_a, topics, subs) and generator.poll() is None:
+                time.sleep(2.0)
 
         def probe() -> None:
             rng = random.Random()
@@ -326,11 +397,13 @@ def load_run(
                     if not recent:
                         sample = None
                     else:
-                        sample = recent[rng.randrange(max(0, len(recent) - 50), len(recent))]
-                if sample is None:
-                    time.sleep(0.1)
+                        # one of the latest, probed once (with few acknowledgements here, as with --client
+                        # perf, the same ones would otherwise be probed again, long after)
+                        sample = recent.pop(rng.randrange(max(0, len(recent) - 50), len(recent)))
+                if sample is None or time.monotonic() - sample[4] > 1.0:
+                    time.sleep(0.02)
                     continue
-                topic, sub, pos_a, index, acked_at = sample
+                topic, sub, pos_a, index, acked_at, origin = sample
                 deadline = acked_at + 10.0
                 done = False
                 copied_at: float | None = None
@@ -338,9 +411,12 @@ def load_run(
 
                 while time.monotonic() < deadline and not stop.is_set():
                     began = time.monotonic()
-                    pos_b = (
-                        mapper.get_batched(admin_b, topic, pos_a) if batching else mapper.get(topic, pos_a)
-                    )
+                    if origin == "b":
+                        pos_b = mapper.origin_in_b(admin_a, topic, pos_a)
+                    elif batching:
+                        pos_b = mapper.get_batched(admin_b, topic, pos_a)
+                    else:
+                        pos_b = mapper.get(topic, pos_a)
                     if pos_b is not None and copied_at is None:
                         copied_at = time.monotonic()
                     if pos_b is not None and batching:
@@ -355,7 +431,7 @@ def load_run(
                         )
                     polls.append((began, time.monotonic() - began))
                     if done:
-                        run.synced(acked_at, copied_at, polls)
+                        run.synced(acked_at, copied_at, polls, origin=origin)
                         break
                     # Every 20 ms for the first half second, then every 100 ms: four probes polling b's broker
                     # 50 times a second each were five times the cursor-write calls b's agent made there, on
@@ -374,32 +450,106 @@ def load_run(
 
         collections = Collections(timeline=run.stalls)
         gc.callbacks.append(collections.on_gc)
-        threads = [threading.Thread(target=publish, daemon=True), threading.Thread(target=watch, daemon=True)]
+        threads = [threading.Thread(target=watch, daemon=True)]
         threads += [threading.Thread(target=probe, daemon=True) for _ in range(probes)]
+        if not with_traffic:
+            publisher.start()
+        if with_traffic:
+            began = time.monotonic()
+            while not all_in(admin_b, topics, subs) and time.monotonic() - began < warm_up_limit:
+                time.sleep(2.0)
+            run.warm_up_s = time.monotonic() - began
         if during is not None:
             during(True)
+        acked_before = run.acked
         for th in threads:
             th.start()
         time.sleep(duration)
         stop.set()
+        measured = run.acked - acked_before  # a's consumers go on until they are closed below
         if during is not None:
             during(False)
-        for th in threads:
+        for th in [publisher, *threads]:
             th.join(timeout=15)
         gc.callbacks.remove(collections.on_gc)
+        stack.close()
         # Closing is best effort: the figures are taken (a loaded machine's broker may time a close out).
-        for closable in [*consumers, *producers, mapper]:
+        for closable in [*consumers, *producers["a"], *producers["b"], mapper]:
             try:
                 closable.close()
             except pulsar.PulsarException as e:
                 console.print(f"closing after the load run: {e}")
     finally:
-        for client in (ca, cb):
+        for pulsar_client in (ca, cb):
             try:
-                client.close()
+                pulsar_client.close()
             except pulsar.PulsarException as e:
                 console.print(f"closing a client after the load run: {e}")
+    run.acked = measured * len(subs) // len(mine)
     return run
+
+
+@contextlib.contextmanager
+def perf_consumers(
+    service_url: str, topics: list[str], prefix: str, per_topic: int, batching: bool
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``pulsar-perf consume`` of the lab's Pulsar distribution: ``per_topic`` Shared subscriptions named
+    ``prefix-0`` ... on each of ``topics`` (named ``base-0`` ...), one consumer each, from the earliest
+    message; stopped on leaving."""
+    base, _, last = topics[0].rpartition("-")
+    if last != "0" or any(t != f"{base}-{i}" for i, t in enumerate(topics)):
+        raise ValueError(f"pulsar-perf names its topics BASE-0 ... BASE-{len(topics) - 1}; got {topics[:3]}")
+    cmd = [
+        str(distribution.pulsar_home() / "bin" / "pulsar-perf"),
+        "consume",
+        "-u",
+        service_url,
+        "-t",
+        str(len(topics)),
+        "-ns",
+        str(per_topic),
+        "-ss",
+        prefix,
+        "-st",
+        "Shared",
+        "-sp",
+        "Earliest",
+        "-i",
+        "0",
+        *(["--batch-index-ack"] if batching else []),
+        base,
+    ]
+    env = {
+        **os.environ,
+        # a lean JVM, as the lab's regions: C1 only, serial GC
+        "PULSAR_EXTRA_OPTS": "-Xms64m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+        "PULSAR_LOG_ROOT_LEVEL": "warn",
+        "PULSAR_LOG_LEVEL": "warn",
+    }
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def all_in(admin: AdminClient, topics: list[str], subs: list[str]) -> bool:
+    """Whether every one of ``subs`` exists on every one of ``topics`` in ``admin``'s region (one short list
+    per topic, until one is missing)."""
+    want = set(subs)
+    for topic in topics:
+        try:
+            have = admin.get(f"/admin/v2/{AdminClient.topic_path(topic)}/subscriptions")
+        except AdminError:
+            return False
+        if not want <= set(have or ()):
+            return False
+    return True
 
 
 def pct(values: list[float], q: float, *, minus_ms: int = 0) -> str:

@@ -37,6 +37,7 @@ Without ``--lab`` a fresh three-region lab is booted in a temporary directory an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import signal
@@ -48,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 import pulsar
 import requests
 from rich.console import Console
@@ -182,11 +184,16 @@ class Monitor:
         self.pids[name] = pids(self.lab_dir)[name]
 
     def _machine(self) -> dict[str, float]:
-        mine = os.times()
+        me = psutil.Process()
+        bench = 0.0
+        for process in [me, *me.children(recursive=True)]:  # with --load-client perf, its JVM
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                bench += times.user + times.system
         return {
             **{f"agent {n}": cpu_seconds(pid) if pid else 0.0 for n, pid in self.pids.items()},
             **{f"region {n}": sum(cpu_seconds(p) for p in pids) for n, pids in self.region_pids.items()},
-            "bench (its clients)": mine.user + mine.system,
+            "bench (its clients)": bench,
         }
 
     def _profile(self) -> None:
@@ -374,6 +381,9 @@ def load_step(
         n_subs=per_topic,
         rate=args.rate,
         batching=True,
+        with_traffic=args.load_shape == "with-traffic",
+        client=args.load_client,
+        b_share=args.b_share,
         during=monitor if outage is None else outage.during(lab_dir, monitor),
     )
     now = pids(lab_dir)
@@ -455,9 +465,34 @@ def main() -> None:
         "(its checkpoint kept); printed: how long after its start b showed what a acknowledged meanwhile",
     )
     parser.add_argument(
+        "--load-shape",
+        choices=("with-traffic", "precreated"),
+        default="with-traffic",
+        help="with-traffic (the default): the steady load's subscriptions are created by a's consumers as "
+        "its producers start, and in b by GeoSync's agent (PIP-33's beforehand); precreated: in both regions "
+        "before the traffic (every run before session 26)",
+    )
+    parser.add_argument(
+        "--b-share",
+        type=float,
+        default=0.5,
+        help="share of the steady load's messages published in b (both regions producing; 0: a only, as "
+        "before session 26); a's consumers acknowledge every message, whatever its origin",
+    )
+    parser.add_argument(
+        "--load-client",
+        choices=("python", "perf"),
+        default="python",
+        help="who consumes the steady load in a: python, every consumer in this process (pulsar-client); "
+        "perf, one subscription per topic here (the probed one) and the rest in Pulsar's own pulsar-perf "
+        "consume (one JVM: less CPU for 10,000 consumers on a machine shared with both regions and agents)",
+    )
+    parser.add_argument(
         "--py-spy", type=pathlib.Path, help="record both agents with py-spy into this directory"
     )
     args = parser.parse_args()
+    if not 0.0 <= args.b_share <= 1.0:
+        parser.error(f"--b-share {args.b_share}: a share of the messages, from 0 to 1")
     outage = Outage.parse(args.restart_under_load)
     settings = INTERVALS[args.agent_intervals]
     quiet_clients()
@@ -470,7 +505,8 @@ def main() -> None:
         topology = labs.load(lab_dir)
         console.print(
             f"Pulsar {topology.pulsar_version}; {os.cpu_count()} cores; load {os.getloadavg()}; agents' "
-            f"intervals: {args.agent_intervals}"
+            f"intervals: {args.agent_intervals}; load shape: {args.load_shape}, {args.b_share:.0%} "
+            f"published in b; a's consumers: {args.load_client}"
         )
         results: list[Step] = []
         for n in steps:
@@ -490,6 +526,23 @@ def main() -> None:
                         f"tracked {step.tracked}, load {step.load}"
                     )
                     console.print(f"  pace: {step.pace}")
+                    if step.run.warm_up_s is not None:
+                        console.print(
+                            f"  warm-up: every subscription existed in b {step.run.warm_up_s:.1f} s after "
+                            "a's consumers had created theirs (the traffic ran meanwhile; not in the figures)"
+                        )
+                    by_origin = {
+                        o: [lag for lag, x in zip(step.run.lags, step.run.origins, strict=True) if x == o]
+                        for o in sorted(set(step.run.origins))
+                    }
+                    if len(by_origin) > 1:
+                        console.print(
+                            "  by the message's origin: "
+                            + "; ".join(
+                                f"{o}: p50 {ms(v, 0.5)} p99 {ms(v, 0.99)} max {ms(v, None)} ({len(v)} probes)"
+                                for o, v in by_origin.items()
+                            )
+                        )
                     if step.outage:
                         console.print(f"  restart under load: {step.outage}")
                     lags = sorted(step.run.lags)
