@@ -28,12 +28,9 @@ Without ``--lab`` a fresh three-region lab is booted in a temporary directory an
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
-import os
 import pathlib
 import random
-import subprocess
 import threading
 import time
 import uuid
@@ -54,7 +51,7 @@ from geosync_agent.recent import Timeline
 from geosync_core import topology as topo
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from geosync_lab import distribution, failover, labs, wan
+from geosync_lab import failover, labs, wan
 from geosync_lab.probes import acknowledged, copies, percentile
 
 console = Console(width=170)
@@ -280,7 +277,6 @@ def load_run(
     with_traffic: bool = False,
     b_share: float = 0.0,
     warm_up_limit: float = 600.0,
-    client: str = "python",
 ) -> LoadRun:
     """``batching``: producers batch (the client's default) and consumers acknowledge batch indexes; probes
     then check single messages through the plugin's cursor endpoint instead of internalStats. ``during`` is
@@ -294,22 +290,11 @@ def load_run(
     ``with_traffic`` the traffic runs until every subscription exists in b too (at most ``warm_up_limit`` s:
     ``LoadRun.warm_up_s``) before the measured load begins: its lag is the steady state's, not the new
     subscriptions' creation.
-    ``LoadRun.acked`` counts the measured load's acknowledgements alone.
-
-    ``client``: ``python``, every consumer in this process (pulsar-client); ``perf``, one subscription per
-    topic here (the probes sample it), the others consumed by Pulsar's own load generator (``pulsar-perf
-    consume``, one JVM, a child of this process; Shared, batch-index acknowledgements as asked, the clients'
-    100 ms acknowledgement grouping): 10,000 consumers cost this process ~10 CPU-seconds over 30 s on a
-    2-core machine shared with both regions and agents. ``LoadRun.acked`` then counts this process's
-    acknowledgements times the subscriptions per topic (every subscription receives every message)."""
-    if client not in ("python", "perf"):
-        raise ValueError(f"client {client!r}: python or perf")
+    ``LoadRun.acked`` counts the measured load's acknowledgements alone."""
     suffix = uuid.uuid4().hex[:6]
     topics = [f"persistent://geo/ab/load-{mode}-{suffix}-{i}" for i in range(n_topics)]
     prefix = failover.BUILTIN_PREFIX if mode == "builtin" else "load-"
-    perf = client == "perf" and n_subs > 1 and mode != "builtin"  # PIP-33's flag is not one of pulsar-perf's
-    mine = [f"{prefix}{suffix}-{j}" for j in range(1 if perf else n_subs)]
-    subs = mine + ([f"{prefix}{suffix}-perf-{j}" for j in range(n_subs - 1)] if perf else [])
+    subs = [f"{prefix}{suffix}-{j}" for j in range(n_subs)]
     builtin = mode == "builtin"
     a, b = topology.region("a"), topology.region("b")
     run = LoadRun(mode=mode)
@@ -317,7 +302,6 @@ def load_run(
     recent_lock = threading.Lock()
     ca = pulsar.Client(a.service_url, io_threads=2, message_listener_threads=2)
     cb = pulsar.Client(b.service_url)
-    stack = contextlib.ExitStack()
     try:
         precreate = [ca, cb] if not with_traffic else [cb] if builtin else []
         for t in topics:
@@ -379,16 +363,10 @@ def load_run(
                 batch_index_ack_enabled=batching,
             )
             for t in topics
-            for s in mine
+            for s in subs
         ]
         admin_b = AdminClient(b.admin_url, timeout=5)
         admin_a = AdminClient(a.admin_url, timeout=5)
-        if perf:
-            generator = stack.enter_context(
-                perf_consumers(a.service_url, topics, f"{prefix}{suffix}-perf", n_subs - 1, batching)
-            )
-            while not all_in(admin_a, topics, subs) and generator.poll() is None:
-                time.sleep(2.0)
 
         def probe() -> None:
             rng = random.Random()
@@ -397,8 +375,7 @@ def load_run(
                     if not recent:
                         sample = None
                     else:
-                        # one of the latest, probed once (with few acknowledgements here, as with --client
-                        # perf, the same ones would otherwise be probed again, long after)
+                        # one of the latest, probed once
                         sample = recent.pop(rng.randrange(max(0, len(recent) - 50), len(recent)))
                 if sample is None or time.monotonic() - sample[4] > 1.0:
                     time.sleep(0.02)
@@ -472,7 +449,6 @@ def load_run(
         for th in [publisher, *threads]:
             th.join(timeout=15)
         gc.callbacks.remove(collections.on_gc)
-        stack.close()
         # Closing is best effort: the figures are taken (a loaded machine's broker may time a close out).
         for closable in [*consumers, *producers["a"], *producers["b"], mapper]:
             try:
@@ -485,57 +461,8 @@ def load_run(
                 pulsar_client.close()
             except pulsar.PulsarException as e:
                 console.print(f"closing a client after the load run: {e}")
-    run.acked = measured * len(subs) // len(mine)
+    run.acked = measured
     return run
-
-
-@contextlib.contextmanager
-def perf_consumers(
-    service_url: str, topics: list[str], prefix: str, per_topic: int, batching: bool
-) -> Iterator[subprocess.Popen[bytes]]:
-    """``pulsar-perf consume`` of the lab's Pulsar distribution: ``per_topic`` Shared subscriptions named
-    ``prefix-0`` ... on each of ``topics`` (named ``base-0`` ...), one consumer each, from the earliest
-    message; stopped on leaving."""
-    base, _, last = topics[0].rpartition("-")
-    if last != "0" or any(t != f"{base}-{i}" for i, t in enumerate(topics)):
-        raise ValueError(f"pulsar-perf names its topics BASE-0 ... BASE-{len(topics) - 1}; got {topics[:3]}")
-    cmd = [
-        str(distribution.pulsar_home() / "bin" / "pulsar-perf"),
-        "consume",
-        "-u",
-        service_url,
-        "-t",
-        str(len(topics)),
-        "-ns",
-        str(per_topic),
-        "-ss",
-        prefix,
-        "-st",
-        "Shared",
-        "-sp",
-        "Earliest",
-        "-i",
-        "0",
-        *(["--batch-index-ack"] if batching else []),
-        base,
-    ]
-    env = {
-        **os.environ,
-        # a lean JVM, as the lab's regions: C1 only, serial GC
-        "PULSAR_EXTRA_OPTS": "-Xms64m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-        "PULSAR_LOG_ROOT_LEVEL": "warn",
-        "PULSAR_LOG_LEVEL": "warn",
-    }
-    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def all_in(admin: AdminClient, topics: list[str], subs: list[str]) -> bool:

@@ -186,7 +186,7 @@ class Monitor:
     def _machine(self) -> dict[str, float]:
         me = psutil.Process()
         bench = 0.0
-        for process in [me, *me.children(recursive=True)]:  # with --load-client perf, its JVM
+        for process in [me, *me.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()
                 bench += times.user + times.system
@@ -382,7 +382,6 @@ def load_step(
         rate=args.rate,
         batching=True,
         with_traffic=args.load_shape == "with-traffic",
-        client=args.load_client,
         b_share=args.b_share,
         during=monitor if outage is None else outage.during(lab_dir, monitor),
     )
@@ -480,14 +479,6 @@ def main() -> None:
         "before session 26); a's consumers acknowledge every message, whatever its origin",
     )
     parser.add_argument(
-        "--load-client",
-        choices=("python", "perf"),
-        default="python",
-        help="who consumes the steady load in a: python, every consumer in this process (pulsar-client); "
-        "perf, one subscription per topic here (the probed one) and the rest in Pulsar's own pulsar-perf "
-        "consume (one JVM: less CPU for 10,000 consumers on a machine shared with both regions and agents)",
-    )
-    parser.add_argument(
         "--py-spy", type=pathlib.Path, help="record both agents with py-spy into this directory"
     )
     args = parser.parse_args()
@@ -506,7 +497,7 @@ def main() -> None:
         console.print(
             f"Pulsar {topology.pulsar_version}; {os.cpu_count()} cores; load {os.getloadavg()}; agents' "
             f"intervals: {args.agent_intervals}; load shape: {args.load_shape}, {args.b_share:.0%} "
-            f"published in b; a's consumers: {args.load_client}"
+            "published in b"
         )
         results: list[Step] = []
         for n in steps:
