@@ -7,7 +7,12 @@ One run, three parts, each reusing another bench's load (imported, not copied):
 
 1. Steady load per step (``bench/failover.py``'s ``load_run``, batching on): ``N`` Shared subscriptions in
    ``geo/ab`` (10 topics x N/10 subscriptions up to 1,000, then N/100 topics x 100), ``--rate`` messages/s
-   acknowledged in region a across them, GeoSync and PIP-33 one after the other on the same regions. Per
+   acknowledged in region a across them, GeoSync and PIP-33 one after the other on the same regions. The
+   load's shape (``--load-shape with-traffic``, ``--b-share 0.5``, the defaults since session 26): a's
+   consumers create the subscriptions as the producers start, b's are created by GeoSync's agent (PIP-33's
+   beforehand), half the messages are published in b, and the measured load begins once b has every
+   subscription (the warm-up is printed). ``--load-shape precreated --b-share 0`` is the shape of every run
+   before session 26: subscriptions created in both regions before the traffic, a alone publishing. Per
    step and mechanism: lag p50/p99/max (acknowledged in a -> b's cursor shows that batch index), probes,
    and for GeoSync the agents' CPU-seconds per 1,000 acknowledgements (a + b, utime + stime from
    /proc/PID/stat over the load) and their RSS (VmRSS) after it, with how many subscriptions each agent
@@ -37,7 +42,6 @@ Without ``--lab`` a fresh three-region lab is booted in a temporary directory an
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import pathlib
 import signal
@@ -49,7 +53,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
 import pulsar
 import requests
 from rich.console import Console
@@ -184,16 +187,11 @@ class Monitor:
         self.pids[name] = pids(self.lab_dir)[name]
 
     def _machine(self) -> dict[str, float]:
-        me = psutil.Process()
-        bench = 0.0
-        for process in [me, *me.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                times = process.cpu_times()
-                bench += times.user + times.system
+        mine = os.times()  # this process alone (not py-spy's, its children)
         return {
             **{f"agent {n}": cpu_seconds(pid) if pid else 0.0 for n, pid in self.pids.items()},
             **{f"region {n}": sum(cpu_seconds(p) for p in pids) for n, pids in self.region_pids.items()},
-            "bench (its clients)": bench,
+            "bench (its clients)": mine.user + mine.system,
         }
 
     def _profile(self) -> None:
