@@ -93,6 +93,41 @@ def test_a_message_held_here_and_not_known_is_news() -> None:
     assert not claiming.tells_news(_a_log(), known, known)
 
 
+def _b_log(upto: int = 2) -> OriginIndex:
+    """b's log: b's own 9:0, a copy of a's 5:0 at 9:1, b's own 9:2 (and 9:3 with ``upto`` 3)."""
+    index = OriginIndex()
+    index.append(Position(9, 0), Origin("b", Position(9, 0)))
+    index.append(Position(9, 1), Origin("a", Position(5, 0)))
+    for e in range(2, upto + 1):
+        index.append(Position(9, e), Origin("b", Position(9, e)))
+    return index
+
+
+def test_a_cursor_moved_by_the_claims_is_not_sent_back_for_its_joined_form() -> None:
+    # a claimed b's messages run by run; b's cursor shows them all, and b's own translation joins its spans.
+    from_a = OriginAcks.of({"a": [Span(5, 0, 0)], "b": [Span(9, 0, 0), Span(9, 2, 2)]})
+    cursor = AckState.of(Position(9, 2))
+    claim = claiming.decide(
+        _b_log(), cursor, received=from_a, published=NOTHING, last_translated=None, force=False, local="b"
+    )
+    assert claim is not None
+    assert claim.claims != from_a  # the joined form
+    assert not claim.send
+    # A message of b's that a did not claim (b's consumers acknowledged it first) is sent.
+    more = AckState.of(Position(9, 3))
+    news = claiming.decide(
+        _b_log(3), more, received=from_a, published=NOTHING, last_translated=cursor, force=False, local="b"
+    )
+    assert news is not None
+    assert news.send
+    # A resync sends the claims whatever they say.
+    forced = claiming.decide(
+        _b_log(), cursor, received=from_a, published=NOTHING, last_translated=None, force=True, local="b"
+    )
+    assert forced is not None
+    assert forced.send
+
+
 def test_messages_not_read_here_are_no_news() -> None:
     known = OriginAcks.of({"b": [Span(9, 0, 0), Span(9, 2, 2)]})
     later = OriginAcks.of({"b": [Span(9, 3, 7)], "c": [Span(1, 0, 4)]})
