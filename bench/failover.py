@@ -11,7 +11,11 @@ Part 1, failover scenarios (both mechanisms, same workload, same regions, one af
 Part 2, sync lag under load: ``--topics`` topics x ``--subs`` Shared subscriptions in geo/ab, ``--rate``
 messages/s consumed and acknowledged in region a across all subscriptions (publish rate = rate / subs).
 Probes pick an acknowledged message at random and time how long until region b's cursor of the same
-subscription shows it acknowledged (ack in a -> b's internalStats). ``--load-batching off,on`` (the
+subscription shows it acknowledged (ack in a -> b's internalStats). The load's shape, by default (since
+session 26): a's consumers create the subscriptions as the producers start, b's are created by GeoSync's
+agent (PIP-33's beforehand), half the messages are published in b, and the measured load begins once b has
+every subscription; ``--load-shape precreated --b-share 0`` is the earlier shape (subscriptions created in
+both regions first, a alone publishing). ``--load-batching off,on`` (the
 default) runs it with producers batching off and on; batched, consumers acknowledge batch indexes and probes
 check the message's batch index in b's cursor through the plugin's cursor endpoint. Also: agent CPU seconds
 and bytes the agents' readers read, during the run.
@@ -160,7 +164,7 @@ class LoadRun:
     """Acknowledgements in a over the measured load."""
     published: int = 0
     warm_up_s: float | None = None
-    """Seconds the traffic ran before the measured load began (``load_run``'s ``warmed_up``)."""
+    """Seconds the traffic ran before the measured load began (``load_run`` with ``with_traffic``)."""
     slow: list[SlowProbe] = field(default_factory=list)
     """Probes synced a second or more after their acknowledgement, with what their polls saw."""
     probes: list[tuple[float, float]] = field(default_factory=list)
@@ -465,6 +469,33 @@ def load_run(
     return run
 
 
+def add_load_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """``load_run``'s ``with_traffic`` and ``b_share`` as options (read back by ``load_shape``)."""
+    parser.add_argument(
+        "--load-shape",
+        choices=("with-traffic", "precreated"),
+        default="with-traffic",
+        help="with-traffic (the default): the load's subscriptions are created by a's consumers as its "
+        "producers start, and in b by GeoSync's agent (PIP-33's beforehand); precreated: in both regions "
+        "before the traffic (every run before session 26)",
+    )
+    parser.add_argument(
+        "--b-share",
+        type=float,
+        default=0.5,
+        help="share of the load's messages published in b (both regions producing; 0: a only, as before "
+        "session 26); a's consumers acknowledge every message, whatever its origin",
+    )
+
+
+def load_shape(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """``load_run``'s shape arguments from ``add_load_shape_arguments``' options (a bad share: the parser's
+    error)."""
+    if not 0.0 <= args.b_share <= 1.0:
+        parser.error(f"--b-share {args.b_share}: a share of the messages, from 0 to 1")
+    return {"with_traffic": args.load_shape == "with-traffic", "b_share": args.b_share}
+
+
 def all_in(admin: AdminClient, topics: list[str], subs: list[str]) -> bool:
     """Whether every one of ``subs`` exists on every one of ``topics`` in ``admin``'s region (one short list
     per topic, until one is missing)."""
@@ -498,12 +529,14 @@ def main() -> None:
         default="off,on",
         help="load runs with producers batching off and/or on (batch-index acknowledgements with it)",
     )
+    add_load_shape_arguments(parser)
     parser.add_argument(
         "--wan-latency",
         default=None,
         help="one-way latency between every pair of regions during the load runs, e.g. 40ms (a --wan lab)",
     )
     args = parser.parse_args()
+    shape = load_shape(parser, args)
     latency_ms = wan.parse_duration_ms(args.wan_latency) if args.wan_latency else 0
     names = ["a", "b"] if args.wan_latency else ["a", "b", "c"]
     with labs.given_or_booted(
@@ -567,6 +600,7 @@ def main() -> None:
                     n_subs=args.subs,
                     rate=args.rate,
                     batching=batching,
+                    **shape,
                 )
             finally:
                 if latency_ms:

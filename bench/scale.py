@@ -379,8 +379,7 @@ def load_step(
         n_subs=per_topic,
         rate=args.rate,
         batching=True,
-        with_traffic=args.load_shape == "with-traffic",
-        b_share=args.b_share,
+        **args.shape,
         during=monitor if outage is None else outage.during(lab_dir, monitor),
     )
     now = pids(lab_dir)
@@ -461,27 +460,12 @@ def main() -> None:
         help="in GeoSync's steady loads, kill -9 b's agent AFTER s into the load and start it DOWN s later "
         "(its checkpoint kept); printed: how long after its start b showed what a acknowledged meanwhile",
     )
-    parser.add_argument(
-        "--load-shape",
-        choices=("with-traffic", "precreated"),
-        default="with-traffic",
-        help="with-traffic (the default): the steady load's subscriptions are created by a's consumers as "
-        "its producers start, and in b by GeoSync's agent (PIP-33's beforehand); precreated: in both regions "
-        "before the traffic (every run before session 26)",
-    )
-    parser.add_argument(
-        "--b-share",
-        type=float,
-        default=0.5,
-        help="share of the steady load's messages published in b (both regions producing; 0: a only, as "
-        "before session 26); a's consumers acknowledge every message, whatever its origin",
-    )
+    failover.add_load_shape_arguments(parser)
     parser.add_argument(
         "--py-spy", type=pathlib.Path, help="record both agents with py-spy into this directory"
     )
     args = parser.parse_args()
-    if not 0.0 <= args.b_share <= 1.0:
-        parser.error(f"--b-share {args.b_share}: a share of the messages, from 0 to 1")
+    args.shape = failover.load_shape(parser, args)
     outage = Outage.parse(args.restart_under_load)
     settings = INTERVALS[args.agent_intervals]
     quiet_clients()
