@@ -232,6 +232,8 @@ class Monitor:
 
         def rate(region: str, counter: str) -> float:
             before, after = first[region]["counters"], last[region]["counters"]
+            if any(after.get(k, 0) < v for k, v in before.items()):
+                before = {}  # restarted during the load (--restart-under-load): its counters began again
             return float(after.get(counter, 0) - before.get(counter, 0)) / span
 
         def phases(region: str) -> str:
