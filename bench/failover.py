@@ -241,26 +241,36 @@ class Mapper:
     def get_batched(self, admin_b: AdminClient, topic: str, pos: Position) -> Position | None:
         """b's copy of a's entry ``pos`` from b's plugin origin index (batched copies carry no visible
         stamp); cached like the stamped ones."""
-        found = self.get(topic, pos)
-        if found is not None:
-            return found
-        found_copies = copies(admin_b, topic, origin="a")
-        with self.lock:
-            self.map.update({(topic, source): copy for source, copy in found_copies.items()})
-            return self.map.get((topic, pos))
+        return self._cached(
+            self.map,
+            (topic, pos),
+            lambda: {(topic, s): c for s, c in copies(admin_b, topic, origin="a").items()},
+        )
 
     def origin_in_b(self, admin_a: AdminClient, topic: str, copy: Position) -> Position | None:
         """The entry in b that a's entry ``copy`` (a copy of b's message) was copied from, from a's plugin
         origin index; cached."""
-        key = (topic, copy)
+        return self._cached(
+            self.sources,
+            (topic, copy),
+            lambda: {(topic, c): s for s, c in copies(admin_a, topic, origin="b").items()},
+        )
+
+    def _cached(
+        self,
+        table: dict[tuple[str, Position], Position],
+        key: tuple[str, Position],
+        fetch: Callable[[], dict[tuple[str, Position], Position]],
+    ) -> Position | None:
+        """``table[key]``, or once ``fetch``'s answer (an origin index read) is added to ``table``."""
         with self.lock:
-            found = self.sources.get(key)
+            found = table.get(key)
         if found is not None:
             return found
-        found_sources = {(topic, c): source for source, c in copies(admin_a, topic, origin="b").items()}
+        fetched = fetch()
         with self.lock:
-            self.sources.update(found_sources)
-            return self.sources.get(key)
+            table.update(fetched)
+            return table.get(key)
 
     def close(self) -> None:
         for r in self.readers:
@@ -381,10 +391,12 @@ def load_run(
                     else:
                         # one of the latest, probed once
                         sample = recent.pop(rng.randrange(max(0, len(recent) - 50), len(recent)))
-                if sample is None or time.monotonic() - sample[4] > 1.0:
+                if sample is None:
                     time.sleep(0.02)
                     continue
                 topic, sub, pos_a, index, acked_at, origin = sample
+                if time.monotonic() - acked_at > 1.0:
+                    continue  # older than a second: a newer one is probed instead
                 deadline = acked_at + 10.0
                 done = False
                 copied_at: float | None = None
@@ -435,7 +447,7 @@ def load_run(
         threads += [threading.Thread(target=probe, daemon=True) for _ in range(probes)]
         if not with_traffic:
             publisher.start()
-        if with_traffic:
+        else:
             began = time.monotonic()
             while not all_in(admin_b, topics, subs) and time.monotonic() - began < warm_up_limit:
                 time.sleep(2.0)
