@@ -92,7 +92,7 @@ def decide(
     # region joins its own messages' spans across the copies between them, others name them run by run
     # (``tells_news``). With both regions producing, every cursor the claims moved here differed so, and was
     # sent back as news: a quarter of what the claiming region sent, at 10,000 subscriptions.
-    echo_only = published is not None and (claims == known or not tells_news(index, own, known))
+    echo_only = published is not None and (claims == known or not _names_news(index, claims, known))
     return Claim(claims=claims, send=force or not echo_only, complete=complete)
 
 
@@ -128,7 +128,11 @@ def tells_news(index: OriginIndex, acks: OriginAcks, known: OriginAcks) -> bool:
     undone). Messages this region has not read (or forgot, every subscription having acknowledged them) are
     no news either: where that is wrong (consumers acknowledging in two regions at once), a rewind here is
     followed there, which costs duplicates, never a loss."""
-    merged = known.merge(acks)
+    return _names_news(index, known.merge(acks), known)
+
+
+def _names_news(index: OriginIndex, merged: OriginAcks, known: OriginAcks) -> bool:
+    """``tells_news`` for acknowledgements that, merged into ``known``, gave ``merged``."""
     if merged == known:
         return False
     wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
