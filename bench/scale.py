@@ -257,6 +257,8 @@ class Monitor:
             f"max {longest['a']:.2f} s; "
             f"b: {rate('b', 'claims_received'):.0f} claims/s, "
             f"{rate('b', 'plugin_acks'):.0f} cursor writes/s, "
+            f"plans {rate('b', 'plans_made'):.0f}/s "
+            f"(settled by writes {rate('b', 'plans_settled_by_writes'):.0f}/s), "
             f"round p50 {rounds['b']:.2f} s max {longest['b']:.2f} s, "
             f"control transit a->b (last) {transit[-1]}; "
             f"round steps (max s / share of round time): a {phases('a')}; b {phases('b')}; "

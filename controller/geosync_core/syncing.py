@@ -185,12 +185,14 @@ class ApplyPlan:
     partly acknowledged entry, all above it, the whole set of acknowledged indexes to reach: it includes
     what the cursor already has). ``blocked_by`` is the first entry the mark-delete could not pass
     because it is not indexed yet (``None`` if it stopped at an entry known to be unacknowledged, or at
-    the end of the log)."""
+    the end of the log). ``complete``: false when the walk's budget ran out before the log's end (planning
+    again from the cursor this plan makes may find more)."""
 
     new_mark_delete: Position | None
     individual_acks: tuple[Position, ...]
     blocked_by: Position | None = None
     batch_acks: Batches = ()
+    complete: bool = True
 
     @property
     def is_empty(self) -> bool:
@@ -269,6 +271,7 @@ def plan_apply(
     left = -1 if budget is None else budget
     partial_keys = [(p.ledger, p.entry) for p, _ in local.batches]
     hot_until = -1  # entries of the current ledger up to here are walked one by one (see _quiet)
+    complete = True
     for ledger, first, last in stretches.items:
         if first > last or (ledger, first) <= previous:
             raise ValueError(
@@ -291,6 +294,7 @@ def plan_apply(
                 entry = end + 1
                 continue
             if left == 0:
+                complete = False
                 break  # the budget is spent: the walk (and the mark-delete) stops before this entry
             if entry > hot_until:
                 # Not held here: pass over the entries nothing could acknowledge (no claim about their
@@ -343,7 +347,7 @@ def plan_apply(
         if left == 0 and entry <= last:
             break
     new_mark_delete = None if mark_delete is None else Position(*mark_delete)
-    return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, tuple(batches))
+    return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, tuple(batches), complete)
 
 
 def _quiet(

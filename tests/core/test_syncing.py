@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -628,11 +629,11 @@ def test_the_walk_over_stretches_plans_what_the_entry_by_entry_rule_does(
         assert plan_apply(index, local, remote=remote, log=stretches, size_of=size_of) == expected
         assert plan_apply(index, local, remote=remote, log=listed, size_of=size_of) == expected
     # A budget stops the walk after that many entries not held here whole: the plan is the one over the log
-    # cut there (the entries held here before the cut cost nothing of it).
+    # cut there (the entries held here before the cut cost nothing of it), marked incomplete if it was cut.
     budget = data.draw(st.integers(0, 4))
     looked = [p for p in listed if p not in local]
     cut = listed if len(looked) <= budget else [p for p in listed if p < looked[budget]]
-    expected = entry_by_entry(index, local, remote, cut, sizes(log))
+    expected = replace(entry_by_entry(index, local, remote, cut, sizes(log)), complete=len(looked) <= budget)
     assert (
         plan_apply(index, local, remote=remote, log=stretches, size_of=sizes(log), budget=budget) == expected
     )
@@ -663,4 +664,6 @@ def test_a_plan_over_a_long_backlog_looks_only_at_what_could_be_acknowledged() -
     assert plan == ApplyPlan(Position(9, 9), (Position(9, 50_000),), None, ())
     assert index.asked <= 20, f"{index.asked} entries looked at one by one"
     # The budget still counts the entries passed over: a plan limited to 1,000 stops before the far claim.
-    assert plan_apply(index, local, remote=remote, log=log, budget=1_000) == ApplyPlan(Position(9, 9), ())
+    assert plan_apply(index, local, remote=remote, log=log, budget=1_000) == ApplyPlan(
+        Position(9, 9), (), complete=False
+    )
