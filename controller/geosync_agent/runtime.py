@@ -205,6 +205,9 @@ class Subscription:
     ``planned_rewrites`` its ``rewrites`` then: entries appended since change that plan only if the claims
     received name their origins (see ``Agent._only_unclaimed_appended``)."""
     planned_rewrites: int = -1
+    planned_nothing: bool = False
+    """The last plan was empty, walked the whole log and was blocked by no entry not indexed yet: a cursor
+    that has since only moved on (consumers here acknowledged) needs no plan either (``Agent.apply``)."""
     pending_move: pacing.PendingMove | None = None
     pending_holes: int = 0
     unapplied_batches: int = 0
@@ -2433,6 +2436,13 @@ class Agent:
                     state.planned_end = _plan_end(ts.tail)
                     self.stats.inc("plans_skipped_for_unclaimed_entries")
                     continue
+                if state.planned_nothing and self._moved_on_from_nothing(state, ts):
+                    # Consumers here acknowledged, and what others claim was all acknowledged here before:
+                    # in the consuming region, every acknowledgement moved a cursor that was planned again.
+                    state.planned = basis
+                    state.planned_end = _plan_end(ts.tail)
+                    self.stats.inc("plans_skipped_for_moves_on")
+                    continue
             if self._behind_forgotten(ts, state, state.cursor):
                 state.waiting = "parked" if state.parked else "the topic is being read again"
                 continue
@@ -2474,6 +2484,7 @@ class Agent:
                 state.plan_took = took = time.thread_time() - started
                 _note_heavy(self.heavy_plans, state, took)
                 state.plan_after = now.mono + plan_wait(took, heavy=heavy)
+            state.planned_nothing = plan.is_empty and plan.complete and plan.blocked_by is None
             state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
                 # Batch indexes cannot be written here (admin API only, or brokers without batch-index
@@ -2535,11 +2546,11 @@ class Agent:
         self._admin_moves({k: v for k, v in work.items() if k not in handled}, now)
 
     def _settle_plan(self, state: Subscription, plan: syncing.ApplyPlan) -> None:
-        """The plugin wrote ``plan``: if the cursor it answered is the one the plan makes, take that cursor
-        as planned (with the log and claims the plan was made from). Planning it again would find nothing
-        to do; at 10,000 subscriptions that second plan was made for every write, a round later. Not when
-        the plan was cut short by its budget or stopped at an entry not indexed yet: the next plan may go on
-        from there."""
+        """The plugin wrote ``plan``: if the cursor it answered holds what the plan was made from and what it
+        wrote (``syncing.carried_out``), take that cursor as planned (with the log and claims the plan was
+        made from). Planning it again would find nothing to do; at 10,000 subscriptions that second plan was
+        made for every write, a round later. Not when the plan was cut short by its budget or stopped at an
+        entry not indexed yet: the next plan may go on from there."""
         planned = state.planned
         if (
             planned is None
@@ -2549,9 +2560,10 @@ class Agent:
             or plan.blocked_by is not None
         ):
             return
-        if state.cursor != syncing.applied(planned[0], plan):
+        if not syncing.carried_out(state.cursor, planned[0], plan):
             return
         state.planned = (state.cursor, planned[1], planned[2])
+        state.planned_nothing = True  # what planning it again would find
         state.behind_since = None
         self.stats.inc("plans_settled_by_writes")
 
@@ -2564,6 +2576,23 @@ class Agent:
             if move is not None:
                 moves.append(move)
         self._perform(moves, now)
+
+    def _moved_on_from_nothing(self, state: Subscription, ts: TopicState) -> bool:
+        """Whether ``state``'s last plan (empty, see ``planned_nothing``) holds for its cursor now: the same
+        claims, the tail grown at most by entries they do not name, and a cursor that holds everything the
+        planned one did (``syncing.carried_out`` of an empty plan)."""
+        planned, tail = state.planned, ts.tail
+        if (
+            planned is None
+            or planned[0] is None
+            or state.cursor is None
+            or planned[2] is not state.received
+            or state.planned_rewrites != tail.rewrites
+        ):
+            return False
+        if planned[1] != tail.version and self._claims_name_appended(state, ts) is not False:
+            return False
+        return syncing.carried_out(state.cursor, planned[0], _NOTHING)
 
     def _only_unclaimed_appended(self, state: Subscription, ts: TopicState) -> bool:
         """Whether only the tail grew since ``state``'s last plan, by entries whose origins the claims
@@ -2910,6 +2939,9 @@ def _note_heavy(heavy: dict[fx.SubKey, Subscription], state: Subscription, took:
         heavy[state.key] = state
     elif heavy.get(state.key) is state:
         del heavy[state.key]
+
+
+_NOTHING = syncing.ApplyPlan(None, ())
 
 
 def _plan_end(tail: Tail) -> Position | None:

@@ -415,6 +415,24 @@ def applied(local: AckState, plan: ApplyPlan) -> AckState:
     return moved.ack(*plan.individual_acks).ack_batches(plan.batch_acks)
 
 
+def carried_out(cursor: AckState, base: AckState, plan: ApplyPlan) -> bool:
+    """Whether ``cursor`` holds everything ``base`` held (whole entries and batch indexes) and everything
+    ``plan`` (made from ``base``) writes. If so, and ``plan`` was ``complete`` and not ``blocked_by`` an
+    entry, the same claims over the same log plan nothing more for ``cursor``: every entry they name in the
+    log already was, or now is, acknowledged in it. Cheaper than building ``applied(base, plan)`` and
+    comparing (a cursor that moved on further, by consumers here, counts too)."""
+    if plan.new_mark_delete is not None and cursor.mark_delete < plan.new_mark_delete:
+        return False  # a broker moves its mark-delete over every entry acknowledged in a row
+    if not cursor.covers_whole(base) or not all(p in cursor for p in plan.individual_acks):
+        return False
+    for p, acks in (*base.batches, *plan.batch_acks):
+        if p not in cursor:
+            held = cursor.batch(p)
+            if held is None or held.acked & acks.acked != acks.acked:
+                return False
+    return True
+
+
 def key_ordered(
     cursor: AckState,
     log: Iterable[Position],

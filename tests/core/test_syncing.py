@@ -19,6 +19,7 @@ from geosync_core.syncing import (
     Translation,
     Untranslatable,
     applied,
+    carried_out,
     key_ordered,
     plan_apply,
     to_origin_acks,
@@ -637,6 +638,49 @@ def test_the_walk_over_stretches_plans_what_the_entry_by_entry_rule_does(
     assert (
         plan_apply(index, local, remote=remote, log=stretches, size_of=sizes(log), budget=budget) == expected
     )
+
+
+@settings(fast, max_examples=200)
+@given(batched_scenarios(), st.data())
+def test_a_plan_carried_out_leaves_nothing_to_plan(
+    scenario: tuple[Log, OriginIndex, AckState, OriginAcks], data: st.DataObject
+) -> None:
+    """What lets the agent skip planning again after a write landed, and for a cursor that consumers moved
+    on from an empty plan: a complete plan not blocked by an entry not indexed yet, once carried out (and
+    with anything acknowledged on top), plans nothing more from the same claims over the same log. And
+    ``carried_out`` tells a cursor that lacks anything the plan wrote or the planned cursor held."""
+    log, index, local, remote = scenario
+    positions = [p for p, _ in log]
+    size_of = sizes(log)
+    plan = plan_apply(index, local, remote=remote, log=positions, size_of=size_of)
+    after = applied(local, plan)
+    extra = data.draw(st.lists(st.sampled_from(positions), max_size=3)) if positions else []
+    further = after.ack(*extra)
+    for cursor in (after, further):
+        assert carried_out(cursor, local, plan)
+        if plan.complete and plan.blocked_by is None:
+            again = plan_apply(index, cursor, remote=remote, log=positions, size_of=size_of)
+            assert again.is_empty, again
+    for written in plan.individual_acks:
+        short = replace(plan, individual_acks=tuple(p for p in plan.individual_acks if p != written))
+        assert not carried_out(applied(local, short), local, plan)
+    for at, _ in plan.batch_acks:
+        short = replace(plan, batch_acks=tuple(b for b in plan.batch_acks if b[0] != at))
+        assert not carried_out(applied(local, short), local, plan)
+    if plan.new_mark_delete is not None and plan.new_mark_delete > local.mark_delete:
+        assert not carried_out(local, local, plan)
+
+
+def test_carried_out_needs_the_planned_cursor_s_batch_indexes_too() -> None:
+    """A broker that forgot a partly acknowledged batch (Pulsar 4.0.8 on a topic reload) answers a cursor
+    without it: the plan it carried out is not enough, the batch must be written again."""
+    base = AckState.of(P("1:0")).ack_batches([(P("1:3"), BatchAcks(4, 0b0011))])
+    plan = ApplyPlan(None, (P("1:5"),))
+    assert carried_out(applied(base, plan), base, plan)
+    forgot = AckState.of(P("1:0")).ack(P("1:5"))
+    assert not carried_out(forgot, base, plan)
+    more = forgot.ack_batches([(P("1:3"), BatchAcks(4, 0b0111))])
+    assert carried_out(more, base, plan)
 
 
 class _CountingIndex(OriginIndex):
