@@ -2275,7 +2275,7 @@ class Agent:
         )
         if claim is None:
             return
-        if not state.active and claiming.tells_news(tail.index, claim.claims, state.known()):
+        if not state.active and claim.news:
             state.active = True  # acknowledged here first (messages, not forms): consumed here
         state.translated = cursor
         state.incomplete_at = None if claim.complete else tail.version

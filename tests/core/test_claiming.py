@@ -113,6 +113,7 @@ def test_a_cursor_moved_by_the_claims_is_not_sent_back_for_its_joined_form() -> 
     assert claim is not None
     assert claim.claims != from_a  # the joined form
     assert not claim.send
+    assert not claim.news
     # A message of b's that a did not claim (b's consumers acknowledged it first) is sent.
     more = AckState.of(Position(9, 3))
     news = claiming.decide(
@@ -120,12 +121,21 @@ def test_a_cursor_moved_by_the_claims_is_not_sent_back_for_its_joined_form() -> 
     )
     assert news is not None
     assert news.send
-    # A resync sends the claims whatever they say.
+    assert news.news  # what makes b the region where the subscription is consumed
+    assert news.news == claiming.tells_news(_b_log(3), news.claims, from_a)
+    # A resync sends the claims whatever they say, and they are news only if they name news.
     forced = claiming.decide(
         _b_log(), cursor, received=from_a, published=NOTHING, last_translated=None, force=True, local="b"
     )
     assert forced is not None
     assert forced.send
+    assert not forced.news
+    first = claiming.decide(
+        _b_log(3), more, received=from_a, published=None, last_translated=None, force=False, local="b"
+    )
+    assert first is not None
+    assert first.send
+    assert first.news
 
 
 def test_messages_not_read_here_are_no_news() -> None:

@@ -640,7 +640,7 @@ def test_the_walk_over_stretches_plans_what_the_entry_by_entry_rule_does(
     )
 
 
-@settings(fast, max_examples=200)
+@settings(fast, max_examples=300)
 @given(batched_scenarios(), st.data())
 def test_a_plan_carried_out_leaves_nothing_to_plan(
     scenario: tuple[Log, OriginIndex, AckState, OriginAcks], data: st.DataObject
@@ -660,7 +660,14 @@ def test_a_plan_carried_out_leaves_nothing_to_plan(
         assert carried_out(cursor, local, plan)
         if plan.complete and plan.blocked_by is None:
             again = plan_apply(index, cursor, remote=remote, log=positions, size_of=size_of)
-            assert again.is_empty, again
+            # At most a mark-delete over entries the cursor holds already (across a ledger's end, which a
+            # broker passes itself): nothing for a write to acknowledge.
+            assert not again.individual_acks, again
+            assert not again.batch_acks, again
+            moved = again.new_mark_delete
+            assert moved is None or all(p in cursor for p in positions if p <= moved), again
+            if cursor is after:
+                assert again.is_empty, again
     for written in plan.individual_acks:
         short = replace(plan, individual_acks=tuple(p for p in plan.individual_acks if p != written))
         assert not carried_out(applied(local, short), local, plan)
