@@ -863,15 +863,6 @@ class Agent:
             known = Known.from_wire(state.get("incarnations", {}))
             if known is None:
                 raise ValueError("incarnations not readable")
-            topics = {
-                topic: TopicState(
-                    Tail.from_wire(topic, partition_of(topic), value),
-                    resync_at=pacing.first_resync(
-                        now.mono, period_s=self.resync_period(), phase=self.rng.random()
-                    ),
-                )
-                for topic, value in dict(state["topics"]).items()
-            }
             controls: dict[str, Tail] = {}
             for topic, last in dict(state["controls"]).items():
                 tail = controls[topic] = Tail(topic, -1, wake=self.wake)
@@ -898,6 +889,17 @@ class Agent:
                         CHECKPOINT_CONFIRMED  # a discovery pass not finding it: deleted meanwhile
                     )
                 subs[sub.key] = sub
+            # The first resyncs spread over the period of the subscriptions restored (``resync_period`` of
+            # the agent's still empty table gave ``resync_interval_s``: at 10,000 subscriptions every topic
+            # was republished whole within 30 s of a restart instead of 100 s, while the agent caught up).
+            period = self.resync_period(len(subs))
+            topics = {
+                topic: TopicState(
+                    Tail.from_wire(topic, partition_of(topic), value),
+                    resync_at=pacing.first_resync(now.mono, period_s=period, phase=self.rng.random()),
+                )
+                for topic, value in dict(state["topics"]).items()
+            }
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"checkpoint content not usable: {type(e).__name__}: {e}") from e
         self.topics, self.controls, self.guards, self.subs = topics, controls, guards, SubsTable(subs)
@@ -1321,10 +1323,12 @@ class Agent:
         if ts is not None:
             ts.poll = replace(ts.poll, next_at=0.0)
 
-    def resync_period(self) -> float:
+    def resync_period(self, subscriptions: int | None = None) -> float:
         """Seconds between a topic's full republishes: ``resync_interval_s``, stretched so that resyncs send
-        at most RESYNC_STATES_PER_S states a second on average."""
-        return max(self.config.resync_interval_s, len(self.subs) / RESYNC_STATES_PER_S)
+        at most RESYNC_STATES_PER_S states a second on average (over ``subscriptions``, by default those
+        tracked)."""
+        n = len(self.subs) if subscriptions is None else subscriptions
+        return max(self.config.resync_interval_s, n / RESYNC_STATES_PER_S)
 
     def _heavy(self, heavy: dict[fx.SubKey, Subscription]) -> int:
         """How many subscriptions ``heavy`` holds that are still the agent's (those gone are dropped)."""
@@ -1966,6 +1970,8 @@ class Agent:
             if now.mono >= ts.resync_at:
                 resync.add(topic)
                 ts.resync_at = now.mono + period
+        if resync:
+            self.stats.inc("cursor_polls_for_resyncs", len(resync))
         due = list(by_topic)  # each at its resync or its poll's time
         unreachable: list[str] = []
         for topic, internal in zip(due, self.effector.map(self._internal_stats, due), strict=True):
@@ -1980,6 +1986,8 @@ class Agent:
             if internal is None:
                 continue
             self.stats.inc("cursor_polls")
+            if self.caps.get(Capability.PLUGIN_FEED) is not True:
+                self.stats.inc("cursor_polls_without_feed")
             reloaded = self._reloaded(self.topics[topic], internal)
             cursors = {
                 name: AckState.parse(
@@ -2050,10 +2058,13 @@ class Agent:
         self.part_outcome("acknowledgement feed", None, now.mono)
         if feed.epoch != self.feed.epoch:
             # The broker (re)started: what was acknowledged before it is only known to a poll, and a
-            # cursor that lost its last acknowledgements in a crash moved back without a rewind.
+            # cursor that lost its last acknowledgements in a crash moved back without a rewind. Not at the
+            # agent's own first read: every topic is polled at its first round already (a second poll of
+            # them all, a round later, was most of a restarted agent's rounds at 10,000 subscriptions).
+            if self.feed.epoch:
+                for ts in self.topics.values():
+                    ts.poll = replace(ts.poll, next_at=0.0)
             self.feed.epoch = feed.epoch
-            for ts in self.topics.values():
-                ts.poll = replace(ts.poll, next_at=0.0)
             for sub in self.subs.values():
                 sub.seen_feed = sub.seen_any = sub.fed = None
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
@@ -2212,6 +2223,7 @@ class Agent:
                 changed=changed,
                 pending_move=any(s.pending_move for s in states),
                 consumers=any(s.consumers for s in states),
+                spread=self.rng.random(),
             )
             paused = [
                 s.publish_after for s in states if s.publish_after > now.mono and s.cursor != s.translated

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from geosync_agent import checkpointing, runtime, supervising
 from geosync_agent.runtime import Now
-from geosync_core import envelopes
+from geosync_core import envelopes, pacing
 from geosync_core.positions import Position
 from tests.agent.fakes import Harness, message
 from tests.agent.test_runtime import A_LOG, B_LOG, SUB, TOPIC, carry, pair
@@ -98,6 +98,28 @@ def restarted(h: Harness, tmp_path: pathlib.Path) -> Harness:
     assert supervising.resume(again.agent)
     again.clock = h.clock
     return again
+
+
+def test_a_restarted_agent_spreads_its_first_resyncs_over_the_period_of_what_it_restored(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The period stretches with the subscriptions (RESYNC_STATES_PER_S): reckoned before the restored ones
+    were counted, it was ``resync_interval_s``, and at 10,000 subscriptions every topic was republished whole
+    within 30 s of a restart, while the agent was catching up."""
+    _, b = pair(state_dir=str(tmp_path))
+    assert len(b.agent.subs) == 1
+    monkeypatch.setattr(runtime, "RESYNC_STATES_PER_S", 1 / 1000)  # one subscription: a 1,000 s period
+    periods: list[float] = []
+    first_resync = pacing.first_resync
+
+    def recorded(now: float, *, period_s: float, phase: float) -> float:
+        periods.append(period_s)
+        return first_resync(now, period_s=period_s, phase=phase)
+
+    monkeypatch.setattr(pacing, "first_resync", recorded)
+    b2 = restarted(b, tmp_path)
+    assert periods == [1000.0] * len(b2.agent.topics)
+    assert b2.agent.resync_period() == 1000.0
 
 
 def test_a_restarted_agent_resumes_without_reading_history(tmp_path: pathlib.Path) -> None:

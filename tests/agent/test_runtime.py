@@ -1672,6 +1672,33 @@ def test_the_feeds_repeats_of_a_report_are_skipped_unread_and_a_changed_report_i
     assert state.generation == generation
 
 
+def test_a_broker_restart_has_every_topic_polled_again_but_the_agent_s_own_first_feed_read_does_not() -> None:
+    """A new epoch means the broker restarted: what its feed lost only a poll can tell. An agent's first read
+    of the feed is no restart: every topic was polled at its first round (a second wave of polls of every
+    topic came a round later, most of a restarted agent's rounds at 10,000 subscriptions)."""
+    region = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    region.cursors[(TOPIC, SUB)] = AckState.of(Position(5, -1))
+    a = Harness.build(region)
+    real = region.plugin_feed
+
+    def failing(*, since: int) -> pluginapi.Feed:
+        raise adm.AdminError("the broker is busy")
+
+    region.plugin_feed = failing  # type: ignore[method-assign]
+    a.discover()
+    a.step()  # the first round polls the topic; its feed read fails (or finds no namespace yet)
+    polls = a.agent.stats.counters["cursor_polls"]
+    assert polls >= 1
+    assert a.agent.stats.counters["feed_reads"] == 0
+    a.region.plugin_feed = real  # type: ignore[method-assign]
+    a.step(0.01)  # well within the poll interval (0.25 s): no topic is due by its schedule
+    assert a.agent.stats.counters["feed_reads"] == 1
+    assert a.agent.stats.counters["cursor_polls"] == polls
+    region.plugin_feed = lambda *, since: replace(real(since=since), epoch="epoch-2")  # type: ignore[method-assign]
+    a.step(0.01)
+    assert a.agent.stats.counters["cursor_polls"] > polls
+
+
 def test_a_copy_read_after_the_claim_that_names_it_is_applied_at_once_even_while_a_costly_plan_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -24,3 +24,29 @@ def test_the_wait_for_the_next_round_counts_the_gap_already_paused() -> None:
     assert pacing.round_wait(elapsed=0.01, busy=True, gap=0.02, **times) == pytest.approx(0.07)
     assert pacing.round_wait(elapsed=0.01, busy=False, gap=0.02, **times) == pytest.approx(0.22)
     assert pacing.round_wait(elapsed=0.01, busy=True, gap=0.2, **times) == 0.0  # the gap was longer already
+
+
+@pytest.mark.parametrize("feed", [True, False])
+def test_idle_topics_polled_together_come_due_apart_and_busy_ones_every_round(feed: bool) -> None:
+    """After a start every topic is polled in the first round: spread, their next polls fall over half of
+    what backing off added, and none comes later than without the spread. A busy topic is due every round."""
+
+    def after(spread: float = 0.0, pending_move: bool = False) -> pacing.PollState:
+        return pacing.after_poll(
+            pacing.PollState(interval=20.0),
+            now=100.0,
+            base_s=10.0,
+            feed=feed,
+            changed=False,
+            pending_move=pending_move,
+            consumers=False,
+            spread=spread,
+        )
+
+    dues = [after(s / 10).next_at for s in range(10)]
+    latest = after()
+    assert max(dues) == latest.next_at
+    assert max(dues) - min(dues) == pytest.approx(0.9 * (latest.interval - 10.0) / 2)
+    assert min(dues) >= 100.0 + 10.0 / 2  # never earlier than a busy topic
+    busy = after(0.99, pending_move=True)
+    assert busy.next_at == pytest.approx(100.0 + 10.0 / 2)
