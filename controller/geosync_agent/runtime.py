@@ -2590,36 +2590,33 @@ class Agent:
         self._perform(moves, now)
 
     def _moved_on_from_nothing(self, state: Subscription, ts: TopicState) -> bool:
-        """Whether ``state``'s last plan (empty, see ``planned_nothing``) holds for its cursor now: the same
-        claims, the tail grown at most by entries they do not name, and a cursor that holds everything the
-        planned one did (``syncing.carried_out`` of an empty plan)."""
-        planned, tail = state.planned, ts.tail
-        if (
-            planned is None
-            or planned[0] is None
-            or state.cursor is None
-            or planned[2] is not state.received
-            or state.planned_rewrites != tail.rewrites
-        ):
+        """Whether ``state``'s last plan (empty, see ``planned_nothing``) holds for its cursor now: the claims
+        and the log it was made from (``_claims_and_log_as_planned``), and a cursor that holds everything
+        the planned one did (``syncing.carried_out`` of an empty plan)."""
+        planned = state.planned
+        if planned is None or planned[0] is None or state.cursor is None:
             return False
-        if planned[1] != tail.version and self._claims_name_appended(state, ts) is not False:
-            return False
-        return syncing.carried_out(state.cursor, planned[0], _NOTHING)
+        return self._claims_and_log_as_planned(state, ts) and syncing.carried_out(
+            state.cursor, planned[0], _NOTHING
+        )
 
     def _only_unclaimed_appended(self, state: Subscription, ts: TopicState) -> bool:
         """Whether only the tail grew since ``state``'s last plan, by entries whose origins the claims
-        received do not name, whole or in part: the plan would then be the same (an entry nobody claims
-        stops the mark-delete where the log's end stopped it before, and is acknowledged by nobody). Looks at
-        no more than APPENDED_CHECK_MAX new entries (more: plan again)."""
+        received do not name (``_claims_and_log_as_planned``, with the cursor planned from)."""
+        planned = state.planned
+        return (
+            planned is not None and planned[0] == state.cursor and self._claims_and_log_as_planned(state, ts)
+        )
+
+    def _claims_and_log_as_planned(self, state: Subscription, ts: TopicState) -> bool:
+        """Whether ``state``'s last plan was made from the claims it holds and from its topic's log as it is,
+        but for entries appended since whose origins the claims do not name, whole or in part: those change
+        no plan (an entry nobody claims stops the mark-delete where the log's end stopped it before, and is
+        acknowledged by nobody). Looks at no more than APPENDED_CHECK_MAX new entries (more: no)."""
         planned, tail = state.planned, ts.tail
-        if (
-            planned is None
-            or planned[0] != state.cursor
-            or planned[2] is not state.received
-            or state.planned_rewrites != tail.rewrites
-        ):
+        if planned is None or planned[2] is not state.received or state.planned_rewrites != tail.rewrites:
             return False
-        return self._claims_name_appended(state, ts) is False
+        return planned[1] == tail.version or self._claims_name_appended(state, ts) is False
 
     def _claims_name_appended(self, state: Subscription, ts: TopicState) -> bool | None:
         """Whether the claims received name (whole or in part) an entry the tail appended since ``state``'s

@@ -95,7 +95,7 @@ def decide(
     # region joins its own messages' spans across the copies between them, others name them run by run
     # (``tells_news``). With both regions producing, every cursor the claims moved here differed so, and was
     # sent back as news: a quarter of what the claiming region sent, at 10,000 subscriptions.
-    news = claims != known and _names_news(index, claims, known)
+    news = _names_news(index, claims, known)
     echo_only = published is not None and not news
     return Claim(claims=claims, send=force or not echo_only, complete=complete, news=news)
 
