@@ -18,7 +18,7 @@ from geosync_agent import discovering, runtime, supervising, tailing
 from geosync_agent.recent import Timeline
 from geosync_agent.runtime import Now
 from geosync_agent.snapshotting import TopicSnapshots
-from geosync_core import envelopes, pluginapi, syncing
+from geosync_core import envelopes, pacing, pluginapi, syncing
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin, OriginAcks, Span
@@ -1174,9 +1174,10 @@ def test_what_a_consumer_acknowledged_before_the_tail_read_it_is_claimed_not_for
     hb.step()
     hb.step()
     assert b.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2]).ack(B_LOG[4])
-    # once claimed, a forgets them (its only subscription is past them)
+    # once claimed, a forgets them (its only subscription is past them), at its next look at the cursors:
+    # the feed names this one unchanged (a repeat, passed over), so the safety poll
     a.feed.append(a.report(TOPIC, SUB))
-    ha.step()
+    ha.step(pacing.FEED_SAFETY_POLL_S)
     assert ha.agent.topics[TOPIC].tail.index.first == A_LOG[3]
 
 
@@ -1729,3 +1730,32 @@ def test_a_copy_read_after_the_claim_that_names_it_is_applied_at_once_even_while
     b.step(0.1)  # the write's outcome lands
     assert b.clock < state.plan_after
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(copy)
+
+
+def test_topics_polled_before_the_feed_answered_wait_for_their_safety_poll_once_it_does() -> None:
+    """A restarted agent polls every topic in its first round, before discovery names the namespaces the feed
+    needs: scheduled as without the feed (every round while their cursors moved), they were all polled again
+    a round later. Once the feed answers, each waits for its safety poll; one asked for stays due."""
+    other = f"persistent://{NS}/refunds"
+    region = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG), other: list(A_LOG)})
+    for topic in (TOPIC, other):
+        region.cursors[(topic, SUB)] = AckState.of(Position(5, -1))
+    region.origin_runs[TOPIC] = region.origin_runs[other] = [OriginRun(5, 0, len(A_LOG), "a")]
+    region.feed_error = adm.AdminError("503 Service Unavailable")
+    h = Harness.build(region)
+    h.discover()
+    h.step()
+    agent = h.agent
+    assert agent.caps.get(Capability.PLUGIN_FEED) is None
+    assert agent.stats.counters["cursor_polls"] == 2
+    assert all(agent.topics[t].poll.interval < pacing.FEED_SAFETY_POLL_S for t in (TOPIC, other))
+    region.feed_error = None
+    agent.topics[other].poll = replace(agent.topics[other].poll, next_at=0.0)  # asked for (``_poll_soon``)
+    h.step()
+    assert agent.caps.get(Capability.PLUGIN_FEED) is True
+    assert agent.stats.counters["polls_put_off_for_feed"] == 1
+    assert agent.topics[TOPIC].poll.next_at >= h.clock + pacing.FEED_SAFETY_POLL_S / 2 - 1
+    assert agent.stats.counters["cursor_polls"] == 3  # other, due: polled
+    for _ in range(5):
+        h.step()
+    assert agent.stats.counters["cursor_polls"] == 3
