@@ -1306,7 +1306,10 @@ class Agent:
         monotonic time ``at``."""
         for name, (consumers, kind) in present.items():
             state = self._subscription(topic, name)
-            unread = state.cursor is None and (not state.exists or state.confirmed_at == 0)
+            # One deleted here and created again: ``confirm`` forgets its old cursor, to be read anew.
+            unread = state.deleted_here or (
+                state.cursor is None and (not state.exists or state.confirmed_at == 0)
+            )
             state.confirm(at)
             if state.recreated:
                 self.unobserved.pop(state.key, None)  # a report waiting since before is about the old one
@@ -1853,8 +1856,13 @@ class Agent:
             state.received = merged
             self.stats.inc("claims_received")
             ts = self.topics.get(message.topic)
-            if ts is not None and self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is not True:
-                # Plugin writes answer the cursor's state; admin calls need a fresh read to plan from.
+            writes = Capability.PLUGIN_CURSOR_WRITES
+            if ts is not None and (
+                self.caps.get(writes) is False or not self.caps.usable(writes, now=now.mono)
+            ):
+                # Plugin writes answer the cursor's state; admin calls need a fresh read to plan from. (Not
+                # while the plugin's writes are untried: a restarted agent's first claims then made every
+                # topic due a poll for two rounds, until its first writes were answered.)
                 ts.poll = replace(ts.poll, next_at=0.0)
 
     def _follow(self, state: Subscription, generation: int) -> None:
@@ -2572,6 +2580,7 @@ class Agent:
             for state, _, _ in work.values():
                 state.planned = None  # not known written: planned again
             raise
+        tried = self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is not None
         for outcome in outcomes:
             self._fold(outcome, now)
             if isinstance(outcome, fx.CursorWritten) and outcome.key in work:
@@ -2583,7 +2592,16 @@ class Agent:
             if isinstance(o, fx.CursorWritten) or (isinstance(o, fx.NotWritten) and not o.fallback)
         }
         handled |= self._moved_away(outcomes, now)
-        self._admin_moves({k: v for k, v in work.items() if k not in handled}, now)
+        rest = {k: v for k, v in work.items() if k not in handled}
+        if rest and not tried and self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is False:
+            # The plugin's first writes found no plugin: they were planned from cursors claims did not
+            # have read again (``_take_claims``: plugin writes answer the cursor), so they are read now,
+            # in this round's polls, and planned again for the admin API.
+            for state, ts, _ in rest.values():
+                state.planned = None
+                ts.poll = replace(ts.poll, next_at=0.0)
+            return
+        self._admin_moves(rest, now)
 
     def _settle_plan(self, state: Subscription, plan: syncing.ApplyPlan) -> None:
         """The plugin wrote ``plan``: if the cursor it answered holds what the plan was made from and what it
