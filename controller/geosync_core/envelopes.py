@@ -72,7 +72,7 @@ from typing import Any, Protocol
 
 from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
 from geosync_core.incarnations import Incarnation
-from geosync_core.origins import Origin, OriginAcks, Span
+from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 
 VERSION = 1
@@ -493,11 +493,9 @@ def _decode_state(
     if not _is_count(generation) or ("generation" in payload and generation == 0):
         return Rejected(Reason.MALFORMED)
     try:
-        whole = OriginAcks.of((origin, map(_span, spans)) for origin, spans in acks.items())
-        decoded = whole.merge(
-            OriginAcks.of(
-                (), ((origin, _partials(whole, origin, items)) for origin, items in partials.items())
-            )
+        decoded = OriginAcks.decoded(
+            {origin: [_span(pair) for pair in spans] for origin, spans in acks.items()},
+            {origin: _partials(items) for origin, items in partials.items()},
         )
     except (ValueError, TypeError):
         return Rejected(Reason.MALFORMED)
@@ -506,27 +504,30 @@ def _decode_state(
 
 def _span(pair: Any) -> Span:
     (ledger, first), (other_ledger, last) = pair
-    if not all(_is_count(n) for n in (ledger, first, other_ledger, last)) or ledger != other_ledger:
+    if not (_counts(ledger, first, other_ledger, last) and ledger == other_ledger):
         raise ValueError(f"not a span: {pair!r}")
     return Span(ledger, first, last)
 
 
-def _partials(whole: OriginAcks, origin: str, items: Any) -> list[tuple[Position, BatchAcks]]:
-    """One origin region's partials, refused (``ValueError``) unless exactly as a canonical value has them."""
+def _partials(items: Any) -> list[tuple[Position, BatchAcks]]:
+    """One origin region's partials as written (``OriginAcks.decoded`` refuses them unless exactly as a
+    canonical value has them)."""
     if not isinstance(items, list):
         raise ValueError(f"not a list of partials: {items!r}")
-    out: dict[Position, BatchAcks] = {}
+    out: list[tuple[Position, BatchAcks]] = []
     for item in items:
         ledger, entry, size, bits = item
-        if not (all(_is_count(n) for n in (ledger, entry, size)) and isinstance(bits, str)):
+        if not (_counts(ledger, entry, size) and isinstance(bits, str)):
             raise ValueError(f"not a partial: {item!r}")
         if not 1 <= size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch size out of range: {size}")
-        position, acks = Position(ledger, entry), BatchAcks.from_hex(size, bits)
-        if not acks.is_partial or position in out or Origin(origin, position) in whole:
-            raise ValueError(f"not a canonical partial: {item!r}")
-        out[position] = acks
-    return list(out.items())
+        out.append((Position(ledger, entry), BatchAcks.from_hex(size, bits)))
+    return out
+
+
+def _counts(*values: object) -> bool:
+    """``_is_count`` of each (spelled out: a state's spans and partials are most of the numbers checked)."""
+    return all(type(value) is int and 0 <= value < _LIMIT for value in values)
 
 
 def _is_text(value: object) -> bool:

@@ -35,6 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import itertools
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -146,6 +147,38 @@ class OriginAcks:
             tuple((r, _canonical(s)) for r, s in sorted(gathered.items()) if s),
             tuple((r, b) for r, b in sorted(kept.items()) if b),
         )
+
+    @classmethod
+    def decoded(
+        cls,
+        spans: Mapping[str, list[Span]],
+        partials: Mapping[str, list[tuple[Position, BatchAcks]]],
+    ) -> OriginAcks:
+        """The value a peer's message spells, checked without building it twice: any spans per region (made
+        canonical, as ``of`` does; a canonical sender's pass as they are), and per region partly claimed
+        entries exactly as a canonical value has them: each partial, none repeated or covered by the
+        region's spans (else ``ValueError``). ``of`` followed by a merge of the partials cost a receiver
+        three canonical builds per state (the most of its work at 2,000 claims a second)."""
+        by_region = tuple(
+            (region, _canonical_or_same(region_spans))
+            for region, region_spans in sorted(spans.items())
+            if region_spans
+        )
+        kept = []
+        for region, items in sorted(partials.items()):
+            if not items:
+                continue
+            covering = next((s for r, s in by_region if r == region), ())
+            seen: set[Position] = set()
+            for position, acks in items:
+                if not acks.is_partial or position in seen or _covers(covering, position):
+                    raise ValueError(f"not a canonical partial of {region!r}: {position} {acks}")
+                seen.add(position)
+            ordered = tuple(items)
+            if any(a[0] > b[0] for a, b in itertools.pairwise(ordered)):
+                ordered = tuple(sorted(ordered))
+            kept.append((region, ordered))
+        return cls._trusted(by_region, tuple(kept))
 
     @classmethod
     def _trusted(
@@ -289,6 +322,15 @@ class OriginAcks:
     def count_partial(self) -> int:
         """How many messages of partly claimed entries are claimed."""
         return sum(len(acks) for _, batches in self.partials for _, acks in batches)
+
+
+def _canonical_or_same(spans: list[Span]) -> tuple[Span, ...]:
+    """``_canonical(spans)``, without sorting spans that are canonical already (sorted, apart, not
+    adjacent): what a canonical sender wrote."""
+    for before, after in itertools.pairwise(spans):
+        if before.ledger > after.ledger or (before.ledger == after.ledger and before.last + 1 >= after.first):
+            return _canonical(spans)
+    return tuple(spans)
 
 
 def _covers(spans: tuple[Span, ...], p: Position) -> bool:

@@ -239,3 +239,39 @@ def test_news_since_sends_only_the_spans_that_changed() -> None:
     filled = before.merge(OriginAcks.of({"a": [Span(1, 1, 1)]}))  # a hole filled: one span grows
     assert filled.news_since(before) == OriginAcks.of({"a": [Span(1, 0, 2)]})
     assert before.news_since(OriginAcks.of({})) == before
+
+
+@fast
+@given(span_items, partials())
+def test_decoded_is_what_of_builds(
+    items: list[tuple[str, list[Span]]], parts: list[tuple[str, list[tuple[Position, BatchAcks]]]]
+) -> None:
+    """What a receiver decodes (``OriginAcks.decoded``: any spans, in any order; partials as a canonical
+    value has them, in any order) is what ``of`` builds from the same spans and partials."""
+    spans_by: dict[str, list[Span]] = {}
+    for region, ss in items:
+        spans_by.setdefault(region, []).extend(ss)
+    whole = OriginAcks.of(spans_by)
+    parts_by: dict[str, list[tuple[Position, BatchAcks]]] = {}
+    for region, pairs in parts:
+        for p, b in pairs:
+            kept = parts_by.setdefault(region, [])
+            if b.is_partial and Origin(region, p) not in whole and all(q != p for q, _ in kept):
+                kept.append((p, b))
+    decoded = OriginAcks.decoded(spans_by, parts_by)
+    assert decoded == OriginAcks.of(spans_by, parts_by)
+    assert OriginAcks(decoded.by_region, decoded.partials) == decoded  # canonical, by its own checks
+
+
+def test_decoded_refuses_partials_a_canonical_value_cannot_have() -> None:
+    spans = {"a": [Span(1, 0, 3)]}
+    p, q = Position(1, 5), Position(1, 2)
+    for partials in (
+        {"a": [(q, BatchAcks(2, 1))]},  # inside a span
+        {"a": [(p, BatchAcks(2, 1)), (p, BatchAcks(2, 2))]},  # repeated
+        {"a": [(p, BatchAcks(2, 3))]},  # full
+        {"a": [(p, BatchAcks(2, 0))]},  # empty
+    ):
+        with pytest.raises(ValueError, match="not a canonical partial"):
+            OriginAcks.decoded(spans, partials)
+    assert OriginAcks.decoded(spans, {"b": [(q, BatchAcks(2, 1))]}).partials_of("b")  # another region's
