@@ -256,6 +256,7 @@ class OriginAcks:
                     have = regions.get(region)
                     regions[region] = spans if have is None else _canonical((*have, *spans))
                 return OriginAcks._trusted(tuple(sorted(regions.items())), ())
+            return _merged_with_partials(self, other)
         every = (self, *others)
         return OriginAcks.of(
             (item for acks in every for item in acks.by_region),
@@ -322,6 +323,36 @@ class OriginAcks:
     def count_partial(self) -> int:
         """How many messages of partly claimed entries are claimed."""
         return sum(len(acks) for _, batches in self.partials for _, acks in batches)
+
+
+def _merged_with_partials(one: OriginAcks, other: OriginAcks) -> OriginAcks:
+    """``one.merge(other)`` where either holds partials, as ``of`` would build it but from two canonical
+    values: only the regions whose spans meet are joined again, and the partials are united entry by entry
+    (a full one becomes a span, one a span covers goes). Gathering both whole again cost a receiver three
+    times a merge of spans alone, for every batched claim."""
+    regions = dict(one.by_region)
+    for region, spans in other.by_region:
+        have = regions.get(region)
+        regions[region] = spans if have is None else _canonical((*have, *spans))
+    united: dict[str, dict[Position, BatchAcks]] = {}
+    for acks in (one, other):
+        for region, batches in acks.partials:
+            entries = united.setdefault(region, {})
+            for position, batch in batches:
+                seen = entries.get(position)
+                entries[position] = batch if seen is None else seen.union(batch)
+    kept: list[tuple[str, Batches]] = []
+    for region, entries in sorted(united.items()):
+        full = [Span(p.ledger, p.entry, p.entry) for p, batch in entries.items() if batch.is_full]
+        if full:
+            regions[region] = _canonical((*regions.get(region, ()), *full))
+        spans = regions.get(region, ())
+        batches = tuple(
+            sorted((p, batch) for p, batch in entries.items() if not batch.is_full and not _covers(spans, p))
+        )
+        if batches:
+            kept.append((region, batches))
+    return OriginAcks._trusted(tuple(sorted(regions.items())), tuple(kept))
 
 
 def _canonical_or_same(spans: list[Span]) -> tuple[Span, ...]:

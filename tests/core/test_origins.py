@@ -275,3 +275,22 @@ def test_decoded_refuses_partials_a_canonical_value_cannot_have() -> None:
         with pytest.raises(ValueError, match="not a canonical partial"):
             OriginAcks.decoded(spans, partials)
     assert OriginAcks.decoded(spans, {"b": [(q, BatchAcks(2, 1))]}).partials_of("b")  # another region's
+
+
+@fast
+@given(batched_acks, batched_acks)
+def test_merge_with_partials_builds_what_of_builds_from_both(a: OriginAcks, b: OriginAcks) -> None:
+    """A merge where either side holds partials (``_merged_with_partials``) is ``of`` of both sides' spans
+    and partials: partials united entry by entry, a full one a span, one a span covers gone."""
+    merged = a.merge(b)
+    assert merged == OriginAcks.of((*a.by_region, *b.by_region), (*a.partials, *b.partials))
+    assert OriginAcks(merged.by_region, merged.partials) == merged  # canonical, by its own checks
+
+
+def test_a_partial_completed_by_the_other_side_joins_its_spans() -> None:
+    p = Position(2, 6)
+    one = OriginAcks.of(
+        {"a": [Span(2, 0, 5)]}, {"a": [(p, BatchAcks.of(3, [0]))], "b": [(p, BatchAcks.of(2, [1]))]}
+    )
+    other = OriginAcks.of({"b": [Span(2, 6, 6)]}, {"a": [(p, BatchAcks.of(3, [1, 2]))]})
+    assert one.merge(other) == OriginAcks.of({"a": [Span(2, 0, 6)], "b": [Span(2, 6, 6)]})
