@@ -1385,7 +1385,10 @@ class Agent:
     # -- 2. index ----------------------------------------------------------------------------------
 
     def index(self, now: Now) -> None:
-        feed = self.caps.get(Capability.PLUGIN_FEED) is True
+        # Untried counts as there: a restarted agent's first round reads the feed only once discovery named
+        # the namespaces, and new messages made every topic due a poll meanwhile (the poll the checkpoint's
+        # cursors spare). Found absent, every topic is polled at once (``_read_feed``).
+        feed = self.caps.usable(Capability.PLUGIN_FEED, now=now.mono)
         grown: list[str] = []
         self._prefetch_runs()
         for topic, ts in self.topics.items():
@@ -2071,6 +2074,9 @@ class Agent:
         try:
             feed = self.effector.admin().plugin_feed(since=self.feed.seq)
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
+            if self.caps.get(Capability.PLUGIN_FEED) is not False:
+                for ts in self.topics.values():
+                    ts.poll = replace(ts.poll, next_at=0.0)  # their polls were paced for a feed
             self.caps = self.caps.learned(Capability.PLUGIN_FEED, False, now=now.mono)
             log.info("no acknowledgement feed from the broker plugin (%s); polling cursors instead", e)
             return {}

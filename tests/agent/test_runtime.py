@@ -1780,8 +1780,14 @@ def test_a_restarted_agent_writes_from_the_checkpoints_cursors_and_polls_each_to
     agent = again.agent
     counters = agent.stats.counters
     assert agent.subs[(TOPIC, SUB)].cursor == AckState.of(B_LOG[0])
+    again.step(0.1)  # before discovery's first pass: the feed cannot be read yet
+    new = Position(9, len(B_LOG))
+    hb.region.topics[TOPIC].append(new)
+    again.messaging.deliver(TOPIC, message(TOPIC, new))  # published here meanwhile
+    again.step(0.1)
+    assert counters.get("cursor_polls", 0) == 0  # new messages make a topic due only without the feed
     again.discover()
-    again.step()
+    again.step(0.1)
     assert agent.caps.get(Capability.PLUGIN_FEED) is True
     ha.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[3]])
     ha.step()
@@ -1820,3 +1826,20 @@ def test_a_cursor_comes_back_from_the_checkpoint_as_it_was() -> None:
     for bad in ([], [[3, 4], [], [[[3, 5], 10, "zz"]]], [[3, "4"], [], []]):
         with pytest.raises((ValueError, TypeError)):
             runtime._cursor_from_wire(bad)
+
+
+def test_a_restarted_agent_that_finds_no_feed_polls_every_topic_at_once() -> None:
+    """The checkpoint's cursors put the first polls off on the understanding that the feed reports what
+    consumers acknowledge: found absent (a plugin removed meanwhile), every topic is polled at once."""
+    _, hb = pair()
+    state = json.loads(json.dumps(hb.agent.checkpoint()))
+    again = Harness.build(hb.region)
+    again.agent.restore(state, Now(again.clock, again.clock))
+    counters = again.agent.stats.counters
+    again.step(0.1)
+    assert counters.get("cursor_polls", 0) == 0
+    hb.region.feed_error = adm.AdminNotFound("404 no geosync plugin")
+    again.discover()
+    again.step(0.1)
+    assert again.agent.caps.get(Capability.PLUGIN_FEED) is False
+    assert counters["cursor_polls"] == 1
