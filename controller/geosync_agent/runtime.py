@@ -2086,8 +2086,6 @@ class Agent:
             log.warning("acknowledgement feed failed, polling meanwhile: %s", e)
             return {}
         self.part_outcome("acknowledgement feed", None, now.mono)
-        if self.caps.get(Capability.PLUGIN_FEED) is not True:
-            self._polls_to_safety(now)
         if feed.epoch != self.feed.epoch:
             # The broker (re)started: what was acknowledged before it is only known to a poll, and a
             # cursor that lost its last acknowledgements in a crash moved back without a rewind. Not at the
@@ -2157,37 +2155,6 @@ class Agent:
         if unknown:
             self._rediscover_soon(now, "rediscover_for_feed")
         return out
-
-    def _polls_to_safety(self, now: Now) -> None:
-        """The feed answers (for the first time, or again after it failed): the topics polled meanwhile were
-        scheduled as without it, every round while their cursors moved; each now waits for its safety poll
-        instead (``pacing.after_poll`` with the feed), spread. A restarted agent's first round polls every
-        topic before discovery names the namespaces the feed needs: at 10,000 subscriptions each topic was
-        then polled again a round later, 0.7 s of CPU. Topics due a poll anyway (never polled, or asked
-        for) stay due."""
-        moved = 0
-        for topic, states in self._by_topic(existing_only=False).items():
-            ts = self.topics.get(topic)
-            if (
-                ts is None
-                or ts.poll.next_at == 0.0
-                or ts.poll.interval == 0.0  # not polled yet (restored: its first poll is near)
-                or ts.poll.interval >= pacing.FEED_SAFETY_POLL_S
-            ):
-                continue
-            ts.poll = pacing.after_poll(
-                ts.poll,
-                now=now.mono,
-                base_s=self.config.poll_interval_s,
-                feed=True,
-                changed=False,
-                pending_move=any(s.pending_move for s in states),
-                consumers=any(s.consumers for s in states),
-                spread=self.rng.random(),
-            )
-            moved += 1
-        if moved:
-            self.stats.inc("polls_put_off_for_feed", moved)
 
     def _rediscover_soon(self, now: Now, counter: str) -> None:
         """Ask the discovery task for a pass now (a topic or subscription appeared with its traffic), at most

@@ -7,9 +7,8 @@ monotonic seconds), so they can be tested as tables.
   acknowledgements (and for ``ACTIVE_FEED_S`` after), at least ``ROUND_GAP_S`` apart.
 * A topic's cursors are polled every round while busy (new messages in the last ``ACTIVE_WINDOW_S``, a
   cursor moved, a mark-delete move pending); otherwise the interval doubles up to a cap: ``MAX_IDLE_POLL_S``
-  with consumers, ``UNCONSUMED_POLL_S`` without (only admin operations move those cursors). With the feed
-  (which reports consumers' acknowledgements itself) only a pending mark-delete move makes a topic busy, and
-  an idle one is polled every ``FEED_SAFETY_POLL_S`` at once, as a safety net.
+  with consumers, ``UNCONSUMED_POLL_S`` without (only admin operations move those cursors), and
+  ``FEED_SAFETY_POLL_S`` with the feed (which reports consumers' acknowledgements itself).
 * Each topic is republished in full every resync period at its own phase, so resyncs spread out.
 * Mark-delete moves through the admin API (``expireMessages``, which costs the broker a read) go at most one
   in flight per subscription, at most one per ``min_apply_interval_s``; a move not seen done within
@@ -94,13 +93,8 @@ def after_poll(
     busy = pending_move if feed else changed or pending_move or now < poll.active_until
     if busy:
         interval = base_s
-    elif feed:
-        # The feed reports every acknowledgement here: a poll is its safety net, at once. (Backing off from
-        # the base interval polled every topic five more times in the minute after a start or its first
-        # messages: at 10,000 subscriptions, 0.6-0.8 s of CPU a round for the rounds after a restart.)
-        interval = max(base_s, FEED_SAFETY_POLL_S)
     else:
-        cap = MAX_IDLE_POLL_S if consumers else UNCONSUMED_POLL_S
+        cap = FEED_SAFETY_POLL_S if feed else MAX_IDLE_POLL_S if consumers else UNCONSUMED_POLL_S
         interval = max(base_s, min(cap, 2 * (poll.interval or base_s)))
     early = spread * (interval - base_s) / 2
     # due half a round early, so a topic with the base interval is polled every round

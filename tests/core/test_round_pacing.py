@@ -50,32 +50,3 @@ def test_idle_topics_polled_together_come_due_apart_and_busy_ones_every_round(fe
     assert min(dues) >= 100.0 + 10.0 / 2  # never earlier than a busy topic
     busy = after(0.99, pending_move=True)
     assert busy.next_at == pytest.approx(100.0 + 10.0 / 2)
-
-
-def test_with_the_feed_an_idle_topic_goes_to_the_safety_poll_at_once_and_without_it_backs_off() -> None:
-    """The feed reports every acknowledgement: after one poll an idle topic waits the safety interval (the
-    topics polled at a restart are not polled five more times in the next minute). Without the feed the
-    interval doubles from the base, up to its cap."""
-
-    def after(poll: pacing.PollState, *, feed: bool, pending_move: bool = False) -> pacing.PollState:
-        return pacing.after_poll(
-            poll,
-            now=100.0,
-            base_s=0.25,
-            feed=feed,
-            changed=True,
-            pending_move=pending_move,
-            consumers=True,
-        )
-
-    first = pacing.PollState()
-    with_feed = after(first, feed=True)
-    assert with_feed.interval == pacing.FEED_SAFETY_POLL_S
-    assert with_feed.next_at == pytest.approx(100.0 + pacing.FEED_SAFETY_POLL_S - 0.25 / 2)
-    assert after(first, feed=True, pending_move=True).interval == 0.25  # a move to see land: every round
-    without = after(first, feed=False)
-    assert without.interval == 0.25  # its cursors moved: polled every round
-    idle = pacing.after_poll(
-        without, now=100.0, base_s=0.25, feed=False, changed=False, pending_move=False, consumers=True
-    )
-    assert idle.interval == 0.5
