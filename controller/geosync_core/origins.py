@@ -251,11 +251,7 @@ class OriginAcks:
                 return other
             if not self.partials and not other.partials:
                 # Spans alone (most claims): joined region by region, without regathering both values.
-                regions = dict(self.by_region)
-                for region, spans in other.by_region:
-                    have = regions.get(region)
-                    regions[region] = spans if have is None else _canonical((*have, *spans))
-                return OriginAcks._trusted(tuple(sorted(regions.items())), ())
+                return OriginAcks._trusted(tuple(sorted(_joined_spans(self, other).items())), ())
             return _merged_with_partials(self, other)
         every = (self, *others)
         return OriginAcks.of(
@@ -325,15 +321,21 @@ class OriginAcks:
         return sum(len(acks) for _, batches in self.partials for _, acks in batches)
 
 
+def _joined_spans(one: OriginAcks, other: OriginAcks) -> dict[str, tuple[Span, ...]]:
+    """Both values' spans, region by region: a region's spans joined again only where both hold some."""
+    regions = dict(one.by_region)
+    for region, spans in other.by_region:
+        have = regions.get(region)
+        regions[region] = spans if have is None else _canonical((*have, *spans))
+    return regions
+
+
 def _merged_with_partials(one: OriginAcks, other: OriginAcks) -> OriginAcks:
     """``one.merge(other)`` where either holds partials, as ``of`` would build it but from two canonical
     values: only the regions whose spans meet are joined again, and the partials are united entry by entry
     (a full one becomes a span, one a span covers goes). Gathering both whole again cost a receiver three
     times a merge of spans alone, for every batched claim."""
-    regions = dict(one.by_region)
-    for region, spans in other.by_region:
-        have = regions.get(region)
-        regions[region] = spans if have is None else _canonical((*have, *spans))
+    regions = _joined_spans(one, other)
     united: dict[str, dict[Position, BatchAcks]] = {}
     for acks in (one, other):
         for region, batches in acks.partials:
