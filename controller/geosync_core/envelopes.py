@@ -459,16 +459,64 @@ def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
 
 
 def acks_to_json(acks: OriginAcks) -> JsonObject:
-    """``acks`` in the ack-state encoding (for the agent's checkpoint); ``acks_from_json`` reads it back."""
-    return _encode_state("-", "-", "-", acks, _version_for([acks]))
+    """``acks`` as the agent's checkpoint keeps them (``acks_from_json`` reads it back): per origin region,
+    its spans as one flat list ``[ledger, first, last, ...]`` and its partly claimed entries as one flat list
+    ``[ledger, entry, size, hex bits, ...]``.
+
+    Not the ack-state encoding (which ``acks_from_json`` still reads): that one builds three lists per span,
+    and at 10,000 subscriptions a checkpoint encodes ~140,000 spans. The flat lists are a third of the
+    objects to build (and for the collector to walk) and half the text: in a micro-benchmark of 10,000 claims
+    of 9 spans and 2 partials, encoding, JSON and parsing back took 0.42 s instead of 0.59 s."""
+    out: JsonObject = {
+        "spans": {
+            origin: [n for s in spans for n in (s.ledger, s.first, s.last)]
+            for origin, spans in acks.by_region
+        }
+    }
+    if acks.partials:
+        out["partials"] = {
+            origin: [v for p, b in batches for v in (p.ledger, p.entry, b.size, b.hex())]
+            for origin, batches in acks.partials
+        }
+    return out
 
 
 def acks_from_json(value: Any) -> OriginAcks:
-    """The acknowledgements ``acks_to_json`` wrote; ``ValueError`` for anything else."""
-    decoded = _decode_state(value, "-") if isinstance(value, dict) else Rejected(Reason.MALFORMED)
-    if isinstance(decoded, Rejected):
-        raise ValueError(f"not acknowledgements: {decoded.reason.value}")
-    return decoded.acks
+    """The acknowledgements ``acks_to_json`` wrote, or a checkpoint written before it (the ack-state
+    encoding); ``ValueError`` for anything else."""
+    if isinstance(value, dict) and "version" in value:
+        decoded = _decode_state(value, "-")
+        if isinstance(decoded, Rejected):
+            raise ValueError(f"not acknowledgements: {decoded.reason.value}")
+        return decoded.acks
+    if not isinstance(value, dict) or not value.keys() <= {"spans", "partials"}:
+        raise ValueError("not acknowledgements: not an object of spans and partials")
+    spans, partials = value.get("spans"), value.get("partials", {})
+    if not (isinstance(spans, dict) and isinstance(partials, dict) and "spans" in value):
+        raise ValueError("not acknowledgements: spans or partials are not objects")
+    if not all(map(_is_text, spans)) or not all(map(_is_text, partials)):
+        raise ValueError("not acknowledgements: an origin region is not a name")
+    try:
+        return OriginAcks.decoded(
+            {origin: _flat_spans(flat) for origin, flat in spans.items()},
+            {origin: _flat_partials(flat) for origin, flat in partials.items()},
+        )
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"not acknowledgements: {e}") from e
+
+
+def _flat_spans(flat: Any) -> list[Span]:
+    if not isinstance(flat, list) or len(flat) % 3:
+        raise ValueError("spans are not a flat list of [ledger, first, last, ...]")
+    if not _counts(*flat):
+        raise ValueError("a span holds something other than a position's numbers")
+    return [Span(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+
+def _flat_partials(flat: Any) -> list[tuple[Position, BatchAcks]]:
+    if not isinstance(flat, list) or len(flat) % 4:
+        raise ValueError("partials are not a flat list of [ledger, entry, size, bits, ...]")
+    return _partials([flat[i : i + 4] for i in range(0, len(flat), 4)])
 
 
 def _decode_state(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -53,7 +54,12 @@ def test_the_environment_can_keep_the_defaults_or_leave_the_collector_alone(rest
         "collections": [0, 0, 0],
         "longest_ms": [0.0, 0.0, 0.0],
         "total_ms": [0.0, 0.0, 0.0],
+        "collected": [0, 0, 0],
+        "frozen_now": 0,
+        "full_collections_of_frozen": 0,
     }
+    stats.after_round(0.0)  # not tuned: nothing frozen after the rounds either
+    assert gc.get_freeze_count() == 0
 
 
 @pytest.mark.parametrize("value", ["", "20000", "20000,10", "0,10,10", "a,b,c", "20000,10,10,10", "-1,10,10"])
@@ -84,3 +90,41 @@ def test_reading_the_counts_while_a_collection_starts_does_not_deadlock(restored
     assert done.wait(20), "status() deadlocked in a collection it started"
     assert sum(stats.counts) > 0
     assert any(e["kind"] == "gc" for e in stats.timeline.report())
+
+
+class _Cycle:
+    """An object in a reference cycle: only the collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_what_a_round_leaves_alive_is_frozen_and_collected_whole_every_full_period(restored: None) -> None:
+    """After each round what is alive leaves the generations the collections walk; every FULL_EVERY_S it
+    is all unfrozen and collected once, so cycles made meanwhile are freed then (and counted)."""
+    stats = collector.tune({})
+    stats.after_round(100.0)  # the first round: frozen, the first full collection due FULL_EVERY_S on
+    assert stats.full_at == 100.0 + collector.FULL_EVERY_S
+    frozen = gc.get_freeze_count()
+    alive = [object() for _ in range(10)] + [[] for _ in range(1000)]
+    gc.collect(0)
+    stats.after_round(101.0)
+    assert gc.get_freeze_count() >= frozen + 1000  # the lists made since (objects are not tracked)
+    assert gc.get_count()[0] < 100  # the young generation holds nothing from before the round
+
+    cycle = _Cycle()
+    gone = weakref.ref(cycle)
+    del cycle
+    stats.after_round(102.0)  # frozen with the rest: no collection before the full one frees it
+    gc.collect(0)
+    gc.collect(1)
+    assert gone() is not None
+    found = stats.collected[2]
+    stats.after_round(100.0 + collector.FULL_EVERY_S)
+    assert gone() is None
+    assert stats.full_collections == 1
+    assert stats.collected[2] >= found + 1  # the cycle, counted
+    assert stats.full_at == 100.0 + 2 * collector.FULL_EVERY_S
+    assert gc.get_freeze_count() > 0  # frozen again after the collection
+    assert stats.status()["full_collections_of_frozen"] == 1
+    assert alive

@@ -22,6 +22,10 @@ from geosync_core.envelopes import (
     Reason,
     Rejected,
     ReplayGuard,
+    _encode_state,
+    _version_for,
+    acks_from_json,
+    acks_to_json,
     decode_ack_state,
     decode_ack_states,
     encode_ack_state,
@@ -503,3 +507,49 @@ def test_malformed_incarnations_refuse_the_envelope(value: object) -> None:
     payload["incarnations"] = value
     env = Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload)
     assert incarnations_of(env) == Rejected(Reason.MALFORMED)
+
+
+# --- claims in the agent's checkpoint -----------------------------------------------------------------
+
+
+@fast
+@given(batched_origin_acks())
+def test_claims_read_back_from_the_checkpoint_form_and_from_the_ack_state_form(acks: OriginAcks) -> None:
+    assert acks_from_json(json.loads(json.dumps(acks_to_json(acks)))) == acks
+    old = _encode_state("-", "-", "-", acks, _version_for([acks]))  # what checkpoints held before session 29
+    assert acks_from_json(json.loads(json.dumps(old))) == acks
+
+
+def test_the_checkpoint_form_of_claims_is_flat() -> None:
+    acks = OriginAcks.of(
+        {"us": [Span(7, 5, 9), Span(8, 0, 0)]}, {"us": [(Position(9, 3), BatchAcks.of(4, [0, 2]))]}
+    )
+    assert acks_to_json(acks) == {"spans": {"us": [7, 5, 9, 8, 0, 0]}, "partials": {"us": [9, 3, 4, "5"]}}
+    assert acks_to_json(OriginAcks.of({})) == {"spans": {}}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        [],
+        {},
+        {"spans": []},
+        {"spans": {"us": [7, 5]}},
+        {"spans": {"us": [7, 9, 5]}},
+        {"spans": {"us": [7, -1, 5]}},
+        {"spans": {"us": [7, True, 5]}},
+        {"spans": {"us": [7, 5, "9"]}},
+        {"spans": {"": [7, 5, 9]}},
+        {"spans": {"us": [7, 5, 9]}, "more": 1},
+        {"spans": {}, "partials": {"us": [9, 3, 4]}},
+        {"spans": {}, "partials": {"us": [9, 3, 4, 5]}},
+        {"spans": {}, "partials": {"us": [9, 3, 4, "f"]}},  # every message: not a partial
+        {"spans": {}, "partials": {"us": [9, 3, 4, "05"]}},  # not as hex() spells it
+        {"spans": {"us": [9, 0, 5]}, "partials": {"us": [9, 3, 4, "5"]}},  # covered by a span
+        {"spans": {}, "partials": []},
+    ],
+)
+def test_claims_the_checkpoint_cannot_hold_are_refused(value: Any) -> None:
+    with pytest.raises(ValueError, match="not acknowledgements"):
+        acks_from_json(value)
