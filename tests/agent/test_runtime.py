@@ -1869,4 +1869,5 @@ def test_a_write_that_took_only_what_others_claimed_is_told_without_translating_
     assert b.agent.stats.counters["echoes_told_by_writes"] == told
     assert translations
     sent = [acks for name, acks in states_sent(b) if name == SUB]
-    assert sent and Origin("a", A_LOG[5]) in sent[-1]
+    assert sent
+    assert Origin("a", A_LOG[5]) in sent[-1]
