@@ -13,6 +13,7 @@ then close readers, producers, the admin pool and the Pulsar client.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -91,11 +92,13 @@ def resume(agent: Agent) -> bool:
     path = agent.checkpoint_path
     if path is None:
         return False
+    building = agent.collections.building() if agent.collections is not None else contextlib.nullcontext()
     try:
-        state = checkpointing.load(path, region=agent.config.region)
-        if state is not None:
-            agent.restore(state, Now.read())
-            return True
+        with building:
+            state = checkpointing.load(path, region=agent.config.region)
+            if state is not None:
+                agent.restore(state, Now.read())
+                return True
     except (checkpointing.CheckpointError, ValueError) as e:
         agent.stats.inc("checkpoint_rejected")
         log.error("checkpoint refused, rebuilding every topic from its earliest message: %s", e)

@@ -128,3 +128,22 @@ def test_what_a_round_leaves_alive_is_frozen_and_collected_whole_every_full_peri
     assert gc.get_freeze_count() > 0  # frozen again after the collection
     assert stats.status()["full_collections_of_frozen"] == 1
     assert alive
+
+
+def test_nothing_is_collected_while_a_checkpoint_is_restored_and_what_it_built_is_frozen(
+    restored: None,
+) -> None:
+    stats = collector.tune({})
+    frozen = gc.get_freeze_count()
+    with stats.building():
+        assert not gc.isenabled()
+        built = [[] for _ in range(1000)]
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= frozen + 1000
+    assert built
+    untuned = collector.tune({collector.ENV: "off"})
+    gc.unfreeze()
+    with untuned.building():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0  # a collector left alone is not frozen either
