@@ -137,7 +137,7 @@ def test_nothing_is_collected_while_a_checkpoint_is_restored_and_what_it_built_i
     frozen = gc.get_freeze_count()
     with stats.building():
         assert not gc.isenabled()
-        built = [[] for _ in range(1000)]
+        built: list[list[int]] = [[] for _ in range(1000)]
     assert gc.isenabled()
     assert gc.get_freeze_count() >= frozen + 1000
     assert built

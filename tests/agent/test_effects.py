@@ -9,6 +9,7 @@ from typing import cast
 
 import pytest
 
+from geosync_adapters import admin as adm
 from geosync_agent import discovering, recent
 from geosync_agent import effects as fx
 from geosync_agent.ports import Admin, Messaging
@@ -96,3 +97,46 @@ def test_call_times_report_each_kind_and_keep_the_last_ones() -> None:
     assert cursors["p50"] == pytest.approx(0.25)
     assert cursors["p99"] == pytest.approx(0.299)
     assert cursors["max"] == pytest.approx(0.299)
+
+
+class Creations:
+    """An admin client and a messaging client for creating subscriptions: counts the stats reads."""
+
+    def __init__(self, existing: dict[str, set[str]], missing: set[str]) -> None:
+        self.existing, self.missing = existing, missing
+        self.stats_read: list[str] = []
+        self.subscribed: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def topic_stats(self, topic: str) -> dict[str, object]:
+        with self.lock:
+            self.stats_read.append(topic)
+        if topic in self.missing:
+            raise adm.AdminNotFound(f"404 {topic}")
+        return {"subscriptions": {name: {} for name in self.existing.get(topic, set())}}
+
+    def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
+        assert name == fx.CREATOR
+        with self.lock:
+            self.subscribed.append((topic, subscription))
+
+
+def test_subscriptions_of_one_topic_are_created_after_one_read_of_its_stats_per_group() -> None:
+    """10,000 subscriptions created as a region's traffic started read their topics' stats (~140 KB each with
+    100 subscriptions) once per creation: now once per CREATES_PER_READ of one topic."""
+    busy, gone = "persistent://t/n/busy", "persistent://t/n/gone"
+    names = [f"s{i}" for i in range(fx.CREATES_PER_READ + 3)]
+    fake = Creations(existing={busy: {"s0"}}, missing={gone})
+    creates = [fx.CreateSubscription((busy, n)) for n in names] + [fx.CreateSubscription((gone, "x"))]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        effector = fx.Effector(
+            admin_factory=lambda: cast(Admin, fake), messaging=cast(Messaging, fake), pool=pool
+        )
+        outcomes = effector.perform(creates)
+    assert sorted(fake.stats_read) == [busy, busy, gone]  # two groups of busy's, one of gone's
+    assert sorted(fake.subscribed) == sorted((busy, n) for n in names[1:])
+    created = {o.key: o for o in outcomes if isinstance(o, fx.Created)}
+    assert len(created) == len(creates)
+    assert created[(busy, "s0")] == fx.Created((busy, "s0"), created=False, topic_missing=False)
+    assert all(created[(busy, n)].created for n in names[1:])
+    assert created[(gone, "x")] == fx.Created((gone, "x"), created=False, topic_missing=True)
