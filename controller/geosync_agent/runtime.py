@@ -195,10 +195,9 @@ class Subscription:
     origin index: a burst acknowledged before the tail read it); translated again as soon as the tail has
     read more. ``None``: the translation covered the cursor."""
     claimed_to: Position = BEFORE_ALL
-    """Up to where what the cursor acknowledged is in the published claims (or in the claims received, for
-    what a write took from them: see ``_settle_plan``): the last translation's mark-delete, but no further
-    than the tail had indexed then (a cursor may acknowledge entries before the tail reads them). The tail
-    forgets nothing above it: what is forgotten can no longer be claimed."""
+    """Up to where what the cursor acknowledged is in the published claims: the last translation's
+    mark-delete, but no further than the tail had indexed then (a cursor may acknowledge entries before the
+    tail reads them). The tail forgets nothing above it: what is forgotten can no longer be claimed."""
     planned: tuple[AckState | None, int, OriginAcks] | None = None
     """(cursor, index version, claims received) the last plan was made from: replanning is skipped until
     one of them changes or a mark-delete move is still pending (compared as values: an unchanged one is the
@@ -2623,24 +2622,6 @@ class Agent:
         state.planned_nothing = True  # what planning it again would find
         state.behind_since = None
         self.stats.inc("plans_settled_by_writes")
-        ts = self.topics.get(state.topic)
-        if (
-            ts is not None
-            and planned[0] is state.translated
-            and state.published is not None
-            and state.incomplete_at is None
-            and not self.snapshots.covers(state.topic)
-            and state.cursor == syncing.applied(planned[0], plan)
-        ):
-            # An echo, told without translating it: the cursor holds what it held when it was last
-            # translated and what the write took from the claims received, nothing else (no consumer here
-            # acknowledged meanwhile). Translated, it would only say what others said (``claiming.decide``:
-            # no news); in the applying region every cursor a write moved was translated so at its next
-            # poll, most of those polls' time at 10,000 subscriptions. The claims received hold what it
-            # acknowledged up to where it now reaches (``claimed_to``, which lets the tail forget below it).
-            state.translated = state.cursor
-            state.claimed_to = _claimed_to(state.cursor, ts.tail)
-            self.stats.inc("echoes_told_by_writes")
 
     def _admin_moves(
         self, work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]], now: Now
