@@ -6,6 +6,7 @@ healthy lab rarely shows: status-code mapping, redirects that keep credentials, 
 
 from __future__ import annotations
 
+import gc
 import http.server
 import json
 import pathlib
@@ -14,6 +15,7 @@ import threading
 import urllib.parse
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, cast
 
 import pytest
@@ -110,6 +112,36 @@ def test_answers_are_asked_for_uncompressed(server: tuple[str, type[_Handler]]) 
     )
     assert client.get("/x") == {"ok": True}
     assert sent == ["identity"]
+
+
+def test_calls_leave_nothing_for_the_garbage_collector(server: tuple[str, type[_Handler]]) -> None:
+    """A retry controller built per call left 17 objects in reference cycles each time (tenacity's): at tens
+    of calls a second, most of the cyclic garbage an agent made, and the collections it set off."""
+    url, handler = server
+    handler.routes["GET /admin/v2/clusters"] = [(200, {}, ["a"])]
+    client = adm.AdminClient(url, retry=FAST)
+    client.clusters()  # the first call builds what every later one shares
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            client.clusters()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
+def test_calls_from_several_threads_retry_each_on_its_own(server: tuple[str, type[_Handler]]) -> None:
+    """Every call of a policy shares one retry controller: each thread's attempts are its own."""
+    url, handler = server
+    paths = [f"/admin/v2/tenants/t{i}/namespaces" for i in range(6)]
+    for path in paths:
+        handler.routes[f"GET {path}"] = [(503, {}, None), (503, {}, None), (200, {}, [path])]
+    client = adm.AdminClient(url, retry=FAST)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(client.get, paths))
+    assert answers == [[p] for p in paths]
+    assert sorted(path for _, path, _, _ in handler.seen) == sorted(p for p in paths for _ in range(3))
 
 
 def test_permanent_failures_are_not_retried(server: tuple[str, type[_Handler]]) -> None:
