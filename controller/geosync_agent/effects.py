@@ -218,7 +218,7 @@ class Effector:
     def perform(self, effects: Iterable[Effect]) -> list[Outcome]:
         """Carry out ``effects``: sends in order, plugin writes batched, admin changes in parallel."""
         plugin: list[PluginAck] = []
-        parallel: list[AdminChange | tuple[CreateSubscription, ...]] = []
+        parallel: list[AdminMove | ResetCursor | UnloadTopic | tuple[CreateSubscription, ...]] = []
         creates: dict[str, list[CreateSubscription]] = {}
         for effect in effects:
             if isinstance(effect, Publish):
@@ -305,13 +305,13 @@ class Effector:
                 out.append(NotWritten(ack.key, fallback=True, reason=result.status.value))
         return out
 
-    def _admin_change(self, effect: AdminChange | tuple[CreateSubscription, ...]) -> list[Outcome]:
-        if isinstance(effect, tuple):
+    def _admin_change(
+        self, effect: AdminMove | ResetCursor | UnloadTopic | tuple[CreateSubscription, ...]
+    ) -> list[Outcome]:
+        if isinstance(effect, tuple):  # subscriptions of one topic (``perform`` groups them)
             return self._create(*effect)
         if isinstance(effect, UnloadTopic):
             return [self._unload(effect)]
-        if isinstance(effect, CreateSubscription):
-            return self._create(effect)
         if isinstance(effect, ResetCursor):
             return [self._reset(effect)]
         try:

@@ -492,7 +492,7 @@ def acks_from_json(value: Any) -> OriginAcks:
     if not isinstance(value, dict) or not value.keys() <= {"spans", "partials"}:
         raise ValueError("not acknowledgements: not an object of spans and partials")
     spans, partials = value.get("spans"), value.get("partials", {})
-    if not (isinstance(spans, dict) and isinstance(partials, dict) and "spans" in value):
+    if not (isinstance(spans, dict) and isinstance(partials, dict)):
         raise ValueError("not acknowledgements: spans or partials are not objects")
     if not all(map(_is_text, spans)) or not all(map(_is_text, partials)):
         raise ValueError("not acknowledgements: an origin region is not a name")
