@@ -164,6 +164,8 @@ class LoadRun:
     """Acknowledgements in a over the measured load."""
     published: int = 0
     warm_up_s: float | None = None
+    settle_s: float = 0.0
+    """Seconds the traffic ran after the warm-up before the measured load (``load_run``'s ``settle_s``)."""
     """Seconds the traffic ran before the measured load began (``load_run`` with ``with_traffic``)."""
     slow: list[SlowProbe] = field(default_factory=list)
     """Probes synced a second or more after their acknowledgement, with what their polls saw."""
@@ -291,6 +293,7 @@ def load_run(
     with_traffic: bool = False,
     b_share: float = 0.0,
     warm_up_limit: float = 600.0,
+    settle_s: float = 0.0,
 ) -> LoadRun:
     """``batching``: producers batch (the client's default) and consumers acknowledge batch indexes; probes
     then check single messages through the plugin's cursor endpoint instead of internalStats. ``during`` is
@@ -303,7 +306,9 @@ def load_run(
     producing); a's consumers acknowledge them all, and the probes sample both origins. With
     ``with_traffic`` the traffic runs until every subscription exists in b too (at most ``warm_up_limit`` s:
     ``LoadRun.warm_up_s``) before the measured load begins: its lag is the steady state's, not the new
-    subscriptions' creation.
+    subscriptions' creation. ``settle_s``: the traffic then runs that much longer before the measured load
+    (``LoadRun.settle_s``): the agents' first minute with the new subscriptions (their first discovery passes,
+    checkpoints and resyncs of them) left out of the measured window, or, at 0, in it.
     ``LoadRun.acked`` counts the measured load's acknowledgements alone."""
     suffix = uuid.uuid4().hex[:6]
     topics = [f"persistent://geo/ab/load-{mode}-{suffix}-{i}" for i in range(n_topics)]
@@ -452,6 +457,9 @@ def load_run(
             while not all_in(admin_b, topics, subs) and time.monotonic() - began < warm_up_limit:
                 time.sleep(2.0)
             run.warm_up_s = time.monotonic() - began
+            if settle_s > 0:
+                time.sleep(settle_s)
+                run.settle_s = settle_s
         if during is not None:
             during(True)
         acked_before = run.acked
@@ -498,6 +506,15 @@ def add_load_shape_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of the load's messages published in b (both regions producing; 0: a only, as before "
         "session 26); a's consumers acknowledge every message, whatever its origin",
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with-traffic only: after every subscription exists in b, run the traffic this much longer "
+        "before measuring (0, the default: measure from then on, the agents' first minute with the new "
+        "subscriptions included; 60: their steady state)",
+    )
 
 
 def load_shape(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -505,7 +522,13 @@ def load_shape(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dic
     error)."""
     if not 0.0 <= args.b_share <= 1.0:
         parser.error(f"--b-share {args.b_share}: a share of the messages, from 0 to 1")
-    return {"with_traffic": args.load_shape == "with-traffic", "b_share": args.b_share}
+    if args.settle < 0 or (args.settle and args.load_shape != "with-traffic"):
+        parser.error(f"--settle {args.settle}: seconds (0 or more), and only with --load-shape with-traffic")
+    return {
+        "with_traffic": args.load_shape == "with-traffic",
+        "b_share": args.b_share,
+        "settle_s": args.settle,
+    }
 
 
 def all_in(admin: AdminClient, topics: list[str], subs: list[str]) -> bool:

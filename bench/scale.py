@@ -511,6 +511,11 @@ def main() -> None:
                         console.print(
                             f"  warm-up: every subscription existed in b {step.run.warm_up_s:.1f} s after "
                             "a's consumers had created theirs (the traffic ran meanwhile; not in the figures)"
+                            + (
+                                f", then {step.run.settle_s:.0f} s more before measuring"
+                                if step.run.settle_s
+                                else ""
+                            )
                         )
                     by_origin = {
                         o: [lag for lag, x in zip(step.run.lags, step.run.origins, strict=True) if x == o]
