@@ -4,6 +4,7 @@ only where the shared key is still configured."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import stat
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geosync_adapters import signing
+from geosync_core import envelopes
 from geosync_core.envelopes import (
     KEYED_VERSION,
     Envelope,
@@ -102,6 +104,10 @@ def test_keyed_envelopes_round_trip_and_any_altered_byte_is_refused(
         payload,
     )
     assert seal(signer, opened) == wire  # canonical
+    assert wire == envelopes.canonical({**json.loads(wire)})  # the signature where canonical order puts it
+    with pytest.MonkeyPatch.context() as patch:  # verified as it came, not encoded again
+        patch.setattr(envelopes, "canonical", lambda value: pytest.fail("encoded again"))
+        assert open_envelope(ring(), wire) == opened
     i = flip % len(wire)
     altered = wire[:i] + bytes([wire[i] ^ 0x01]) + wire[i + 1 :]
     assert isinstance(open_envelope(ring(), altered), Rejected)

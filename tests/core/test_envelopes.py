@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from geosync_core import envelopes as envelopes_module
 from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
 from geosync_core.envelopes import (
     ACK_STATE,
@@ -104,6 +105,50 @@ def test_seal_open_round_trips_canonically(envelope: Envelope) -> None:
     assert open_envelope(b"other key", wire) == Rejected(Reason.BAD_SIGNATURE)
     reparsed = json.loads(wire)
     assert json.dumps(reparsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() == wire
+
+
+def _canonical_not_called(value: object) -> bytes:
+    raise AssertionError("a sealed envelope was encoded again to be opened")
+
+
+@fast
+@given(envelopes.filter(surrogate_free))
+def test_sealed_bytes_are_verified_as_they_came(envelope: Envelope) -> None:
+    # What agents send is checked against its own bytes: nothing is encoded again (the loop's CPU at 10,000
+    # subscriptions), and what is parsed is exactly what was signed.
+    wire = seal(KEY, envelope)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(envelopes_module, "canonical", _canonical_not_called)
+        assert open_envelope(KEY, wire) == envelope
+    # under another key, the check of any spelling (which encodes) decides, and refuses
+    assert open_envelope(b"other key", wire) == Rejected(Reason.BAD_SIGNATURE)
+
+
+@fast
+@given(envelopes.filter(surrogate_free), st.sampled_from(["spaced", "sig first", "ascii"]))
+def test_any_spelling_of_a_signed_envelope_is_accepted(envelope: Envelope, spelling: str) -> None:
+    message = json.loads(seal(KEY, envelope))
+    if spelling == "spaced":
+        wire = json.dumps(message, sort_keys=True, indent=1, ensure_ascii=False).encode()
+    elif spelling == "sig first":
+        wire = json.dumps({"sig": message.pop("sig"), **message}, ensure_ascii=False).encode()
+    else:
+        wire = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
+    assert open_envelope(KEY, wire) == envelope
+
+
+def test_a_signature_moved_to_other_bytes_is_refused() -> None:
+    genuine = seal(KEY, Envelope(kind="k", region="a", seq=1, sent_at_ms=0, payload={"n": 1}))
+    sig = json.loads(genuine)["sig"]
+    # the sealed form, its signature kept, over other fields: refused whether or not read as sealed
+    forged = genuine.replace(b'"n":1', b'"n":2')
+    assert forged != genuine
+    assert open_envelope(KEY, forged) == Rejected(Reason.BAD_SIGNATURE)
+    # the signature in the sealed position of a message with one more field after it
+    tail = b',"sig":"%s","version":1}' % sig.encode()
+    assert genuine.endswith(tail)
+    extra = genuine[: -len(tail)] + b',"sig":"%s","version":1,"z":0}' % sig.encode()
+    assert isinstance(open_envelope(KEY, extra), Rejected)
 
 
 @settings(fast, max_examples=300)
