@@ -9,7 +9,9 @@ and replicated to b, with ``--subs`` subscriptions each. Per round, a's consumer
 messages in order over randomly chosen subscriptions (one in twenty skipping one: a hole), both regions'
 producers add an entry to ``--grow`` random topics (nobody claims those yet), then a's agent runs a round,
 its control messages reach b, b's agent runs a round, and b's reach a. Printed: the CPU each agent's rounds
-took per acknowledgement (``time.process_time`` around them), and a few of their counters.
+took per acknowledgement (``time.process_time`` around them), and a few of their counters; then the CPU of
+each agent's apply step alone after every topic grew by an entry nobody claims (``apply_walks``: what a
+round costs at 10,000 subscriptions whatever the acknowledgements).
 
 This is what the lab's 10,000-subscription step (``bench/scale.py``) cannot say on a two-core machine shared
 with the brokers: the agent's own work, apart from waits on brokers and for a CPU. It is not a lab figure:
@@ -27,12 +29,14 @@ import gc
 import pathlib
 import pstats
 import random
+import statistics
 import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from geosync_agent import collector
+from geosync_agent.runtime import Now
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -72,6 +76,26 @@ def build(topics: list[str], subs: int) -> tuple[Harness, Harness]:
                 topic, message(topic, Position(500 + i, e), properties=stamp, producer="a-1-0")
             )
     return ha, hb
+
+
+def apply_walks(h: Harness, topics: list[str], ledgers: list[int], grown: dict[str, int]) -> list[float]:
+    """The CPU of ``h``'s apply step (with the landing of its writes), 20 times, each after one entry nobody
+    claims was appended to every topic and read by the agent's index step: what every round pays whatever
+    the acknowledgements, as every topic grows all the time under the lab's load."""
+    agent, took = h.agent, []
+    for _ in range(20):
+        for topic, ledger in zip(topics, ledgers, strict=True):
+            p = Position(ledger, 10_000 + grown[topic])
+            h.region.topics[topic].append(p)
+            h.messaging.deliver(topic, message(topic, p))
+            grown[topic] += 1
+        now = Now.read()
+        agent.index(now)
+        started = time.process_time()
+        agent.apply(now)
+        agent.land_writes(now)
+        took.append(time.process_time() - started)
+    return took
 
 
 def main() -> None:
@@ -165,6 +189,15 @@ def main() -> None:
         shown |= {k: v for k, v in counters.items() if k.startswith("plans_")}
         per_ack = cpu[name] / max(acks, 1) * 1e6
         print(f"{name}: {cpu[name]:.2f} CPU-s, {per_ack:.0f} us per acknowledgement; {shown}")
+    for name, h in (("a", ha), ("b", hb)):
+        walks = apply_walks(
+            h, topics, [300 + i if name == "a" else 700 + i for i in range(len(topics))], grown
+        )
+        print(
+            f"{name}: the apply step alone after every topic grew by an entry nobody claims (a round's fixed "
+            f"part): median {statistics.median(walks) * 1e3:.1f} ms, max {max(walks) * 1e3:.1f} ms "
+            f"({len(walks)} times, {len(h.agent.subs):,} subscriptions)"
+        )
     if args.profile:
         for name in ("a", "b"):
             print(f"\n--- {name} ---")
