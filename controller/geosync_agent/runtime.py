@@ -528,6 +528,8 @@ class Agent:
         """Claims encoded for the last checkpoint, by identity (``_acks_wire``); ``acks_wire_next``: the
         next one's."""
         self.acks_wire_next: dict[int, tuple[OriginAcks, dict[str, Any]]] = {}
+        self.cpu_budget = pacing.CpuBudget()
+        """The pause after each round (``pacing.CpuBudget``)."""
         self.transit_ms = Recent()
         """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
         self.ownership = (
@@ -566,7 +568,9 @@ class Agent:
             self.round_seconds.append(elapsed)
             del self.round_seconds[:-200]
             busy = self.caps.get(Capability.PLUGIN_FEED) is True and time.monotonic() < self.feed.busy_until
-            gap = pacing.round_gap(time.thread_time() - cpu_before)
+            gap = self.cpu_budget.gap(
+                cpu_s=time.thread_time() - cpu_before, started=now.mono, ended=now.mono + elapsed
+            )
             if self.collections is not None:
                 # What the round left alive is frozen (a full collection of it now and then): see
                 # ``geosync_agent.collector``. Not in the round's CPU, so not in the pause either.

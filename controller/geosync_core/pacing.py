@@ -44,6 +44,37 @@ MOVE_SETTLE_S = 2.0
 """A mark-delete move the broker accepted is expected to show in the cursor within this long."""
 
 
+CPU_SHARE = 1 / (1 + ROUND_CPU_GAP)
+"""The share of one core the loop's thread may use, over time (``CpuBudget``)."""
+CPU_CREDIT_S = 0.5
+"""The CPU-seconds a loop that used less than its share may use at once beyond it (``CpuBudget``)."""
+
+
+@dataclass(slots=True)
+class CpuBudget:
+    """The pause after each round, so that the loop's thread uses at most ``CPU_SHARE`` of a core over time
+    (a token bucket): the share accrues as credit over time, up to ``CPU_CREDIT_S``, and each round spends
+    its CPU. A round that leaves a
+    debt is followed by the pause that repays it, one that leaves none by ``ROUND_GAP_S``.
+
+    What ``round_gap`` alone did, a pause as long as every round's CPU, also held back the round after one
+    costly round among cheap ones, and after one that waited (on brokers, the interpreter's lock, for a CPU)
+    as long as it worked: at 10,000 subscriptions the slowest acknowledgements were those that came during
+    such a round, then waited for its pause and the next round."""
+
+    credit: float = 0.0
+    at: float | None = None
+
+    def gap(self, *, cpu_s: float, started: float, ended: float) -> float:
+        """The pause after a round from ``started`` to ``ended`` (monotonic seconds) that used ``cpu_s``.
+        What accrued before the round is capped; what accrued during it is spent as it accrued."""
+        if self.at is not None:
+            self.credit = min(CPU_CREDIT_S, self.credit + max(0.0, started - self.at) * CPU_SHARE)
+        self.credit = min(CPU_CREDIT_S, self.credit + max(0.0, ended - started) * CPU_SHARE - cpu_s)
+        self.at = ended
+        return max(ROUND_GAP_S, -self.credit / CPU_SHARE)
+
+
 def round_gap(cpu_s: float) -> float:
     """The pause after a round that took ``cpu_s`` of the loop thread's CPU, which no control message cuts
     short (see ``ROUND_CPU_GAP``)."""
