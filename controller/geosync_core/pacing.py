@@ -4,7 +4,8 @@ These are the agent's timing decisions as pure functions of what it knows and th
 monotonic seconds), so they can be tested as tables.
 
 * Rounds run every ``poll_interval_s``, every ``feed_interval_s`` while the broker plugin's feed reports
-  acknowledgements (and for ``ACTIVE_FEED_S`` after), at least ``ROUND_GAP_S`` apart.
+  acknowledgements (and for ``ACTIVE_FEED_S`` after), at least ``ROUND_GAP_S`` apart, and the loop's thread
+  uses at most ``CPU_SHARE`` of a core over time (``CpuBudget``).
 * A topic's cursors are polled every round while busy (new messages in the last ``ACTIVE_WINDOW_S``, a
   cursor moved, a mark-delete move pending); otherwise the interval doubles up to a cap: ``MAX_IDLE_POLL_S``
   with consumers, ``UNCONSUMED_POLL_S`` without (only admin operations move those cursors), and
@@ -33,34 +34,28 @@ ACTIVE_FEED_S = 2.0
 """After the feed reported acknowledgements, rounds run every feed_interval_s for this long."""
 ROUND_GAP_S = 0.02
 """Least pause between rounds, so a burst of control messages is taken in one round."""
-ROUND_CPU_GAP = 1.0
-"""After a round, a pause of at least this many times the CPU the round took on the loop's thread: the loop
-uses at most half a core however often work arrives. A round's fixed part grows with the subscriptions (at
-10,000, 10-15 ms of going over them); woken by every control message, the rounds then ran back to back, used
-whatever CPU the brokers left and took it from them, with little to do each. Longer pauses put more
-acknowledgements in each round instead: the same work in fewer rounds, at a latency of about one round's
-CPU more."""
-MOVE_SETTLE_S = 2.0
-"""A mark-delete move the broker accepted is expected to show in the cursor within this long."""
-
-
-CPU_SHARE = 1 / (1 + ROUND_CPU_GAP)
-"""The share of one core the loop's thread may use, over time (``CpuBudget``)."""
+CPU_SHARE = 0.5
+"""The share of one core the loop's thread may use over time (``CpuBudget``). A round's fixed part grows
+with the subscriptions (at 10,000, 10-15 ms of going over them); woken by every control message, rounds
+without a pause ran back to back, used whatever CPU the brokers left and took it from them, with little to
+do each. Paced, more acknowledgements go into each round instead: the same work in fewer rounds."""
 CPU_CREDIT_S = 0.5
 """The CPU-seconds a loop that used less than its share may use at once beyond it (``CpuBudget``)."""
+MOVE_SETTLE_S = 2.0
+"""A mark-delete move the broker accepted is expected to show in the cursor within this long."""
 
 
 @dataclass(slots=True)
 class CpuBudget:
     """The pause after each round, so that the loop's thread uses at most ``CPU_SHARE`` of a core over time
     (a token bucket): the share accrues as credit over time, up to ``CPU_CREDIT_S``, and each round spends
-    its CPU. A round that leaves a
-    debt is followed by the pause that repays it, one that leaves none by ``ROUND_GAP_S``.
+    its CPU. A round that leaves a debt is followed by the pause that repays it, one that leaves none by
+    ``ROUND_GAP_S``.
 
-    What ``round_gap`` alone did, a pause as long as every round's CPU, also held back the round after one
-    costly round among cheap ones, and after one that waited (on brokers, the interpreter's lock, for a CPU)
-    as long as it worked: at 10,000 subscriptions the slowest acknowledgements were those that came during
-    such a round, then waited for its pause and the next round."""
+    Until session 30 every round was followed by a pause as long as its CPU. That also held back the round
+    after one costly round among cheap ones, and after one that waited (on brokers, the interpreter's lock,
+    for a CPU) as long as it worked: at 10,000 subscriptions the slowest acknowledgements were those that
+    came during such a round, then waited for its pause and the next round."""
 
     credit: float = 0.0
     at: float | None = None
@@ -75,17 +70,11 @@ class CpuBudget:
         return max(ROUND_GAP_S, -self.credit / CPU_SHARE)
 
 
-def round_gap(cpu_s: float) -> float:
-    """The pause after a round that took ``cpu_s`` of the loop thread's CPU, which no control message cuts
-    short (see ``ROUND_CPU_GAP``)."""
-    return max(ROUND_GAP_S, cpu_s * ROUND_CPU_GAP)
-
-
 def round_wait(
     *, elapsed: float, busy: bool, feed_interval_s: float, poll_interval_s: float, gap: float = ROUND_GAP_S
 ) -> float:
-    """Seconds to wait, after a round that took ``elapsed`` and its ``gap`` (``round_gap``), until the next
-    unless a control message comes first; ``busy``: the feed reported acknowledgements within
+    """Seconds to wait, after a round that took ``elapsed`` and its ``gap`` (``CpuBudget.gap``), until the
+    next unless a control message comes first; ``busy``: the feed reported acknowledgements within
     ``ACTIVE_FEED_S``."""
     interval = feed_interval_s if busy else poll_interval_s
     return max(0.0, interval - elapsed - gap)

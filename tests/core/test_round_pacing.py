@@ -1,4 +1,4 @@
-"""The pause between the agent's rounds (``geosync_core.pacing.round_gap`` and ``round_wait``)."""
+"""The pause between the agent's rounds (``geosync_core.pacing.CpuBudget`` and ``round_wait``)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,16 @@ from .strategies import fast
 
 
 def test_a_cheap_round_is_followed_by_the_least_gap() -> None:
-    assert pacing.round_gap(0.0) == pacing.ROUND_GAP_S
-    assert pacing.round_gap(pacing.ROUND_GAP_S / 2) == pacing.ROUND_GAP_S
-
-
-@pytest.mark.parametrize("cpu_s", [0.05, 0.2, 1.5])
-def test_a_costly_round_is_followed_by_a_pause_as_long_as_its_cpu(cpu_s: float) -> None:
-    gap = pacing.round_gap(cpu_s)
-    assert gap == pytest.approx(cpu_s * pacing.ROUND_CPU_GAP)
-    assert cpu_s / (cpu_s + gap) <= 0.5 + 1e-9  # the loop's thread uses at most half a core
+    budget = pacing.CpuBudget()
+    assert budget.gap(cpu_s=0.0, started=0.0, ended=0.01) == pacing.ROUND_GAP_S
+    assert budget.gap(cpu_s=pacing.ROUND_GAP_S / 4, started=0.1, ended=0.11) == pacing.ROUND_GAP_S
 
 
 def test_a_round_that_only_worked_is_followed_by_a_pause_as_long_as_its_cpu() -> None:
     budget = pacing.CpuBudget()
-    assert budget.gap(cpu_s=0.2, started=9.8, ended=10.0) == pytest.approx(pacing.round_gap(0.2))
-    # back to back after its pause: the same again
-    assert budget.gap(cpu_s=0.2, started=10.2, ended=10.4) == pytest.approx(pacing.round_gap(0.2))
+    assert budget.gap(cpu_s=0.2, started=9.8, ended=10.0) == pytest.approx(0.2)
+    # back to back after its pause: the same again (the loop's thread uses half a core)
+    assert budget.gap(cpu_s=0.2, started=10.2, ended=10.4) == pytest.approx(0.2)
 
 
 def test_one_costly_round_among_cheap_ones_is_not_held_back() -> None:
