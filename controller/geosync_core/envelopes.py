@@ -270,10 +270,9 @@ def _with_sig(body: bytes, version: object, sig: str) -> bytes:
     tail = b',"version":%d}' % version if isinstance(version, int) else b""
     if not tail or not body.endswith(tail):
         raise ValueError("not the canonical encoding of an envelope's fields")
-    return b"%s,%s:%s%s" % (body[: -len(tail)], _SIG_KEY, json.dumps(sig, ensure_ascii=False).encode(), tail)
+    return b'%s,"sig":%s%s' % (body[: -len(tail)], json.dumps(sig, ensure_ascii=False).encode(), tail)
 
 
-_SIG_KEY = b'"sig"'
 _SIGNED_TAIL = re.compile(rb',"sig":"([0-9a-f]{1,1024})"(,"version":[0-9]{1,19}\})\Z')
 """What ``seal`` ends its bytes with: the signature, then the version (the last two keys, canonically)."""
 _SIGNED_TAIL_MAX = 1_100
@@ -298,16 +297,8 @@ def _open_as_sealed(keyring: Keyring, data: bytes) -> Envelope | Rejected | None
     if found is None:
         return None
     body = data[: found.start()] + found.group(2)
-    try:
-        message = json.loads(
-            body.decode("utf-8"),
-            object_pairs_hook=_no_duplicates,
-            parse_float=_no_float,
-            parse_constant=_no_float,
-        )
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(message, dict) or "sig" in message:
+    message = _parse_object(body)
+    if message is None or "sig" in message:
         return None
     version = message.get("version")
     if version not in (VERSION, KEYED_VERSION) or not _is_count(version):
@@ -320,16 +311,8 @@ def _open_as_sealed(keyring: Keyring, data: bytes) -> Envelope | Rejected | None
 
 def _open_any_spelling(keyring: Keyring, data: bytes) -> Envelope | Rejected:
     """``open_envelope`` for any JSON spelling: the fields are encoded canonically again to be verified."""
-    try:
-        message = json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=_no_duplicates,
-            parse_float=_no_float,
-            parse_constant=_no_float,
-        )
-    except (ValueError, RecursionError):
-        return Rejected(Reason.MALFORMED)
-    if not isinstance(message, dict):
+    message = _parse_object(data)
+    if message is None:
         return Rejected(Reason.MALFORMED)
     sig = message.pop("sig", None)
     if sig is None:
@@ -349,6 +332,20 @@ def _open_any_spelling(keyring: Keyring, data: bytes) -> Envelope | Rejected:
     if not isinstance(sig, str) or not verifier.verify(body, sig):
         return Rejected(Reason.BAD_SIGNATURE)
     return _envelope_of(message, version, owner)
+
+
+def _parse_object(data: bytes) -> JsonObject | None:
+    """``data`` as a JSON object, strictly (UTF-8, no repeated keys, no floats); None if it is not one."""
+    try:
+        message = json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_float=_no_float,
+            parse_constant=_no_float,
+        )
+    except (ValueError, RecursionError):
+        return None
+    return message if isinstance(message, dict) else None
 
 
 def _envelope_of(message: JsonObject, version: int, owner: str | None) -> Envelope | Rejected:
