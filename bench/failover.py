@@ -164,9 +164,9 @@ class LoadRun:
     """Acknowledgements in a over the measured load."""
     published: int = 0
     warm_up_s: float | None = None
+    """Seconds the traffic ran before the measured load began (``load_run`` with ``with_traffic``)."""
     settle_s: float = 0.0
     """Seconds the traffic ran after the warm-up before the measured load (``load_run``'s ``settle_s``)."""
-    """Seconds the traffic ran before the measured load began (``load_run`` with ``with_traffic``)."""
     slow: list[SlowProbe] = field(default_factory=list)
     """Probes synced a second or more after their acknowledgement, with what their polls saw."""
     probes: list[tuple[float, float]] = field(default_factory=list)

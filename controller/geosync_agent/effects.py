@@ -113,8 +113,11 @@ class UnloadTopic:
 
 
 AdminChange = AdminMove | CreateSubscription | ResetCursor | UnloadTopic
-"""The effects carried out in parallel, one admin client per worker."""
+"""The effects carried out through the admin API, in parallel (``ParallelChange``), one admin client per
+worker."""
 Effect = PluginAck | Publish | AdminChange
+ParallelChange = AdminMove | ResetCursor | UnloadTopic | tuple[CreateSubscription, ...]
+"""What ``perform`` sends side by side: one admin change, or the subscriptions of one topic to create."""
 
 
 # -- outcomes --------------------------------------------------------------------------------------
@@ -218,7 +221,7 @@ class Effector:
     def perform(self, effects: Iterable[Effect]) -> list[Outcome]:
         """Carry out ``effects``: sends in order, plugin writes batched, admin changes in parallel."""
         plugin: list[PluginAck] = []
-        parallel: list[AdminMove | ResetCursor | UnloadTopic | tuple[CreateSubscription, ...]] = []
+        parallel: list[ParallelChange] = []
         creates: dict[str, list[CreateSubscription]] = {}
         for effect in effects:
             if isinstance(effect, Publish):
@@ -305,9 +308,7 @@ class Effector:
                 out.append(NotWritten(ack.key, fallback=True, reason=result.status.value))
         return out
 
-    def _admin_change(
-        self, effect: AdminMove | ResetCursor | UnloadTopic | tuple[CreateSubscription, ...]
-    ) -> list[Outcome]:
+    def _admin_change(self, effect: ParallelChange) -> list[Outcome]:
         if isinstance(effect, tuple):  # subscriptions of one topic (``perform`` groups them)
             return self._create(*effect)
         if isinstance(effect, UnloadTopic):
