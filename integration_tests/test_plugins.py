@@ -394,3 +394,65 @@ def test_ack_feed_and_cursor_writes_agree_with_the_broker(plugin_lab: Lab, uniqu
     # The application sees exactly what nobody acknowledged: m6 and m9.
     assert sorted(m.data.decode() for m in drain(region.service_url, topic, subscription=sub)) == ["m6", "m9"]
     assert int(status(plugin_lab, "a")["cursor_writes"]) >= 5
+
+
+# --- the topic list discovery reads ---------------------------------------------------------------------
+
+
+def test_the_topic_list_shows_what_the_stats_show_of_subscriptions_and_replicators(
+    plugin_lab: Lab, unique: str
+) -> None:
+    """One call lists every loaded topic of a namespace with its subscriptions (durable or not, type, consumer
+    names) and replicators, as the topic's stats show them; a bad namespace is refused with the shape."""
+    region = plugin_lab.topology.region("a")
+    admin = AdminClient(region.admin_url)
+    topic = f"persistent://geo/ab/list-{unique}"
+    with messaging.client(region.service_url) as c:
+        shared = c.subscribe(
+            topic, f"unsynced-s-{unique}", consumer_type=pulsar.ConsumerType.Shared, consumer_name="app-1"
+        )
+        own = c.subscribe(topic, f"unsynced-x-{unique}", consumer_name="geosync-x")
+        reader = c.create_reader(topic, pulsar.MessageId.earliest)
+        produce(region.service_url, topic, [b"m0", b"m1", b"m2"])
+
+        def both() -> tuple[dict[str, Any], dict[str, Any]] | None:
+            listed = admin.plugin_topics("geo/ab").get(topic)
+            stats = admin.topic_stats(topic)
+            if listed is None or set(listed["replication"]) != set(stats.get("replication") or {}):
+                return None
+            return listed, stats
+
+        wait_for(
+            lambda: both() is not None, timeout_s=30, what="the list and the stats to show the replicator"
+        )
+        found = both()
+        assert found is not None
+        listed, stats = found
+        view = {
+            name: (s["isDurable"], s["type"], sorted(c["consumerName"] for c in s["consumers"]))
+            for name, s in listed["subscriptions"].items()
+        }
+        expected = {
+            name: (
+                s.get("isDurable", True),
+                s["type"],
+                sorted(c["consumerName"] for c in s.get("consumers", [])),
+            )
+            for name, s in stats["subscriptions"].items()
+        }
+        assert view == expected
+        assert view[f"unsynced-s-{unique}"] == (True, "Shared", ["app-1"])
+        assert view[f"unsynced-x-{unique}"] == (True, "Exclusive", ["geosync-x"])
+        assert [d for d, _, _ in view.values()].count(False) == 1  # the reader's
+        assert set(listed["replication"]) == {"b"}
+        assert listed["replication"]["b"]["connected"] is stats["replication"]["b"]["connected"]
+        assert int(listed["replication"]["b"]["msgOutCount"]) >= 0
+        for closing in (shared, own, reader):
+            closing.close()
+    listed = admin.plugin_topics("geo/ab")[topic]
+    assert all(s["consumers"] == [] for s in listed["subscriptions"].values())
+    url = f"{region.admin_url}/admin/v2/geosync/subscriptions"
+    for bad in ({}, {"namespace": "geo"}, {"namespace": "geo/ab/x"}, {"namespace": "/ab"}):
+        refused = requests.get(url, params=bad, timeout=10)
+        assert refused.status_code == 400, bad
+        assert "tenant/namespace" in refused.json()["error"], bad

@@ -539,6 +539,27 @@ class AdminClient:
         body = self.get("/admin/v2/geosync/cursors", params={"since": since}) or {}
         return str(body.get("epoch", "")), int(body.get("seq", 0)), list(body.get("cursors") or [])
 
+    def plugin_topics(self, namespace: str) -> dict[str, dict[str, Any]]:
+        """What the GeoSync interceptor lists of ``namespace``'s topics this broker has loaded
+        (``/admin/v2/geosync/subscriptions``): per topic its ``subscriptions`` and ``replication`` as a subset
+        of the topic stats, with the stats' field names. Topics whose entry is not an object are left out and
+        logged. Raises AdminNotFound where the plugin is older or not loaded."""
+        body = self.get("/admin/v2/geosync/subscriptions", params={"namespace": namespace})
+        topics = body.get("topics") if isinstance(body, dict) else None
+        if not isinstance(topics, dict):
+            log.warning(
+                "%s: the interceptor's topic list is not an object of topics: %.200r", namespace, body
+            )
+            return {}
+        kept = {t: v for t, v in topics.items() if isinstance(t, str) and isinstance(v, dict)}
+        if len(kept) < len(topics):
+            log.warning(
+                "%s: left out %d malformed topics of the interceptor's list",
+                namespace,
+                len(topics) - len(kept),
+            )
+        return kept
+
     def plugin_acks(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Acknowledge through the GeoSync interceptor (``POST /admin/v2/geosync/acks``): per item ``topic``,
         ``subscription``, ``mark_delete`` ("L:E" or None) and ``positions`` (["L:E", ...]). Returns one

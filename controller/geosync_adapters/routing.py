@@ -228,6 +228,29 @@ class RegionAdmin(AdminClient):
 
     # -- every broker --------------------------------------------------------------------------------
 
+    def plugin_topics(self, namespace: str) -> dict[str, dict[str, Any]]:
+        """Every broker's list of its loaded topics of ``namespace`` (``AdminClient.plugin_topics``), merged.
+        A broker that does not answer, or answers without the plugin, is left out (its topics are then read
+        from their stats) unless none answers: then a broker that did not answer is raised (ask again next
+        time), else the refusal."""
+        brokers = self.brokers()
+        if len(brokers) <= 1:
+            return super().plugin_topics(namespace)
+        out: dict[str, dict[str, Any]] = {}
+        failures: list[AdminError] = []
+        for url in brokers:
+            try:
+                listed = self.client(url).plugin_topics(namespace)
+            except AdminError as e:
+                log.warning("topic list of %s at %s unavailable: %s", namespace, url, e)
+                failures.append(e)
+                continue
+            for topic, view in listed.items():
+                out.setdefault(topic, view)
+        if failures and len(failures) == len(brokers):
+            raise next((e for e in failures if isinstance(e, AdminTemporary)), failures[-1])
+        return out
+
     def plugin_feed(self, *, since: int) -> pluginapi.Feed:
         """Every broker's feed, merged (see the module docstring). ``since`` 0 starts every broker's feed
         over; otherwise each broker is asked from its own last sequence number. A broker that does not

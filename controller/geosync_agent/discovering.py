@@ -1,6 +1,7 @@
 """Discovery: which namespaces this region syncs, their topic partitions and wanted durable subscriptions.
 
-Admin calls only, on its own task with its own admin client; each pass is handed to the sync loop as one
+Admin calls only (per namespace the broker plugin's list of its loaded topics where it answers, each other
+topic's stats), on its own task with its own admin client; each pass is handed to the sync loop as one
 ``Discovered`` value through a ``Latest`` mailbox (the loop takes the newest pass, older ones are dropped),
 so the loop never waits on per-topic admin calls and nothing is shared but the mailbox.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import logging
 import re
 import threading
 import time
@@ -22,7 +24,9 @@ from geosync_agent.config import AgentConfig
 from geosync_agent.effects import app_consumers
 from geosync_agent.ports import Admin
 from geosync_core import replicators
+from geosync_core.capabilities import REPROBE_S
 
+log = logging.getLogger(__name__)
 PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<n>\d+)$")
 INTERNAL_CURSORS = ("pulsar.repl.", "pulsar.dedup", "geosync-")
 BROKER_SUBSCRIPTIONS = frozenset({"metadata-syncer", "__compaction"})
@@ -185,12 +189,50 @@ def unretained(admin: Admin, namespaces: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+TopicViews = Callable[[str], Mapping[str, Mapping[str, Any]]]
+"""namespace -> topic -> its subscriptions and replicators as a subset of its stats (the plugin's list)."""
+
+
+@dataclass
+class PluginTopics:
+    """The broker plugin's topic lists (``Admin.plugin_topics``) as discovery reads them: one call per
+    namespace instead of one stats read per topic. A broker without the endpoint (an older plugin, or none)
+    or refusing it is not asked again for REPROBE_S; any other failure answers nothing for this pass. An
+    empty answer only means every topic is read from its stats."""
+
+    admin: Admin
+    clock: Callable[[], float] = time.monotonic
+    refused_at: float | None = None
+
+    def __call__(self, namespace: str) -> Mapping[str, Mapping[str, Any]]:
+        if self.refused_at is not None and self.clock() - self.refused_at < REPROBE_S:
+            return {}
+        try:
+            found = self.admin.plugin_topics(namespace)
+        except (adm.AdminNotFound, adm.AdminForbidden) as e:
+            if self.refused_at is None:
+                log.info("the broker plugin lists no topics (%s): discovery reads every topic's stats", e)
+            self.refused_at = self.clock()
+            return {}
+        except adm.AdminError as e:
+            log.warning("the broker plugin's topic list of %s is unavailable this pass: %s", namespace, e)
+            return {}
+        self.refused_at = None
+        return found
+
+
 def scan(
-    admin: Admin, config: AgentConfig, *, now: float | None = None, owns: Callable[[str], bool] | None = None
+    admin: Admin,
+    config: AgentConfig,
+    *,
+    now: float | None = None,
+    owns: Callable[[str], bool] | None = None,
+    views: TopicViews | None = None,
 ) -> Discovered:
     """One discovery pass (see the module docstring), started at monotonic time ``now`` (default: the
     clock's). ``owns``: sharding by ownership, only the topics it names are read and reported in ``topics``
-    (``listed`` has them all)."""
+    (``listed`` has them all). ``views``: the plugin's topic lists (``PluginTopics``); a topic they list is
+    not read from its stats."""
     scanned_at = time.monotonic() if now is None else now
     namespaces = synced_namespaces(admin, config)
     topics: list[str] = []
@@ -198,11 +240,12 @@ def scan(
     subscriptions: dict[str, dict[str, tuple[int, str]]] = {}
     links: dict[str, dict[str, replicators.Sample]] = {}
     for ns in namespaces:
+        known = views(ns) if views is not None else {}
         control = f"persistent://{ns}/{config.control_topic}"
         if owns is None or owns(control):
             # Its replicators carry the claims: one stuck leaves the other regions without them.
             with contextlib.suppress(adm.AdminError):
-                links[control] = replicators.samples_of(admin.topic_stats(control))
+                links[control] = replicators.samples_of(known.get(control) or admin.topic_stats(control))
         for topic in admin.topics(ns):
             if not synced_topic(config, topic):
                 continue
@@ -210,10 +253,12 @@ def scan(
             if owns is not None and not owns(topic):
                 continue
             topics.append(topic)
-            try:
-                stats = admin.topic_stats(topic)
-            except adm.AdminNotFound:
-                continue
+            stats = known.get(topic)
+            if stats is None:
+                try:
+                    stats = admin.topic_stats(topic)
+                except adm.AdminNotFound:
+                    continue
             subscriptions[topic] = subscriptions_of(config, topic, stats)
             links[topic] = replicators.samples_of(stats)
     return Discovered(
@@ -227,7 +272,7 @@ def scan(
     )
 
 
-def subscriptions_of(config: AgentConfig, topic: str, stats: dict[str, Any]) -> dict[str, tuple[int, str]]:
+def subscriptions_of(config: AgentConfig, topic: str, stats: Mapping[str, Any]) -> dict[str, tuple[int, str]]:
     """The synced subscriptions in ``topic``'s stats: name -> (application consumers, type)."""
     return {
         name: (app_consumers(sub), str(sub.get("type") or ""))
@@ -247,11 +292,14 @@ def discover(
     owns: Callable[[str], bool] | None = None,
 ) -> None:
     """The discovery task: a pass every ``discover_interval_s`` or when ``again`` is set, until ``stop``;
-    each pass's outcome (None: it succeeded) goes to ``on_outcome``. ``owns``: as for ``scan``."""
+    each pass's outcome (None: it succeeded) goes to ``on_outcome``. ``owns``: as for ``scan``. Where the
+    agent uses the broker plugin (``plugin_cursors``), its topic lists replace the stats of the topics they
+    list (``PluginTopics``)."""
+    views = PluginTopics(admin) if config.plugin_cursors else None
     while not stop.is_set():
         started = time.monotonic()
         try:
-            found = scan(admin, config, now=started, owns=owns)
+            found = scan(admin, config, now=started, owns=owns, views=views)
         except (adm.AdminError, OSError) as e:
             on_outcome(e)
         else:

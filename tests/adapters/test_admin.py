@@ -499,3 +499,24 @@ def test_what_entry_headers_named_is_remembered_across_reads() -> None:
         assert resolver.source is not None
         assert resolver.source("t", Position(5, 1)) == Origin("c", Position(9, 9))
     assert fake.headers == [Position(5, 1)]
+
+
+@pytest.mark.parametrize(
+    ("body", "kept"),
+    [
+        (
+            {"topics": {"persistent://t/n/x": {"subscriptions": {}}, "persistent://t/n/y": 7}},
+            ["persistent://t/n/x"],
+        ),
+        ({"topics": ["persistent://t/n/x"]}, []),
+        ({"namespace": "t/n"}, []),
+        ([1, 2], []),
+    ],
+)
+def test_plugin_topics_keeps_the_topics_that_are_objects(
+    server: tuple[str, type[_Handler]], body: object, kept: list[str]
+) -> None:
+    url, handler = server
+    path = "GET /admin/v2/geosync/subscriptions?" + urllib.parse.urlencode({"namespace": "t/n"})
+    handler.routes[path] = [(200, {}, body)]
+    assert list(adm.AdminClient(url, retry=FAST).plugin_topics("t/n")) == kept

@@ -42,6 +42,8 @@ class Broker:
     seq: int = 0
     feed: list[dict[str, Any]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
+    lists: bool = True
+    """Whether the plugin lists topics (``/admin/v2/geosync/subscriptions``)."""
     redirect: str = ""
     """Where topic calls are redirected to (a 307 to the topic's owner), if anywhere."""
 
@@ -64,6 +66,12 @@ class Broker:
             return 200, {"runs": [[7, 0, 10, "b"]]}
         if path == "/admin/v2/geosync/acks":
             return 200, {"results": [self._ack(item) for item in body["acks"]]}
+        if path == "/admin/v2/geosync/subscriptions":
+            if not self.lists:
+                return 404, {"error": "unknown GeoSync path"}
+            prefix = f"persistent://{query['namespace']}/"
+            mine = [t for t, i in self.region.owners.items() if i == self.index and t.startswith(prefix)]
+            return 200, {"topics": {t: {"subscriptions": {f"s{self.index}": {}}} for t in mine}}
         if path == "/admin/v2/tenants":
             return 200, [f"from-{self.index}"]
         if self.redirect and path.startswith("/admin/v2/persistent/"):
@@ -196,6 +204,32 @@ def test_a_broker_whose_feed_is_down_is_left_out_and_named_in_the_epoch(region: 
     feed = admin.plugin_feed(since=first.seq)
     assert [str(c.mark_delete) for c in feed.cursors] == ["7:5"]
     assert f"{shared.urls[1]}={routing.DOWN}" in feed.epoch
+
+
+def test_every_brokers_topic_list_is_read_and_merged(region: Any) -> None:
+    shared, brokers, servers = region
+    shared.owners = {T1: 0, T2: 1, "persistent://other/ns/t": 1}
+    admin = _admin(shared.urls[0])
+    assert admin.plugin_topics("geo/ab") == {
+        T1: {"subscriptions": {"s0": {}}},
+        T2: {"subscriptions": {"s1": {}}},
+    }
+    brokers[1].lists = False  # an older plugin there: its topics are left to their stats
+    assert set(admin.plugin_topics("geo/ab")) == {T1}
+    _stop(servers[0])
+    brokers[1].lists = True
+    assert set(admin.plugin_topics("geo/ab")) == {T2}
+    brokers[1].lists = False
+    with pytest.raises(adm.AdminTemporary):  # nobody lists, one is down: asked again next pass
+        admin.plugin_topics("geo/ab")
+
+
+def test_a_region_whose_brokers_all_lack_the_list_refuses(region: Any) -> None:
+    shared, brokers, _ = region
+    for b in brokers:
+        b.lists = False
+    with pytest.raises(adm.AdminNotFound):
+        _admin(shared.urls[0]).plugin_topics("geo/ab")
 
 
 def test_origins_and_writes_go_to_the_owner_and_follow_an_unload(region: Any) -> None:

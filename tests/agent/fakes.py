@@ -62,12 +62,15 @@ class FakeRegion:
     headers: dict[tuple[str, Position], adm.EntryHeaders] = field(default_factory=dict)
     """What entry_headers answers per (topic, entry); local and not batched when absent."""
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+    stats_reads: list[str] = field(default_factory=list)
+    """Topics whose stats were read, in order."""
     missing: set[str] = field(default_factory=set)
     """Topics that do not exist (auto topic creation off): readers on them fail until ``create_topic``."""
     bundles: dict[str, list[str]] = field(default_factory=dict)
     """Broker id -> the bundles it owns (``tenant/ns/0xLO_0xHI``), for sidecars; the keys: active brokers."""
     not_loaded: set[str] = field(default_factory=set)
-    """Topics the plugin's cursor writes answer ``not_loaded`` for (moved to another broker)."""
+    """Topics the plugin's cursor writes answer ``not_loaded`` for and its topic lists leave out (moved to
+    another broker)."""
     owner_dead: set[str] = field(default_factory=set)
     retained: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """Namespace -> its retention policy (None: none, the brokers' defaults, 0: no retention); default:
@@ -97,6 +100,10 @@ class FakeRegion:
         return [t for t in self.topics if discovering.namespace_of(t) == namespace]
 
     def topic_stats(self, topic: str, **_: Any) -> dict[str, Any]:
+        self.stats_reads.append(topic)
+        return self._stats(topic)
+
+    def _stats(self, topic: str) -> dict[str, Any]:
         if topic not in self.topics:
             raise adm.AdminNotFound(f"404 topic {topic} not found")
         subs = {
@@ -211,6 +218,12 @@ class FakeRegion:
         if start is None:
             return list(runs)
         return [r for r in runs if Position(r.ledger, r.first + r.count - 1) >= Position(*start)]
+
+    def plugin_topics(self, namespace: str) -> dict[str, dict[str, Any]]:
+        """As the plugin lists them: the namespace's topics this broker has loaded, as their stats show."""
+        self._need_plugin()
+        self.calls.append(("plugin_topics", namespace))
+        return {t: self._stats(t) for t in self.topic_list(namespace) if t not in self.not_loaded}
 
     def plugin_feed(self, *, since: int) -> pluginapi.Feed:
         self._need_plugin()
@@ -452,8 +465,12 @@ class Harness:
 
     def discover(self) -> None:
         owns = None if self.agent.ownership is None else self.agent.ownership.owns
+        admin = AdminView(self.region)
+        views = (
+            discovering.PluginTopics(admin, clock=lambda: self.clock) if self.config.plugin_cursors else None
+        )
         self.agent.discovered.put(
-            discovering.scan(AdminView(self.region), self.config, now=self.clock, owns=owns)
+            discovering.scan(admin, self.config, now=self.clock, owns=owns, views=views)
         )
 
     def step(self, seconds: float = 1.0) -> None:

@@ -83,7 +83,10 @@ import org.slf4j.LoggerFactory;
  * geosyncAllowCursorWrites=true}, {@code POST /admin/v2/geosync/acks} acknowledges on subscriptions of
  * topics this broker has loaded ({@link CursorDesk}): a batch of mark-delete moves, individual
  * acknowledgements and batch-index acknowledgements in one call (shapes and rules: {@link PluginApi}), where the admin API has one {@code expireMessages} per subscription and,
- * before PIP-423, no way at all to acknowledge one message.
+ * before PIP-423, no way at all to acknowledge one message. {@code GET
+ * /admin/v2/geosync/subscriptions?namespace=t/ns} lists the subscriptions and replicators of the namespace's
+ * topics this broker has loaded ({@link TopicLister}): the agent's discovery reads it instead of every
+ * topic's stats.
  *
  * <p>Every hook is implemented and none throws into the broker: our own work is wrapped and counted; the
  * broker's own filter chain is called outside that wrapping so its errors stay its own.
@@ -109,6 +112,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     private volatile Map<String, Object> configuration = Map.of();
     private volatile AckFeed feed = new AckFeed(100_000);
     private volatile CursorDesk desk;
+    private volatile TopicLister lister;
     private volatile boolean allowCursorWrites;
     private volatile PulsarService pulsar;
     private volatile boolean authenticate;
@@ -137,6 +141,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             settleNanos = intProperty(props, "geosyncAckFeedSettleMillis", 500) * 1_000_000L;
             allowCursorWrites = Boolean.parseBoolean(props.getProperty("geosyncAllowCursorWrites", "false").trim());
             desk = new CursorDesk(pulsar);
+            lister = new TopicLister(pulsar);
             region = pulsar.getConfiguration().getClusterName();
             this.pulsar = pulsar;
             authenticate = pulsar.getConfiguration().isAuthenticationEnabled();
@@ -318,6 +323,20 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                 reply(response, 200, d.read(topic, sub,
                         given == null ? null : new PluginApi.Pos(after[0], after[1])));
             }
+            case "subscriptions" -> {
+                String namespace = request.getParameter("namespace");
+                if (!TopicLister.isNamespace(namespace)) {
+                    reply(response, 400, Map.of("error", "query parameter 'namespace' is required: tenant/namespace "
+                            + "(e.g. public/default)"));
+                    return;
+                }
+                TopicLister l = lister;
+                if (l == null) {
+                    reply(response, 503, Map.of("error", "the broker is not started yet"));
+                    return;
+                }
+                reply(response, 200, l.list(namespace));
+            }
             case "acks" -> acks(request, response);
             case "status" -> reply(response, 200, status());
             case "origins" -> {
@@ -335,7 +354,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                 }
                 reply(response, 200, index.toJson(region, topic, from[0], from[1]));
             }
-            default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins, cursors, cursor, acks or status"));
+            default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins, cursors, cursor, subscriptions, acks or status"));
         }
         requestsServed.incrementAndGet();
     }
