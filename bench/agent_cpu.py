@@ -47,6 +47,10 @@ ENTRIES = 400
 STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
 
 
+GROWTH_LEDGER = {"a": 300, "b": 700}
+"""Per region, the first ledger of the entries its producers add while the bench runs (topic i: this + i)."""
+
+
 def build(topics: list[str], subs: int) -> tuple[Harness, Harness]:
     a = FakeRegion(
         "a",
@@ -159,7 +163,7 @@ def main() -> None:
         ha.region.feed.extend(ha.region.report(*key) for key in touched)
         for i in rng.sample(range(len(topics)), min(args.grow, len(topics))):
             topic = topics[i]
-            for h, ledger in ((ha, 300 + i), (hb, 700 + i)):
+            for h, ledger in ((ha, GROWTH_LEDGER["a"] + i), (hb, GROWTH_LEDGER["b"] + i)):
                 p = Position(ledger, grown[topic])
                 h.region.topics[topic].append(p)
                 h.messaging.deliver(topic, message(topic, p))
@@ -190,9 +194,7 @@ def main() -> None:
         per_ack = cpu[name] / max(acks, 1) * 1e6
         print(f"{name}: {cpu[name]:.2f} CPU-s, {per_ack:.0f} us per acknowledgement; {shown}")
     for name, h in (("a", ha), ("b", hb)):
-        walks = apply_walks(
-            h, topics, [300 + i if name == "a" else 700 + i for i in range(len(topics))], grown
-        )
+        walks = apply_walks(h, topics, [GROWTH_LEDGER[name] + i for i in range(len(topics))], grown)
         print(
             f"{name}: the apply step alone after every topic grew by an entry nobody claims (a round's fixed "
             f"part): median {statistics.median(walks) * 1e3:.1f} ms, max {max(walks) * 1e3:.1f} ms "

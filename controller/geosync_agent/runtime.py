@@ -2497,7 +2497,8 @@ class Agent:
             # At 10,000 subscriptions most are looked at every round for nothing (every topic grows all the
             # time): first the cheapest test that says so, the claims and the cursor planned from being the
             # very objects held now (what ``_only_unclaimed_appended`` finds for these, without building
-            # anything).
+            # anything). Spelled out here on purpose: calling ``_claims_and_log_as_planned`` instead made
+            # the walk a third slower (``bench/agent_cpu.py``'s last lines, a 11.1 -> 15.1 ms, session 31).
             planned, cursor, received = state.planned, state.cursor, state.received
             if (
                 planned is not None
