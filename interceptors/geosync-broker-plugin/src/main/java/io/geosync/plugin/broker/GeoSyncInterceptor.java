@@ -316,8 +316,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                     return;
                 }
                 CursorDesk d = desk;
-                if (d == null) {
-                    reply(response, 503, Map.of("error", "the broker is not started yet"));
+                if (notStarted(d, response)) {
                     return;
                 }
                 reply(response, 200, d.read(topic, sub,
@@ -331,8 +330,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                     return;
                 }
                 TopicLister l = lister;
-                if (l == null) {
-                    reply(response, 503, Map.of("error", "the broker is not started yet"));
+                if (notStarted(l, response)) {
                     return;
                 }
                 reply(response, 200, l.list(namespace));
@@ -357,6 +355,15 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             default -> reply(response, 404, Map.of("error", "unknown GeoSync path; try origins, cursors, cursor, subscriptions, acks or status"));
         }
         requestsServed.incrementAndGet();
+    }
+
+    /** Answers 503 and says so when a part the broker sets up at start is not there yet. */
+    private static boolean notStarted(Object part, HttpServletResponse response) throws Exception {
+        if (part != null) {
+            return false;
+        }
+        reply(response, 503, Map.of("error", "the broker is not started yet; ask again in a few seconds"));
+        return true;
     }
 
     /** The role the broker's authentication service gives the request, or null if it refuses it. */
