@@ -188,6 +188,10 @@ class Monitor:
 
     def restarted(self, name: str) -> None:
         self.pids[name] = pids(self.lab_dir)[name]
+        if (
+            self.profile is not None
+        ):  # the new process from its start: its first rounds take the queued claims
+            self._spy(name, self.pids[name], suffix="-restarted")
 
     def _machine(self) -> dict[str, float]:
         mine = os.times()  # this process alone (not py-spy's, its children)
@@ -201,24 +205,28 @@ class Monitor:
         if self.profile is None:
             return
         self.profile.mkdir(parents=True, exist_ok=True)
-        spy = pathlib.Path(sys.executable).with_name("py-spy")
         for name, pid in self.pids.items():
-            out = self.profile / f"agent-{name}-{self.label}.txt"
-            cmd = [
-                str(spy),
-                "record",
-                "-p",
-                str(pid),
-                "-r",
-                "50",
-                "-f",
-                "raw",
-                "-o",
-                str(out),
-                "--nonblocking",
-                "--idle",
-            ]
-            self.profilers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self._spy(name, pid)
+
+    def _spy(self, name: str, pid: int, *, suffix: str = "") -> None:
+        assert self.profile is not None
+        spy = pathlib.Path(sys.executable).with_name("py-spy")
+        out = self.profile / f"agent-{name}-{self.label}{suffix}.txt"
+        cmd = [
+            str(spy),
+            "record",
+            "-p",
+            str(pid),
+            "-r",
+            "50",
+            "-f",
+            "raw",
+            "-o",
+            str(out),
+            "--nonblocking",
+            "--idle",
+        ]
+        self.profilers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def _sample(self) -> None:
         try:
