@@ -8,7 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -824,6 +824,40 @@ def test_with_auto_topic_creation_off_the_control_topic_is_created_and_a_missing
     assert h.agent.topics[TOPIC].tail.reader is None  # not before REOPEN_S
     h.step(5.0)
     assert h.agent.topics[TOPIC].tail.reader is not None
+
+
+def test_the_readers_due_in_a_round_are_opened_together() -> None:
+    """Each open is a round trip to the topic's owner: after a restart at 10,000 subscriptions, 102 of them
+    one after the other took 0.65 s of the round that takes the claims queued meanwhile. Topics a discovery
+    pass brings are opened by the same round's reopen step, with every other reader due."""
+    topics = [f"persistent://{NS}/t{i}" for i in range(4)]
+    region = FakeRegion("a", {NS: ["a", "b"]}, topics={t: [Position(5, 0)] for t in topics})
+    h = Harness.build(region)
+    h.agent.effector.pool = ThreadPoolExecutor(max_workers=8)
+    opening, most, lock = 0, 0, threading.Lock()
+    fake_reader = h.messaging.reader
+
+    def slow_reader(topic: str, on_message: Callable[..., None], *, start: Position | None = None) -> Any:
+        nonlocal opening, most
+        with lock:
+            opening += 1
+            most = max(most, opening)
+        time.sleep(0.05)  # the round trip
+        with lock:
+            opening -= 1
+        return fake_reader(topic, on_message, start=start)
+
+    h.messaging.reader = slow_reader  # type: ignore[method-assign]
+    h.discover()
+    h.step()
+    assert all(h.agent.topics[t].tail.reader is not None for t in topics)
+    assert most == len(topics)  # one after the other: 1
+    region.missing = {topics[0]}  # a reader that cannot be opened now waits REOPEN_S, as alone
+    h.agent.topics[topics[0]].tail.close()
+    h.step()
+    assert h.agent.topics[topics[0]].tail.reader is None
+    assert h.agent.stats.counters["reader_open_failures"] == 1
+    h.agent.effector.pool.shutdown()
 
 
 def lookups(h: Harness, topic: str) -> int:
