@@ -18,8 +18,9 @@ acknowledgements, and at once when a control message arrives):
 6. snapshot mode for its namespaces (``snapshotting``).
 
 Only the loop's thread reads or writes the agent's state. Reader listeners only put into queues, the
-discovery task only fills a mailbox, the effector's pool only calls ports and returns values, and the HTTP
-endpoint only reads ``status()``. Time is read once per round (``Now``) and passed down.
+discovery task only fills a mailbox, the effector's pool only calls ports and returns values (and opens
+readers, each worker a tail of its own while the loop waits: see ``_reopen``), and the HTTP endpoint only
+reads ``status()``. Time is read once per round (``Now``) and passed down.
 
 Invariants (the core proves the planning; tests against the lab prove the whole): a cursor only moves
 forward; only entries whose origin some region acknowledged are acknowledged; applying again changes
@@ -1241,7 +1242,10 @@ class Agent:
         return True if error is None else self._open_failed(tail, error, now, control=control)
 
     def _try_open(self, tail: Tail) -> msg.TopicMissing | msg.MessagingUnavailable | None:
-        """Open ``tail``'s reader; what went wrong, if it did (any thread: it touches ``tail`` alone)."""
+        """Open ``tail``'s reader; what went wrong, if it did. A pool worker may call it while the loop
+        waits: it touches ``tail`` alone, and sets its reader as soon as the client returns it. (Not later on
+        the loop's thread: the reader delivers at once, and a listener that finds the inbox full and no
+        reader set takes the tail for closed and drops what it holds.)"""
         try:
             tail.open(self.messaging)
             return None
