@@ -319,6 +319,7 @@ def load_run(
     run = LoadRun(mode=mode)
     recent: list[tuple[str, str, Position, int, float, str]] = []
     recent_lock = threading.Lock()
+    stop = threading.Event()  # set in ``finally`` too: a setup that fails leaves no publisher running
     ca = pulsar.Client(a.service_url, io_threads=2, message_listener_threads=2)
     cb = pulsar.Client(b.service_url)
     try:
@@ -358,7 +359,6 @@ def load_run(
             ]
 
         producers = {"a": producers_in(ca), "b": producers_in(cb) if b_share > 0 else []}
-        stop = threading.Event()
         publish_rate = rate / n_subs  # every message is consumed by each of the n_subs subscriptions
 
         def publish() -> None:
@@ -480,6 +480,7 @@ def load_run(
             except pulsar.PulsarException as e:
                 console.print(f"closing after the load run: {e}")
     finally:
+        stop.set()
         for pulsar_client in (ca, cb):
             try:
                 pulsar_client.close()
