@@ -188,9 +188,8 @@ class Monitor:
 
     def restarted(self, name: str) -> None:
         self.pids[name] = pids(self.lab_dir)[name]
-        if (
-            self.profile is not None
-        ):  # the new process from its start: its first rounds take the queued claims
+        # The new process from its start: its first rounds take the claims queued while it was down.
+        if self.profile is not None:
             self._spy(name, self.pids[name], suffix="-restarted")
 
     def _machine(self) -> dict[str, float]:
