@@ -834,24 +834,20 @@ def test_the_readers_due_in_a_round_are_opened_together() -> None:
     region = FakeRegion("a", {NS: ["a", "b"]}, topics={t: [Position(5, 0)] for t in topics})
     h = Harness.build(region)
     h.agent.effector.pool = ThreadPoolExecutor(max_workers=8)
-    opening, most, lock = 0, 0, threading.Lock()
     fake_reader = h.messaging.reader
+    together = threading.Barrier(len(topics), timeout=5.0)
 
-    def slow_reader(topic: str, on_message: Callable[..., None], *, start: Position | None = None) -> Any:
-        nonlocal opening, most
-        with lock:
-            opening += 1
-            most = max(most, opening)
-        time.sleep(0.05)  # the round trip
-        with lock:
-            opening -= 1
+    def meeting_reader(topic: str, on_message: Callable[..., None], *, start: Position | None = None) -> Any:
+        if topic in topics:  # (the control topic is opened alone, as discovery finds its namespace)
+            together.wait()  # passed once all four are being opened; one after the other: BrokenBarrierError
         return fake_reader(topic, on_message, start=start)
 
-    h.messaging.reader = slow_reader  # type: ignore[method-assign]
+    h.messaging.reader = meeting_reader  # type: ignore[method-assign]
     h.discover()
     h.step()
     assert all(h.agent.topics[t].tail.reader is not None for t in topics)
-    assert most == len(topics)  # one after the other: 1
+    assert not together.broken
+    h.messaging.reader = fake_reader  # type: ignore[method-assign]
     region.missing = {topics[0]}  # a reader that cannot be opened now waits REOPEN_S, as alone
     h.agent.topics[topics[0]].tail.close()
     h.step()
