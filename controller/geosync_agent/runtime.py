@@ -549,8 +549,9 @@ class Agent:
 
     # -- the loop ----------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """Rounds until ``stop`` is set (the sync-loop task's body)."""
+    def run(self, stop: threading.Event, progress: Callable[[], None] = lambda: None) -> None:
+        """Rounds until ``stop`` is set (the sync-loop task's body); ``progress`` is told each time a round
+        ends, failed or not (the watchdog's heartbeat: ``geosync_agent.watching``)."""
         log.info("agent for region %s starting (admin %s)", self.config.region, self.config.admin_url)
         while not stop.is_set():
             now = Now.read()
@@ -565,6 +566,7 @@ class Agent:
                 self.last_error = str(e)[:200]
                 log.warning("round failed, retrying: %s", e)
                 stop.wait(1.0)
+            progress()
             elapsed = time.monotonic() - now.mono
             self.round_seconds.append(elapsed)
             del self.round_seconds[:-200]
