@@ -58,6 +58,7 @@ import time
 import uuid
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,6 +176,8 @@ class Mirror:
         self._started_ms = _now_ms()
         # Recent remote events: ms from the sender's publish to our read, and from our read to applied.
         self.timings = {"transit_ms": Recent(), "queued_ms": Recent(), "apply_ms": Recent()}
+        self.progress: Callable[[], None] = lambda: None
+        """Told whenever the mirror's thread gets on (the liveness watchdog's heartbeat)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -231,6 +234,7 @@ class Mirror:
                 self.last_error = f"{type(e).__name__}: {e}"
                 log.exception("policy mirror %s: term failed", self.region)
                 self._count("terms_failed")
+            self.progress()
             self._stop.wait(delay)
             delay = min(delay * 2, 5.0)
 
@@ -260,6 +264,7 @@ class Mirror:
                 )
             lock = store.lock(f"{root}/leader", self.identifier)
             while not self._stop.is_set() and not store.try_acquire(lock, timeout_s=1.0):
+                self.progress()
                 self._check_state_items()
             if self._stop.is_set():
                 return
@@ -350,6 +355,7 @@ class Mirror:
         interval = self.config.mirror_recheck_interval_s
         next_recheck = time.monotonic() + interval
         while not self._stop.is_set():
+            self.progress()
             timeout = max(0.0, next_recheck - time.monotonic())
             try:
                 kind, item = self._queue.get(timeout=timeout)
@@ -515,6 +521,7 @@ class Mirror:
                 break
             self._on_message(msg, bootstrap=True)
             drained += 1
+            self.progress()
         self._count("drained", drained)
         self._dirty = True
 
