@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import signal
 from typing import Any
 
 import click
@@ -13,7 +14,7 @@ from geoctl.errors import EXIT_LAB, EXIT_UNHEALTHY, GeoctlError
 from geoctl.labdir import lab_dir_option
 from geoctl.output import emit, output_option
 from geosync_core.errors import GeoSyncError
-from geosync_lab import labs
+from geosync_lab import labs, launches
 from geosync_lab.errors import LabError
 
 console = Console(stderr=True, highlight=False)
@@ -115,19 +116,29 @@ def lab_up(
     sidecars: bool,
     output: str,
 ) -> None:
-    """Boot the lab (a no-op with a message if the same lab is already running in DIR)."""
+    """Boot the lab (a no-op with a message if the same lab is already running in DIR).
+
+    Ctrl-C, SIGTERM or SIGHUP during the boot stops every process it had started; after a SIGKILL,
+    'geoctl lab down' stops what the boot left."""
     report = console.print if output == "text" else (lambda _m: None)
-    with console.status("booting regions…", spinner="dots") if output == "text" else _null():
-        result = labs.up(
-            lab_dir,
-            regions,
-            deadline_s=deadline,
-            agents=not no_agents,
-            with_wan=with_wan,
-            brokers=brokers,
-            sidecars=sidecars,
-            report=report,
+    try:
+        with console.status("booting regions…", spinner="dots") if output == "text" else _null():
+            result = labs.up(
+                lab_dir,
+                regions,
+                deadline_s=deadline,
+                agents=not no_agents,
+                with_wan=with_wan,
+                brokers=brokers,
+                sidecars=sidecars,
+                report=report,
+            )
+    except (KeyboardInterrupt, launches.Interrupted) as e:
+        signum = e.signum if isinstance(e, launches.Interrupted) else int(signal.SIGINT)
+        click.echo(
+            f"lab up interrupted ({signal.Signals(signum).name}): what it had started is stopped", err=True
         )
+        raise SystemExit(128 + signum) from None
     data = {
         "topology": str(result.path),
         "already_running": result.already_running,
@@ -168,7 +179,9 @@ class _null:
 @output_option
 @_lab_errors
 def lab_down(lab_dir: pathlib.Path, output: str) -> None:
-    """Stop exactly the processes the lab started (gracefully, then forcibly); data stays in DIR."""
+    """Stop exactly the processes the lab started (gracefully, then forcibly); data stays in DIR.
+
+    Also stops what an interrupted 'geoctl lab up' left, from the record of launches it keeps in DIR."""
     outcome = labs.down(lab_dir)
 
     def text(d: dict[str, str]) -> None:

@@ -310,16 +310,23 @@ def start(
     extra_conf: dict[str, str] | None = None,
     deadline_s: float = 240.0,
     sleep: Callable[[float], None] = time.sleep,
+    on_launch: Callable[[int, str], None] = lambda _pid, _role: None,
 ) -> list[int]:
     """Start every process of the region (initializing its metadata the first time); return their pids in
     :meth:`ClusterRegion.roles` order. Returns once both stores answer; :func:`wait_ready` waits for the rest.
-    On failure the processes started so far are stopped."""
+    On failure the processes started so far are stopped. ``on_launch`` is told ``(pid, role)`` of each
+    process as it starts (the lab's launch record)."""
     _write_confs(home, region, dict(extra_conf or {}))
     started = time.monotonic()
     pids: list[int] = []
+
+    def launch(role: str, command: str, mem: str) -> None:
+        pids.append(_launch(home, region, role, command, mem))
+        on_launch(pids[-1], role)
+
     try:
         for role in (ZOOKEEPER, CONFIGURATION_STORE):
-            pids.append(_launch(home, region, role, "zookeeper", ZOOKEEPER_MEM))
+            launch(role, "zookeeper", ZOOKEEPER_MEM)
         for role, address in (
             (ZOOKEEPER, region.metadata_store),
             (CONFIGURATION_STORE, region.configuration_store),
@@ -328,9 +335,9 @@ def start(
                 _check_alive(region, pids, since=started, deadline_s=deadline_s, waiting_for=role)
                 sleep(0.2)
         _initialize(home, region, timeout_s=max(deadline_s - (time.monotonic() - started), 30.0))
-        pids.append(_launch(home, region, BOOKIE, "bookie", BOOKIE_MEM))
+        launch(BOOKIE, "bookie", BOOKIE_MEM)
         for i in range(region.brokers):
-            pids.append(_launch(home, region, broker_role(i), "broker", BROKER_MEM))
+            launch(broker_role(i), "broker", BROKER_MEM)
     except Exception:
         stop(region, pids, grace_s=5)
         raise

@@ -7,7 +7,8 @@ their regions with ``allowed_clusters`` and replication clusters set, and ``up``
 replicator is connected. With ``wan`` replication between regions goes through Toxiproxy (see ``wan``).
 With ``brokers`` of 2 or more each region is a real cluster instead of a standalone (see ``clusters``).
 ``down`` stops exactly the processes recorded in the topology, after checking
-that each pid is still ours.
+that each pid is still ours, and then any other the lab's launch record names (``launches``): what a boot
+stopped before it wrote the topology left running.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import yaml
 from geosync_adapters import signing
 from geosync_adapters.admin import NO_RETRY, AdminClient, AdminError
 from geosync_core import topology as topo
-from geosync_lab import clusters, distribution, plugins, regions, wan
+from geosync_lab import clusters, distribution, launches, plugins, regions, wan
 from geosync_lab.errors import LabError
 
 TENANT = "geo"
@@ -130,6 +131,7 @@ def _boot_region(
     extra_conf: dict[str, str] | None = None,
     token: str | None = None,
     wan_layout: dict[str, Any] | None = None,
+    on_launch: launches.OnLaunch = lambda _pid, _role: None,
 ) -> tuple[regions.RegionProcess, int, RegionBoot]:
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
@@ -140,6 +142,7 @@ def _boot_region(
         if wan_layout:
             conf.update(wan.advertised_listeners(name, proc.ports.broker, wan_layout))
         pid = regions.start(home, proc, extra_conf=conf)
+        on_launch(pid, f"region {name}")
         try:
             regions.wait_ready(proc, pid, deadline_s=deadline_s, token=token)
         except regions.RegionDied as e:
@@ -171,6 +174,7 @@ def _boot_cluster_region(
     deadline_s: float,
     attempts: int = 3,
     extra_conf: dict[str, str] | None = None,
+    on_launch: launches.OnLaunch = lambda _pid, _role: None,
 ) -> tuple[clusters.ClusterRegion, tuple[int, ...], RegionBoot]:
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
@@ -178,7 +182,13 @@ def _boot_cluster_region(
         taken.update(p for p in site.ports.as_dict().values() if isinstance(p, int))
         taken.update(p for b in site.ports.brokers for p in (b.broker, b.web))
         started = time.monotonic()
-        pids = clusters.start(home, site, extra_conf=extra_conf, deadline_s=deadline_s)
+        pids = clusters.start(
+            home,
+            site,
+            extra_conf=extra_conf,
+            deadline_s=deadline_s,
+            on_launch=lambda pid, role: on_launch(pid, f"region {name} {role}"),
+        )
         try:
             clusters.wait_ready(site, pids, deadline_s=max(deadline_s - (time.monotonic() - started), 30.0))
         except regions.RegionDied as e:
@@ -344,6 +354,13 @@ def up(
                 f"{lab_dir} holds another live lab (regions {', '.join(existing.regions)}; running: {live})",
                 hint=f"stop it with 'geoctl lab down --dir {lab_dir}' or choose another --dir",
             )
+    left = launches.running(lab_dir)
+    if left:
+        raise LabError(
+            f"{lab_dir} still has {len(left)} process(es) of an earlier lab running "
+            f"({', '.join(launch.role for launch in left)}), e.g. from an interrupted boot",
+            hint=f"stop them with 'geoctl lab down --dir {lab_dir}'",
+        )
     distribution.check_java()
     if with_wan and wan.server_binary() is None:
         raise LabError(
@@ -357,99 +374,121 @@ def up(
     extra = {**plugins.plugin_conf(plugins.ensure_plugins()), **regions.batch_index_conf(batch_index_acks)}
     shutil.rmtree(lab_dir / "regions", ignore_errors=True)
     lab_dir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    taken: set[int] = set()
-    wan_layout: dict[str, Any] | None = None
-    if with_wan:
-        # Chosen before the boots: each region advertises its peers' proxy ports as listeners.
-        n_proxies = len(region_names) * (len(region_names) - 1)
-        ports = regions.free_ports(n_proxies + 1)
-        taken.update(ports)
-        wan_layout = wan.layout(region_names, ports[0], ports[1:])
-    booted: dict[str, tuple[Site, tuple[int, ...], RegionBoot]] = {}
-    shape = f", {brokers} brokers each" if brokers > 1 else ""
-    report(
-        f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}{shape}: "
-        f"{', '.join(region_names)}"
-    )
+    with launches.recording(lab_dir, report) as ledger:
+        started = time.monotonic()
+        taken: set[int] = set()
+        wan_layout: dict[str, Any] | None = None
+        if with_wan:
+            # Chosen before the boots: each region advertises its peers' proxy ports as listeners.
+            n_proxies = len(region_names) * (len(region_names) - 1)
+            ports = regions.free_ports(n_proxies + 1)
+            taken.update(ports)
+            wan_layout = wan.layout(region_names, ports[0], ports[1:])
+        booted: dict[str, tuple[Site, tuple[int, ...], RegionBoot]] = {}
+        shape = f", {brokers} brokers each" if brokers > 1 else ""
+        report(
+            f"booting {len(region_names)} region(s) from Pulsar {distribution.PULSAR_VERSION}{shape}: "
+            f"{', '.join(region_names)}"
+        )
 
-    def boot(name: str) -> tuple[Site, tuple[int, ...], RegionBoot]:
-        root = lab_dir / "regions" / name
-        if brokers > 1:
-            return _boot_cluster_region(
-                home, root, name, brokers, taken, deadline_s=deadline_s, extra_conf=extra
+        def boot(name: str) -> tuple[Site, tuple[int, ...], RegionBoot]:
+            root = lab_dir / "regions" / name
+            if brokers > 1:
+                return _boot_cluster_region(
+                    home,
+                    root,
+                    name,
+                    brokers,
+                    taken,
+                    deadline_s=deadline_s,
+                    extra_conf=extra,
+                    on_launch=ledger.record,
+                )
+            proc, pid, booted = _boot_region(
+                home,
+                root,
+                name,
+                taken,
+                deadline_s=deadline_s,
+                extra_conf=extra,
+                wan_layout=wan_layout,
+                on_launch=ledger.record,
             )
-        proc, pid, booted = _boot_region(
-            home, root, name, taken, deadline_s=deadline_s, extra_conf=extra, wan_layout=wan_layout
-        )
-        return proc, (pid,), booted
+            return proc, (pid,), booted
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(region_names)) as pool:
-        futures = {pool.submit(boot, n): n for n in region_names}
+        # Not a with-block: on an interruption its exit would wait for every boot to end; the threads end by
+        # themselves once ``up`` has stopped their processes.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(region_names))
         errors: list[str] = []
-        for fut in concurrent.futures.as_completed(futures):
-            name = futures[fut]
-            try:
-                booted[name] = fut.result()
-                done = booted[name][2]
-                report(f"region {name}: up in {done.seconds:.1f} s, {done.rss_mb:.0f} MiB resident")
-            except LabError as e:
-                errors.append(str(e))
-    if errors:
-        for site, pids, _ in booted.values():
-            _stop_site(site, pids, grace_s=5)
-        raise LabError("\n".join(errors))
-    procs = {n: booted[n][0] for n in region_names}
-    wan_record: dict[str, Any] = {}
-    if wan_layout:
-        wan_record = wan.with_upstreams(
-            wan_layout, {n: int(p.ports.as_dict()["broker"]) for n, p in procs.items()}
-        )
         try:
-            wan_record["pid"] = wan.start_server(lab_dir, wan_record)
-        except LabError:
+            futures = {pool.submit(boot, n): n for n in region_names}
+            for fut in concurrent.futures.as_completed(futures):
+                name = futures[fut]
+                try:
+                    booted[name] = fut.result()
+                    done = booted[name][2]
+                    report(f"region {name}: up in {done.seconds:.1f} s, {done.rss_mb:.0f} MiB resident")
+                except LabError as e:
+                    errors.append(str(e))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        if errors:
             for site, pids, _ in booted.values():
                 _stop_site(site, pids, grace_s=5)
-            raise
-        report(f"wan: toxiproxy-server at {wan_record['api']}, {len(wan_record['proxies'])} proxies")
-    namespaces = topo.lab_namespaces(region_names)
-    topology = topo.Topology(
-        pulsar_version=distribution.PULSAR_VERSION,
-        regions={n: _booted_region(p, booted[n][1], batch_index_acks) for n, p in procs.items()},
-        namespaces={ns: topo.Namespace(name=ns, regions=m) for ns, m in namespaces.items()},
-        wan=wan_record,
-    )
-    path = save(lab_dir, topology)
-    try:
-        _wire(procs, namespaces, report, wan_record)
-        wait_replication(topology, report=report)
-    except (AdminError, LabError) as e:
-        raise LabError(
-            f"the regions are up but could not be wired together: {e}",
-            hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
-        ) from e
-    if agents:
-        # One agent per region, covering every broker of it (README: "Multi-broker regions"), or one per
-        # broker with ``sidecars``. The regions are new: a checkpoint left in the directory by an earlier
-        # lab describes topics that are gone.
-        started_agents: list[str] = []
-        for name in region_names:
-            shards: list[int | None] = list(range(len(topology.region(name).brokers))) if sidecars else [None]
-            for shard in shards:
-                agent_name = name if shard is None else sidecar_name(name, shard)
-                shutil.rmtree(lab_dir / "agents" / f"{agent_name}-state", ignore_errors=True)
-                topology = start_agent(lab_dir, name, broker=shard)
-                started_agents.append(agent_name)
-                report(f"agent {agent_name}: started (pid {topology.agents[agent_name].pid})")
-        for agent_name in started_agents:
-            wait_agent_ready(lab_dir, agent_name)
-            report(f"agent {agent_name}: ready")
-    return UpResult(
-        topology=topology,
-        path=path,
-        boots=[booted[n][2] for n in region_names],
-        total_seconds=time.monotonic() - started,
-    )
+            raise LabError("\n".join(errors))
+        procs = {n: booted[n][0] for n in region_names}
+        wan_record: dict[str, Any] = {}
+        if wan_layout:
+            wan_record = wan.with_upstreams(
+                wan_layout, {n: int(p.ports.as_dict()["broker"]) for n, p in procs.items()}
+            )
+            try:
+                wan_record["pid"] = wan.start_server(lab_dir, wan_record, on_launch=ledger.record)
+            except LabError:
+                for site, pids, _ in booted.values():
+                    _stop_site(site, pids, grace_s=5)
+                raise
+            report(f"wan: toxiproxy-server at {wan_record['api']}, {len(wan_record['proxies'])} proxies")
+        namespaces = topo.lab_namespaces(region_names)
+        topology = topo.Topology(
+            pulsar_version=distribution.PULSAR_VERSION,
+            regions={n: _booted_region(p, booted[n][1], batch_index_acks) for n, p in procs.items()},
+            namespaces={ns: topo.Namespace(name=ns, regions=m) for ns, m in namespaces.items()},
+            wan=wan_record,
+        )
+        path = save(lab_dir, topology)
+        try:
+            _wire(procs, namespaces, report, wan_record)
+            wait_replication(topology, report=report)
+        except (AdminError, LabError) as e:
+            raise LabError(
+                f"the regions are up but could not be wired together: {e}",
+                hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
+            ) from e
+        if agents:
+            # One agent per region, covering every broker of it (README: "Multi-broker regions"), or one per
+            # broker with ``sidecars``. The regions are new: a checkpoint left in the directory by an earlier
+            # lab describes topics that are gone.
+            started_agents: list[str] = []
+            for name in region_names:
+                shards: list[int | None] = (
+                    list(range(len(topology.region(name).brokers))) if sidecars else [None]
+                )
+                for shard in shards:
+                    agent_name = name if shard is None else sidecar_name(name, shard)
+                    shutil.rmtree(lab_dir / "agents" / f"{agent_name}-state", ignore_errors=True)
+                    topology = start_agent(lab_dir, name, broker=shard, on_launch=ledger.record)
+                    started_agents.append(agent_name)
+                    report(f"agent {agent_name}: started (pid {topology.agents[agent_name].pid})")
+            for agent_name in started_agents:
+                wait_agent_ready(lab_dir, agent_name)
+                report(f"agent {agent_name}: ready")
+        return UpResult(
+            topology=topology,
+            path=path,
+            boots=[booted[n][2] for n in region_names],
+            total_seconds=time.monotonic() - started,
+        )
 
 
 def _check_brokers(brokers: int, *, with_wan: bool) -> None:
@@ -563,6 +602,7 @@ def start_agent(
     key_id: str | None = None,
     broker: int | None = None,
     settings: Mapping[str, Any] | None = None,
+    on_launch: launches.OnLaunch | None = None,
 ) -> topo.Topology:
     """Start (or restart) the agent of region ``name`` as a process; its config names only its region.
     ``plugin_cursors=False`` makes it read and move cursors through the admin API only (the path for brokers
@@ -573,7 +613,8 @@ def start_agent(
     ``sidecar_name(name, broker)``: it talks to that broker only and syncs the topics it owns
     (``shard_by_ownership``); stop it, wait for it and read its metrics under that name.
     ``settings``: configuration keys that replace the lab's (a key given None is left out: the agent's
-    own default), e.g. ``{"checkpoint_interval_s": None}``: the production interval, not the lab's 2 s."""
+    own default), e.g. ``{"checkpoint_interval_s": None}``: the production interval, not the lab's 2 s.
+    ``on_launch``: told of the agent's process (default: the lab's launch record)."""
     lab_dir = lab_dir.resolve()
     topology = load(lab_dir)
     region = topology.region(name)
@@ -644,6 +685,7 @@ def start_agent(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    (on_launch or launches.Ledger(lab_dir).record)(proc.pid, f"agent {agent_name}")
     agents = {**topology.agents, agent_name: topo.Agent(region=name, pid=proc.pid, config=str(config))}
     topology = replace(
         topology,
@@ -718,8 +760,22 @@ def agent_metrics_url(lab_dir: pathlib.Path, name: str) -> str:
 
 
 def down(lab_dir: pathlib.Path, *, report: Report = _silent) -> dict[str, str]:
-    """Stop every process the lab started (agents first, then regions); return what happened to each."""
+    """Stop every process the lab started (agents first, then regions, then any other its launch record
+    names, such as an interrupted boot's); return what happened to each."""
     lab_dir = lab_dir.resolve()
+    if not topology_path(lab_dir).exists() and launches.read(lab_dir):
+        leftovers = launches.sweep(lab_dir)
+        for what, happened in leftovers.items():
+            report(f"{what}: {happened}")
+        return leftovers
+    outcome = _down_topology(lab_dir, report)
+    for what, happened in launches.sweep(lab_dir).items():
+        outcome[what] = happened
+        report(f"{what}: {happened}")
+    return outcome
+
+
+def _down_topology(lab_dir: pathlib.Path, report: Report) -> dict[str, str]:
     topology = load(lab_dir)
     outcome: dict[str, str] = {}
     for name, agent in topology.agents.items():
@@ -775,10 +831,20 @@ def start_region(lab_dir: pathlib.Path, name: str, *, deadline_s: float = 240.0)
         extra.update(wan.advertised_listeners(name, proc.ports.broker, topology.wan))
     home = distribution.ensure_pulsar(topology.pulsar_version)
     cluster = cluster_region(lab_dir, region)
+    ledger = launches.Ledger(lab_dir)
     if cluster is not None:
-        pids = tuple(clusters.start(home, cluster, extra_conf=extra, deadline_s=deadline_s))
+        pids = tuple(
+            clusters.start(
+                home,
+                cluster,
+                extra_conf=extra,
+                deadline_s=deadline_s,
+                on_launch=lambda pid, role: ledger.record(pid, f"region {name} {role}"),
+            )
+        )
     else:
         pids = (regions.start(home, proc, extra_conf=extra),)
+        ledger.record(pids[0], f"region {name}")
     topology = replace(topology, regions={**topology.regions, name: _with_pids(lab_dir, region, pids)})
     save(lab_dir, topology)
     if cluster is not None:

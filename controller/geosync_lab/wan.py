@@ -26,7 +26,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,8 +265,15 @@ def config_path(lab_dir: pathlib.Path) -> pathlib.Path:
     return lab_dir / "wan" / "proxies.json"
 
 
-def start_server(lab_dir: pathlib.Path, wan: dict[str, Any], *, timeout_s: float = 10.0) -> int:
-    """Start the lab's toxiproxy-server on its recorded API port with every proxy; return its pid."""
+def start_server(
+    lab_dir: pathlib.Path,
+    wan: dict[str, Any],
+    *,
+    timeout_s: float = 10.0,
+    on_launch: Callable[[int, str], None] = lambda _pid, _role: None,
+) -> int:
+    """Start the lab's toxiproxy-server on its recorded API port with every proxy; return its pid.
+    ``on_launch`` is told ``(pid, "wan")`` as soon as it starts (the lab's launch record)."""
     binary = server_binary()
     if binary is None:
         raise LabError(
@@ -286,6 +293,7 @@ def start_server(lab_dir: pathlib.Path, wan: dict[str, Any], *, timeout_s: float
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    on_launch(proc.pid, "wan")
     api = ToxiproxyApi(wan["api"])
     started = time.monotonic()
     while not (api.ready() and len(api.proxies()) == len(wan["proxies"])):

@@ -1,0 +1,1 @@
+"""Unit tests of the local lab's own machinery (no Pulsar)."""
