@@ -47,28 +47,25 @@ cluster creates for itself). Events outside the scope are counted and ignored.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fnmatch
-import json
 import logging
 import queue
 import threading
 import time
 import uuid
-import zlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
 
 from geosync_adapters import zookeeper as zk
+from geosync_agent import mirrorholds
 from geosync_agent.config import AgentConfig
-from geosync_agent.mirrorstate import StateNodes
+from geosync_agent.mirrorstate import Checkpoint, StateNodes, decode_checkpoint, encode_checkpoint
 from geosync_agent.recent import Recent
-from geosync_core import allowedclusters, clocks, envelopes, policies
+from geosync_core import allowedclusters, clocks, deletions, envelopes, policies
 from geosync_core.errors import TemporaryError
 from geosync_core.policies import Decision, Record
 
@@ -77,68 +74,12 @@ log = logging.getLogger("geosync.mirror")
 EVENT_KIND = "policy-event"
 POLICIES_ROOT = "/admin/policies"
 CLUSTERS_ROOT = "/admin/clusters"
-CHECKPOINT_MAGIC = b"GSM1"  # GeoSync mirror checkpoint: zlib-compressed JSON (document version 1 or 2)
-CHECKPOINT_VERSION = 2  # 2 added "seen"; version 1 documents are read with none
 _MAX_ATTEMPTS = 5
 _QUEUE_HIGH_WATER = 10_000
 
 
 class SessionLost(TemporaryError):
     """The ZooKeeper session (and with it leadership and every watch) is gone: start a new term."""
-
-
-@dataclass
-class Checkpoint:
-    """What a leadership term hands the next one, stored in the region's ZooKeeper."""
-
-    replica: dict[str, Record] = field(default_factory=dict)
-    clock: clocks.Hlc | None = None
-    seq: int = 0
-    guard: envelopes.ReplayGuard = field(default_factory=envelopes.ReplayGuard)
-    reader: bytes | None = None
-    parked: dict[str, Record] = field(default_factory=dict)
-    seen: dict[str, clocks.Hlc] = field(default_factory=dict)
-    """Per region, the highest stamp of any valid event received from it (tombstone collection)."""
-
-
-def encode_checkpoint(cp: Checkpoint) -> bytes:
-    doc = {
-        "v": CHECKPOINT_VERSION,
-        "clock": None if cp.clock is None else clocks.encode(cp.clock),
-        "seq": cp.seq,
-        "guard": dict(cp.guard.highest),
-        "reader": None if cp.reader is None else base64.b64encode(cp.reader).decode("ascii"),
-        "records": [policies.event_to_payload(r) for _, r in sorted(cp.replica.items())],
-        "parked": [policies.event_to_payload(r) for _, r in sorted(cp.parked.items())],
-        "seen": {region: clocks.encode(stamp) for region, stamp in sorted(cp.seen.items())},
-    }
-    return CHECKPOINT_MAGIC + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
-
-
-def decode_checkpoint(data: bytes) -> Checkpoint | None:
-    """The checkpoint ``data`` holds, or ``None`` if it is not one we can read (then start afresh)."""
-    if not data.startswith(CHECKPOINT_MAGIC):
-        return None
-    try:
-        doc = json.loads(zlib.decompress(data[len(CHECKPOINT_MAGIC) :]))
-        if not isinstance(doc, dict) or doc.get("v") not in (1, CHECKPOINT_VERSION):
-            return None
-        seen = {str(region): clocks.decode(text) for region, text in doc.get("seen", {}).items()}
-        records = [policies.event_from_payload(p) for p in doc["records"]]
-        parked = [policies.event_from_payload(p) for p in doc["parked"]]
-        clock = None if doc["clock"] is None else clocks.decode(doc["clock"])
-        return Checkpoint(
-            replica={r.path: r for r in records if isinstance(r, Record)},
-            clock=clock,
-            seq=int(doc["seq"]),
-            guard=envelopes.ReplayGuard(tuple(sorted((str(k), int(v)) for k, v in doc["guard"].items()))),
-            reader=None if doc["reader"] is None else base64.b64decode(doc["reader"]),
-            parked={r.path: r for r in parked if isinstance(r, Record)},
-            seen={region: stamp for region, stamp in seen.items() if stamp is not None},
-        )
-    except (ValueError, KeyError, TypeError, AttributeError, zlib.error) as e:
-        log.warning("mirror checkpoint unreadable, starting afresh: %s", e)
-        return None
 
 
 def _now_ms() -> int:
@@ -174,6 +115,8 @@ class Mirror:
         self._state_nodes: StateNodes | None = None
         self._have_checkpoint = False
         self._started_ms = _now_ms()
+        # Destroying changes held (``mirrorholds``): path -> why. Each is parked and is the replica's record.
+        self.holds: dict[str, str] = {}
         # Recent remote events: ms from the sender's publish to our read, and from our read to applied.
         self.timings = {"transit_ms": Recent(), "queued_ms": Recent(), "apply_ms": Recent()}
         self.progress: Callable[[], None] = lambda: None
@@ -204,6 +147,7 @@ class Mirror:
                 "records": len(self.cp.replica),
                 "tombstones": sum(1 for r in self.cp.replica.values() if r.value is None),
                 "parked": sorted(self.cp.parked),
+                "held": dict(sorted(self.holds.items())),
                 "clock": None if self.cp.clock is None else clocks.encode(self.cp.clock),
                 "queue": self._queue.qsize(),
                 "counters": dict(self.counters),
@@ -459,6 +403,9 @@ class Mirror:
         if value == (None if held is None else held.value):
             self._count("echo_or_unchanged")
             return
+        if path in self.holds:
+            self._count("held_local_edits")  # stays here: see mirrorholds
+            return
         clock, stamp = clocks.tick(self._clock(), now_ms=_now_ms())
         replica, event = policies.local_change(self.cp.replica, path, value=value, stamp=stamp)
         self.cp.clock = clock
@@ -492,8 +439,8 @@ class Mirror:
 
     def _rescan(self) -> None:
         """Report what changed in the store while no watch covered it (``scan_store``, mtime-dated)."""
-        found = self._walk()
-        scoped = {p: r for p, r in self.cp.replica.items() if self.in_scope(p)}
+        found = {p: n for p, n in self._walk().items() if p not in self.holds}
+        scoped = {p: r for p, r in self.cp.replica.items() if self.in_scope(p) and p not in self.holds}
         replica, clock, events = policies.scan_store(
             scoped,
             self._clock(),
@@ -577,7 +524,7 @@ class Mirror:
             node = store.read(event.path, watch=True)
             current = None if node is None else node.value
             held = self.cp.replica.get(event.path)
-            if current != (None if held is None else held.value):
+            if event.path not in self.holds and current != (None if held is None else held.value):
                 # The store changed and the watch has not been handled yet: report it first, then decide
                 # again against it (a change found while bootstrapping is dated by mtime, like a scan).
                 if bootstrap and node is not None:
@@ -585,6 +532,9 @@ class Mirror:
                 else:
                     self._observe(event.path, node, reread=False)
                 continue
+            if deletions.destroys(event, current):
+                self._hold(event, replica)
+                return self._release(event.path)
             if current != event.value:
                 try:
                     store.write(event.path, event.value, expected=node, fence=self._fence, public=True)
@@ -596,15 +546,64 @@ class Mirror:
                 except (zk.ZkNoParent, zk.ZkNotEmpty) as e:
                     self._park(event, str(e))
                     return "parked"
-            with self._lock:
-                self.cp.replica = dict(replica)
-                self.cp.parked.pop(event.path, None)
-            self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=_now_ms())
-            self._dirty = True
-            self._count("applied")
+            self._applied(event, replica)
             return "applied"
         self._park(event, f"store kept changing ({_MAX_ATTEMPTS} attempts)")
         return "parked"
+
+    def _applied(self, event: Record, replica: policies.Replica) -> None:
+        with self._lock:
+            self.cp.replica = dict(replica)
+            self.cp.parked.pop(event.path, None)
+            self.holds.pop(event.path, None)
+        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=_now_ms())
+        self._dirty = True
+        self._count("applied")
+
+    def _hold(self, event: Record, replica: policies.Replica) -> None:
+        """Take a destroying change as the policy, not yet written here (``mirrorholds``)."""
+        with self._lock:
+            self.cp.replica = dict(replica)
+            self.cp.parked[event.path] = event
+            self.holds[event.path] = "not yet checked"
+        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=_now_ms())
+        self._dirty = True
+
+    def _release(self, path: str) -> str:
+        """Apply the change held for ``path`` if the region now holds nothing it would destroy."""
+        event = self.cp.parked[path]
+        store = self._need_store()
+        try:
+            node = store.read(path, watch=True)
+            mirrorholds.apply_destroying(store, event, node, fence=self._fence, own=self._own_topics)
+        except mirrorholds.Held as e:
+            if self.holds.get(path) != e.reason:
+                log.warning("policy mirror %s: holding %s: %s", self.region, path, e.reason)
+                self._count("held")
+            with self._lock:
+                self.holds[path] = e.reason
+            return "held"
+        except zk.ZkFenced as e:
+            raise SessionLost(f"no longer the leader: {e}") from e
+        except zk.ZkError as e:  # changed meanwhile, or unreachable: look again at the next recheck
+            with self._lock:
+                self.holds[path] = f"not applied yet: {e}"
+            return "held"
+        with self._lock:
+            self.cp.parked.pop(path, None)
+            self.holds.pop(path, None)
+        log.info("policy mirror %s: applied the held %s", self.region, path)
+        self._dirty = True
+        self._count("held_applied")
+        return "applied"
+
+    def _own_topics(self, namespace: str) -> frozenset[str]:
+        """GeoSync's own topics in ``tenant/namespace``, which never hold a deletion."""
+        events = self.config.mirror_events_topic.split("://", 1)[-1]
+        own = {self.config.control_topic}
+        if events.rsplit("/", 1)[0] == namespace:
+            own.add(events.rsplit("/", 1)[-1])
+        return frozenset(own)
 
     def _found(self, path: str, node: zk.Node) -> None:
         held = self.cp.replica.get(path)
@@ -622,6 +621,12 @@ class Mirror:
         self._dirty = True
 
     def _park(self, event: Record, reason: str) -> None:
+        if event.path in self.holds:  # the held deletion stays the one to apply (mirrorholds)
+            log.warning(
+                "policy mirror %s: %s refused while its deletion is held: %s", self.region, event.path, reason
+            )
+            self._count("refused_while_held")
+            return
         held = self.cp.parked.get(event.path)
         if held is None or policies.merge({event.path: held}, {event.path: event})[event.path] == event:
             with self._lock:
@@ -632,14 +637,17 @@ class Mirror:
 
     def _unpark_if_beaten(self, event: Record) -> None:
         parked = self.cp.parked.get(event.path)
-        if parked is not None and parked == event:
+        if parked is not None and parked == event and event.path not in self.holds:
             with self._lock:
                 self.cp.parked.pop(event.path, None)
             self._dirty = True
 
     def _recheck_parked(self) -> None:
-        for _path, event in sorted(self.cp.parked.items()):
-            self._apply(event)
+        for path, event in sorted(self.cp.parked.items()):
+            if path in self.holds:
+                self._release(path)
+            else:
+                self._apply(event)
 
     def _collect_tombstones(self) -> None:
         """Forget the tombstones every peer region is past (``policies.collect_tombstones``)."""
@@ -671,6 +679,11 @@ class Mirror:
         self._state_node = node  # an unreadable one is overwritten at the next save
         self._have_checkpoint = cp is not None
         self.cp = cp or Checkpoint()
+        # A held change is the one parked record the replica holds too (``_hold``).
+        with self._lock:
+            self.holds = {
+                p: "not yet checked" for p, e in self.cp.parked.items() if self.cp.replica.get(p) == e
+            }
         if self.cp.clock is not None and self.cp.clock.region != self.region:
             self.cp.clock = None
         self._clock()

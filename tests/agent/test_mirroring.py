@@ -15,11 +15,21 @@ from hypothesis import strategies as st
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
-from geosync_agent.mirroring import CHECKPOINT_MAGIC, Checkpoint, Mirror, decode_checkpoint, encode_checkpoint
-from geosync_agent.mirrorstate import POINTER_MAGIC, StateNodes, decode_pointer, split
+from geosync_agent.mirroring import Mirror
+from geosync_agent.mirrorstate import (
+    CHECKPOINT_MAGIC,
+    POINTER_MAGIC,
+    Checkpoint,
+    StateNodes,
+    decode_checkpoint,
+    decode_pointer,
+    encode_checkpoint,
+    split,
+)
 from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
+from tests.agent.fakezk import Crash, FakeStore
 
 
 def _checkpoint() -> Checkpoint:
@@ -91,64 +101,7 @@ def test_scope_follows_the_tenant_patterns() -> None:
 # -- where the checkpoint lives: one node, or parts behind a pointer -----------------------------------------
 
 
-class _Crash(Exception):
-    """The fake store's stand-in for the process dying at a chosen write."""
-
-
-class _FakeStore:
-    """What ``StateNodes`` uses of ``zk.Store``, in memory: versions, compare-and-set, a fence, and a crash
-    injected before the n-th write. A fake is enough for the shapes; the real ZooKeeper test is in
-    integration_tests/test_policy_mirror.py."""
-
-    def __init__(self, *, max_node_bytes: int = 1024 * 1024) -> None:
-        self.nodes: dict[str, tuple[bytes, int]] = {"/fence": (b"", 0)}
-        self.max_node_bytes = max_node_bytes
-        self.crash_at: int | None = None
-        self.writes = 0
-
-    def read(self, path: str, *, watch: bool = False) -> zk.Node | None:
-        held = self.nodes.get(path)
-        return None if held is None else zk.Node(held[0], held[1], 0)
-
-    def children(self, path: str, *, watch: bool = False) -> list[str]:
-        prefix = path.rstrip("/") + "/"
-        return sorted(
-            {p[len(prefix) :] for p in self.nodes if p.startswith(prefix) and "/" not in p[len(prefix) :]}
-        )
-
-    def ensure_path(self, path: str) -> None:
-        parts = path.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            self.nodes.setdefault("/" + "/".join(parts[:i]), (b"", 0))
-
-    def write(
-        self,
-        path: str,
-        value: bytes | None,
-        *,
-        expected: zk.Node | None,
-        fence: tuple[str, int] | None = None,
-    ) -> None:
-        self.writes += 1
-        if self.crash_at is not None and self.writes >= self.crash_at:
-            raise _Crash(path)
-        if fence is not None and self.nodes.get(fence[0], (b"", -1))[1] != fence[1]:
-            raise zk.ZkFenced("fence gone", path=path)
-        held = self.nodes.get(path)
-        if (held is None) != (expected is None) or (
-            held is not None and expected and held[1] != expected.version
-        ):
-            raise zk.ZkStale("stale", path=path)
-        if value is None:
-            assert not self.children(path), f"{path} has children"
-            del self.nodes[path]
-            return
-        assert len(value) <= self.max_node_bytes, f"{path}: {len(value)} bytes is over jute.maxbuffer"
-        assert path.rsplit("/", 1)[0] in self.nodes, f"{path}: no parent"
-        self.nodes[path] = (value, 0 if held is None else held[1] + 1)
-
-
-def _nodes(store: _FakeStore, budget: int = 1000) -> StateNodes:
+def _nodes(store: FakeStore, budget: int = 1000) -> StateNodes:
     store.ensure_path("/m")
     return StateNodes(store, "/m", budget=budget, fence=("/fence", 0))  # type: ignore[arg-type]
 
@@ -164,7 +117,7 @@ def _big_checkpoint(n: int, seed: int = 7) -> Checkpoint:
 
 
 def test_a_checkpoint_within_the_budget_stays_one_node_in_the_version_1_shape() -> None:
-    store = _FakeStore()
+    store = FakeStore()
     data = encode_checkpoint(_checkpoint())
     written = _nodes(store, budget=len(data)).write(data, expected=None)
     assert written.value == data
@@ -175,7 +128,7 @@ def test_a_checkpoint_within_the_budget_stays_one_node_in_the_version_1_shape() 
 
 def test_a_large_checkpoint_round_trips_through_parts_none_over_the_budget() -> None:
     budget = 64 * 1024
-    store = _FakeStore(max_node_bytes=budget)
+    store = FakeStore(max_node_bytes=budget)
     cp = _big_checkpoint(20_000)
     data = encode_checkpoint(cp)
     assert len(data) > 3 * budget
@@ -199,7 +152,7 @@ def test_a_crash_anywhere_in_a_write_leaves_the_old_or_the_new_checkpoint_whole(
     """Writes of inline and split checkpoints in turn; one crashes at a chosen store write. What is read
     afterwards is exactly the last checkpoint written in full or the one that crashed, never a mix, and the
     next write (a new term, re-reading ``state``) leaves no orphan parts."""
-    store = _FakeStore()
+    store = FakeStore()
     nodes = _nodes(store)
     checkpoints = [os.urandom(size) for size in sizes]
     whole = None
@@ -210,7 +163,7 @@ def test_a_crash_anywhere_in_a_write_leaves_the_old_or_the_new_checkpoint_whole(
         try:
             state = nodes.write(data, expected=state)
             whole = data
-        except _Crash:
+        except Crash:
             break
     store.crash_at = None
     state, back = nodes.read()
@@ -221,7 +174,7 @@ def test_a_crash_anywhere_in_a_write_leaves_the_old_or_the_new_checkpoint_whole(
 
 
 def test_a_write_from_a_deposed_leader_changes_nothing() -> None:
-    store = _FakeStore()
+    store = FakeStore()
     nodes = _nodes(store)
     state = nodes.write(os.urandom(3000), expected=None)
     before = dict(store.nodes)
@@ -234,7 +187,7 @@ def test_a_write_from_a_deposed_leader_changes_nothing() -> None:
 
 
 def test_parts_that_do_not_match_the_pointer_are_refused() -> None:
-    store = _FakeStore()
+    store = FakeStore()
     nodes = _nodes(store)
     nodes.write(os.urandom(3000), expected=None)
     pointer = decode_pointer(store.nodes["/m/state"][0])

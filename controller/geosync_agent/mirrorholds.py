@@ -1,0 +1,113 @@
+"""The policy mirror's held deletions: a peer's change that would destroy this region's data waits here.
+
+A peer region's namespace or tenant deletion (or a namespace document it marked ``deleted``) is applied only
+when this region holds nothing that it would destroy (``geosync_core.deletions`` has the rules). What the
+region holds is read from its own ZooKeeper, where Pulsar keeps it: persistent topics as managed ledgers
+under ``/managed-ledgers/{tenant}/{namespace}/persistent``, partitioned topics' metadata under
+``/admin/partitioned-topics/{tenant}/{namespace}/{persistent,non-persistent}``, namespaces as children of
+``/admin/policies/{tenant}``. A non-partitioned non-persistent topic lives only in a broker's memory and
+stores no messages; it is not counted (the broker drops it with its namespace, as on any unload).
+
+A held change is applied as Pulsar's own broker deletes a namespace: mark the document ``deleted`` (brokers
+then refuse new topics in it), look again, then delete; a topic that appeared in between undoes the mark. Each
+write is a compare-and-set fenced by the mirror's leadership, so a change made meanwhile by anyone wins.
+
+While a deletion is held, the replica holds it as the policy everywhere, and the store keeps the region's
+document: ``geoctl policies diff`` shows the difference and ``geoctl status`` the hold. Local edits of the
+held document stay in this region and are not mirrored (counted ``held_local_edits``), so last writer wins
+never brings a namespace back everywhere that its owners deleted; a newer document from any region (the
+namespace created again) replaces the region's own and ends the hold. The hold ends on its own once the
+region has drained (its topics deleted, by its users, by Pulsar's inactive-topic deletion, or by ``geoctl
+policies release``, which says what it deletes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from geosync_adapters import zookeeper as zk
+from geosync_core import deletions
+from geosync_core.deletions import Apply, Contents, Hold, Mark, Unmark
+from geosync_core.policies import Record
+
+log = logging.getLogger("geosync.mirror")
+
+POLICIES_ROOT = "/admin/policies"
+MANAGED_LEDGERS = "/managed-ledgers"
+PARTITIONED_TOPICS = "/admin/partitioned-topics"
+_MAX_STEPS = 4  # mark, look again, delete: anything more means the store keeps changing under us
+
+
+def read_contents(store: zk.Store, path: str, *, own: Callable[[str], frozenset[str]]) -> Contents:
+    """What the region holds under a tenant or namespace policy path; ``own(namespace)``: GeoSync's topics."""
+    tenant, _, namespace = path[len(POLICIES_ROOT) + 1 :].partition("/")
+    if namespace:
+        return Contents(topics=tuple(namespace_topics(store, f"{tenant}/{namespace}", own)))
+    names = set(store.children(f"{POLICIES_ROOT}/{tenant}"))
+    # A namespace whose policies are gone but whose managed ledgers remain still holds messages.
+    names.update(
+        ns
+        for ns in store.children(f"{MANAGED_LEDGERS}/{tenant}")
+        if namespace_topics(store, f"{tenant}/{ns}", own)
+    )
+    return Contents(namespaces=tuple(sorted(names)))
+
+
+def namespace_topics(store: zk.Store, namespace: str, own: Callable[[str], frozenset[str]]) -> list[str]:
+    """The topics of ``tenant/namespace`` a deletion would destroy (``deletions.user_topics``)."""
+    stored = [
+        *store.children(f"{MANAGED_LEDGERS}/{namespace}/persistent"),
+        *store.children(f"{PARTITIONED_TOPICS}/{namespace}/persistent"),
+        *store.children(f"{PARTITIONED_TOPICS}/{namespace}/non-persistent"),
+    ]
+    return deletions.user_topics(stored, own=own(namespace))
+
+
+class Held(Exception):
+    """The change waits: this region still holds what it would destroy."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def apply_destroying(
+    store: zk.Store,
+    event: Record,
+    node: zk.Node | None,
+    *,
+    fence: tuple[str, int] | None,
+    own: Callable[[str], frozenset[str]],
+) -> None:
+    """Apply a destroying ``event`` to ``store`` (holding ``node`` at its path) only if nothing is destroyed.
+
+    Returns once applied; raises ``Held`` with the reason while the region holds anything under the path, and
+    the store adapter's ``ZkStale`` / ``ZkFenced`` / ``ZkNotEmpty`` as a write raises them (the caller decides
+    again, steps down, or holds).
+    """
+    unmarked: bytes | None = None
+    for _ in range(_MAX_STEPS):
+        current = None if node is None else node.value
+        contents = read_contents(store, event.path, own=own)
+        step = deletions.next_step(event, current, contents, unmarked=unmarked)
+        if isinstance(step, Hold):
+            raise Held(step.reason)
+        if isinstance(step, Unmark):
+            store.write(event.path, step.doc, expected=node, fence=fence, public=True)
+            log.info("mirror: %s: a topic appeared after the mark; mark undone", event.path)
+            raise Held(step.reason)
+        if isinstance(step, Mark):
+            unmarked = current
+            store.write(event.path, step.doc, expected=node, fence=fence, public=True)
+            node = store.read(event.path, watch=True)
+            continue
+        assert isinstance(step, Apply)
+        try:
+            store.write(event.path, event.value, expected=node, fence=fence, public=True)
+        except zk.ZkNotEmpty as e:
+            if unmarked is not None:  # children Pulsar keeps under the node: leave it as it was
+                store.write(event.path, unmarked, expected=store.read(event.path), fence=fence, public=True)
+            raise Held(str(e)) from e
+        return
+    raise zk.ZkStale(f"{event.path} kept changing while being deleted", path=event.path)

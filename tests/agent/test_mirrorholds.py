@@ -1,0 +1,167 @@
+"""The policy mirror's held deletions on an in-memory store: mark, check, then delete, and nothing destroyed.
+
+The real ZooKeeper and brokers are in integration_tests/test_mirror_deletions.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from geosync_adapters import signing
+from geosync_adapters import zookeeper as zk
+from geosync_agent import mirrorholds
+from geosync_agent.config import AgentConfig
+from geosync_agent.mirroring import Mirror
+from geosync_core import envelopes
+from geosync_core.clocks import Hlc
+from geosync_core.policies import Record
+from tests.agent.fakezk import FakeStore
+
+NS = "/admin/policies/shop/orders"
+TENANT = "/admin/policies/shop"
+DOC = json.dumps({"replication_clusters": ["a", "b"], "message_ttl_in_seconds": 60}).encode()
+TENANT_DOC = b'{"allowedClusters": ["a", "b", "c"]}'
+DELETION = Record(NS, None, Hlc(1_700_000_000_000, 0, "a"))
+
+
+def _own(namespace: str) -> frozenset[str]:
+    return frozenset({"geosync-control"})
+
+
+def _store() -> FakeStore:
+    store = FakeStore()
+    store.add(TENANT, TENANT_DOC)
+    store.add(NS, DOC)
+    store.add("/managed-ledgers/shop/orders/persistent/geosync-control")
+    store.add("/managed-ledgers/shop/orders/persistent/__change_events")
+    return store
+
+
+def _apply(store: FakeStore, event: Record = DELETION) -> None:
+    node = store.read(event.path)
+    mirrorholds.apply_destroying(store, event, node, fence=None, own=_own)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "/managed-ledgers/shop/orders/persistent/keep",
+        "/managed-ledgers/shop/orders/persistent/keep-partition-0",
+        "/admin/partitioned-topics/shop/orders/persistent/keep",
+        "/admin/partitioned-topics/shop/orders/non-persistent/keep",
+    ],
+)
+def test_a_namespace_holding_a_topic_is_not_deleted(topic: str) -> None:
+    store = _store()
+    store.add(topic)
+    with pytest.raises(mirrorholds.Held, match="1 topic"):
+        _apply(store)
+    assert store.nodes[NS][0] == DOC
+    assert store.log == []
+
+
+def test_a_namespace_with_only_system_and_geosync_topics_is_marked_then_deleted() -> None:
+    store = _store()
+    _apply(store)
+    assert NS not in store.nodes
+    (mark_path, mark), (delete_path, deleted) = store.log
+    assert (mark_path, delete_path, deleted) == (NS, NS, None)
+    assert mark is not None
+    assert json.loads(mark)["deleted"] is True
+
+
+def test_a_topic_created_after_the_mark_keeps_the_namespace_as_it_was() -> None:
+    store = _store()
+
+    def a_producer_arrives(path: str, value: bytes | None) -> None:
+        if value is not None and json.loads(value).get("deleted"):
+            store.add("/managed-ledgers/shop/orders/persistent/late")
+
+    store.after_write = a_producer_arrives
+    with pytest.raises(mirrorholds.Held, match="late"):
+        _apply(store)
+    assert json.loads(store.nodes[NS][0]) == json.loads(DOC)
+
+
+def test_a_tenant_is_held_by_its_namespaces_and_by_orphaned_managed_ledgers() -> None:
+    store = _store()
+    tenant_deletion = Record(TENANT, None, Hlc(1_700_000_000_001, 0, "a"))
+    with pytest.raises(mirrorholds.Held, match="namespace"):
+        _apply(store, tenant_deletion)
+    del store.nodes[NS]  # policies gone (as the bug left them), ledgers still here
+    store.add("/managed-ledgers/shop/orders/persistent/keep")
+    with pytest.raises(mirrorholds.Held, match="orders"):
+        _apply(store, tenant_deletion)
+    del store.nodes["/managed-ledgers/shop/orders/persistent/keep"]
+    _apply(store, tenant_deletion)
+    assert TENANT not in store.nodes
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def _mirror(store: FakeStore) -> tuple[Mirror, _Producer]:
+    config = AgentConfig(
+        region="b", admin_url="http://fake", service_url="pulsar://fake", zookeeper="127.0.0.1:1"
+    )
+    signer = signing.generate("b-1")
+    ring = envelopes.Keyring.of({"b": {signer.key_id: signing.parse_public(signer.public(), where="b")}})
+    mirror = Mirror(config, envelopes.Keys(signer, ring))
+    producer = _Producer()
+    mirror._store = store  # type: ignore[assignment]
+    mirror._producer = producer
+    mirror.registered = {r: frozenset() for r in "abc"}
+    mirror.cp.replica = {
+        TENANT: Record(TENANT, TENANT_DOC, Hlc(1_600_000_000_000, 0, "b")),
+        NS: Record(NS, DOC, Hlc(1_600_000_000_000, 1, "b")),
+    }
+    return mirror, producer
+
+
+def test_the_mirror_holds_the_deletion_keeps_local_edits_here_and_applies_it_once_drained() -> None:
+    store = _store()
+    store.add("/managed-ledgers/shop/orders/persistent/keep")
+    mirror, producer = _mirror(store)
+    assert mirror._apply(DELETION) == "held"
+    assert "keep" in mirror.snapshot()["held"][NS]
+    assert mirror.replica()[NS] == DELETION  # the deletion is the policy everywhere
+    assert store.nodes[NS][0] == DOC  # and the region keeps its namespace
+
+    # A local edit of the held namespace stays here: last writer wins must not bring it back everywhere.
+    edited = json.dumps({"replication_clusters": ["a", "b"], "message_ttl_in_seconds": 5}).encode()
+    store.nodes[NS] = (edited, store.nodes[NS][1] + 1)
+    mirror._observe(NS)
+    mirror._rescan()
+    assert producer.sent == []
+    assert mirror.counters["held_local_edits"] >= 1
+
+    # The same deletion delivered again changes nothing; once drained, a recheck applies it.
+    assert mirror._apply(DELETION) != "applied"
+    assert NS in mirror.holds
+    mirror._recheck_parked()
+    assert NS in store.nodes
+    del store.nodes["/managed-ledgers/shop/orders/persistent/keep"]
+    mirror._recheck_parked()
+    assert NS not in store.nodes
+    assert mirror.snapshot()["held"] == {}
+    assert mirror.snapshot()["parked"] == []
+
+
+def test_a_newer_document_from_any_region_ends_the_hold() -> None:
+    store = _store()
+    store.add("/managed-ledgers/shop/orders/persistent/keep")
+    mirror, _ = _mirror(store)
+    assert mirror._apply(DELETION) == "held"
+    again = json.dumps({"replication_clusters": ["a", "b"], "message_ttl_in_seconds": 7}).encode()
+    assert mirror._apply(Record(NS, again, Hlc(1_700_000_000_500, 0, "c"))) == "applied"
+    assert store.nodes[NS][0] == again
+    assert mirror.snapshot()["held"] == {}
+    with pytest.raises(zk.ZkError):  # nothing left to release: the fake refuses a stale delete
+        store.write(NS, None, expected=None)
