@@ -13,6 +13,10 @@ Metrics (every one labelled with ``region``):
   malformed, misplaced, unknown key, another region's key);
 * ``geosync_admin_errors_total{operation}``: failed admin API work (apply, discovery, sync round, publish);
 * ``geosync_policy_events_total{event}`` and ``geosync_policy_mirror_leader``: the policy mirror;
+* ``geosync_agent_ready``: 1 while /readyz answers 200 (the sidecar's broker pod does not depend on it: this
+  and the alerts on it are how a sidecar's sync health is seen); ``geosync_agent_loop_progress_age_seconds
+  {loop}``: seconds since each watched loop last got on (at ``stuck_after_s`` the process ends);
+  ``geosync_agent_start_time_seconds``: when the process started (restarts show as changes);
 * ``geosync_agent_events_total{event}`` (every raw counter) and ``geosync_agent_{topics,...}`` gauges.
 
 ``/debug/memory`` says where the agent's memory goes (the largest allocation sites, traced and resident
@@ -35,6 +39,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from geosync_agent.runtime import Agent
+from geosync_agent.watching import Watchdog
 from geosync_core import envelopes
 
 ADMIN_ERRORS = {
@@ -48,9 +53,11 @@ REJECTED_PREFIX = "control_rejected_"
 
 
 class _AgentCollector:
-    def __init__(self, agent: Agent, mirror: Any = None) -> None:
+    def __init__(self, agent: Agent, mirror: Any = None, watchdog: Watchdog | None = None) -> None:
         self.agent = agent
         self.mirror = mirror
+        self.watchdog = watchdog
+        self.started = time.time()
 
     def collect(self) -> Iterator[Any]:
         snap = self.agent.status()
@@ -138,6 +145,24 @@ class _AgentCollector:
             gauge.add_metric([snap["region"]], float(snap[key]))
             yield gauge
 
+    def _health(self, region: str) -> Iterator[Any]:
+        ready, _ = self.agent.readiness(time.monotonic())
+        yield _gauge("geosync_agent_ready", "1 while the agent's /readyz answers 200", region, float(ready))
+        yield _gauge(
+            "geosync_agent_start_time_seconds",
+            "When the agent process started (Unix time)",
+            region,
+            self.started,
+        )
+        ages = GaugeMetricFamily(
+            "geosync_agent_loop_progress_age_seconds",
+            "Seconds since each of the agent's loops last got on (stuck_after_s: the process ends)",
+            labels=["region", "loop"],
+        )
+        for loop, age in (self.watchdog.ages() if self.watchdog is not None else {}).items():
+            ages.add_metric([region, loop], age)
+        yield ages
+
 
 NOT_TRACING = (
     "memory tracing is off: start the agent with PYTHONTRACEMALLOC=1 (or more frames) in its environment "
@@ -190,16 +215,20 @@ def signing_state(keys: envelopes.Keys) -> dict[str, Any]:
 
 
 def endpoint(
-    agent: Agent, mirror: Any = None, *, alive: Callable[[], bool]
+    agent: Agent,
+    mirror: Any = None,
+    *,
+    liveness: Callable[[], tuple[bool, str]],
+    watchdog: Watchdog | None = None,
 ) -> http.server.ThreadingHTTPServer | None:
     """The server for /metrics, /healthz, /readyz and /state on ``metrics_port`` (None when it is 0), not yet
-    serving; ``mirror`` (the policy mirror, if running) adds its counters to the metrics, ``alive`` answers
-    /healthz."""
+    serving; ``mirror`` (the policy mirror, if running) adds its counters to the metrics, ``liveness``
+    answers /healthz (whether the process gets on, and why not), ``watchdog`` its loops' progress metric."""
     port = agent.config.metrics_port
     if not port:
         return None
     registry = CollectorRegistry()
-    registry.register(_AgentCollector(agent, mirror))
+    registry.register(_AgentCollector(agent, mirror, watchdog))
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *_: Any) -> None:
@@ -216,8 +245,8 @@ def endpoint(
             if self.path == "/metrics":
                 self._send(200, generate_latest(registry), "text/plain; version=0.0.4")
             elif self.path == "/healthz":
-                ok = alive()
-                self._send(200 if ok else 503, b"ok\n" if ok else b"stopping\n", "text/plain")
+                ok, why = liveness()
+                self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain")
             elif self.path == "/readyz":
                 ok, why = agent.readiness(time.monotonic())
                 self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain")

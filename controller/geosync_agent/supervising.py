@@ -2,10 +2,12 @@
 and shuts down in order.
 
 Tasks: ``discovery`` (admin scans into a mailbox), ``sync-loop`` (the agent's rounds), ``policy-mirror``
-(where configured) and ``http`` (metrics, probes, state). Nothing else starts a thread of ours, except the
-policy mirror's event reader during a leadership term. A task that raises is restarted with backoff; one
-that keeps failing (``MAX_RESTARTS`` in a row) stops the process with a non-zero status, so the sidecar is
-restarted by Kubernetes instead of looking alive while doing nothing.
+(where configured), ``http`` (metrics, probes, state) and ``watchdog``. Nothing else starts a thread of ours,
+except the policy mirror's event reader during a leadership term. A task that raises is restarted with
+backoff; one that keeps failing (``MAX_RESTARTS`` in a row) stops the process with a non-zero status, so the
+sidecar is restarted by Kubernetes instead of looking alive while doing nothing. A task that neither fails
+nor gets on (the sync loop or the mirror blocked in a call for ``stuck_after_s``) is the watchdog's: it
+fails /healthz and ends the process (``geosync_agent.watching``).
 
 Shutdown, in order: stop and join the sync loop and discovery, then the mirror, then the HTTP endpoint;
 then close readers, producers, the admin pool and the Pulsar client.
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from geosync_agent import allocator, checkpointing, collector, discovering, incarnating, serving
+from geosync_agent import allocator, checkpointing, collector, discovering, incarnating, serving, watching
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
@@ -78,6 +80,14 @@ class Supervisor:
     def alive(self) -> bool:
         """Every task still running (or restarting) and none given up."""
         return not self.given_up and all(t.is_alive() for t in self.threads.values())
+
+    def liveness(self, watchdog: watching.Watchdog) -> tuple[bool, str]:
+        """What /healthz says: alive, and no watched loop stuck."""
+        if self.stop.is_set():
+            return False, "stopping"
+        if not self.alive():
+            return False, f"task given up: {', '.join(self.given_up)}" if self.given_up else "a task ended"
+        return watchdog.liveness()
 
     def join(self, *names: str) -> None:
         for name in names:
@@ -154,7 +164,10 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     resume(agent)
     mirror = Mirror(config, keys) if config.zookeeper and config.mirror_policies else None
     supervisor = Supervisor(stop)
-    server = serving.endpoint(agent, mirror, alive=lambda: supervisor.alive() and not stop.is_set())
+    watchdog = watching.Watchdog(config.stuck_after_s)
+    server = serving.endpoint(
+        agent, mirror, liveness=lambda: supervisor.liveness(watchdog), watchdog=watchdog
+    )
 
     def discover() -> None:
         discovering.discover(
@@ -168,11 +181,13 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         )
 
     supervisor.spawn("discovery", discover)
-    supervisor.spawn("sync-loop", lambda: agent.run(stop))
+    supervisor.spawn("sync-loop", lambda: agent.run(stop, progress=watchdog.watch("sync-loop").beat))
     if mirror is not None:
+        mirror.progress = watchdog.watch("policy-mirror").beat
         supervisor.spawn("policy-mirror", mirror.run)
     if server is not None:
         supervisor.spawn("http", server.serve_forever)
+    supervisor.spawn("watchdog", lambda: watchdog.run(stop))
     try:
         stop.wait()
     finally:

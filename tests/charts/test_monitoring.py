@@ -83,6 +83,9 @@ def exported() -> set[str]:
 
         snapshot = status  # the name before the agent's status dump was renamed
 
+        def readiness(self, now_mono: float) -> tuple[bool, str]:
+            return True, "ready"
+
     class Mirror:
         def status(self) -> dict[str, Any]:
             return {"counters": {"applied": 1}, "leader": True}
