@@ -12,7 +12,7 @@ acknowledgements, and at once when a control message arrives):
 4. observe: cursors from the plugin's feed (only subscriptions consumers just acknowledged on) and from
    ``internalStats`` polls paced by ``geosync_core.pacing``; decide each subscription's claim
    (``geosync_core.claiming``) and publish what changed, one signed envelope per namespace and
-   ``STATES_PER_ENVELOPE`` states;
+   ``tuning.STATES_PER_ENVELOPE`` states;
 5. apply: plan each subscription's cursor change (``geosync_core.syncing.plan_apply``), gate admin-API
    mark-delete moves (``pacing.may_move``), hand the effects to the ``Effector`` and fold its outcomes back;
 6. snapshot mode for its namespaces (``snapshotting``).
@@ -47,6 +47,17 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
+from geosync_agent.core import checkpoint, tuning
+from geosync_agent.core.pauses import note_heavy, plan_wait, publish_pause
+from geosync_agent.core.subscriptions import (
+    BEFORE_ALL,
+    Feed,
+    SubKey,
+    Subscription,
+    SubsTable,
+    claim_size,
+    forgettable_floor,
+)
 from geosync_agent.discovering import Discovered, Latest, namespace_of, partition_of, synced
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import CallTimes, PhaseTimes, Recent, Timeline
@@ -69,93 +80,9 @@ from geosync_core.incarnations import Incarnation, Known
 from geosync_core.indexing import OriginRun, covering
 from geosync_core.origins import Origin, OriginAcks
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState, Range
+from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
-BEFORE_ALL = Position(-1, -1)
-"""A mark-delete before the earliest message."""
-STATES_PER_ENVELOPE = 64
-"""Subscription states per control message (a round's states for one namespace are batched)."""
-MAX_ENVELOPE_BYTES = 1 << 20
-"""A control message larger than this is sent in parts (brokers refuse messages over maxMessageSize, 5 MB
-by default): its states in two envelopes, a single state's claims in two halves (receivers merge claims, so
-parts say what the whole says). Claims of a subscription with many permanent holes grow for weeks."""
-PLUGIN_ASK_GAP_S = 1.0
-"""An entry the interceptor's last answer (less than this ago) should have covered and did not, and any
-entry after an empty answer, is not asked about again: one answer covers every entry recorded when it was
-given, so a drain costs one call per topic; an entry written after it is asked about at once."""
-STALL_S = 60.0
-"""/readyz fails when no round completed for this long."""
-FAILING_S = 15.0
-"""/readyz fails once rounds have failed for this long (a call gives up after retries of several seconds)."""
-REDISCOVER_FOR_FEED_S = 1.0
-"""Least time between discovery passes asked for by feed reports about subscriptions not tracked yet."""
-CLAIMED_LOOKUP_S = 60.0
-PAUSE_FROM_SPANS = 2_000
-PAUSE_PER_SPAN_S = 0.0001
-MAX_PUBLISH_PAUSE_S = 10.0
-"""See ``publish_pause``: 2,000 spans or fewer publish at once; 30,000 wait 3 s; never more than 10 s."""
-PLAN_WAIT_FACTOR = 10.0
-PUBLISH_WAIT_FACTOR = 10.0
-"""See ``publish_pause``: claims above NEWS_FROM_SPANS spans are published again no sooner than ten times
-what their last publish took."""
-MAX_PLAN_WAIT_S = 2.0
-"""A subscription is planned again for new entries or its own cursor's moves alone no sooner than ten times
-what its last plan took (its CPU: at most 2 s later); claims received are planned at once, and so are new
-entries the claims name (copies read after their claim). A plan walks up to
-LOG_WINDOW entries above the mark-delete: in the region where a consumer leaves holes for good while the
-other region is cut off, re-planning 4 such subscriptions at every acknowledgement was 74 % of the agent's
-rounds (region_down bench). Those re-plans find nothing new unless claims named messages not there yet.
-
-The wait is also multiplied by the number of subscriptions whose last plan took HEAVY_PLAN_S or more, so
-that together they re-plan for a bounded share of the loop: each waiting ten times its own plan left 4 such
-subscriptions at 36 % of it (the region_down bench's a, its cursors holding thousands of holes)."""
-HEAVY_PLAN_S = 0.001
-APPENDED_CHECK_MAX = 64
-"""Entries appended since a subscription's last plan that ``Agent._only_unclaimed_appended`` looks at before
-it simply plans again."""
-NEWS_FROM_SPANS = 500
-"""Claims of more spans than this are sent as their news since the last publish between resyncs."""
-RESYNC_STATES_PER_S = 100
-"""At most this many states a second, on average, go out in full republishes: with more subscriptions than
-``resync_interval_s`` times this, each topic's resync period stretches to (subscriptions / this) seconds. At
-10,000 subscriptions every 30 s the resyncs alone were 333 states a second each way, a sixth of what 2,000
-acknowledgements a second sent, each one translated, sealed, sent, verified and merged, and a cursor poll per
-topic besides. Peers restart from their checkpoints; a lost send is republished soon (``on_sent``)."""
-RESYNC_AFTER_LOSS_S = 5.0
-"""After sends were lost and sending works again, every topic is republished in full within this long
-(spread: at 10,000 subscriptions one round for all of them would stall the loop)."""
-UNLISTED_CLAIMS_RESYNCS = 3
-"""Claims about a topic this region does not list (and the agent does not track) are dropped once no region
-sent any for this many resync intervals: every region republishes what it knows each interval, so the topic
-is gone everywhere (a sidecar keeps every topic's claims for takeovers, so without this they would pile up
-as topics are deleted); a region that still has it sends them again."""
-RESTORED_POLL_SPREAD_S = 4.0
-"""After a restart, the topics whose cursors the checkpoint held are first polled within this long, spread."""
-CHECKPOINT_CONFIRMED = 1e-9
-"""``confirmed_at`` of a subscription that existed at the checkpoint: earlier than any discovery pass."""
-REOPEN_S = 5.0
-STALLED_S = 5.0
-"""A reader without a broker connection this long has its topic's owner checked (``Agent._revive``)."""
-REVIVE_CHECKS_PER_ROUND = 20
-"""At most this many stalled readers' owners are looked up per round (a dead broker stalls all of its
-topics' readers at once)."""
-CHECKPOINT_SHARE = 0.1
-"""Most of the loop's time taking checkpoints may use: the next one is due no earlier than the last one took
-divided by this (10,000 subscriptions on a busy machine took the loop 1 to 2.5 s a checkpoint, every 2 s in
-the lab). A later checkpoint only means a restart reads a little more."""
-CHECKPOINT_UNCHANGED_MAX_AGE_S = 60.0
-"""A periodic checkpoint is skipped while nothing it would hold looks changed (``checkpoint_fingerprint``),
-for at most this long: an idle agent at 10,000 subscriptions spent a fifth of its CPU writing the same
-checkpoint every few seconds. The fingerprint may miss a change (a batch's size learned): a checkpoint older
-than the state is what a crash between two checkpoints leaves anyway, and this bounds its age."""
-REWIND_SETTLE_S = 30.0
-"""After the agent rewound a cursor itself (following a newer generation), backward moves down to where it
-rewound it are its own for this long (a report taken before the rewind may arrive after it)."""
-"""Seconds between attempts to open a reader that could not be opened (topic missing, brokers failing)."""
-MAX_UNOBSERVED = 20000
-"""Feed reports kept for subscriptions not tracked yet (the oldest beyond it are dropped, counted; a poll
-then still sees their whole entries)."""
 ROUND_ERRORS = (adm.AdminError, msg.MessagingUnavailable)
 """Failures a round survives: it is counted, and the next round tries again."""
 
@@ -178,174 +105,6 @@ class Now:
 
 
 @dataclass
-class Subscription:
-    topic: str
-    name: str
-    cursor: AckState | None = None
-    consumers: int = 0
-    exists: bool = True
-    published: OriginAcks | None = None
-    received: OriginAcks = field(default_factory=lambda: OriginAcks.of({}))
-    announced: bool = False
-    """Some other region has this subscription (so it must exist here too, even before any ack)."""
-    received_from: dict[str, float] = field(default_factory=dict)
-    translated: AckState | None = None
-    """The cursor last translated and published (publishing is skipped while it is unchanged)."""
-    incomplete_at: int | None = None
-    """The tail's version when the last translation left acknowledgements out (the cursor reached past the
-    origin index: a burst acknowledged before the tail read it); translated again as soon as the tail has
-    read more. ``None``: the translation covered the cursor."""
-    claimed_to: Position = BEFORE_ALL
-    """Up to where what the cursor acknowledged is in the published claims: the last translation's
-    mark-delete, but no further than the tail had indexed then (a cursor may acknowledge entries before the
-    tail reads them). The tail forgets nothing above it: what is forgotten can no longer be claimed."""
-    planned: tuple[AckState | None, int, OriginAcks] | None = None
-    """(cursor, index version, claims received) the last plan was made from: replanning is skipped until
-    one of them changes or a mark-delete move is still pending (compared as values: an unchanged one is the
-    same object, so checking 10,000 subscriptions a round costs little)."""
-    planned_end: Position | None = None
-    """The tail's last entry when the last plan was made (None: its size was still being counted), and
-    ``planned_rewrites`` its ``rewrites`` then: entries appended since change that plan only if the claims
-    received name their origins (see ``Agent._only_unclaimed_appended``)."""
-    planned_rewrites: int = -1
-    planned_nothing: bool = False
-    """The last plan was empty, walked the whole log and was blocked by no entry not indexed yet: a cursor
-    that has since only moved on (consumers here acknowledged) needs no plan either (``Agent.apply``)."""
-    pending_move: pacing.PendingMove | None = None
-    pending_holes: int = 0
-    unapplied_batches: int = 0
-    """Partly acknowledged entries whose remote batch indexes this region cannot write (entry-granular)."""
-    unapplied_batch_messages: int = 0
-    """Messages in those entries that other regions acknowledged and this one cannot."""
-    kind: str = ""
-    """The subscription type the broker last reported with consumers attached ("" until seen)."""
-    key_shared: bool = False
-    """Seen with Key_Shared consumers here: claims keep per-key order (see syncing.key_ordered)."""
-    last_applied_at: float = 0.0
-    behind_since: float | None = None
-    """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
-    waiting: str = ""
-    """Why the last round applied nothing to it, in words for /state ("" when it planned)."""
-    confirmed_at: float = 0.0
-    """Monotonic time this region last showed the subscription existing (0: never)."""
-    parked: bool = False
-    """Far behind, below the entries forgotten over ``max_tracked_entries``: not planned nor claimed."""
-    deleted_here: bool = False
-    """It existed here and a discovery pass started later no longer found it: someone deleted it on
-    purpose, and the agent does not create it again from other regions' claims (until it exists again)."""
-    generation: int = 0
-    """The generation of the claims held and published (``envelopes.AckStateMessage.generation``): a
-    rewind here starts a newer one; claims of an older one are dropped, a newer one replaces them."""
-    seen_feed: AckState | None = None
-    """The whole entries the acknowledgement feed showed acknowledged last: a later feed report that lacks
-    some is a rewind (the feed reports in the order things happened; a report read now may predate a poll
-    or a write)."""
-    seen_any: AckState | None = None
-    """The whole entries shown acknowledged since the last rewind, by the feed, a poll or a write: a poll or
-    a write result that lacks some is a rewind (everything seen before either happened before it)."""
-    recreated: bool = False
-    """Created again after it was deleted here: its first cursor starts a new generation."""
-    fed: tuple[tuple[object, ...], AckState] | None = None
-    """The last feed report taken (its fields, and the batch sizes its cursor was read with) and the cursor
-    read from it: the plugin reports a subscription again for its settle time after each acknowledgement,
-    and the same report again is skipped unread while the cursor held is still that one (``_read_feed``)."""
-    active: bool = False
-    """The last acknowledgements nobody had claimed before were made here (by consumers here): this region
-    is where the subscription is consumed, and a rewind here is deliberate. A passive region's copy
-    follows the active one's claims; a rewind there is undone by them."""
-    follow: bool = False
-    """A newer generation arrived: rewind the cursor to what its claims acknowledge (if it acknowledges
-    more) before claiming anything from it."""
-    reset_to: tuple[Position | None, float] | None = None
-    """The agent's own rewind: the mark-delete it set, and until when (monotonic) backward moves down to
-    it are that rewind's."""
-    plan_took: float = 0.0
-    """CPU seconds its last plan took on the loop's thread (see HEAVY_PLAN_S)."""
-    publish_took: float = 0.0
-    """CPU seconds its last published claim took to decide and translate (see ``publish_pause``)."""
-    plan_after: float = 0.0
-    """Monotonic time before which it is not planned again for new entries or cursor moves alone (new claims
-    are planned at once): see PLAN_WAIT_FACTOR."""
-    publish_after: float = 0.0
-    """Monotonic time before which its claims are not translated and published again unless forced (see
-    ``publish_pause``): claims with tens of thousands of spans are sent in proportion to their size."""
-
-    def known(self) -> OriginAcks:
-        """Every claim held about it: received from other regions and published by this one."""
-        return self.received if self.published is None else self.received.merge(self.published)
-
-    def confirm(self, at: float) -> None:
-        """The subscription exists here as of monotonic time ``at``. One deleted here is a new subscription:
-        its old cursor goes, and its first one starts a new generation of claims."""
-        if self.deleted_here:
-            self.recreated = True
-            self.cursor = self.seen_feed = self.seen_any = None
-            self.planned = self.pending_move = None
-        self.exists = True
-        self.deleted_here = False
-        self.confirmed_at = max(self.confirmed_at, at)
-
-    def hand_off(self) -> None:
-        """Its topic moved to another broker, whose agent syncs it now: forget what was seen of the cursor
-        here and what was published from it (taken over again, it is read and published afresh); the claims
-        received stay (another takeover applies them at once)."""
-        self.cursor = self.translated = self.seen_feed = self.seen_any = None
-        self.published = None
-        self.incomplete_at = None
-        self.claimed_to = BEFORE_ALL
-        self.planned = self.pending_move = self.reset_to = None
-        self.pending_holes = self.unapplied_batches = self.unapplied_batch_messages = 0
-        self.behind_since = None
-        self.parked = False
-        self.waiting = "handed off: another broker's agent syncs it"
-
-    @property
-    def key(self) -> fx.SubKey:
-        return (self.topic, self.name)
-
-    def learn_kind(self, kind: str) -> None:
-        if kind and kind != "None":  # sticky: an idle subscription reports no type
-            self.kind = kind
-            self.key_shared = self.key_shared or kind == "Key_Shared"
-
-
-class SubsTable(dict[fx.SubKey, Subscription]):
-    """The agent's subscriptions by key, counting changes to which keys it holds (``version``): the rounds'
-    per-topic grouping is kept while the version holds (at 10,000 subscriptions regrouping them at every
-    round was a tenth of a round's CPU, for a grouping that changes only when subscriptions come and go)."""
-
-    version: int = 0
-
-    def __setitem__(self, key: fx.SubKey, value: Subscription) -> None:
-        self.version += 1
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: fx.SubKey) -> None:
-        self.version += 1
-        super().__delitem__(key)
-
-    def pop(self, key: fx.SubKey, *default: Any) -> Any:
-        self.version += 1
-        return super().pop(key, *default)
-
-    def popitem(self) -> tuple[fx.SubKey, Subscription]:
-        self.version += 1
-        return super().popitem()
-
-    def clear(self) -> None:
-        self.version += 1
-        super().clear()
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self.version += 1
-        super().update(*args, **kwargs)
-
-    def setdefault(self, key: fx.SubKey, default: Subscription) -> Subscription:
-        self.version += 1
-        return super().setdefault(key, default)
-
-
-@dataclass
 class TopicState:
     """One topic partition: its tail (origin index) and when its cursors are polled and resynced."""
 
@@ -357,15 +116,6 @@ class TopicState:
     ledger: int | None = None
     """The ledger the topic wrote to at the last poll: another one means it was loaded again (or rolled
     over), and Pulsar 4.0.8 forgets the batch indexes of partly acknowledged entries on a reload."""
-
-
-@dataclass
-class Feed:
-    """Where the agent is in the broker plugin's acknowledgement feed."""
-
-    epoch: str = ""
-    seq: int = 0
-    busy_until: float = 0.0
 
 
 @dataclass
@@ -435,8 +185,8 @@ class Agent:
         self.subs: SubsTable = SubsTable()
         self.grouped: tuple[SubsTable, int, dict[str, list[Subscription]]] | None = None
         """``subs`` by topic, as of a version of the table (see ``SubsTable``)."""
-        self.heavy_plans: dict[fx.SubKey, Subscription] = {}
-        self.heavy_publishes_by: dict[fx.SubKey, Subscription] = {}
+        self.heavy_plans: dict[SubKey, Subscription] = {}
+        self.heavy_publishes_by: dict[SubKey, Subscription] = {}
         """The subscriptions whose last plan (publish) took HEAVY_PLAN_S or more, kept as their times are set:
         counting them over every subscription at each round was as costly as the round's real work."""
         self.namespaces: dict[str, frozenset[str]] = {}
@@ -459,11 +209,11 @@ class Agent:
         self.feed = Feed()
         self.rediscover_at = 0.0
         """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
-        self.unobserved: dict[fx.SubKey, pluginapi.CursorReport] = {}
+        self.unobserved: dict[SubKey, pluginapi.CursorReport] = {}
         """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
         the batches they name (a topic created with its traffic is acknowledged on before discovery sees
         it, and the feed reports each acknowledgement once)."""
-        self.created: set[fx.SubKey] = set()
+        self.created: set[SubKey] = set()
         """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
         self._appended: dict[tuple[str, Position], list[Origin] | None] = {}
         """This round's ``_appended_origins`` per (topic, end), shared by the topic's subscriptions."""
@@ -489,7 +239,7 @@ class Agent:
         self.writes_in_flight: (
             tuple[
                 Callable[[], list[fx.Outcome]],
-                dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]],
+                dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]],
             ]
             | None
         ) = None
@@ -501,7 +251,7 @@ class Agent:
         self.broker_calls = broker_calls or CallTimes()
         """Seconds each kind of broker call took (the admin clients add to it), for /state."""
         self.heavy_publishes = 0
-        """Subscriptions whose last publish took HEAVY_PLAN_S or more, counted at each observe step."""
+        """Subscriptions whose last publish took tuning.HEAVY_PLAN_S or more, counted at each observe step."""
         self.phase_seconds = PhaseTimes()
         """The last rounds' time per step, for /state: which step a long round spent its time in."""
         self.discovery_seconds: list[float] = []
@@ -645,8 +395,8 @@ class Agent:
             # each, one after the other, and the loop's rounds waited 20-50 s.)
             self.checkpoint_at = now.mono + max(
                 self.config.checkpoint_interval_s,
-                self.checkpoint_taken_s / CHECKPOINT_SHARE,
-                self.checkpoint_cost_s / CHECKPOINT_SHARE,
+                self.checkpoint_taken_s / tuning.CHECKPOINT_SHARE,
+                self.checkpoint_cost_s / tuning.CHECKPOINT_SHARE,
             )
 
     def bound_entries(self) -> None:
@@ -684,7 +434,7 @@ class Agent:
         machine, which the rounds no longer wait for), and skipped while the previous one is still being
         written (the next interval writes a newer one). Without, it waits for that one and writes now. A
         periodic one (``background``; ``at`` the round's monotonic time) is skipped while the state looks
-        unchanged, for at most CHECKPOINT_UNCHANGED_MAX_AGE_S."""
+        unchanged, for at most tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S."""
         if self.checkpoint_path is None:
             return
         writer = self.checkpoint_writer
@@ -701,7 +451,7 @@ class Agent:
             background
             and seen is not None
             and seen[0] == fingerprint
-            and at - seen[2] < CHECKPOINT_UNCHANGED_MAX_AGE_S
+            and at - seen[2] < tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S
         ):
             self.stats.inc("checkpoints_unchanged")
             return
@@ -801,8 +551,8 @@ class Agent:
             self.incarnation,
             self.incarnations.to_wire(),
             {t: tail.last for t, tail in self.controls.items()},
-            {t: _guard_to_wire(g) for t, g in self.guards.items()},
-            {t: _guard_to_wire(g) for t, g in self.snapshots.guards.items()},
+            {t: checkpoint.guard_to_wire(g) for t, g in self.guards.items()},
+            {t: checkpoint.guard_to_wire(g) for t, g in self.snapshots.guards.items()},
         )
         return (tuple(topics), tuple(subs), rest), held
 
@@ -819,25 +569,14 @@ class Agent:
             "incarnation": None if self.incarnation is None else self.incarnation.to_wire(),
             "incarnations": self.incarnations.to_wire(),
             "controls": {t: tail.last.to_wire() for t, tail in self.controls.items() if tail.last},
-            "guards": {t: _guard_to_wire(g) for t, g in self.guards.items()},
-            "marker_guards": {t: _guard_to_wire(g) for t, g in self.snapshots.guards.items()},
+            "guards": {t: checkpoint.guard_to_wire(g) for t, g in self.guards.items()},
+            "marker_guards": {t: checkpoint.guard_to_wire(g) for t, g in self.snapshots.guards.items()},
         }
         # Their claims are encoded when called, on the checkpoint's thread (at 10,000 subscriptions
         # acknowledged all the time, encoding the claims that changed was 6-8 % of the loop's time).
         subs = [
             (
-                {
-                    "topic": s.topic,
-                    "name": s.name,
-                    "exists": s.exists,
-                    "deleted_here": s.deleted_here,
-                    "announced": s.announced,
-                    "kind": s.kind,
-                    "key_shared": s.key_shared,
-                    "generation": s.generation,
-                    "follow": s.follow,
-                    "active": s.active,
-                },
+                checkpoint.subscription_fields(s),
                 s.received,
                 s.published,
                 s.cursor,
@@ -851,7 +590,7 @@ class Agent:
                     **fields,
                     "received": self._acks_wire(received),
                     "published": None if published is None else self._acks_wire(published),
-                    "cursor": None if cursor is None else _cursor_to_wire(cursor),
+                    "cursor": None if cursor is None else checkpoint.cursor_to_wire(cursor),
                 }
                 for fields, received, published, cursor in subs
             ]
@@ -882,30 +621,15 @@ class Agent:
             for topic, last in dict(state["controls"]).items():
                 tail = controls[topic] = Tail(topic, -1, wake=self.wake)
                 tail.last = tail.resume_at = Position.from_wire(last)
-            guards = {topic: _guard_from_wire(g) for topic, g in dict(state["guards"]).items()}
+            guards = {topic: checkpoint.guard_from_wire(g) for topic, g in dict(state["guards"]).items()}
             # Absent in checkpoints of agents before markers had a replay guard.
             marker_guards = {
-                topic: _guard_from_wire(g) for topic, g in dict(state.get("marker_guards", {})).items()
+                topic: checkpoint.guard_from_wire(g)
+                for topic, g in dict(state.get("marker_guards", {})).items()
             }
-            subs: dict[fx.SubKey, Subscription] = {}
+            subs: dict[SubKey, Subscription] = {}
             for item in list(state["subscriptions"]):
-                sub = Subscription(str(item["topic"]), str(item["name"]), exists=bool(item["exists"]))
-                sub.deleted_here = bool(item["deleted_here"])
-                sub.announced = bool(item["announced"])
-                sub.kind, sub.key_shared = str(item["kind"]), bool(item["key_shared"])
-                sub.received = envelopes.acks_from_json(item["received"])
-                if item["published"] is not None:
-                    sub.published = envelopes.acks_from_json(item["published"])
-                # Absent in checkpoints of agents before generations: 0, the generation of their claims.
-                sub.generation, sub.follow = int(item.get("generation", 0)), bool(item.get("follow", False))
-                sub.active = bool(item.get("active", False))
-                # Absent in checkpoints of agents before cursors were kept: read by the first round's polls.
-                if sub.exists and item.get("cursor") is not None:
-                    sub.cursor = _cursor_from_wire(item["cursor"])
-                if sub.exists:
-                    sub.confirmed_at = (
-                        CHECKPOINT_CONFIRMED  # a discovery pass not finding it: deleted meanwhile
-                    )
+                sub = checkpoint.subscription_from_wire(item)
                 subs[sub.key] = sub
             # The first resyncs spread over the period of the subscriptions restored (``resync_period`` of
             # the agent's still empty table gave ``resync_interval_s``: at 10,000 subscriptions every topic
@@ -916,7 +640,7 @@ class Agent:
             # as it is, and a cursor that moved on since only has some acknowledgements written again),
             # instead of waiting for a poll of every topic (at 10,000 subscriptions 1.2 s of that round).
             read = {s.topic for s in subs.values() if s.exists and s.cursor is None}
-            spread = RESTORED_POLL_SPREAD_S
+            spread = tuning.RESTORED_POLL_SPREAD_S
             topics = {
                 topic: TopicState(
                     Tail.from_wire(topic, partition_of(topic), value),
@@ -959,16 +683,16 @@ class Agent:
         to fail on). For /readyz: Kubernetes then stops counting on this pod."""
         if not self.ready or self.round_done_at is None:
             return False, "starting: no round completed yet"
-        if now_mono - self.round_done_at > STALL_S:
+        if now_mono - self.round_done_at > tuning.STALL_S:
             return False, f"stalled: no round completed for {now_mono - self.round_done_at:.0f} s"
-        if self.failing_since is not None and now_mono - self.failing_since >= FAILING_S:
+        if self.failing_since is not None and now_mono - self.failing_since >= tuning.FAILING_S:
             failing = now_mono - self.failing_since
             return False, f"failing: every round for {failing:.0f} s, last error: {self.last_error}"
         since = self.publish_failing_since
-        if since is not None and now_mono - since >= FAILING_S:
+        if since is not None and now_mono - since >= tuning.FAILING_S:
             return False, f"failing: no control message could be sent for {now_mono - since:.0f} s"
         for part, (since, error) in sorted(self.parts_failing.items()):
-            if now_mono - since >= FAILING_S:
+            if now_mono - since >= tuning.FAILING_S:
                 return False, f"failing: {part} for {now_mono - since:.0f} s, last error: {error}"
         return True, "ready"
 
@@ -1019,7 +743,7 @@ class Agent:
         claimed = {k[0] for k, state in self.subs.items() if state.announced and k[0] not in self.topics}
         _, gained = ownership.moved(before, after, claimed)
         for topic in gained:
-            self.claimed_untracked[topic] = (now.mono, now.mono + CLAIMED_LOOKUP_S)
+            self.claimed_untracked[topic] = (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S)
         self.stats.inc("ownership_changes")
         log.info(
             "broker %s now owns %d bundles: %d topics handed off, %d claimed topics taken over",
@@ -1188,8 +912,8 @@ class Agent:
 
     def _forget_unlisted_claims(self, listed: set[str], now: Now) -> None:
         """Drop the claims about topics neither listed here nor tracked that no region sent any of for
-        UNLISTED_CLAIMS_RESYNCS resync intervals (see there)."""
-        horizon = now.wall - UNLISTED_CLAIMS_RESYNCS * self.resync_period()
+        tuning.UNLISTED_CLAIMS_RESYNCS resync intervals (see there)."""
+        horizon = now.wall - tuning.UNLISTED_CLAIMS_RESYNCS * self.resync_period()
         gone = [
             key
             for key, state in self.subs.items()
@@ -1207,7 +931,7 @@ class Agent:
                 "forgot the claims of %d subscription(s) on topics no region has spoken of for %.0f s and "
                 "this region does not list (e.g. %s on %s)",
                 len(gone),
-                UNLISTED_CLAIMS_RESYNCS * self.resync_period(),
+                tuning.UNLISTED_CLAIMS_RESYNCS * self.resync_period(),
                 gone[0][1],
                 gone[0][0],
             )
@@ -1268,10 +992,10 @@ class Agent:
             return self._not_opened(tail, e, now)
 
     def _not_opened(self, tail: Tail, error: Exception, now: Now) -> bool:
-        """Leave ``tail`` closed until REOPEN_S from now; False (not opened)."""
-        tail.reopen_at = now.mono + REOPEN_S
+        """Leave ``tail`` closed until tuning.REOPEN_S from now; False (not opened)."""
+        tail.reopen_at = now.mono + tuning.REOPEN_S
         self.stats.inc("reader_open_failures")
-        log.warning("cannot read %s (trying again in %.0f s): %s", tail.topic, REOPEN_S, error)
+        log.warning("cannot read %s (trying again in %.0f s): %s", tail.topic, tuning.REOPEN_S, error)
         return False
 
     def _tails(self) -> list[Tail]:
@@ -1307,13 +1031,13 @@ class Agent:
             if tail.stalled_since is None:
                 tail.stalled_since = now.mono
             if (
-                now.mono - tail.stalled_since < STALLED_S
+                now.mono - tail.stalled_since < tuning.STALLED_S
                 or now.mono < tail.revive_at
-                or checks >= REVIVE_CHECKS_PER_ROUND
+                or checks >= tuning.REVIVE_CHECKS_PER_ROUND
             ):
                 continue
             checks += 1
-            tail.revive_at = now.mono + STALLED_S
+            tail.revive_at = now.mono + tuning.STALLED_S
             if not self._owner_answers(tail.topic, probed):
                 continue
             log.info(
@@ -1375,9 +1099,9 @@ class Agent:
         at most RESYNC_STATES_PER_S states a second on average (over ``subscriptions``, by default those
         tracked)."""
         n = len(self.subs) if subscriptions is None else subscriptions
-        return max(self.config.resync_interval_s, n / RESYNC_STATES_PER_S)
+        return max(self.config.resync_interval_s, n / tuning.RESYNC_STATES_PER_S)
 
-    def _heavy(self, heavy: dict[fx.SubKey, Subscription]) -> int:
+    def _heavy(self, heavy: dict[SubKey, Subscription]) -> int:
         """How many subscriptions ``heavy`` holds that are still the agent's (those gone are dropped)."""
         for key in [k for k, state in heavy.items() if self.subs.get(k) is not state]:
             del heavy[key]
@@ -1616,11 +1340,11 @@ class Agent:
         if floor is not None and local < floor:
             return False  # below what the interceptor still records (restarted broker, evicted runs)
         asked = self.plugin_asked.get(topic)
-        if asked is not None and local <= asked[1] and now - asked[0] < PLUGIN_ASK_GAP_S:
+        if asked is not None and local <= asked[1] and now - asked[0] < tuning.PLUGIN_ASK_GAP_S:
             return False  # just asked from here on: what that answer lacks is not recorded
         # The last answer was empty: the index records nothing for it now.
         return not (
-            asked is not None and not self.plugin_runs.get(topic) and now - asked[0] < PLUGIN_ASK_GAP_S
+            asked is not None and not self.plugin_runs.get(topic) and now - asked[0] < tuning.PLUGIN_ASK_GAP_S
         )
 
     def _runs_unavailable(self, error: adm.AdminError, now: float) -> None:
@@ -1765,7 +1489,7 @@ class Agent:
             try:
                 stats = self.effector.admin().topic_stats(topic)
             except adm.AdminError:  # not there yet (404), or the admin API failing: the next round asks again
-                self.claimed_untracked[topic] = (now.mono + REDISCOVER_FOR_FEED_S, give_up_at)
+                self.claimed_untracked[topic] = (now.mono + tuning.REDISCOVER_FOR_FEED_S, give_up_at)
                 continue
             del self.claimed_untracked[topic]
             self._track_topic(topic, now)
@@ -1890,14 +1614,16 @@ class Agent:
         state.announced = True
         if message.topic not in self.topics and not self.owns(message.topic):
             # Sidecar mode: another broker's agent applies them (the claims are kept for a takeover).
-            if self.ownership is not None and len(self.lookups) < MAX_UNOBSERVED:
+            if self.ownership is not None and len(self.lookups) < tuning.MAX_UNOBSERVED:
                 self.lookups.add(message.topic)
         elif message.topic not in self.topics:
             if (
                 discovering.synced_topic(self.config, message.topic)
-                and len(self.claimed_untracked) < MAX_UNOBSERVED
+                and len(self.claimed_untracked) < tuning.MAX_UNOBSERVED
             ):
-                self.claimed_untracked.setdefault(message.topic, (now.mono, now.mono + CLAIMED_LOOKUP_S))
+                self.claimed_untracked.setdefault(
+                    message.topic, (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S)
+                )
             self._rediscover_soon(now, "rediscover_for_claims")
         if merged != state.received:
             state.received = merged
@@ -2008,7 +1734,7 @@ class Agent:
             self.sends_lost = False
             self.stats.inc("resyncs_after_lost_sends")
             for ts in self.topics.values():
-                ts.resync_at = min(ts.resync_at, now.mono + self.rng.random() * RESYNC_AFTER_LOSS_S)
+                ts.resync_at = min(ts.resync_at, now.mono + self.rng.random() * tuning.RESYNC_AFTER_LOSS_S)
         # Only the topics due: sorting out the subscriptions that exist, for every topic, was most of an idle
         # round's polls at 10,000 subscriptions.
         tracked = self.topics
@@ -2034,9 +1760,9 @@ class Agent:
                 # Its owner died: this topic waits (the others' polls, claims and writes go on).
                 unreachable.append(topic)
                 ts = self.topics[topic]
-                ts.poll = replace(ts.poll, next_at=now.mono + STALLED_S)
+                ts.poll = replace(ts.poll, next_at=now.mono + tuning.STALLED_S)
                 if topic in resync:
-                    ts.resync_at = now.mono + STALLED_S
+                    ts.resync_at = now.mono + tuning.STALLED_S
                 continue
             if internal is None:
                 continue
@@ -2058,7 +1784,7 @@ class Agent:
                 "the owners of %d topic(s) do not answer (%s...): their cursors are read again in %.0f s",
                 len(unreachable),
                 unreachable[0],
-                STALLED_S,
+                tuning.STALLED_S,
             )
         self._flush_states(now)
 
@@ -2136,7 +1862,7 @@ class Agent:
             ):
                 self.unobserved.pop((report.topic, report.subscription), None)  # newest last (LRU order)
                 self.unobserved[(report.topic, report.subscription)] = report
-        while len(self.unobserved) > MAX_UNOBSERVED:
+        while len(self.unobserved) > tuning.MAX_UNOBSERVED:
             del self.unobserved[next(iter(self.unobserved))]
             self.stats.inc("feed_reports_dropped")
         out: dict[str, dict[str, AckState]] = {}
@@ -2186,9 +1912,9 @@ class Agent:
 
     def _rediscover_soon(self, now: Now, counter: str) -> None:
         """Ask the discovery task for a pass now (a topic or subscription appeared with its traffic), at most
-        every REDISCOVER_FOR_FEED_S: what asks may name something discovery never tracks."""
+        every tuning.REDISCOVER_FOR_FEED_S: what asks may name something discovery never tracks."""
         if now.mono >= self.rediscover_at:
-            self.rediscover_at = now.mono + REDISCOVER_FOR_FEED_S
+            self.rediscover_at = now.mono + tuning.REDISCOVER_FOR_FEED_S
             self.stats.inc(counter)
             self.rediscover.set()
 
@@ -2269,7 +1995,7 @@ class Agent:
             ):
                 self._publish(state, force=force, now=now)
         ts = self.topics[topic]
-        floor = _forgettable_floor(states, claims=claims)
+        floor = forgettable_floor(states, claims=claims)
         if floor is not None:
             ts.tail.forget_up_to(floor)
         if polled:
@@ -2356,9 +2082,9 @@ class Agent:
         namespace = namespace_of(state.topic)
         if namespace not in self.namespaces:
             return
-        size = _claim_size(claim.claims)
+        size = claim_size(claim.claims)
         sent = claim.claims
-        if not force and size > NEWS_FROM_SPANS and state.published is not None:
+        if not force and size > tuning.NEWS_FROM_SPANS and state.published is not None:
             # Receivers merge claims and hold the published ones: large claims travel as their news between
             # resyncs (each resync sends them whole, for a receiver that missed some). Sent whole each time,
             # 4 subscriptions of ~30,000 spans wrote 845 MB an hour to a control topic, in entries of ~190 KB
@@ -2366,7 +2092,7 @@ class Agent:
             sent = claim.claims.news_since(state.published)
             self.stats.inc("states_sent_as_news")
         state.publish_took = took = time.thread_time() - started
-        _note_heavy(self.heavy_publishes_by, state, took)
+        note_heavy(self.heavy_publishes_by, state, took)
         state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
         self.outgoing.setdefault(namespace, []).append(
             envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
@@ -2384,9 +2110,9 @@ class Agent:
             whole = [m for m in all_states if not m.acks.partials]
             partial = [m for m in all_states if m.acks.partials]
             chunks = [
-                states[start : start + STATES_PER_ENVELOPE]
+                states[start : start + tuning.STATES_PER_ENVELOPE]
                 for states in (whole, partial)
-                for start in range(0, len(states), STATES_PER_ENVELOPE)
+                for start in range(0, len(states), tuning.STATES_PER_ENVELOPE)
             ]
             for batch in chunks:
                 for data in self._sealed(batch, now):
@@ -2429,7 +2155,7 @@ class Agent:
             ),
         )
         data = envelopes.seal(self.keys.signer, envelope)
-        if len(data) <= MAX_ENVELOPE_BYTES:
+        if len(data) <= tuning.MAX_ENVELOPE_BYTES:
             self.seq = seq
             return [data]
         if len(states) > 1:
@@ -2471,7 +2197,7 @@ class Agent:
         self._appended = {}
         plugin_writes = self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono)
         batch_writes = plugin_writes and self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
-        work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
+        work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
         creates: list[fx.Effect] = []
         heavy = self._heavy(self.heavy_plans)
         for topic, group in list(self._by_topic(existing_only=False).items()):
@@ -2497,7 +2223,7 @@ class Agent:
         self,
         ts: TopicState,
         group: list[Subscription],
-        work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]],
+        work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]],
         creates: list[fx.Effect],
         now: Now,
         *,
@@ -2605,7 +2331,7 @@ class Agent:
                 )
                 self.stats.inc("plans_made")
                 state.plan_took = took = time.thread_time() - started
-                _note_heavy(self.heavy_plans, state, took)
+                note_heavy(self.heavy_plans, state, took)
                 state.plan_after = now.mono + plan_wait(took, heavy=heavy)
             state.planned_nothing = plan.is_empty and plan.complete and plan.blocked_by is None
             state.unapplied_batches = state.unapplied_batch_messages = 0
@@ -2690,7 +2416,7 @@ class Agent:
         self.stats.inc("plans_settled_by_writes")
 
     def _admin_moves(
-        self, work: dict[fx.SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]], now: Now
+        self, work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]], now: Now
     ) -> None:
         moves: list[fx.Effect] = []
         for state, ts, plan in work.values():
@@ -2722,7 +2448,7 @@ class Agent:
         """Whether ``state``'s last plan was made from the claims it holds and from its topic's log as it is,
         but for entries appended since whose origins the claims do not name, whole or in part: those change
         no plan (an entry nobody claims stops the mark-delete where the log's end stopped it before, and is
-        acknowledged by nobody). Looks at no more than APPENDED_CHECK_MAX new entries (more: no)."""
+        acknowledged by nobody). Looks at no more than tuning.APPENDED_CHECK_MAX new entries (more: no)."""
         planned, tail = state.planned, ts.tail
         if planned is None or planned[2] is not state.received or state.planned_rewrites != tail.rewrites:
             return False
@@ -2730,7 +2456,7 @@ class Agent:
 
     def _claims_name_appended(self, state: Subscription, ts: TopicState) -> bool | None:
         """Whether the claims received name (whole or in part) an entry the tail appended since ``state``'s
-        last plan; None: not known (no plan yet, or more than APPENDED_CHECK_MAX entries appended)."""
+        last plan; None: not known (no plan yet, or more than tuning.APPENDED_CHECK_MAX entries appended)."""
         end = state.planned_end
         if end is None:
             return None
@@ -2746,7 +2472,7 @@ class Agent:
         origins = self._appended[key] = _appended_origins(ts.tail, end)
         return origins
 
-    def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[fx.SubKey]:
+    def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked
         again at once; those topics are handed off). The others fall back to the admin API, which loads an
         idle topic on its owner, this broker."""
@@ -2883,7 +2609,7 @@ class Agent:
         log.info(
             "rewound %s on %s to %s, as another region did", state.name, state.topic, outcome.mark_delete
         )
-        state.reset_to = (outcome.mark_delete, now.mono + REWIND_SETTLE_S)
+        state.reset_to = (outcome.mark_delete, now.mono + tuning.REWIND_SETTLE_S)
         state.cursor = state.seen_feed = state.seen_any = None  # read it again before planning
         # A feed report still waiting for the tail shows the cursor from before: taken later, it would have
         # this region claim again, under the new generation, what the rewind took back.
@@ -2933,7 +2659,7 @@ class Agent:
             "index_runs": sum(len(t.tail.index) for t in topics),
             "entry_details": sum(len(t.tail.details) for t in topics),
             "claim_spans": sum(
-                _claim_size(s.published) + _claim_size(s.received) for s in list(self.subs.values())
+                claim_size(s.published) + claim_size(s.received) for s in list(self.subs.values())
             ),
             "unresolved": {t.tail.topic: len(t.tail.unresolved) for t in topics if t.tail.unresolved},
             "retrying": sum(len(t.tail.pending) for t in topics),
@@ -2984,8 +2710,8 @@ class Agent:
                     "waiting": s.waiting or None,
                     "key_shared": s.key_shared,
                     "claim_spans": {
-                        "published": _claim_size(s.published),
-                        "received": _claim_size(s.received),
+                        "published": claim_size(s.published),
+                        "received": claim_size(s.received),
                     },
                 }
                 for s in list(self.subs.values())
@@ -2993,92 +2719,6 @@ class Agent:
                 if s.exists and (self.ownership is None or s.topic in self.topics)
             ],
         }
-
-
-def plan_wait(took: float, *, heavy: int) -> float:
-    """Seconds a subscription whose plan ``took`` seconds waits before it is planned again for new entries or
-    cursor moves alone, when ``heavy`` subscriptions (at least 1) plan for HEAVY_PLAN_S or more: see
-    PLAN_WAIT_FACTOR."""
-    return min(MAX_PLAN_WAIT_S, took * PLAN_WAIT_FACTOR * max(1, heavy))
-
-
-def publish_pause(spans: int, *, took: float = 0.0, heavy: int = 1) -> float:
-    """Seconds a subscription whose published claims hold ``spans`` spans waits before it is translated and
-    published again (0 up to PAUSE_FROM_SPANS). Claims are sent whole and cost time in proportion to their
-    spans at both ends; a consumer that leaves one message in ten unacknowledged for good grows them by
-    thousands an hour. Sent at every acknowledgement, 4 such subscriptions with ~30,000 spans each took 62 %
-    of a core (region_down bench, b cut off for an hour): paced, they cost a bounded share, and their
-    acknowledgements reach the other regions up to the pause later.
-
-    Above NEWS_FROM_SPANS the pause is also at least PUBLISH_WAIT_FACTOR times what this publish ``took`` to
-    decide and translate, times the ``heavy`` subscriptions whose publishes take HEAVY_PLAN_S or more (the
-    plan wait's rule): what a span costs depends on the machine and the load, and with shorter rounds a
-    subscription that keeps holes is published more often."""
-    by_cost = took * PUBLISH_WAIT_FACTOR * max(1, heavy) if spans > NEWS_FROM_SPANS else 0.0
-    by_spans = spans * PAUSE_PER_SPAN_S if spans > PAUSE_FROM_SPANS else 0.0
-    return min(MAX_PUBLISH_PAUSE_S, max(by_cost, by_spans))
-
-
-def _claim_size(acks: OriginAcks | None) -> int:
-    """Spans and partly claimed entries in ``acks``: what a subscription's claims cost to keep and send."""
-    if acks is None:
-        return 0
-    return sum(len(spans) for _, spans in acks.by_region) + sum(len(b) for _, b in acks.partials)
-
-
-def _cursor_to_wire(cursor: AckState) -> list[Any]:
-    """A cursor as the checkpoint keeps it: ``[mark-delete, [[lower, upper], ...], [[position, size, bits],
-    ...]]`` (``_cursor_from_wire`` reads it back)."""
-    return [
-        cursor.mark_delete.to_wire(),
-        [[r.lower.to_wire(), r.upper.to_wire()] for r in cursor.ranges],
-        [[p.to_wire(), acks.size, acks.hex()] for p, acks in cursor.batches],
-    ]
-
-
-def _cursor_from_wire(value: Any) -> AckState:
-    """The cursor ``_cursor_to_wire`` wrote; ``ValueError`` (or ``TypeError``) for anything else."""
-    mark_delete, ranges, batches = value
-    return AckState.of(
-        Position.from_wire(mark_delete),
-        [Range(Position.from_wire(lower), Position.from_wire(upper)) for lower, upper in ranges],
-        [(Position.from_wire(p), BatchAcks.from_hex(int(size), str(bits))) for p, size, bits in batches],
-    )
-
-
-def _guard_to_wire(guard: envelopes.ReplayGuard) -> dict[str, Any]:
-    return {"highest": [list(h) for h in guard.highest], "recent": [[r, list(s)] for r, s in guard.recent]}
-
-
-def _forgettable(state: Subscription, *, claims: bool) -> Position | None:
-    """Up to where ``state`` lets its topic's tail forget (None: its cursor is not known yet). A subscription
-    following a rewind may have to unacknowledge anything: nothing. Where claims are published, nothing a
-    cursor acknowledged that is not claimed yet (it acknowledged entries before the tail read them)."""
-    if state.cursor is None:
-        return None
-    if state.follow:
-        return BEFORE_ALL
-    return min(state.cursor.mark_delete, state.claimed_to) if claims else state.cursor.mark_delete
-
-
-def _forgettable_floor(states: list[Subscription], *, claims: bool) -> Position | None:
-    """Up to where all of ``states`` let their topic's tail forget (``_forgettable``; None: not at all)."""
-    floor: Position | None = None
-    for state in states:
-        f = _forgettable(state, claims=claims)
-        if f is None:
-            return None
-        if floor is None or f < floor:
-            floor = f
-    return floor
-
-
-def _note_heavy(heavy: dict[fx.SubKey, Subscription], state: Subscription, took: float) -> None:
-    """Keep ``heavy`` (see ``Agent.heavy_plans``) as ``state``'s last plan or publish took ``took``."""
-    if took >= HEAVY_PLAN_S:
-        heavy[state.key] = state
-    elif heavy.get(state.key) is state:
-        del heavy[state.key]
 
 
 _NOTHING = syncing.ApplyPlan(None, ())
@@ -3096,12 +2736,12 @@ def _names_any(received: OriginAcks, origins: list[Origin]) -> bool:
 
 
 def _appended_origins(tail: Tail, end: Position) -> list[Origin] | None:
-    """The origins of the entries ``tail`` holds above ``end`` (None: more than APPENDED_CHECK_MAX)."""
+    """The origins of the entries ``tail`` holds above ``end`` (None: more than tuning.APPENDED_CHECK_MAX)."""
     origins: list[Origin] = []
     seen = 0
     for ledger, first, last in tail.stretches_above(end).items:
         seen += last - first + 1
-        if seen > APPENDED_CHECK_MAX:
+        if seen > tuning.APPENDED_CHECK_MAX:
             return None
         for entry in range(first, last + 1):
             origin = tail.index.origin_of(Position(ledger, entry))
@@ -3120,10 +2760,3 @@ def _claimed_to(cursor: AckState, tail: Tail) -> Position:
         first = tail.unresolved[0]
         return Position(first.ledger, first.entry - 1)
     return reached
-
-
-def _guard_from_wire(value: Any) -> envelopes.ReplayGuard:
-    return envelopes.ReplayGuard(
-        tuple((str(r), int(s)) for r, s in value["highest"]),
-        tuple((str(r), tuple(int(x) for x in seqs)) for r, seqs in value["recent"]),
-    )

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from geosync_agent import checkpointing, runtime, supervising
+from geosync_agent.core import tuning
 from geosync_agent.runtime import Now
 from geosync_core import envelopes, pacing
 from geosync_core.positions import Position
@@ -108,7 +109,7 @@ def test_a_restarted_agent_spreads_its_first_resyncs_over_the_period_of_what_it_
     within 30 s of a restart, while the agent was catching up."""
     _, b = pair(state_dir=str(tmp_path))
     assert len(b.agent.subs) == 1
-    monkeypatch.setattr(runtime, "RESYNC_STATES_PER_S", 1 / 1000)  # one subscription: a 1,000 s period
+    monkeypatch.setattr(tuning, "RESYNC_STATES_PER_S", 1 / 1000)  # one subscription: a 1,000 s period
     periods: list[float] = []
     first_resync = pacing.first_resync
 
@@ -253,7 +254,7 @@ def test_a_checkpoint_slow_to_take_is_taken_less_often(
     taken = b.agent.checkpoint_taken_s
     assert taken >= 0.05
     # At least: the previous checkpoint's whole cost (its encoding, on a loaded machine) may ask for longer.
-    assert b.agent.checkpoint_at >= b.clock + taken / runtime.CHECKPOINT_SHARE - 1e-9
+    assert b.agent.checkpoint_at >= b.clock + taken / tuning.CHECKPOINT_SHARE - 1e-9
     b.agent.close()
 
 
@@ -275,7 +276,7 @@ def test_a_checkpoint_slow_to_encode_and_write_is_taken_less_often(
         b.step(1.0)  # the first writes slowly; the second is due after its whole cost
     cost = b.agent.checkpoint_cost_s
     assert cost >= 0.2
-    assert b.agent.checkpoint_at >= b.clock + cost / runtime.CHECKPOINT_SHARE - 1e-6
+    assert b.agent.checkpoint_at >= b.clock + cost / tuning.CHECKPOINT_SHARE - 1e-6
     b.agent.close()
 
 
@@ -346,7 +347,7 @@ def test_an_unchanged_state_is_not_written_again_until_it_changes_or_ages(tmp_pa
     b.step(interval)  # what followed from the claims (b's cursor, its tail's floor): written too
     b.step(interval)
     written = written_by(b)
-    steps = int(runtime.CHECKPOINT_UNCHANGED_MAX_AGE_S // interval)
+    steps = int(tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S // interval)
     for _ in range(steps - 1):
         b.step(interval)
     assert written_by(b) == written  # unchanged: nothing written for nearly a minute

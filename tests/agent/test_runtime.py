@@ -15,17 +15,19 @@ from typing import Any
 import pytest
 
 from geosync_adapters import admin as adm
-from geosync_agent import discovering, runtime, supervising, tailing
+from geosync_agent import discovering, supervising, tailing
+from geosync_agent.core import tuning
+from geosync_agent.core.pauses import note_heavy
+from geosync_agent.core.subscriptions import SubsTable
 from geosync_agent.recent import Timeline
 from geosync_agent.runtime import Now
 from geosync_agent.snapshotting import TopicSnapshots
 from geosync_core import envelopes, pacing, pluginapi, syncing
-from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState, Range
+from geosync_core.rangesets import AckState
 from tests.agent.fakes import KEY, AdminView, FakeRegion, Harness, message
 
 NS = "geo/ab"
@@ -314,32 +316,13 @@ def test_claims_for_a_subscription_this_region_leaves_to_its_brokers_are_not_app
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
 
 
-def test_the_subscriptions_table_counts_every_change_to_its_keys() -> None:
-    table = runtime.SubsTable()
-    sub = runtime.Subscription(TOPIC, SUB)
-    changes: list[Callable[[], object]] = [
-        lambda: table.__setitem__(sub.key, sub),
-        lambda: table.setdefault((TOPIC, "x"), sub),
-        lambda: table.update({(TOPIC, "y"): sub}),
-        lambda: table.pop((TOPIC, "y")),
-        lambda: table.__delitem__((TOPIC, "x")),
-        table.popitem,
-        table.clear,
-    ]
-    for i, change in enumerate(changes, start=1):
-        change()
-        assert table.version == i
-    sub.cursor = AckState.of(Position(1, 1))  # a subscription's own fields are not the table's keys
-    assert table.version == len(changes)
-
-
 GROUPED = f"persistent://{NS}/grouped"
 
 
 def test_subscriptions_are_grouped_by_topic_again_only_when_they_come_or_go() -> None:
     a, _b = pair()
     agent = a.agent
-    agent.subs = runtime.SubsTable()  # without the harness's own subscription
+    agent.subs = SubsTable()  # without the harness's own subscription
     first = agent._subscription(GROUPED, "one")
     agent._subscription("persistent://geo/ab/other", "two")
     groups = agent._by_topic(existing_only=False)
@@ -357,7 +340,7 @@ def test_subscriptions_are_grouped_by_topic_again_only_when_they_come_or_go() ->
     assert agent._by_topic(existing_only=True)[GROUPED] == [third]
     del agent.subs[first.key]
     assert agent._by_topic(existing_only=False)[GROUPED] == [third]
-    restored = runtime.SubsTable({third.key: third})  # as a checkpoint's restore replaces the table
+    restored = SubsTable({third.key: third})  # as a checkpoint's restore replaces the table
     restored.version = agent.subs.version  # another table that happens to be at the same count
     agent.subs = restored
     assert agent._by_topic(existing_only=False) == {GROUPED: [third]}
@@ -367,12 +350,12 @@ def test_heavy_plans_are_counted_as_they_are_timed_and_forgotten_with_their_subs
     a, _b = pair()
     agent = a.agent
     light, heavy = agent._subscription(TOPIC, "light"), agent._subscription(TOPIC, "heavy")
-    runtime._note_heavy(agent.heavy_plans, light, runtime.HEAVY_PLAN_S / 2)
-    runtime._note_heavy(agent.heavy_plans, heavy, runtime.HEAVY_PLAN_S)
+    note_heavy(agent.heavy_plans, light, tuning.HEAVY_PLAN_S / 2)
+    note_heavy(agent.heavy_plans, heavy, tuning.HEAVY_PLAN_S)
     assert agent._heavy(agent.heavy_plans) == 1
-    runtime._note_heavy(agent.heavy_plans, heavy, 0.0)  # its last plan was light
+    note_heavy(agent.heavy_plans, heavy, 0.0)  # its last plan was light
     assert agent._heavy(agent.heavy_plans) == 0
-    runtime._note_heavy(agent.heavy_plans, heavy, 1.0)
+    note_heavy(agent.heavy_plans, heavy, 1.0)
     del agent.subs[heavy.key]
     agent._subscription(TOPIC, "heavy")  # made again: a new state, whose plans were never timed
     assert agent._heavy(agent.heavy_plans) == 0
@@ -758,7 +741,7 @@ def test_claims_about_a_topic_gone_everywhere_are_forgotten_once_nobody_sends_th
     b.step()
     assert (gone, SUB) in b.agent.subs  # kept: the topic may not be replicated here yet
     period = b.config.resync_interval_s
-    for _ in range(runtime.UNLISTED_CLAIMS_RESYNCS + 1):  # a republishes what it knows every period
+    for _ in range(tuning.UNLISTED_CLAIMS_RESYNCS + 1):  # a republishes what it knows every period
         a.step(period)
         carry(a, b)
         b.discover()
@@ -771,7 +754,7 @@ def test_claims_about_a_topic_gone_everywhere_are_forgotten_once_nobody_sends_th
     a.step()
     a.step()
     b.discover()
-    b.step(period * runtime.UNLISTED_CLAIMS_RESYNCS - period)
+    b.step(period * tuning.UNLISTED_CLAIMS_RESYNCS - period)
     assert (gone, SUB) in b.agent.subs  # silent for less than the horizon: a may just be slow
     b.discover()
     b.step(period + 1)
@@ -874,13 +857,13 @@ def test_a_reader_that_lost_its_broker_is_opened_again_at_its_last_entry_once_th
     b.messaging.dead.add("pulsar://other:6650")  # what the look-up names: still the dead broker
     b.step()
     assert lookups(b, CONTROL) == 0  # disconnected for a moment: the client's own retry may do
-    b.step(runtime.STALLED_S)
+    b.step(tuning.STALLED_S)
     assert lookups(b, CONTROL) == 1
     assert b.messaging.opened[CONTROL] == opened  # the owner does not answer: a new reader would wait too
     b.step(1.0)
     assert lookups(b, CONTROL) == 1  # asked again only after STALLED_S
     b.messaging.dead.clear()  # the bundle has a new owner
-    b.step(runtime.STALLED_S)
+    b.step(tuning.STALLED_S)
     assert b.messaging.opened[CONTROL] == opened + 1
     assert b.messaging.starts[CONTROL] == read_last  # at the entry read last, not from the earliest
     assert b.agent.stats.counters["readers_revived"] == 1
@@ -901,7 +884,7 @@ def test_a_dead_broker_is_probed_once_a_round_for_all_of_its_stalled_readers() -
     b.messaging.disconnected.update({CONTROL, TOPIC})
     b.messaging.dead.add("pulsar://other:6650")
     b.step()
-    b.step(runtime.STALLED_S)
+    b.step(tuning.STALLED_S)
     assert lookups(b, CONTROL) == 1
     assert lookups(b, TOPIC) == 1
     assert b.messaging.probes == ["pulsar://other:6650"]
@@ -914,7 +897,7 @@ def test_a_reader_that_reconnects_by_itself_is_left_alone() -> None:
     b.messaging.disconnected.add(TOPIC)
     b.step()
     b.messaging.disconnected.discard(TOPIC)
-    b.step(runtime.STALLED_S)
+    b.step(tuning.STALLED_S)
     assert tail.stalled_since is None
     assert lookups(b, TOPIC) == 0
     assert b.messaging.opened[TOPIC] == opened
@@ -943,7 +926,7 @@ def test_a_topic_whose_owner_died_waits_and_the_round_goes_on() -> None:
     b.step(1.0)
     assert b.region.calls.count(("internal_stats", TOPIC)) == asked  # not before STALLED_S
     b.region.owner_dead.clear()  # the bundle has a new owner
-    b.step(runtime.STALLED_S)
+    b.step(tuning.STALLED_S)
     assert b.region.calls.count(("internal_stats", TOPIC)) == asked + 1
 
 
@@ -976,7 +959,7 @@ def test_entries_a_moved_topics_new_owner_never_indexed_are_named_from_their_hea
 def test_claims_too_large_for_one_message_go_out_in_parts_that_say_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime, "MAX_ENVELOPE_BYTES", 1500)
+    monkeypatch.setattr(tuning, "MAX_ENVELOPE_BYTES", 1500)
     a_log = [Position(5, e) for e in range(400)]
     b_log = [Position(9, e) for e in range(400)]
     a = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(a_log)})
@@ -1397,8 +1380,8 @@ def test_large_claims_are_published_at_a_pace_and_nothing_is_left_out(
 ) -> None:
     """Claims above PAUSE_FROM_SPANS wait their pause before the next publish; the acknowledgements made
     meanwhile go out with the next one (brought by the topic's poll, due when the pause ends)."""
-    monkeypatch.setattr(runtime, "PAUSE_FROM_SPANS", 1)
-    monkeypatch.setattr(runtime, "PAUSE_PER_SPAN_S", 2.0)
+    monkeypatch.setattr(tuning, "PAUSE_FROM_SPANS", 1)
+    monkeypatch.setattr(tuning, "PAUSE_PER_SPAN_S", 2.0)
     a, b = pair()
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])  # two spans: 5:0 and 5:2
     a.step()
@@ -1419,28 +1402,8 @@ def test_large_claims_are_published_at_a_pace_and_nothing_is_left_out(
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0]).ack(B_LOG[2], B_LOG[4])
 
 
-@pytest.mark.parametrize(
-    ("spans", "pause"), [(0, 0.0), (2_000, 0.0), (2_001, 0.2001), (30_000, 3.0), (10**6, 10.0)]
-)
-def test_publish_pause_grows_with_the_claims_and_is_capped(spans: int, pause: float) -> None:
-    assert runtime.publish_pause(spans) == pytest.approx(pause)
-
-
-@pytest.mark.parametrize(
-    ("spans", "took", "pause"),
-    [(500, 0.05, 0.0), (501, 0.05, 0.5), (2_001, 0.001, 0.2001), (30_000, 0.5, 5.0), (600, 3.0, 10.0)],
-)
-def test_publish_pause_is_also_ten_times_what_a_large_publish_took(
-    spans: int, took: float, pause: float
-) -> None:
-    assert runtime.publish_pause(spans, took=took) == pytest.approx(pause)
-    if spans > 2_000 and took < 0.1:
-        return  # the pause by spans, whatever the cost
-    assert runtime.publish_pause(spans, took=took / 4, heavy=4) == pytest.approx(pause)  # shared out
-
-
 def test_large_claims_travel_as_their_news_and_whole_at_each_resync(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "NEWS_FROM_SPANS", 1)
+    monkeypatch.setattr(tuning, "NEWS_FROM_SPANS", 1)
     a, b = pair()
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[2]])  # two spans: 5:0 and 5:2
     a.step()
@@ -1466,8 +1429,8 @@ def test_large_claims_travel_as_their_news_and_whole_at_each_resync(monkeypatch:
 def test_a_costly_plan_waits_before_it_is_made_again_for_cursor_moves_but_not_for_claims(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
-    monkeypatch.setattr(runtime, "MAX_PLAN_WAIT_S", 5.0)
+    monkeypatch.setattr(tuning, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
+    monkeypatch.setattr(tuning, "MAX_PLAN_WAIT_S", 5.0)
     a, b = pair()
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0]])
     a.step()
@@ -1525,17 +1488,6 @@ def test_a_cursor_consumers_moved_on_from_an_empty_plan_is_not_planned_again() -
     a.step()
     assert counters["plans_made"] > made
     assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[1]).ack(A_LOG[3], A_LOG[5])
-
-
-@pytest.mark.parametrize(
-    ("took", "heavy", "wait"),
-    [(0.0001, 0, 0.001), (0.01, 1, 0.1), (0.01, 4, 0.4), (0.05, 4, 2.0), (0.01, 10_000, 2.0)],
-)
-def test_plan_waits_grow_with_the_subscriptions_whose_plans_are_heavy(
-    took: float, heavy: int, wait: float
-) -> None:
-    """Four subscriptions each waiting ten times its own plan still re-planned for 4/11 of the loop."""
-    assert runtime.plan_wait(took, heavy=heavy) == pytest.approx(wait)
 
 
 def test_a_plan_is_made_again_for_appended_entries_only_when_the_claims_name_them(
@@ -1601,7 +1553,7 @@ def test_resyncs_stretch_with_the_subscriptions_and_come_soon_after_lost_sends(
     a, b = pair()
     carry(a, b)
     assert a.agent.resync_period() == a.config.resync_interval_s  # one subscription: the configured period
-    monkeypatch.setattr(runtime, "RESYNC_STATES_PER_S", len(a.agent.subs) / 100.0)
+    monkeypatch.setattr(tuning, "RESYNC_STATES_PER_S", len(a.agent.subs) / 100.0)
     assert a.agent.resync_period() == 100.0
     ts = a.agent.topics[TOPIC]
     a.step(ts.resync_at - a.clock)  # the resync this topic was due
@@ -1615,7 +1567,7 @@ def test_resyncs_stretch_with_the_subscriptions_and_come_soon_after_lost_sends(
     assert states_sent(a) == []  # ... and sending has not worked since: nothing to make good yet
     a.agent.on_sent(True)
     a.step(0.1)
-    a.step(runtime.RESYNC_AFTER_LOSS_S)
+    a.step(tuning.RESYNC_AFTER_LOSS_S)
     assert [name for name, _ in states_sent(a)] == [SUB], "republished soon after the lost send"
     assert a.agent.stats.counters["resyncs_after_lost_sends"] == 1
     assert ts.resync_at > a.clock + 99.0
@@ -1742,8 +1694,8 @@ def test_a_copy_read_after_the_claim_that_names_it_is_applied_at_once_even_while
     """A plan that took long waits before it is made again for cursor moves or new entries alone
     (PLAN_WAIT_FACTOR), but not for the copy of an entry the claims already name: that is news as the claim
     was (on a saturated machine every plan looked costly and such copies waited up to 2 s)."""
-    monkeypatch.setattr(runtime, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
-    monkeypatch.setattr(runtime, "MAX_PLAN_WAIT_S", 60.0)
+    monkeypatch.setattr(tuning, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
+    monkeypatch.setattr(tuning, "MAX_PLAN_WAIT_S", 60.0)
     a, b = pair()
     newest = Position(5, 6)
     a.region.topics[TOPIC].append(newest)
@@ -1802,7 +1754,7 @@ def test_a_restarted_agent_writes_from_the_checkpoints_cursors_and_polls_each_to
     assert counters["plugin_acks"] == 1
     assert hb.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[3])
     assert counters.get("cursor_polls", 0) == 0
-    again.step(runtime.RESTORED_POLL_SPREAD_S)
+    again.step(tuning.RESTORED_POLL_SPREAD_S)
     assert counters["cursor_polls"] == 1  # its first poll, within the spread
 
 
@@ -1817,17 +1769,6 @@ def test_a_checkpoint_without_cursors_has_every_topic_polled_in_the_first_round(
     assert again.agent.subs[(TOPIC, SUB)].cursor is None
     again.step()
     assert again.agent.stats.counters["cursor_polls"] == 1
-
-
-def test_a_cursor_comes_back_from_the_checkpoint_as_it_was() -> None:
-    cursor = AckState.of(
-        Position(3, 4), [Range(Position(3, 6), Position(3, 9))], [(Position(3, 5), BatchAcks.of(10, [0, 7]))]
-    )
-    wire = json.loads(json.dumps(runtime._cursor_to_wire(cursor)))
-    assert runtime._cursor_from_wire(wire) == cursor
-    for bad in ([], [[3, 4], [], [[[3, 5], 10, "zz"]]], [[3, "4"], [], []]):
-        with pytest.raises((ValueError, TypeError)):
-            runtime._cursor_from_wire(bad)
 
 
 def test_a_restarted_agent_that_finds_no_feed_polls_every_topic_at_once() -> None:

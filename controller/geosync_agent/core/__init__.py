@@ -1,0 +1,7 @@
+"""The agent's core: its state as values and the decisions made from it, with no I/O.
+
+Nothing here reads a clock, draws a random number, starts a thread, logs or talks to the outside: the
+shell (the rest of ``geosync_agent``) passes in the time and randomness it needs and carries out what it
+decides. An import-linter contract in ``pyproject.toml`` keeps it so. See
+``docs/decisions/0001-sans-io-agent.md`` for the shape and what moves here next.
+"""

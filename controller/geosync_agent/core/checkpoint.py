@@ -1,0 +1,94 @@
+"""The checkpoint's wire forms of the agent's own values: cursors, replay guards and subscriptions.
+
+A restarted agent resumes from its checkpoint instead of re-reading history (``geosync_agent.checkpointing``
+writes the file; the tails encode their own indexes). What is written here is read back here, so the two
+directions stay side by side.
+
+Invariants (tests in ``tests/agent/test_core.py``): every value written reads back equal
+(``cursor_from_wire(cursor_to_wire(c)) == c``, likewise guards and a subscription's checkpointed fields);
+anything else read raises ``ValueError``, ``TypeError`` or ``KeyError`` (the caller then restores nothing);
+fields absent from older agents' checkpoints read as those agents meant them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from geosync_agent.core import tuning
+from geosync_agent.core.subscriptions import Subscription
+from geosync_core import envelopes
+from geosync_core.batches import BatchAcks
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState, Range
+
+
+def cursor_to_wire(cursor: AckState) -> list[Any]:
+    """A cursor as the checkpoint keeps it: ``[mark-delete, [[lower, upper], ...], [[position, size, bits],
+    ...]]`` (``cursor_from_wire`` reads it back)."""
+    return [
+        cursor.mark_delete.to_wire(),
+        [[r.lower.to_wire(), r.upper.to_wire()] for r in cursor.ranges],
+        [[p.to_wire(), acks.size, acks.hex()] for p, acks in cursor.batches],
+    ]
+
+
+def cursor_from_wire(value: Any) -> AckState:
+    """The cursor ``cursor_to_wire`` wrote; ``ValueError`` (or ``TypeError``) for anything else."""
+    mark_delete, ranges, batches = value
+    return AckState.of(
+        Position.from_wire(mark_delete),
+        [Range(Position.from_wire(lower), Position.from_wire(upper)) for lower, upper in ranges],
+        [(Position.from_wire(p), BatchAcks.from_hex(int(size), str(bits))) for p, size, bits in batches],
+    )
+
+
+def guard_to_wire(guard: envelopes.ReplayGuard) -> dict[str, Any]:
+    """A control topic's replay guard as the checkpoint keeps it."""
+    return {"highest": [list(h) for h in guard.highest], "recent": [[r, list(s)] for r, s in guard.recent]}
+
+
+def guard_from_wire(value: Any) -> envelopes.ReplayGuard:
+    """The guard ``guard_to_wire`` wrote."""
+    return envelopes.ReplayGuard(
+        tuple((str(r), int(s)) for r, s in value["highest"]),
+        tuple((str(r), tuple(int(x) for x in seqs)) for r, seqs in value["recent"]),
+    )
+
+
+def subscription_fields(s: Subscription) -> dict[str, Any]:
+    """A subscription's checkpointed fields but its claims and cursor (encoded apart: see the agent's
+    ``checkpoint_later``)."""
+    return {
+        "topic": s.topic,
+        "name": s.name,
+        "exists": s.exists,
+        "deleted_here": s.deleted_here,
+        "announced": s.announced,
+        "kind": s.kind,
+        "key_shared": s.key_shared,
+        "generation": s.generation,
+        "follow": s.follow,
+        "active": s.active,
+    }
+
+
+def subscription_from_wire(item: Any) -> Subscription:
+    """The subscription a checkpoint holds (``subscription_fields`` with ``received``, ``published`` and
+    ``cursor``). One that existed is taken as confirmed before any discovery pass: a pass not finding it
+    means it was deleted meanwhile."""
+    sub = Subscription(str(item["topic"]), str(item["name"]), exists=bool(item["exists"]))
+    sub.deleted_here = bool(item["deleted_here"])
+    sub.announced = bool(item["announced"])
+    sub.kind, sub.key_shared = str(item["kind"]), bool(item["key_shared"])
+    sub.received = envelopes.acks_from_json(item["received"])
+    if item["published"] is not None:
+        sub.published = envelopes.acks_from_json(item["published"])
+    # Absent in checkpoints of agents before generations: 0, the generation of their claims.
+    sub.generation, sub.follow = int(item.get("generation", 0)), bool(item.get("follow", False))
+    sub.active = bool(item.get("active", False))
+    # Absent in checkpoints of agents before cursors were kept: read by the first round's polls.
+    if sub.exists and item.get("cursor") is not None:
+        sub.cursor = cursor_from_wire(item["cursor"])
+    if sub.exists:
+        sub.confirmed_at = tuning.CHECKPOINT_CONFIRMED
+    return sub

@@ -1,0 +1,239 @@
+"""What the agent knows of each subscription, as values the core's decisions read and change.
+
+A ``Subscription`` is one subscription of one topic partition as this region sees it: its cursor here, the
+claims other regions sent about it and those this region published, and the bookkeeping that lets a round
+skip the thousands of subscriptions in which nothing changed. ``SubsTable`` holds them by key.
+
+Invariants (tests in ``tests/agent/test_core.py``):
+
+- ``known()`` is every claim held: those received merged with those published; nothing is ever dropped from
+  it but by a newer generation (a rewind) or a hand-off.
+- ``confirm`` of one deleted here makes a new subscription: its cursor and plans go, its claims stay.
+- ``hand_off`` forgets what was read and published here and keeps the claims received.
+- ``SubsTable.version`` changes with every change to which keys the table holds, never otherwise.
+- A tail may forget entries up to ``forgettable_floor`` of its subscriptions and no further: never above a
+  cursor's mark-delete, above what was claimed of it, or anything while one follows a rewind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from geosync_core import pacing
+from geosync_core.origins import OriginAcks
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+
+BEFORE_ALL = Position(-1, -1)
+"""A mark-delete before the earliest message."""
+
+SubKey = tuple[str, str]
+"""(topic partition, subscription)"""
+
+
+@dataclass
+class Subscription:
+    topic: str
+    name: str
+    cursor: AckState | None = None
+    consumers: int = 0
+    exists: bool = True
+    published: OriginAcks | None = None
+    received: OriginAcks = field(default_factory=lambda: OriginAcks.of({}))
+    announced: bool = False
+    """Some other region has this subscription (so it must exist here too, even before any ack)."""
+    received_from: dict[str, float] = field(default_factory=dict)
+    translated: AckState | None = None
+    """The cursor last translated and published (publishing is skipped while it is unchanged)."""
+    incomplete_at: int | None = None
+    """The tail's version when the last translation left acknowledgements out (the cursor reached past the
+    origin index: a burst acknowledged before the tail read it); translated again as soon as the tail has
+    read more. ``None``: the translation covered the cursor."""
+    claimed_to: Position = BEFORE_ALL
+    """Up to where what the cursor acknowledged is in the published claims: the last translation's
+    mark-delete, but no further than the tail had indexed then (a cursor may acknowledge entries before the
+    tail reads them). The tail forgets nothing above it: what is forgotten can no longer be claimed."""
+    planned: tuple[AckState | None, int, OriginAcks] | None = None
+    """(cursor, index version, claims received) the last plan was made from: replanning is skipped until
+    one of them changes or a mark-delete move is still pending (compared as values: an unchanged one is the
+    same object, so checking 10,000 subscriptions a round costs little)."""
+    planned_end: Position | None = None
+    """The tail's last entry when the last plan was made (None: its size was still being counted), and
+    ``planned_rewrites`` its ``rewrites`` then: entries appended since change that plan only if the claims
+    received name their origins (see the apply step)."""
+    planned_rewrites: int = -1
+    planned_nothing: bool = False
+    """The last plan was empty, walked the whole log and was blocked by no entry not indexed yet: a cursor
+    that has since only moved on (consumers here acknowledged) needs no plan either."""
+    pending_move: pacing.PendingMove | None = None
+    pending_holes: int = 0
+    unapplied_batches: int = 0
+    """Partly acknowledged entries whose remote batch indexes this region cannot write (entry-granular)."""
+    unapplied_batch_messages: int = 0
+    """Messages in those entries that other regions acknowledged and this one cannot."""
+    kind: str = ""
+    """The subscription type the broker last reported with consumers attached ("" until seen)."""
+    key_shared: bool = False
+    """Seen with Key_Shared consumers here: claims keep per-key order (see syncing.key_ordered)."""
+    last_applied_at: float = 0.0
+    behind_since: float | None = None
+    """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
+    waiting: str = ""
+    """Why the last round applied nothing to it, in words for /state ("" when it planned)."""
+    confirmed_at: float = 0.0
+    """Monotonic time this region last showed the subscription existing (0: never)."""
+    parked: bool = False
+    """Far behind, below the entries forgotten over ``max_tracked_entries``: not planned nor claimed."""
+    deleted_here: bool = False
+    """It existed here and a discovery pass started later no longer found it: someone deleted it on
+    purpose, and the agent does not create it again from other regions' claims (until it exists again)."""
+    generation: int = 0
+    """The generation of the claims held and published (``envelopes.AckStateMessage.generation``): a
+    rewind here starts a newer one; claims of an older one are dropped, a newer one replaces them."""
+    seen_feed: AckState | None = None
+    """The whole entries the acknowledgement feed showed acknowledged last: a later feed report that lacks
+    some is a rewind (the feed reports in the order things happened; a report read now may predate a poll
+    or a write)."""
+    seen_any: AckState | None = None
+    """The whole entries shown acknowledged since the last rewind, by the feed, a poll or a write: a poll or
+    a write result that lacks some is a rewind (everything seen before either happened before it)."""
+    recreated: bool = False
+    """Created again after it was deleted here: its first cursor starts a new generation."""
+    fed: tuple[tuple[object, ...], AckState] | None = None
+    """The last feed report taken (its fields, and the batch sizes its cursor was read with) and the cursor
+    read from it: the plugin reports a subscription again for its settle time after each acknowledgement,
+    and the same report again is skipped unread while the cursor held is still that one."""
+    active: bool = False
+    """The last acknowledgements nobody had claimed before were made here (by consumers here): this region
+    is where the subscription is consumed, and a rewind here is deliberate. A passive region's copy
+    follows the active one's claims; a rewind there is undone by them."""
+    follow: bool = False
+    """A newer generation arrived: rewind the cursor to what its claims acknowledge (if it acknowledges
+    more) before claiming anything from it."""
+    reset_to: tuple[Position | None, float] | None = None
+    """The agent's own rewind: the mark-delete it set, and until when (monotonic) backward moves down to
+    it are that rewind's."""
+    plan_took: float = 0.0
+    """CPU seconds its last plan took on the loop's thread (see ``tuning.HEAVY_PLAN_S``)."""
+    publish_took: float = 0.0
+    """CPU seconds its last published claim took to decide and translate (see ``pauses.publish_pause``)."""
+    plan_after: float = 0.0
+    """Monotonic time before which it is not planned again for new entries or cursor moves alone (new claims
+    are planned at once): see ``tuning.PLAN_WAIT_FACTOR``."""
+    publish_after: float = 0.0
+    """Monotonic time before which its claims are not translated and published again unless forced (see
+    ``pauses.publish_pause``): claims with tens of thousands of spans are sent in proportion to their size."""
+
+    def known(self) -> OriginAcks:
+        """Every claim held about it: received from other regions and published by this one."""
+        return self.received if self.published is None else self.received.merge(self.published)
+
+    def confirm(self, at: float) -> None:
+        """The subscription exists here as of monotonic time ``at``. One deleted here is a new subscription:
+        its old cursor goes, and its first one starts a new generation of claims."""
+        if self.deleted_here:
+            self.recreated = True
+            self.cursor = self.seen_feed = self.seen_any = None
+            self.planned = self.pending_move = None
+        self.exists = True
+        self.deleted_here = False
+        self.confirmed_at = max(self.confirmed_at, at)
+
+    def hand_off(self) -> None:
+        """Its topic moved to another broker, whose agent syncs it now: forget what was seen of the cursor
+        here and what was published from it (taken over again, it is read and published afresh); the claims
+        received stay (another takeover applies them at once)."""
+        self.cursor = self.translated = self.seen_feed = self.seen_any = None
+        self.published = None
+        self.incomplete_at = None
+        self.claimed_to = BEFORE_ALL
+        self.planned = self.pending_move = self.reset_to = None
+        self.pending_holes = self.unapplied_batches = self.unapplied_batch_messages = 0
+        self.behind_since = None
+        self.parked = False
+        self.waiting = "handed off: another broker's agent syncs it"
+
+    @property
+    def key(self) -> SubKey:
+        return (self.topic, self.name)
+
+    def learn_kind(self, kind: str) -> None:
+        if kind and kind != "None":  # sticky: an idle subscription reports no type
+            self.kind = kind
+            self.key_shared = self.key_shared or kind == "Key_Shared"
+
+
+class SubsTable(dict[SubKey, Subscription]):
+    """The agent's subscriptions by key, counting changes to which keys it holds (``version``): the rounds'
+    per-topic grouping is kept while the version holds (at 10,000 subscriptions regrouping them at every
+    round was a tenth of a round's CPU, for a grouping that changes only when subscriptions come and go)."""
+
+    version: int = 0
+
+    def __setitem__(self, key: SubKey, value: Subscription) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: SubKey) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def pop(self, key: SubKey, *default: Any) -> Any:
+        self.version += 1
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[SubKey, Subscription]:
+        self.version += 1
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.version += 1
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: SubKey, default: Subscription) -> Subscription:
+        self.version += 1
+        return super().setdefault(key, default)
+
+
+@dataclass
+class Feed:
+    """Where the agent is in the broker plugin's acknowledgement feed."""
+
+    epoch: str = ""
+    seq: int = 0
+    busy_until: float = 0.0
+
+
+def claim_size(acks: OriginAcks | None) -> int:
+    """Spans and partly claimed entries in ``acks``: what a subscription's claims cost to keep and send."""
+    if acks is None:
+        return 0
+    return sum(len(spans) for _, spans in acks.by_region) + sum(len(b) for _, b in acks.partials)
+
+
+def forgettable(state: Subscription, *, claims: bool) -> Position | None:
+    """Up to where ``state`` lets its topic's tail forget (None: its cursor is not known yet). A subscription
+    following a rewind may have to unacknowledge anything: nothing. Where claims are published, nothing a
+    cursor acknowledged that is not claimed yet (it acknowledged entries before the tail read them)."""
+    if state.cursor is None:
+        return None
+    if state.follow:
+        return BEFORE_ALL
+    return min(state.cursor.mark_delete, state.claimed_to) if claims else state.cursor.mark_delete
+
+
+def forgettable_floor(states: list[Subscription], *, claims: bool) -> Position | None:
+    """Up to where all of ``states`` let their topic's tail forget (``forgettable``; None: not at all)."""
+    floor: Position | None = None
+    for state in states:
+        f = forgettable(state, claims=claims)
+        if f is None:
+            return None
+        if floor is None or f < floor:
+            floor = f
+    return floor
