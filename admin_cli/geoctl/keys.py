@@ -1,6 +1,8 @@
 """``geoctl keys``: create region signing keys and edit keyrings, the operator's side of key rotation.
 
 Thin commands over ``geosync_adapters.signing``; the procedure itself is in the README ("Signing keys").
+``keys init`` is the one step from nothing (or from the shared HMAC key of earlier releases, which agents and
+the chart now refuse) to per-region keys: every region's key and the keyring that lists them all.
 """
 
 from __future__ import annotations
@@ -66,6 +68,64 @@ def generate(region: str, key_id: str | None, out: pathlib.Path, output: str) ->
         click.echo(f"private key {d['private_key_file']} (keep it on {region}'s agent only)")
         click.echo(f"public key  {d['public_key_file']}")
         click.echo(f"keyring entry:\n  {region}:\n    {key_id}: {d['public_key']}")
+
+    emit(data, output, text)
+
+
+INIT = """
+Writes DIR/KEY_ID.key (private, mode 0600) for each region and DIR/keyring.yaml listing every region's
+public key. Then, for each region: its KEY_ID.key goes to that region's agent only (agent settings
+signing_key_file and signing_key_id; chart: the Secret signing.secretName and signing.keyId), and
+keyring.yaml to every agent (keyring_file; chart: signing.keyring). Replaces the shared HMAC key of earlier
+releases (key_file, GEOSYNC_KEY, signing.acceptLegacy), which is refused now: whoever held it could sign for
+every region.
+"""
+
+
+@keys_group.command("init", help="Create every region's signing key and the keyring, in one step.\n" + INIT)
+@click.option("--region", "regions", required=True, multiple=True, help="A region (repeat for each one).")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=pathlib.Path),
+    help="Directory for the private keys and keyring.yaml (nothing in it is overwritten).",
+)
+@output_option
+def init(regions: tuple[str, ...], out: pathlib.Path, output: str) -> None:
+    ring = out / "keyring.yaml"
+    if ring.exists():
+        raise GeoctlError(f"{ring} exists already: choose another directory (keys add edits a keyring)")
+    if len(set(regions)) != len(regions):
+        raise GeoctlError("a region is named twice: one --region per region")
+    today = f"{datetime.date.today():%Y%m%d}"
+    keys: dict[str, dict[str, str]] = {}
+    try:
+        for region in regions:
+            signer = signing.generate(f"{region}-{today}-{secrets.token_hex(2)}")
+            private, _ = signing.write_key_pair(out, signer)
+            keys[region] = {
+                "key_id": signer.key_id,
+                "private_key_file": str(private),
+                "public": signer.public(),
+            }
+    except signing.KeyFileError as e:
+        raise GeoctlError(str(e)) from e
+    _write(ring, {region: {k["key_id"]: k["public"]} for region, k in keys.items()})
+    data = {
+        "keyring_file": str(ring),
+        "regions": {
+            r: {"key_id": k["key_id"], "private_key_file": k["private_key_file"]} for r, k in keys.items()
+        },
+    }
+
+    def text(d: dict[str, Any]) -> None:
+        click.echo(f"keyring {d['keyring_file']}: give it to every region's agent (keyring_file)")
+        for region, k in d["regions"].items():
+            click.echo(
+                f"{region}: private key {k['private_key_file']} (on {region}'s agent only): "
+                f"signing_key_file, signing_key_id: {k['key_id']}"
+            )
 
     emit(data, output, text)
 

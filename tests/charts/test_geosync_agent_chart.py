@@ -23,7 +23,13 @@ KUBE = "1.32.0"
 CRDS = ("ServiceMonitor", "PrometheusRule")  # Prometheus Operator kinds: no bundled schema
 
 
+PUBLIC = "ed25519:" + "A" * 43 + "="
+SIGNING = {"keyId": "a-1", "keyring": {"a": {"a-1": PUBLIC}, "b": {"b-1": PUBLIC}}}
+"""Region a's key and a keyring: required values, added to what a test renders unless it says otherwise."""
+
+
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    values = {"signing": SIGNING, **values}
     out = helm.Chart.load(str(CHART)).render(values, name="r1", namespace="pulsar")
     docs = [d for text in out.values() for d in yaml.safe_load_all(text) if d]
     for doc in docs:
@@ -41,7 +47,7 @@ def agent_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_lint_is_clean() -> None:
-    result = helm.lint(str(CHART), {"agent": {"region": "a"}}, strict=True)
+    result = helm.lint(str(CHART), {"agent": {"region": "a"}, "signing": SIGNING}, strict=True)
     assert not result["errors"], result
 
 
@@ -54,7 +60,8 @@ def test_deployment_mode_has_probes_metrics_and_secret_files() -> None:
     assert container["ports"] == [{"name": "metrics", "containerPort": 9464}]
     config = agent_config(docs)
     assert config["region"] == "a"
-    assert config["key_file"] == "/var/run/secrets/geosync/hmac/hmac.key"
+    assert config["signing_key_file"] == "/var/run/secrets/geosync/signing/a-1.key"
+    assert config["stuck_after_s"] == 120
     assert "token_file" not in config
     assert config["metrics_host"] == "0.0.0.0"
     # Secrets are mounted from Secrets, never written into the ConfigMap or the command line.
@@ -104,6 +111,26 @@ def test_sidecar_mode_renders_the_container_for_the_pulsar_chart() -> None:
     # Each broker's sidecar syncs the topics its broker owns; the agent reads its broker's id itself.
     assert agent_config(docs)["shard_by_ownership"] is True
     assert "env" not in container
+
+
+@pytest.mark.parametrize("shard", [True, False])
+def test_a_sidecar_never_makes_its_broker_pod_not_ready(shard: bool) -> None:
+    """The kubelet counts a pod Ready only while every container is: the sidecar has no readiness probe
+    (the agent's own trouble must not take its broker out of service), and its liveness probe asks /healthz,
+    which fails only when the agent itself is stuck or gave up (never because a region is down)."""
+    values = {"mode": "sidecar", "agent": {"region": "a"}, "sidecar": {"shardByOwnership": shard}}
+    container = yaml.safe_load(by_kind(render(values), "ConfigMap")[0]["data"]["sidecar-container.yaml"])
+    assert "readinessProbe" not in container
+    assert "startupProbe" not in container
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    deployment = by_kind(render({"agent": {"region": "a"}}), "Deployment")[0]
+    (own,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert own["readinessProbe"]["httpGet"]["path"] == "/readyz"  # its own pod: readiness is the agent's
+
+
+def test_how_long_a_loop_may_get_nowhere_is_a_value() -> None:
+    config = agent_config(render({"agent": {"region": "a", "stuckAfterSeconds": 300}}))
+    assert config["stuck_after_s"] == 300
 
 
 def test_sidecars_can_name_their_broker_from_the_pod_or_sync_the_whole_region() -> None:
@@ -195,10 +222,7 @@ def test_plugins_can_be_left_out_and_deployment_mode_does_not_allow_cursor_write
 )
 def test_bad_values_are_refused(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
-        helm.Chart.load(str(CHART)).render(values, name="r1", namespace="pulsar")
-
-
-PUBLIC = "ed25519:" + "A" * 43 + "="
+        helm.Chart.load(str(CHART)).render({"signing": SIGNING, **values}, name="r1", namespace="pulsar")
 
 
 def mounts(docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -223,19 +247,22 @@ def test_per_region_signing_key_and_keyring() -> None:
     assert mounts(docs) == {"/var/run/secrets/geosync/signing": "geosync-signing"}
 
 
-def test_upgrade_from_the_legacy_key_keeps_it_mounted_and_accepted() -> None:
-    keyring = {"a": {"a-1": PUBLIC}}
-    step1 = agent_config(render({"agent": {"region": "a"}, "signing": {"keyring": keyring}}))
-    assert (step1["keyring_file"], step1["key_file"]) == (
-        "/etc/geosync/keyring.yaml",
-        "/var/run/secrets/geosync/hmac/hmac.key",
-    )
-    assert "signing_key_id" not in step1
-    docs = render(
-        {"agent": {"region": "a"}, "signing": {"keyId": "a-1", "keyring": keyring, "acceptLegacy": True}}
-    )
-    assert agent_config(docs)["key_file"] == "/var/run/secrets/geosync/hmac/hmac.key"
-    assert set(mounts(docs)) == {"/var/run/secrets/geosync/signing", "/var/run/secrets/geosync/hmac"}
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"signing": {**SIGNING, "acceptLegacy": True}},
+        {"signing": {"keyring": SIGNING["keyring"], "acceptLegacy": True}},
+        {"signing": SIGNING, "hmacKey": {"secretName": "geosync-hmac", "key": "hmac.key"}},
+    ],
+)
+def test_the_shared_hmac_key_is_refused_with_the_step_to_per_region_keys(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmError, match=r"no longer supported.*geoctl keys init --region A"):
+        helm.Chart.load(str(CHART)).render({"agent": {"region": "a"}, **values}, name="r1", namespace="x")
+
+
+def test_a_region_without_its_own_key_is_refused_with_the_step_to_make_one() -> None:
+    with pytest.raises(helm.HelmError, match=r"signing\.keyId is required.*geoctl keys init --region A"):
+        helm.Chart.load(str(CHART)).render({"agent": {"region": "a"}}, name="r1", namespace="pulsar")
 
 
 def test_a_signing_key_without_a_keyring_is_refused() -> None:

@@ -56,3 +56,26 @@ def test_refusals_say_what_to_do(tmp_path: pathlib.Path) -> None:
     code, out = run("keys", "add", "--keyring", str(ring), "--region", "b", "--public", str(bad))
     assert code != 0
     assert "not an Ed25519 public key" in out
+
+
+def test_init_makes_every_regions_key_and_the_keyring_in_one_step(tmp_path: pathlib.Path) -> None:
+    """The step the agent and the chart name when they refuse the shared HMAC key: what it writes is what
+    each region's agent loads, and each region's key is accepted for that region only."""
+    code, out = run("keys", "init", "--region", "a", "--region", "b", "--out", str(tmp_path), "-o", "json")
+    assert code == 0, out
+    made = json.loads(out)
+    assert "PRIVATE" not in out
+    keyring = signing.load_keyring(made["keyring_file"])
+    assert set(keyring.key_ids()) == {"a", "b"}
+    for region, key in made["regions"].items():
+        signer = signing.load_signer(key["private_key_file"], key["key_id"])
+        assert signing.holds(keyring, region, signer)
+        other = "b" if region == "a" else "a"
+        assert not signing.holds(keyring, other, signer)
+        assert oct(pathlib.Path(key["private_key_file"]).stat().st_mode & 0o777) == "0o600"
+    code, out = run("keys", "init", "--region", "c", "--out", str(tmp_path))
+    assert code != 0
+    assert "exists already" in out
+    code, out = run("keys", "init", "--region", "a", "--region", "a", "--out", str(tmp_path / "again"))
+    assert code != 0
+    assert "named twice" in out

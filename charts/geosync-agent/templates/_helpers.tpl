@@ -19,13 +19,12 @@ the chart's appVersion, the version scripts/build-images.sh tags). Called with (
 {{- printf "%s/%s:%s" (trimSuffix "/" $root.Values.image.registry) (index . 1) $tag -}}
 {{- end -}}
 
-{{/* "true" when the agent needs the legacy shared HMAC key: no per-region key yet, or legacy envelopes still
-accepted during an upgrade (signing.acceptLegacy). */}}
-{{- define "geosync-agent.legacyKey" -}}
-{{- or (not .Values.signing.keyId) .Values.signing.acceptLegacy -}}
-{{- end -}}
-
-{{/* The agent container: used by the Deployment, and the sidecar to add to the brokers. */}}
+{{/* The agent container: used by the Deployment, and the sidecar to add to the brokers. A sidecar has no
+readiness probe: the kubelet counts a pod Ready only while all its containers are, so an agent that cannot
+sync (its region's calls failing, a peer down) would take its healthy broker out of service. A sidecar's
+sync health is in its metrics (geosync_agent_ready) and alerts (GeoSyncAgentNotReady). The liveness probe
+stays in both modes: /healthz fails only when the agent itself is stuck or gave up, and a restart then
+restarts the agent's container alone. */}}
 {{- define "geosync-agent.container" -}}
 name: geosync-agent
 image: {{ include "geosync-agent.image" (list . "agent") | quote }}
@@ -39,9 +38,11 @@ ports:
 livenessProbe:
   httpGet: {path: /healthz, port: metrics}
   periodSeconds: 10
+{{- if ne .Values.mode "sidecar" }}
 readinessProbe:
   httpGet: {path: /readyz, port: metrics}
   periodSeconds: 5
+{{- end }}
 resources:
   {{- toYaml .Values.resources | nindent 2 }}
 {{- if and (eq .Values.mode "sidecar") .Values.sidecar.shardByOwnership .Values.sidecar.brokerId }}
@@ -59,12 +60,7 @@ volumeMounts:
   {{- if .Values.agent.state.enabled }}
   - {name: geosync-state, mountPath: /var/lib/geosync}
   {{- end }}
-  {{- if .Values.signing.keyId }}
   - {name: geosync-signing, mountPath: /var/run/secrets/geosync/signing, readOnly: true}
-  {{- end }}
-  {{- if eq (include "geosync-agent.legacyKey" .) "true" }}
-  - {name: geosync-hmac, mountPath: /var/run/secrets/geosync/hmac, readOnly: true}
-  {{- end }}
   {{- if .Values.token.enabled }}
   - {name: geosync-token, mountPath: /var/run/secrets/geosync/token, readOnly: true}
   {{- end }}
@@ -84,14 +80,8 @@ volumeMounts:
   emptyDir: {sizeLimit: {{ .Values.agent.state.sizeLimit }}}
   {{- end }}
 {{- end }}
-{{- if .Values.signing.keyId }}
 - name: geosync-signing
   secret: {secretName: {{ .Values.signing.secretName }}, defaultMode: 0400}
-{{- end }}
-{{- if eq (include "geosync-agent.legacyKey" .) "true" }}
-- name: geosync-hmac
-  secret: {secretName: {{ .Values.hmacKey.secretName }}, defaultMode: 0400}
-{{- end }}
 {{- if .Values.token.enabled }}
 - name: geosync-token
   secret: {secretName: {{ .Values.token.secretName }}, defaultMode: 0400}
