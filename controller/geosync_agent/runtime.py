@@ -42,7 +42,7 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
-from geosync_agent import checkpointing, discovering, owning, snapshotting, tailing
+from geosync_agent import checkpointing, discovering, owning, reporting, snapshotting, tailing
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
@@ -1707,11 +1707,6 @@ class Agent:
 
     # -- 4. observe and publish ------------------------------------------------------------------
 
-    def observe(self, now: Now) -> None:
-        """Read the cursors: what the feed reported, then those due a poll (the round's two steps)."""
-        self.observe_feed(now)
-        self.poll(now)
-
     def observe_feed(self, now: Now) -> None:
         """Take the cursors the plugin's feed reported, and send what moved at once: not after the polls (at
         10,000 subscriptions a saturated machine's polls took up to 2.9 s of a round). Before them: a poll
@@ -2642,83 +2637,8 @@ class Agent:
     # -- introspection -----------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """What /state shows (read from the HTTP thread: copies, no locks held by the loop)."""
-        topics = list(self.topics.values())
-        rounds = list(self.round_seconds)
-        return {
-            "region": self.config.region,
-            "ready": self.ready,
-            "incarnation": None if self.incarnation is None else self.incarnation.to_wire(),
-            "incarnations": self.incarnations.to_wire(),
-            "namespaces": sorted(self.namespaces),
-            "topics": len(topics),
-            "tracked_topics": sorted(t.tail.topic for t in topics),
-            "ownership": None if self.ownership is None else self.ownership.status(time.monotonic()),
-            "subscriptions": len(self.subs),
-            "capabilities": self.caps.as_dict(),
-            "index_runs": sum(len(t.tail.index) for t in topics),
-            "entry_details": sum(len(t.tail.details) for t in topics),
-            "claim_spans": sum(
-                claim_size(s.published) + claim_size(s.received) for s in list(self.subs.values())
-            ),
-            "unresolved": {t.tail.topic: len(t.tail.unresolved) for t in topics if t.tail.unresolved},
-            "retrying": sum(len(t.tail.pending) for t in topics),
-            "bytes_read": sum(t.tail.bytes_read for t in topics),
-            "inbox": sum(t.tail.inbox.qsize() for t in topics),
-            "messages_read": sum(t.tail.messages_read for t in topics),
-            "counters": dict(self.stats.counters),
-            "round_seconds_p50": sorted(rounds)[len(rounds) // 2] if rounds else 0,
-            "round_seconds_max": max(rounds, default=0),
-            "round_phases": self.phase_seconds.report(),
-            "broker_calls": self.broker_calls.report(),
-            "discovery_seconds_max": round(max(self.discovery_seconds, default=0.0), 3),
-            "timeline": self.timeline.report(),
-            "control_transit_ms": self.transit_ms.percentiles(),
-            "guard": {t: dict(g.highest) for t, g in list(self.guards.items())},
-            "deleted_here": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.deleted_here],
-            "parked": [f"{s.topic} / {s.name}" for s in list(self.subs.values()) if s.parked],
-            "replicators_stalled": [
-                {
-                    "topic": stall.topic,
-                    "to": stall.remote,
-                    "backlog": stall.backlog,
-                    "connected": stall.connected,
-                    "stalled_for_s": round(seconds, 1),
-                }
-                for stall, seconds in list(self.stalled)
-            ],
-            "replicator_unloads": dict(self.unsticking.tries),
-            "namespaces_without_retention": list(self.unretained),
-            "checkpoint": dict(self.checkpoint_info),
-            "allocator": self.allocator.report(),
-            "gc": None if self.collections is None else self.collections.status(),
-            "snapshots": self.snapshots.status(),
-            "synced": [
-                {
-                    "topic": s.topic,
-                    "subscription": s.name,
-                    "mark_delete": None if s.cursor is None else str(s.cursor.mark_delete),
-                    "pending_holes": s.pending_holes,
-                    "unapplied_batches": s.unapplied_batches,
-                    "unapplied_batch_messages": s.unapplied_batch_messages,
-                    "behind_since": s.behind_since,
-                    "last_applied_at": s.last_applied_at or None,
-                    "received_from": dict(s.received_from),
-                    "consumers": s.consumers,
-                    "generation": s.generation,
-                    "active": s.active,
-                    "waiting": s.waiting or None,
-                    "key_shared": s.key_shared,
-                    "claim_spans": {
-                        "published": claim_size(s.published),
-                        "received": claim_size(s.received),
-                    },
-                }
-                for s in list(self.subs.values())
-                # A sidecar shows the subscriptions it syncs, not those whose claims it keeps for a takeover.
-                if s.exists and (self.ownership is None or s.topic in self.topics)
-            ],
-        }
+        """What /state shows (``reporting.status``)."""
+        return reporting.status(self)
 
 
 _NOTHING = syncing.ApplyPlan(None, ())
