@@ -87,6 +87,12 @@ class AgentView:
         found = (self.state or {}).get("namespaces_without_retention") or []
         return [str(ns) for ns in found] if isinstance(found, list) else []
 
+    @property
+    def held_deletions(self) -> dict[str, str]:
+        """Peers' deletions this region's policy mirror holds (path -> why): they would destroy its data."""
+        found = ((self.state or {}).get("mirror") or {}).get("held") or {}
+        return {str(p): str(why) for p, why in found.items()} if isinstance(found, dict) else {}
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "url": self.url,
@@ -96,6 +102,7 @@ class AgentView:
             "unresolved": self.unresolved,
             "replicators_stalled": self.stalled_replicators,
             "namespaces_without_retention": self.unretained,
+            "held_deletions": self.held_deletions,
         }
 
 

@@ -447,6 +447,9 @@ from geoctl import policies as _policies  # noqa: E402
 
 main.add_command(_namespaces.namespaces)
 main.add_command(_policies.policies_group)
+from geoctl import releasing as _releasing  # noqa: E402
+
+_policies.policies_group.add_command(_releasing.release)
 from geoctl import status as _status  # noqa: E402
 
 main.add_command(_status.status)

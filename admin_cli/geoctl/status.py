@@ -96,6 +96,19 @@ def status(
                 view.error or _unresolved_note(view.unresolved),
             )
         out.print(agents)
+        held = [
+            (name, path, why)
+            for name, view in obs.agents.items()
+            for path, why in view.held_deletions.items()
+        ]
+        if held:
+            holds = Table("region", "policy", "why", title="deletions held (they would destroy data here)")
+            for name, path, why in held:
+                holds.add_row(name, path, why)
+            out.print(holds)
+            out.print(
+                "  applied once the region has drained, or: geoctl policies release --region R NAMESPACE"
+            )
         stalls = [(name, s) for name, view in obs.agents.items() for s in view.stalled_replicators]
         if stalls:
             stalled = Table(

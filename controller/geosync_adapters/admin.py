@@ -454,6 +454,21 @@ class AdminClient:
     def topics(self, namespace: str) -> list[str]:
         return list(self.get(f"/admin/v2/namespaces/{namespace}/topics") or [])
 
+    def every_topic(self, namespace: str) -> list[str]:
+        """Every topic of ``namespace`` the brokers know: persistent and non-persistent (partitions listed
+        one by one), and partitioned topics by their own names."""
+        found = set(self.get(f"/admin/v2/namespaces/{namespace}/topics", params={"mode": "ALL"}) or [])
+        for domain in ("persistent", "non-persistent"):
+            found.update(self.get(f"/admin/v2/{domain}/{namespace}/partitioned") or [])
+        return sorted(found)
+
+    def delete_topic(self, topic: str, *, partitioned: bool, force: bool = False) -> None:
+        """Delete a topic (``partitioned``: the partitioned topic, every partition with it)."""
+        suffix = "/partitions" if partitioned else ""
+        self.delete(
+            f"/admin/v2/{self.topic_path(topic)}{suffix}", params={"force": "true"} if force else None
+        )
+
     def create_topic(self, topic: str) -> bool:
         """Create a non-partitioned topic; False if it exists already."""
         try:

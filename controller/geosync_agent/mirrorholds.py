@@ -2,11 +2,12 @@
 
 A peer region's namespace or tenant deletion (or a namespace document it marked ``deleted``) is applied only
 when this region holds nothing that it would destroy (``geosync_core.deletions`` has the rules). What the
-region holds is read from its own ZooKeeper, where Pulsar keeps it: persistent topics as managed ledgers
-under ``/managed-ledgers/{tenant}/{namespace}/persistent``, partitioned topics' metadata under
-``/admin/partitioned-topics/{tenant}/{namespace}/{persistent,non-persistent}``, namespaces as children of
-``/admin/policies/{tenant}``. A non-partitioned non-persistent topic lives only in a broker's memory and
-stores no messages; it is not counted (the broker drops it with its namespace, as on any unload).
+region holds is asked of its brokers (the admin API's topic and namespace lists, as Pulsar's own deletion
+check asks them: they read the metadata store, which may be another ZooKeeper than the configuration store
+the mirror writes) and read from the mirror's own ZooKeeper as well: partitioned topics' metadata under
+``/admin/partitioned-topics/{tenant}/{namespace}/{persistent,non-persistent}``, managed ledgers under
+``/managed-ledgers/{tenant}/{namespace}/persistent`` where the two stores are one, namespaces as children of
+``/admin/policies/{tenant}``. When the brokers cannot answer, the deletion is held.
 
 A held change is applied as Pulsar's own broker deletes a namespace: mark the document ``deleted`` (brokers
 then refuse new topics in it), look again, then delete; a topic that appeared in between undoes the mark. Each
@@ -25,8 +26,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
+from urllib.parse import quote
 
 from geosync_adapters import zookeeper as zk
+from geosync_adapters.admin import AdminError, AdminNotFound
 from geosync_core import deletions
 from geosync_core.deletions import Apply, Contents, Hold, Mark, Unmark
 from geosync_core.policies import Record
@@ -39,29 +43,56 @@ PARTITIONED_TOPICS = "/admin/partitioned-topics"
 _MAX_STEPS = 4  # mark, look again, delete: anything more means the store keeps changing under us
 
 
-def read_contents(store: zk.Store, path: str, *, own: Callable[[str], frozenset[str]]) -> Contents:
-    """What the region holds under a tenant or namespace policy path; ``own(namespace)``: GeoSync's topics."""
+class Listing(Protocol):
+    """What the region's brokers say it holds (``geosync_adapters.admin.AdminClient``): they read the
+    metadata store, which need not be the ZooKeeper the mirror writes (a separate configuration store)."""
+
+    def every_topic(self, namespace: str) -> list[str]: ...
+
+    def namespaces(self, tenant: str) -> list[str]: ...
+
+
+def read_contents(
+    store: zk.Store, brokers: Listing, path: str, *, own: Callable[[str], frozenset[str]]
+) -> Contents:
+    """What the region holds under a tenant or namespace policy path, by its store and its brokers together
+    (``own(namespace)``: GeoSync's topics). Raises ``Held`` when the brokers cannot say."""
     tenant, _, namespace = path[len(POLICIES_ROOT) + 1 :].partition("/")
     if namespace:
-        return Contents(topics=tuple(namespace_topics(store, f"{tenant}/{namespace}", own)))
+        return Contents(topics=tuple(namespace_topics(store, brokers, f"{tenant}/{namespace}", own)))
     names = set(store.children(f"{POLICIES_ROOT}/{tenant}"))
+    names.update(ns.rsplit("/", 1)[-1] for ns in _asked(path, lambda: brokers.namespaces(tenant)))
     # A namespace whose policies are gone but whose managed ledgers remain still holds messages.
     names.update(
         ns
         for ns in store.children(f"{MANAGED_LEDGERS}/{tenant}")
-        if namespace_topics(store, f"{tenant}/{ns}", own)
+        if namespace_topics(store, None, f"{tenant}/{ns}", own)
     )
     return Contents(namespaces=tuple(sorted(names)))
 
 
-def namespace_topics(store: zk.Store, namespace: str, own: Callable[[str], frozenset[str]]) -> list[str]:
+def namespace_topics(
+    store: zk.Store, brokers: Listing | None, namespace: str, own: Callable[[str], frozenset[str]]
+) -> list[str]:
     """The topics of ``tenant/namespace`` a deletion would destroy (``deletions.user_topics``)."""
     stored = [
         *store.children(f"{MANAGED_LEDGERS}/{namespace}/persistent"),
         *store.children(f"{PARTITIONED_TOPICS}/{namespace}/persistent"),
         *store.children(f"{PARTITIONED_TOPICS}/{namespace}/non-persistent"),
     ]
+    if brokers is not None:
+        listed = _asked(namespace, lambda: brokers.every_topic(namespace))
+        stored += [quote(t.rsplit("/", 1)[-1], safe="") for t in listed]
     return deletions.user_topics(stored, own=own(namespace))
+
+
+def _asked(what: str, call: Callable[[], list[str]]) -> list[str]:
+    try:
+        return call()
+    except AdminNotFound:
+        return []  # the brokers know no such tenant or namespace; the store has said the rest
+    except AdminError as e:
+        raise Held(f"cannot list what this region holds under {what}: {e}") from e
 
 
 class Held(Exception):
@@ -78,6 +109,7 @@ def apply_destroying(
     node: zk.Node | None,
     *,
     fence: tuple[str, int] | None,
+    brokers: Listing,
     own: Callable[[str], frozenset[str]],
 ) -> None:
     """Apply a destroying ``event`` to ``store`` (holding ``node`` at its path) only if nothing is destroyed.
@@ -89,7 +121,7 @@ def apply_destroying(
     unmarked: bytes | None = None
     for _ in range(_MAX_STEPS):
         current = None if node is None else node.value
-        contents = read_contents(store, event.path, own=own)
+        contents = read_contents(store, brokers, event.path, own=own)
         step = deletions.next_step(event, current, contents, unmarked=unmarked)
         if isinstance(step, Hold):
             raise Held(step.reason)

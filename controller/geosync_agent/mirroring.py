@@ -117,6 +117,7 @@ class Mirror:
         self._started_ms = _now_ms()
         # Destroying changes held (``mirrorholds``): path -> why. Each is parked and is the replica's record.
         self.holds: dict[str, str] = {}
+        self._brokers: mirrorholds.Listing | None = None  # the region's admin API, made when first needed
         # Recent remote events: ms from the sender's publish to our read, and from our read to applied.
         self.timings = {"transit_ms": Recent(), "queued_ms": Recent(), "apply_ms": Recent()}
         self.progress: Callable[[], None] = lambda: None
@@ -575,7 +576,11 @@ class Mirror:
         store = self._need_store()
         try:
             node = store.read(path, watch=True)
-            mirrorholds.apply_destroying(store, event, node, fence=self._fence, own=self._own_topics)
+            if self._brokers is None:
+                self._brokers = self.config.admin_client(timeout=10.0)
+            mirrorholds.apply_destroying(
+                store, event, node, fence=self._fence, brokers=self._brokers, own=self._own_topics
+            )
         except mirrorholds.Held as e:
             if self.holds.get(path) != e.reason:
                 log.warning("policy mirror %s: holding %s: %s", self.region, path, e.reason)

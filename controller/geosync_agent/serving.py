@@ -132,6 +132,13 @@ class _AgentCollector:
                 region,
                 1.0 if mirror.get("leader") else 0.0,
             )
+            yield _gauge(
+                "geosync_policy_mirror_held_changes",
+                "Peers' deletions held by the policy mirror: they would destroy what this region holds",
+                region,
+                float(len(mirror.get("held") or {})),
+            )
+        yield from self._health(region)
         counters = CounterMetricFamily(
             "geosync_agent_events", "Agent events by kind", labels=["region", "event"]
         )

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from geosync_adapters import admin as adm
 from geosync_adapters import signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds
@@ -39,9 +40,34 @@ def _store() -> FakeStore:
     return store
 
 
-def _apply(store: FakeStore, event: Record = DELETION) -> None:
+class _Brokers:
+    """The region's admin API: what its brokers list (the metadata store may be another ZooKeeper)."""
+
+    def __init__(self, topics: tuple[str, ...] = (), *, down: bool = False) -> None:
+        self.topics = list(topics)
+        self.down = down
+
+    def every_topic(self, namespace: str) -> list[str]:
+        if self.down:
+            raise adm.AdminTemporary("connection refused")
+        return [t for t in self.topics if t.startswith(f"persistent://{namespace}/")]
+
+    def namespaces(self, tenant: str) -> list[str]:
+        if self.down:
+            raise adm.AdminTemporary("connection refused")
+        return sorted({t.split("://")[1].rsplit("/", 1)[0] for t in self.topics if f"://{tenant}/" in t})
+
+
+def _apply(store: FakeStore, event: Record = DELETION, brokers: _Brokers | None = None) -> None:
     node = store.read(event.path)
-    mirrorholds.apply_destroying(store, event, node, fence=None, own=_own)  # type: ignore[arg-type]
+    mirrorholds.apply_destroying(
+        store,  # type: ignore[arg-type]
+        event,
+        node,
+        fence=None,
+        brokers=brokers or _Brokers(("persistent://shop/orders/geosync-control",)),
+        own=_own,
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,6 +86,21 @@ def test_a_namespace_holding_a_topic_is_not_deleted(topic: str) -> None:
         _apply(store)
     assert store.nodes[NS][0] == DOC
     assert store.log == []
+
+
+def test_a_topic_only_the_brokers_know_holds_the_deletion() -> None:
+    """A region whose metadata store is another ZooKeeper than the mirror's: its brokers list the topic."""
+    store = _store()
+    with pytest.raises(mirrorholds.Held, match="keep"):
+        _apply(store, brokers=_Brokers(("persistent://shop/orders/keep-partition-0",)))
+    assert store.log == []
+
+
+def test_brokers_that_cannot_answer_hold_the_deletion() -> None:
+    store = _store()
+    with pytest.raises(mirrorholds.Held, match="cannot list"):
+        _apply(store, brokers=_Brokers(down=True))
+    assert store.nodes[NS][0] == DOC
 
 
 def test_a_namespace_with_only_system_and_geosync_topics_is_marked_then_deleted() -> None:
@@ -89,13 +130,15 @@ def test_a_tenant_is_held_by_its_namespaces_and_by_orphaned_managed_ledgers() ->
     store = _store()
     tenant_deletion = Record(TENANT, None, Hlc(1_700_000_000_001, 0, "a"))
     with pytest.raises(mirrorholds.Held, match="namespace"):
-        _apply(store, tenant_deletion)
+        _apply(store, tenant_deletion, _Brokers())
+    with pytest.raises(mirrorholds.Held, match="elsewhere"):  # the brokers know one the store lacks
+        _apply(store, tenant_deletion, _Brokers(("persistent://shop/elsewhere/t",)))
     del store.nodes[NS]  # policies gone (as the bug left them), ledgers still here
     store.add("/managed-ledgers/shop/orders/persistent/keep")
     with pytest.raises(mirrorholds.Held, match="orders"):
-        _apply(store, tenant_deletion)
+        _apply(store, tenant_deletion, _Brokers())
     del store.nodes["/managed-ledgers/shop/orders/persistent/keep"]
-    _apply(store, tenant_deletion)
+    _apply(store, tenant_deletion, _Brokers())
     assert TENANT not in store.nodes
 
 
@@ -116,6 +159,7 @@ def _mirror(store: FakeStore) -> tuple[Mirror, _Producer]:
     mirror = Mirror(config, envelopes.Keys(signer, ring))
     producer = _Producer()
     mirror._store = store  # type: ignore[assignment]
+    mirror._brokers = _Brokers()
     mirror._producer = producer
     mirror.registered = {r: frozenset() for r in "abc"}
     mirror.cp.replica = {
