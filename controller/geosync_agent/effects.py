@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
+from geosync_agent import calls
 from geosync_agent.ports import Admin, Messaging, Producer
+from geosync_agent.tailing import Tail
 from geosync_core import pluginapi
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capability
@@ -204,7 +206,20 @@ class Effector:
         """Called on the client's thread when a send completed (True) or failed."""
         self.producers: dict[str, Producer] = {}
 
-    def admin(self) -> Admin:
+    def call(self, call: calls.Call[T]) -> T:
+        """Make one outside call (``geosync_agent.calls``) on the calling thread, the loop's or a pool
+        worker's, and return its answer; its errors are the adapter's, raised as they are."""
+        return call.run(self._admin())
+
+    def open_reader(self, tail: Tail) -> None:
+        """Open ``tail``'s reader (``Tail.open``: its errors are the messaging adapter's)."""
+        tail.open(self.messaging)
+
+    def broker_answers(self, service_url: str) -> bool:
+        """Whether the broker at ``service_url`` accepts a connection."""
+        return self.messaging.broker_answers(service_url)
+
+    def _admin(self) -> Admin:
         """The calling thread's admin client (the sync loop's or a pool worker's)."""
         client: Admin | None = getattr(self._local, "client", None)
         if client is None:
@@ -273,7 +288,7 @@ class Effector:
 
     def _plugin_acks(self, batch: list[PluginAck]) -> list[Outcome]:
         try:
-            results = self.admin().plugin_write([_item(a) for a in batch])
+            results = self._admin().plugin_write([_item(a) for a in batch])
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
             log.info("no cursor writes through the broker plugin (%s); using the admin API", e)
             return [
@@ -326,7 +341,7 @@ class Effector:
         the admin API). The topic's stats are read once for all of them."""
         topic = effects[0].key[0]
         try:
-            subscriptions = self.admin().topic_stats(topic).get("subscriptions") or {}
+            subscriptions = self._admin().topic_stats(topic).get("subscriptions") or {}
         except adm.AdminNotFound:
             return [Created(e.key, created=False, topic_missing=True) for e in effects]
         except adm.AdminError as e:
@@ -352,7 +367,7 @@ class Effector:
 
     def _unload(self, effect: UnloadTopic) -> Outcome:
         try:
-            self.admin().unload_topic(effect.topic)
+            self._admin().unload_topic(effect.topic)
         except adm.AdminError as e:
             return Unloaded(effect.topic, error=str(e)[:200])
         return Unloaded(effect.topic)
@@ -361,7 +376,7 @@ class Effector:
         topic, name = effect.key
         md = effect.mark_delete
         try:
-            self.admin().reset_cursor(topic, name, mark_delete=None if md is None else (md.ledger, md.entry))
+            self._admin().reset_cursor(topic, name, mark_delete=None if md is None else (md.ledger, md.entry))
         except adm.AdminError as e:
             log.warning("cannot rewind %s on %s, will retry: %s", name, topic, e)
             return CursorReset(effect.key, md, error=str(e)[:200])
@@ -376,7 +391,7 @@ class Effector:
             created += self._create(CreateSubscription(effect.key))
         if effect.move is not None:
             try:
-                self.admin().expire_messages(
+                self._admin().expire_messages(
                     topic,
                     name,
                     ledger=effect.move.ledger,
@@ -391,7 +406,7 @@ class Effector:
         consumers = effect.consumers
         if consumers == 0:
             # Discovery may be seconds old: check right before a shadow consumer would join.
-            subs = self.admin().topic_stats(topic).get("subscriptions") or {}
+            subs = self._admin().topic_stats(topic).get("subscriptions") or {}
             consumers = app_consumers(subs.get(name) or {})
         if consumers > 0:
             # A shadow consumer would join Shared/Key_Shared dispatch or Failover election: hold back.
@@ -399,7 +414,7 @@ class Effector:
         out: list[Outcome] = []
         if effect.skip_by_ids:
             try:
-                self.admin().skip_by_message_ids(topic, name, [(p.ledger, p.entry) for p in effect.holes])
+                self._admin().skip_by_message_ids(topic, name, [(p.ledger, p.entry) for p in effect.holes])
                 return [
                     Learned(Capability.SKIP_BY_IDS, True),
                     AdminMoved(effect.key, effect.counter, moved_to, busy, len(effect.holes), 0, consumers),

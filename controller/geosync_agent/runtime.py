@@ -42,7 +42,7 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
-from geosync_agent import checkpointing, discovering, owning, reporting, snapshotting, tailing
+from geosync_agent import calls, checkpointing, discovering, owning, reporting, snapshotting, tailing
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
@@ -722,9 +722,9 @@ class Agent:
         if self.ownership is None:
             return
         try:
-            change = self.ownership.refresh(self.effector.admin(), now.mono)
+            change = self.effector.call(calls.RefreshOwnership(self.ownership, now.mono))
             if self.lookups:
-                self.ownership.refresh_region(self.effector.admin(), now.mono)
+                self.effector.call(calls.RefreshRegionOwnership(self.ownership, now.mono))
                 self._look_up_claimed(now)
         except (adm.AdminError, owning.OwnershipUnknown) as e:
             self.part_outcome("ownership", e, now.mono)
@@ -775,7 +775,7 @@ class Agent:
             if not self.ownership.should_look_up(topic, now.mono):
                 continue
             try:
-                answer = self.effector.admin().lookup_topic(topic)
+                answer = self.effector.call(calls.LookupTopic(topic))
             except adm.AdminNotFound:
                 continue  # not in this region yet: replication creates it
             self.stats.inc("ownership_lookups")
@@ -973,7 +973,7 @@ class Agent:
         the loop's thread: the reader delivers at once, and a listener that finds the inbox full and no
         reader set takes the tail for closed and drops what it holds.)"""
         try:
-            tail.open(self.messaging)
+            self.effector.open_reader(tail)
             return None
         except (msg.TopicMissing, msg.MessagingUnavailable) as e:
             return e
@@ -984,9 +984,9 @@ class Agent:
         if not control or not isinstance(error, msg.TopicMissing):
             return self._not_opened(tail, error, now)
         try:
-            if self.effector.admin().create_topic(tail.topic):
+            if self.effector.call(calls.CreateTopic(tail.topic)):
                 log.info("created the control topic %s (auto topic creation is off)", tail.topic)
-            tail.open(self.messaging)
+            self.effector.open_reader(tail)
             return True
         except (adm.AdminError, msg.TopicMissing, msg.MessagingUnavailable) as e:
             return self._not_opened(tail, e, now)
@@ -1053,11 +1053,11 @@ class Agent:
         """Whether the broker a look-up names for ``topic`` accepts a connection (``probed``: the answers of
         the brokers probed already)."""
         try:
-            url = str(self.effector.admin().lookup_topic(topic).get("brokerUrl") or "")
+            url = str(self.effector.call(calls.LookupTopic(topic)).get("brokerUrl") or "")
         except adm.AdminError:
             return False
         if url and url not in probed:
-            probed[url] = self.messaging.broker_answers(url)
+            probed[url] = self.effector.broker_answers(url)
         return bool(url) and probed[url]
 
     def _subscription(self, topic: str, name: str, *, exists: bool = True) -> Subscription:
@@ -1288,7 +1288,7 @@ class Agent:
         """The admin API's headers for one stored entry (one call), None if they cannot be read."""
         self.stats.inc("origin_lookups")
         try:
-            return self.effector.admin().entry_headers(topic, ledger=local.ledger, entry=local.entry)
+            return self.effector.call(calls.ReadEntryHeaders(topic, local))
         except adm.AdminError as e:
             log.warning("cannot read the origin of %s %s: %s", topic, local, e)
             return None
@@ -1326,7 +1326,7 @@ class Agent:
                 break
             self.plugin_asked[topic] = (now, local)
             try:
-                runs = self.effector.admin().plugin_origins(topic, start=(local.ledger, local.entry))
+                runs = self.effector.call(calls.PluginOrigins(topic, local))
             except adm.AdminError as e:
                 self._runs_unavailable(e, now)
                 return None
@@ -1390,7 +1390,7 @@ class Agent:
         def ask(item: tuple[str, Position]) -> list[OriginRun] | adm.AdminError:
             topic, first = item
             try:
-                return self.effector.admin().plugin_origins(topic, start=(first.ledger, first.entry))
+                return self.effector.call(calls.PluginOrigins(topic, first))
             except adm.AdminError as e:
                 return e
 
@@ -1409,7 +1409,7 @@ class Agent:
             Capability.ENTRY_FILTER, now=now.mono
         ):
             try:
-                snapshotting.check_entry_filter(self.effector.admin().runtime_configuration())
+                snapshotting.check_entry_filter(self.effector.call(calls.RuntimeConfiguration()))
                 self.caps = self.caps.learned(Capability.ENTRY_FILTER, True, now=now.mono)
             except snapshotting.FilterMissing as e:
                 self.caps = self.caps.learned(Capability.ENTRY_FILTER, False, now=now.mono)
@@ -1487,7 +1487,7 @@ class Agent:
             if now.mono < next_at or namespace_of(topic) not in self.namespaces:
                 continue
             try:
-                stats = self.effector.admin().topic_stats(topic)
+                stats = self.effector.call(calls.TopicStats(topic))
             except adm.AdminError:  # not there yet (404), or the admin API failing: the next round asks again
                 self.claimed_untracked[topic] = (now.mono + tuning.REDISCOVER_FOR_FEED_S, give_up_at)
                 continue
@@ -1801,7 +1801,7 @@ class Agent:
 
     def _internal_stats(self, topic: str) -> dict[str, Any] | adm.OwnerUnreachable | None:
         try:
-            return self.effector.admin().internal_stats(topic)
+            return self.effector.call(calls.InternalStats(topic))
         except adm.AdminNotFound:
             return None
         except adm.OwnerUnreachable as e:
@@ -1821,7 +1821,7 @@ class Agent:
             # then be known to no poll (a poll cannot see them) and never claimed.
             return {}
         try:
-            feed = self.effector.admin().plugin_feed(since=self.feed.seq)
+            feed = self.effector.call(calls.PluginFeed(self.feed.seq))
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
             if self.caps.get(Capability.PLUGIN_FEED) is not False:
                 for ts in self.topics.values():
@@ -2014,7 +2014,7 @@ class Agent:
 
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
         try:
-            subs = self.effector.admin().topic_stats(topic).get("subscriptions") or {}
+            subs = self.effector.call(calls.TopicStats(topic)).get("subscriptions") or {}
         except (adm.AdminNotFound, adm.OwnerUnreachable):
             return  # learned at a later look
         for state in states:
