@@ -365,7 +365,7 @@ def up(
     if with_wan and wan.server_binary() is None:
         raise LabError(
             "--wan needs toxiproxy-server, which is not installed",
-            hint="run scripts/setup.sh (it builds it with Go), or boot without --wan",
+            hint="run scripts/setup.sh (by default it builds toxiproxy-server with Go) or boot without --wan",
         )
     home = distribution.ensure_pulsar()
     # Built (or taken from the cache) once, before the parallel boots; every region loads the same NAR.

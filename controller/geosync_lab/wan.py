@@ -278,7 +278,7 @@ def start_server(
     if binary is None:
         raise LabError(
             "toxiproxy-server is not installed, so this lab cannot have a WAN",
-            hint="run scripts/setup.sh (it builds toxiproxy-server with Go), then 'geoctl lab up --wan'",
+            hint="run scripts/setup.sh (by default it builds toxiproxy-server with Go), then 'lab up --wan'",
         )
     port = wan["api"].rsplit(":", 1)[1]
     config = config_path(lab_dir)
