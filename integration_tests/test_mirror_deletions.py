@@ -1,0 +1,152 @@
+"""A namespace deleted in one region never destroys another region's topics (design invariant 8).
+
+Pulsar's broker refuses to delete a namespace that holds topics; the policy mirror writes a peer's deletion
+straight into the other region's ZooKeeper, where that check does not run. Here region a deletes a namespace
+the way Pulsar asks (replication narrowed to a, a's topics deleted, the namespace deleted) while b still holds
+a topic with a backlog: b's mirror holds the deletion, b's consumers still read every message, and only the
+operator's ``geoctl policies release`` (or b draining) lets the deletion through. One ``Mirror`` per region
+runs in this process, on tenants of its own (``integration_tests.test_policy_mirror.Mirrors``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+from click.testing import CliRunner
+
+from geoctl.cli import main
+from geosync_adapters import admin as adm
+from integration_tests.helpers import Lab, produce_batched, wait_for
+from integration_tests.test_policy_mirror import REGIONS, Mirrors
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def mirrors(lab: Lab) -> Iterator[Mirrors]:
+    m = Mirrors(lab)
+    for region in REGIONS:
+        m.start(region)
+    yield m
+    for region in list(m.running):
+        m.stop(region)
+
+
+def _exists(lab: Lab, region: str, namespace: str) -> bool:
+    try:
+        lab.admin(region).namespace_policies(namespace)
+    except adm.AdminNotFound:
+        return False
+    return True
+
+
+def _delete_as_pulsar_asks(lab: Lab, region: str, namespace: str) -> None:
+    """Replication and allowed clusters narrowed to the region, its topics deleted, then the namespace (409s
+    retried: the lab's agent may make its control topic again meanwhile)."""
+    admin = lab.admin(region)
+    admin.set_replication_clusters(namespace, [region])
+    admin.set_allowed_clusters(namespace, [region])  # 4.0 refuses with more than one allowed, too
+    wait_for(lambda: admin.allowed_clusters(namespace) == [region], timeout_s=30, what="narrowed")
+    deadline = time.monotonic() + 60
+    while True:
+        for topic in admin.every_topic(namespace):
+            with contextlib.suppress(adm.AdminNotFound):
+                admin.delete_topic(topic, partitioned=admin.partitioned_metadata(topic) > 0, force=True)
+        try:
+            admin.delete_namespace(namespace)
+            return
+        except (adm.AdminConflict, adm.AdminPreconditionFailed):  # 412: a broker's cache not yet narrowed
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _receive_all(service_url: str, topic: str, subscription: str, want: int) -> set[str]:
+    client = pulsar.Client(service_url, operation_timeout_seconds=15)
+    try:
+        consumer = client.subscribe(topic, subscription)
+        got: set[str] = set()
+        deadline = time.monotonic() + 30
+        while len(got) < want and time.monotonic() < deadline:
+            with contextlib.suppress(pulsar.Timeout):
+                got.add(consumer.receive(timeout_millis=1000).data().decode())
+        consumer.close()
+        return got
+    finally:
+        client.close()
+
+
+def test_a_namespace_deleted_in_a_keeps_bs_topic_and_backlog_until_the_operator_releases_it(
+    lab: Lab, mirrors: Mirrors
+) -> None:
+    tenant = f"{mirrors.prefix}-held"
+    lab.admin("a").upsert_tenant(tenant, allowed_clusters=list(REGIONS))
+    wait_for(lambda: all(tenant in lab.admin(r).tenants() for r in REGIONS), timeout_s=30, what="tenant")
+    namespace = f"{tenant}/ns"
+    lab.admin("a").create_namespace_with_policies(
+        namespace, {"replication_clusters": ["a", "b"], "allowed_clusters": ["a", "b"]}
+    )
+    wait_for(lambda: all(_exists(lab, r, namespace) for r in REGIONS), timeout_s=30, what="namespace")
+
+    # b's application: its subscription made when traffic starts, 50 batched messages nobody consumed yet.
+    topic = f"persistent://{namespace}/orders"
+    client = pulsar.Client(lab.service_url("b"), operation_timeout_seconds=15)
+    client.subscribe(topic, "keep").close()
+    client.close()
+    sent = [f"order-{i}" for i in range(50)]
+    produce_batched(lab.service_url("b"), topic, sent)
+
+    _delete_as_pulsar_asks(lab, "a", namespace)
+    path = f"/admin/policies/{namespace}"
+    b = mirrors.running["b"]
+    wait_for(lambda: path in b.snapshot()["held"], timeout_s=60, what="b to hold the deletion")
+    assert "orders" in b.snapshot()["held"][path]
+    wait_for(
+        lambda: not _exists(lab, "c", namespace), timeout_s=60, what="c (which holds nothing) to delete it"
+    )
+    time.sleep(4 * mirrors.config("b").mirror_recheck_interval_s)  # several rechecks: still held
+    assert _exists(lab, "b", namespace)
+    assert path in b.snapshot()["held"]
+    assert _receive_all(lab.service_url("b"), topic, "keep", len(sent)) == set(sent)
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "policies",
+            "release",
+            "--region",
+            "b",
+            namespace,
+            "--topology",
+            str(lab.dir),
+            "--yes",
+            "-o",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    released = json.loads(result.output)
+    assert released["applied"] is True
+    assert topic in [d["topic"] for d in released["deleted"]]
+    assert not _exists(lab, "b", namespace)
+    wait_for(lambda: path not in b.snapshot()["held"], timeout_s=30, what="the hold to end")
+
+
+def test_release_refuses_a_namespace_that_other_regions_still_have(lab: Lab, mirrors: Mirrors) -> None:
+    tenant = f"{mirrors.prefix}-live"
+    lab.admin("a").upsert_tenant(tenant, allowed_clusters=list(REGIONS))
+    namespace = f"{tenant}/ns"
+    wait_for(lambda: all(tenant in lab.admin(r).tenants() for r in REGIONS), timeout_s=30, what="tenant")
+    lab.admin("a").create_namespace_with_policies(namespace, {"replication_clusters": ["a"]})
+    wait_for(lambda: _exists(lab, "b", namespace), timeout_s=30, what="namespace in b")
+    result = CliRunner().invoke(
+        main, ["policies", "release", "--region", "b", namespace, "--topology", str(lab.dir), "--yes"]
+    )
+    assert result.exit_code == 14, result.output
+    assert "still exists in a, c" in result.output
+    assert _exists(lab, "b", namespace)
