@@ -1,4 +1,5 @@
-"""The policy mirror's held deletions on an in-memory store: mark, check, then delete, and nothing destroyed.
+"""The policy mirror's held deletions on an in-memory store: mark, check, then delete, and nothing destroyed;
+and a peer's policy events speak only for that peer.
 
 The real ZooKeeper and brokers are in integration_tests/test_mirror_deletions.py.
 """
@@ -14,8 +15,8 @@ from geosync_adapters import signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds
 from geosync_agent.config import AgentConfig
-from geosync_agent.mirroring import Mirror
-from geosync_core import envelopes
+from geosync_agent.mirroring import EVENT_KIND, Mirror
+from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
 from tests.agent.fakezk import FakeStore
@@ -150,13 +151,17 @@ class _Producer:
         self.sent.append(data)
 
 
+SIGNERS = {r: signing.generate(f"{r}-1") for r in "abc"}
+RING = envelopes.Keyring.of(
+    {r: {s.key_id: signing.parse_public(s.public(), where=r)} for r, s in SIGNERS.items()}
+)
+
+
 def _mirror(store: FakeStore) -> tuple[Mirror, _Producer]:
     config = AgentConfig(
         region="b", admin_url="http://fake", service_url="pulsar://fake", zookeeper="127.0.0.1:1"
     )
-    signer = signing.generate("b-1")
-    ring = envelopes.Keyring.of({"b": {signer.key_id: signing.parse_public(signer.public(), where="b")}})
-    mirror = Mirror(config, envelopes.Keys(signer, ring))
+    mirror = Mirror(config, envelopes.Keys(SIGNERS["b"], RING))
     producer = _Producer()
     mirror._store = store  # type: ignore[assignment]
     mirror._brokers = _Brokers()
@@ -209,3 +214,39 @@ def test_a_newer_document_from_any_region_ends_the_hold() -> None:
     assert mirror.snapshot()["held"] == {}
     with pytest.raises(zk.ZkError):  # nothing left to release: the fake refuses a stale delete
         store.write(NS, None, expected=None)
+
+
+class _Id:
+    def serialize(self) -> bytes:
+        return b"id"
+
+
+class _Message:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def data(self) -> bytes:
+        return self._data
+
+    def message_id(self) -> _Id:
+        return _Id()
+
+
+def _event_from(sender: str, record: Record, seq: int) -> _Message:
+    envelope = envelopes.Envelope(
+        kind=EVENT_KIND, region=sender, seq=seq, sent_at_ms=0, payload=policies.event_to_payload(record)
+    )
+    return _Message(envelopes.seal(SIGNERS[sender], envelope))
+
+
+def test_a_peer_speaks_only_for_its_own_policy_edits() -> None:
+    """A validly signed event from a carrying a deletion stamped as c's changes nothing (invariant 3); the
+    same deletion stamped as a's own is applied (the namespace holds nothing here)."""
+    store = _store()
+    mirror, _ = _mirror(store)
+    mirror._on_message(_event_from("a", Record(NS, None, Hlc(1_700_000_000_000, 0, "c")), seq=1))
+    assert mirror.counters["rejected_malformed"] == 1
+    assert store.nodes[NS][0] == DOC
+    assert mirror.replica()[NS].value == DOC
+    mirror._on_message(_event_from("a", Record(NS, None, Hlc(1_700_000_000_000, 0, "a")), seq=2))
+    assert NS not in store.nodes
