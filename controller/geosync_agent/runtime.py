@@ -47,7 +47,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import checkpoint, tuning
+from geosync_agent.core import checkpoint, readiness, sealing, tuning
 from geosync_agent.core.pauses import note_heavy, plan_wait, publish_pause
 from geosync_agent.core.subscriptions import (
     BEFORE_ALL,
@@ -676,25 +676,16 @@ class Agent:
             self.parts_failing[part] = (since, str(error)[:200])
 
     def readiness(self, now_mono: float) -> tuple[bool, str]:
-        """Whether the agent is doing its work, and why not: before its first round, when no round completed
-        for ``STALL_S`` (a stuck loop), or when rounds have failed for ``FAILING_S`` (an admin API or broker
-        down or refusing it, an expired token), every control message sent for as long failed, or discovery
-        or the acknowledgement feed did (a region unreachable from the start leaves the rounds with nothing
-        to fail on). For /readyz: Kubernetes then stops counting on this pod."""
-        if not self.ready or self.round_done_at is None:
-            return False, "starting: no round completed yet"
-        if now_mono - self.round_done_at > tuning.STALL_S:
-            return False, f"stalled: no round completed for {now_mono - self.round_done_at:.0f} s"
-        if self.failing_since is not None and now_mono - self.failing_since >= tuning.FAILING_S:
-            failing = now_mono - self.failing_since
-            return False, f"failing: every round for {failing:.0f} s, last error: {self.last_error}"
-        since = self.publish_failing_since
-        if since is not None and now_mono - since >= tuning.FAILING_S:
-            return False, f"failing: no control message could be sent for {now_mono - since:.0f} s"
-        for part, (since, error) in sorted(self.parts_failing.items()):
-            if now_mono - since >= tuning.FAILING_S:
-                return False, f"failing: {part} for {now_mono - since:.0f} s, last error: {error}"
-        return True, "ready"
+        """Whether the agent is doing its work, and why not (``core.readiness``), for /readyz: Kubernetes
+        then stops counting on this pod."""
+        return readiness.readiness(
+            now_mono,
+            round_done_at=self.round_done_at if self.ready else None,
+            failing_since=self.failing_since,
+            last_error=self.last_error,
+            publish_failing_since=self.publish_failing_since,
+            parts_failing=self.parts_failing,
+        )
 
     def close(self) -> None:
         """Write a last checkpoint and close readers (producers and the client belong to the effector and
@@ -2100,16 +2091,7 @@ class Agent:
         outgoing, self.outgoing = self.outgoing, {}
         sends: list[fx.Effect] = []
         for namespace, all_states in outgoing.items():
-            # States with partly acknowledged batches travel in their own (version 2) envelopes, so that an
-            # agent not upgraded yet still reads every other state (it refuses version 2 envelopes whole).
-            whole = [m for m in all_states if not m.acks.partials]
-            partial = [m for m in all_states if m.acks.partials]
-            chunks = [
-                states[start : start + tuning.STATES_PER_ENVELOPE]
-                for states in (whole, partial)
-                for start in range(0, len(states), tuning.STATES_PER_ENVELOPE)
-            ]
-            for batch in chunks:
+            for batch in sealing.chunks(all_states):
                 for data in self._sealed(batch, now):
                     sends.append(fx.Publish(self._control_topic(namespace), data, "envelopes_published"))
                 self.stats.inc("states_published", len(batch))
@@ -2135,37 +2117,19 @@ class Agent:
         return sends
 
     def _sealed(self, states: list[envelopes.AckStateMessage], now: Now) -> list[bytes]:
-        """``states`` as signed control messages of at most MAX_ENVELOPE_BYTES each (see there); a single
-        state whose claims cannot be halved any more goes out as it is."""
-        # Wall-clock microseconds (never backwards): another agent of this region, during a rolling update,
-        # numbers its messages alike, and peers accept both (envelopes.REPLAY_WINDOW).
-        seq = max(self.seq + 1, now.wall_ms * 1000)
-        envelope = envelopes.Envelope(
-            kind=envelopes.ACK_STATES,
+        """``states`` as signed control messages (``core.sealing``), numbered after the last ones sent."""
+        sealed = sealing.seal(
+            states,
+            signer=self.keys.signer,
             region=self.config.region,
-            seq=seq,
-            sent_at_ms=now.wall_ms,
-            payload=envelopes.encode_ack_states(
-                states, region=self.config.region, incarnations=self._incarnation_tags()
-            ),
+            seq=self.seq,
+            now_ms=now.wall_ms,
+            incarnations=self._incarnation_tags(),
         )
-        data = envelopes.seal(self.keys.signer, envelope)
-        if len(data) <= tuning.MAX_ENVELOPE_BYTES:
-            self.seq = seq
-            return [data]
-        if len(states) > 1:
-            half = len(states) // 2
-            return self._sealed(states[:half], now) + self._sealed(states[half:], now)
-        (state,) = states
-        try:
-            first, second = state.acks.split()
-        except ValueError:
-            self.seq = seq
-            return [data]
-        self.stats.inc("states_split")
-        return self._sealed([replace(state, acks=first)], now) + self._sealed(
-            [replace(state, acks=second)], now
-        )
+        self.seq = sealed.seq
+        if sealed.splits:
+            self.stats.inc("states_split", sealed.splits)
+        return sealed.messages
 
     def _incarnation_tags(self) -> dict[str, Incarnation] | None:
         """The incarnations to send with states: this region's own and every one known here, so that a peer
