@@ -47,7 +47,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import checkpoint, readiness, sealing, tuning
+from geosync_agent.core import checkpoint, generations, readiness, sealing, tuning
 from geosync_agent.core.pauses import note_heavy, plan_wait, publish_pause
 from geosync_agent.core.subscriptions import (
     BEFORE_ALL,
@@ -1586,23 +1586,17 @@ class Agent:
         if not synced(self.config, message.topic, message.subscription):
             return
         state = self._subscription(message.topic, message.subscription, exists=False)
-        if message.generation < state.generation:
+        ts = self.topics.get(message.topic)
+        generation = state.generation
+        taken = generations.take_claims(
+            state, message, index=None if ts is None else ts.tail.index, now_wall=now.wall
+        )
+        if taken is generations.Taken.SUPERSEDED:
             self.stats.inc("claims_superseded")  # from before a rewind: they would undo it
             return
-        if message.generation > state.generation:
-            self._follow(state, message.generation)
-        merged = state.received.merge(message.acks)
-        if state.active and merged != state.received:
-            known = state.known()
-            ts = self.topics.get(message.topic)
-            if (
-                claiming.tells_news(ts.tail.index, message.acks, known)
-                if ts is not None
-                else known.merge(message.acks) != known  # no log here to judge by: by their form
-            ):
-                state.active = False  # acknowledged elsewhere first: consumed there now
-        state.received_from[message.region] = now.wall
-        state.announced = True
+        if state.generation != generation:
+            self.stats.inc("rewinds_followed")
+            log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
         if message.topic not in self.topics and not self.owns(message.topic):
             # Sidecar mode: another broker's agent applies them (the claims are kept for a takeover).
             if self.ownership is not None and len(self.lookups) < tuning.MAX_UNOBSERVED:
@@ -1616,10 +1610,8 @@ class Agent:
                     message.topic, (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S)
                 )
             self._rediscover_soon(now, "rediscover_for_claims")
-        if merged != state.received:
-            state.received = merged
+        if taken is generations.Taken.CHANGED:
             self.stats.inc("claims_received")
-            ts = self.topics.get(message.topic)
             writes = Capability.PLUGIN_CURSOR_WRITES
             if ts is not None and (
                 self.caps.get(writes) is False or not self.caps.usable(writes, now=now.mono)
@@ -1629,50 +1621,15 @@ class Agent:
                 # topic due a poll for two rounds, until its first writes were answered.)
                 ts.poll = replace(ts.poll, next_at=0.0)
 
-    def _follow(self, state: Subscription, generation: int) -> None:
-        """Another region rewound the subscription (a newer generation of claims): its claims replace the
-        ones held, and the cursor here is rewound to them before it claims anything (see ``apply``)."""
-        self._new_generation(state, generation)
-        state.follow = True
-        self.stats.inc("rewinds_followed")
-        log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
-
-    def _new_generation(self, state: Subscription, generation: int) -> None:
-        state.generation = generation
-        state.received = OriginAcks.of({})
-        state.published = state.translated = None
-        state.claimed_to = BEFORE_ALL
-        state.planned = state.pending_move = state.reset_to = None
-        state.follow = False
-
     def _rewound(self, state: Subscription, cursor: AckState, *, source: str, now: Now) -> bool:
-        """Whether ``cursor``, as ``source`` ("feed", "poll" or "write") showed it, has ``state`` rewound here
-        by someone else than the agent (it no longer acknowledges entries it was seen acknowledging before,
-        see ``seen_feed`` and ``seen_any``; or it is the first cursor after it was created again). If so,
-        and this region is the active one, a new generation of its claims starts, made of this cursor alone.
-        Batch indexes are left out (polls cannot see them)."""
-        md = cursor.mark_delete
-        whole = AckState.of(md, cursor.ranges) if cursor.batches else cursor
-        seen = state.seen_feed if source == "feed" else state.seen_any
-        if source == "feed":
-            state.seen_feed = whole
-        any_ = state.seen_any
-        # A cursor moving on covers what was seen: the union is then the cursor itself (not built again).
-        state.seen_any = (
-            whole if any_ is None or source != "feed" or whole.covers_whole(any_) else any_.merge(whole)
-        )
-        recreated, state.recreated = state.recreated, False
-        if not recreated and (seen is None or whole.covers_whole(seen)):
+        """Whether ``cursor``, as ``source`` showed it, started a new generation of ``state``'s claims
+        (``core.generations.rewound``); if so, a tail that forgot entries it acknowledges is read again."""
+        rewind = generations.rewound(state, cursor, source=source, now_mono=now.mono, now_wall_ms=now.wall_ms)
+        if rewind is None or rewind.kind is generations.Rewind.OWN:
             return False
-        state.planned = None  # the cursor may be back where it was planned from before: plan again
-        if not state.active:
+        if rewind.kind is generations.Rewind.PASSIVE:
             self.stats.inc("rewinds_passive")  # a passive copy: the active region's claims undo it
             return False
-        own = state.reset_to
-        if not recreated and own is not None and now.mono < own[1] and (own[0] is None or md >= own[0]):
-            return False  # where the agent rewound it itself, seen late by this source
-        self._new_generation(state, max(state.generation + 1, now.wall_ms))
-        state.seen_feed = state.seen_any = whole
         self.stats.inc("rewinds")
         ts = self.topics.get(state.topic)
         if ts is not None and ts.tail.index.floor is not None and not ts.tail.stale:
@@ -1687,7 +1644,9 @@ class Agent:
             "%s on %s was %s here: its claims start again from this cursor (generation %d)",
             state.name,
             state.topic,
-            "created again" if recreated else f"rewound from {seen and seen.mark_delete} to {md}",
+            "created again"
+            if rewind.recreated
+            else f"rewound from {rewind.seen and rewind.seen.mark_delete} to {cursor.mark_delete}",
             state.generation,
         )
         return True

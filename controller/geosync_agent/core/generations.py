@@ -1,0 +1,134 @@
+"""Generations of a subscription's claims: what a rewind does to what a region claims and holds.
+
+Claims can never be taken back, so a deliberate rewind (a consumer or operator moved the cursor back, or
+the subscription was deleted and created again) starts a newer generation of them: the region where the
+subscription is consumed (``Subscription.active``) claims afresh from its cursor alone, and every other
+region, hearing of the newer generation, drops the claims it held and rewinds its own cursor to what the
+new claims acknowledge (``follow``). Claims of an older generation are dropped where a newer one is known.
+
+Invariants (tests in ``tests/agent/test_core_generations.py``): a generation never goes back; a new one
+holds no claims and no plan; only the active region starts one from its own cursor, and never for a move
+back the agent made itself and sees late; claims of an older generation change nothing; a newer one
+replaces the claims held and has the cursor followed before it claims anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from geosync_agent.core.subscriptions import BEFORE_ALL, Subscription
+from geosync_core import claiming, envelopes
+from geosync_core.indexing import OriginIndex
+from geosync_core.origins import OriginAcks
+from geosync_core.rangesets import AckState
+
+
+def new_generation(state: Subscription, generation: int) -> None:
+    """Start ``generation`` of ``state``'s claims: none held or published yet, nothing planned from the
+    old ones, no rewind to follow."""
+    state.generation = generation
+    state.received = OriginAcks.of({})
+    state.published = state.translated = None
+    state.claimed_to = BEFORE_ALL
+    state.planned = state.pending_move = state.reset_to = None
+    state.follow = False
+
+
+def follow(state: Subscription, generation: int) -> None:
+    """Another region rewound the subscription (``generation`` is newer): its claims replace the ones
+    held, and the cursor here is rewound to them before it claims anything."""
+    new_generation(state, generation)
+    state.follow = True
+
+
+class Rewind(Enum):
+    """What a cursor seen going back is."""
+
+    PASSIVE = "passive"
+    """Here, where the subscription is not consumed: the active region's claims undo it."""
+    OWN = "own"
+    """The agent's own rewind, seen late by this source."""
+    NEW_GENERATION = "new generation"
+    """A deliberate rewind where the subscription is consumed: a new generation of its claims started."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rewound:
+    kind: Rewind
+    recreated: bool
+    """The cursor is the first of a subscription created again (not a move back)."""
+    seen: AckState | None
+    """What this source showed acknowledged before."""
+
+
+def rewound(
+    state: Subscription, cursor: AckState, *, source: str, now_mono: float, now_wall_ms: int
+) -> Rewound | None:
+    """Whether ``cursor``, as ``source`` ("feed", "poll" or "write") showed it, has ``state`` rewound here
+    by someone else than the agent (it no longer acknowledges entries it was seen acknowledging before,
+    see ``Subscription.seen_feed`` and ``seen_any``; or it is the first cursor after it was created
+    again); None when it was not. Where this region is the active one, a new generation of its claims
+    starts, made of this cursor alone. Batch indexes are left out (polls cannot see them)."""
+    md = cursor.mark_delete
+    whole = AckState.of(md, cursor.ranges) if cursor.batches else cursor
+    seen = state.seen_feed if source == "feed" else state.seen_any
+    if source == "feed":
+        state.seen_feed = whole
+    any_ = state.seen_any
+    # A cursor moving on covers what was seen: the union is then the cursor itself (not built again).
+    state.seen_any = (
+        whole if any_ is None or source != "feed" or whole.covers_whole(any_) else any_.merge(whole)
+    )
+    recreated, state.recreated = state.recreated, False
+    if not recreated and (seen is None or whole.covers_whole(seen)):
+        return None
+    state.planned = None  # the cursor may be back where it was planned from before: plan again
+    if not state.active:
+        return Rewound(Rewind.PASSIVE, recreated, seen)
+    own = state.reset_to
+    if not recreated and own is not None and now_mono < own[1] and (own[0] is None or md >= own[0]):
+        return Rewound(Rewind.OWN, recreated, seen)
+    new_generation(state, max(state.generation + 1, now_wall_ms))
+    state.seen_feed = state.seen_any = whole
+    return Rewound(Rewind.NEW_GENERATION, recreated, seen)
+
+
+class Taken(Enum):
+    """What claims received did to a subscription's state."""
+
+    SUPERSEDED = "superseded"
+    """Of an older generation than the one held: dropped (they would undo a rewind)."""
+    UNCHANGED = "unchanged"
+    """Nothing the claims held did not say already."""
+    CHANGED = "changed"
+    """The claims held grew."""
+
+
+def take_claims(
+    state: Subscription, message: envelopes.AckStateMessage, *, index: OriginIndex | None, now_wall: float
+) -> Taken:
+    """Merge the claims ``message`` carries into ``state`` (the subscription it names) at wall time
+    ``now_wall``. A newer generation replaces the claims held first (``follow``: the caller tells it by
+    ``state.generation``).
+    Claims that tell of acknowledgements not made here first make this region passive: the subscription is
+    consumed there now (judged against the topic's origin ``index``, or by the claims' form without one)."""
+    if message.generation < state.generation:
+        return Taken.SUPERSEDED
+    if message.generation > state.generation:
+        follow(state, message.generation)
+    merged = state.received.merge(message.acks)
+    changed = merged != state.received
+    if state.active and changed:
+        known = state.known()
+        if (
+            claiming.tells_news(index, message.acks, known)
+            if index is not None
+            else known.merge(message.acks) != known  # no log here to judge by: by their form
+        ):
+            state.active = False  # acknowledged elsewhere first: consumed there now
+    state.received_from[message.region] = now_wall
+    state.announced = True
+    if changed:
+        state.received = merged
+    return Taken.CHANGED if changed else Taken.UNCHANGED
