@@ -42,6 +42,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from geosync_adapters import signing
 from geosync_adapters.admin import AdminClient, AdminError, AdminNotFound
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
@@ -49,7 +50,6 @@ from geosync_core import envelopes
 from geosync_core.topology import Topology
 from geosync_lab import labs
 
-KEY = b"bench-key-0123456789abcdef"
 SYNC_SETTING = "configurationMetadataSyncEventTopic"
 # Pulsar's synchronizer consumes as subscription "metadata-syncer"; "unsynced-*" topics are left alone by
 # the lab's agents (an agent syncing that subscription's acknowledgements would skip events a region has
@@ -74,9 +74,12 @@ def _config(topology: Topology, name: str, run: str) -> AgentConfig:
 
 def child(args: argparse.Namespace) -> None:
     """One region's mirror in its own process (as in an agent), its snapshot written to ``--state``."""
-    mirror = Mirror(
-        _config(labs.load(pathlib.Path(args.lab)), args.region, args.run), envelopes.Keys.shared(KEY)
+    lab = pathlib.Path(args.lab)
+    # The lab agents' keys (each region's own, and the keyring listing them all): what its agents sign with.
+    keys = envelopes.Keys(
+        labs.signer(lab, args.region), signing.load_keyring(lab / "agents" / "keyring.yaml")
     )
+    mirror = Mirror(_config(labs.load(lab), args.region, args.run), keys)
     mirror.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,4 +1,4 @@
-"""What signing costs per control envelope: Ed25519 (per-region keys) against the legacy shared HMAC key.
+"""What signing costs per control envelope (Ed25519, each region's own key).
 
     python bench/signing.py [--states 20] [--spans 8] [--rounds 2000]
 
@@ -51,12 +51,8 @@ def main() -> None:
     env = envelope(args.states, args.spans)
     ed = signing.generate("a-1")
     ring = envelopes.Keyring.of({"a": {"a-1": signing.parse_public(ed.public(), where="bench")}})
-    shared = envelopes.Keys.shared(b"k" * 32)
     results: dict[str, float] = {"envelope_bytes": len(envelopes.seal(ed, env))}
-    cases: list[tuple[str, envelopes.Signer, envelopes.Keyring]] = [
-        ("ed25519", ed, ring),
-        ("hmac", shared.signer, shared.keyring),
-    ]
+    cases: list[tuple[str, envelopes.Signer, envelopes.Keyring]] = [("ed25519", ed, ring)]
     for name, signer, keyring in cases:
         wire = envelopes.seal(signer, env)
         assert isinstance(envelopes.open_envelope(keyring, wire), envelopes.Envelope)

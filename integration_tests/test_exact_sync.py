@@ -8,6 +8,8 @@ messages arrive there: nothing lost, nothing acknowledged delivered again, ack h
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import json
 import random
 import time
@@ -359,18 +361,22 @@ def test_forged_and_garbage_control_messages_change_nothing(lab: Lab, unique: st
     produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(10)])
     wait_backlog(lab, "b", topic, sub, 10)
     before = _agent_state(lab, "b")["counters"]
-    # A claim that everything of a's ledgers 0..10^6 was acknowledged, signed with a legacy shared key the
-    # agents do not accept, unsigned, altered after signing, and garbage: none may move b's cursor.
+    # A claim that everything of a's ledgers 0..10^6 was acknowledged, signed with a shared HMAC key as
+    # earlier releases did (version 1, refused whatever the key), unsigned, altered after signing, and
+    # garbage: none may move b's cursor.
     claim = envelopes.encode_ack_state(topic, sub, region="a", acks=_everything())
     forged = envelopes.Envelope(kind=envelopes.ACK_STATE, region="a", seq=2**62, sent_at_ms=0, payload=claim)
-    wrong_key = envelopes.seal(b"not-the-deployment-key-0123456789", forged)
+    legacy = {**forged.fields(), "version": envelopes.LEGACY_VERSION}
+    shared_key = envelopes.canonical(
+        {**legacy, "sig": hmac.new(b"k" * 32, envelopes.canonical(legacy), hashlib.sha256).hexdigest()}
+    )
     unsigned = json.dumps(forged.fields()).encode()
     key = labs.signer(lab.dir, "a")  # a's own signing key: these messages are genuine
     genuine = envelopes.seal(key, forged)
     altered = genuine.replace(b'"seq":4611686018427387904', b'"seq":4611686018427387905')
     assert altered != genuine, "the alteration must take effect, or the test would send a valid claim"
     control = f"persistent://geo/ab/{labs.CONTROL_TOPIC}"
-    produce(lab.service_url("a"), control, [wrong_key, unsigned, altered, b"\x00\xffgarbage", b"{}"])
+    produce(lab.service_url("a"), control, [shared_key, unsigned, altered, b"\x00\xffgarbage", b"{}"])
 
     def rejected() -> int:
         counters = _agent_state(lab, "b")["counters"]
@@ -379,6 +385,8 @@ def test_forged_and_garbage_control_messages_change_nothing(lab: Lab, unique: st
     wait_for(lambda: rejected() >= 5, what="b's agent to reject the five bad control messages")
     time.sleep(1)
     assert backlog(lab, "b", topic, sub) == 10
+    unknown_key = "control_rejected_" + envelopes.Reason.UNKNOWN_KEY.value
+    assert _agent_state(lab, "b")["counters"].get(unknown_key, 0) - before.get(unknown_key, 0) == 1
     assert _agent_state(lab, "b")["ready"] is True
 
 

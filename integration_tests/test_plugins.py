@@ -25,7 +25,7 @@ import pulsar
 import pytest
 import requests
 
-from geosync_adapters import messaging
+from geosync_adapters import messaging, signing
 from geosync_adapters.admin import AdminClient
 from geosync_core import markers
 from geosync_core.envelopes import Rejected
@@ -35,7 +35,8 @@ from integration_tests.helpers import Lab, produce, wait_for
 
 pytestmark = pytest.mark.lab
 
-KEY = secrets.token_bytes(32)
+KEYS = signing.in_memory(("a", "b", "c"))
+RING = KEYS["a"].keyring
 AGENT_SUB = "geosync-agent"
 
 
@@ -125,7 +126,7 @@ def marker_messages(region: str, topic: str, n: int) -> list[tuple[bytes, dict[s
     for i in range(n):
         marker = markers.SnapshotRequest(snapshot_id=f"snap-{i}", source_region=region, round=1 + i % 2)
         props, data = markers.encode_marker(
-            KEY, marker, topic=topic, seq=i + 1, sent_at_ms=int(time.time() * 1000)
+            KEYS[region].signer, marker, topic=topic, seq=i + 1, sent_at_ms=int(time.time() * 1000)
         )
         out.append((data, props))
     return out
@@ -176,7 +177,7 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
         assert not any(markers.is_marker(m.properties) for m in app + reader)
         assert len(agent) == len(interleaved), region
         decoded = [
-            markers.decode_marker(KEY, m.properties, m.data, topic=topic)
+            markers.decode_marker(RING, m.properties, m.data, topic=topic)
             for m in agent
             if markers.is_marker(m.properties)
         ]
@@ -213,7 +214,7 @@ def test_filter_survives_garbage(plugin_lab: Lab, unique: str) -> None:
     agent = drain(plugin_lab.service_url("a"), topic, subscription=f"{AGENT_SUB}-{unique}")
     assert sorted(m.data for m in agent) == sorted(d for d, _ in items)
     assert all(
-        isinstance(markers.decode_marker(KEY, m.properties, m.data, topic=topic), Rejected) for m in agent
+        isinstance(markers.decode_marker(RING, m.properties, m.data, topic=topic), Rejected) for m in agent
     )
     assert status(plugin_lab, "a")["errors"] == 0
     assert plugin_lab.admin("a").clusters()

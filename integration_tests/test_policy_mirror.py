@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from kazoo.client import KazooClient
 from geoctl import errors
 from geoctl.cli import main
 from geosync_adapters import admin as adm
+from geosync_adapters import signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
@@ -43,7 +45,12 @@ from integration_tests.helpers import Lab, wait_for
 
 pytestmark = pytest.mark.lab
 REGIONS = ("a", "b", "c")
-KEY = b"policy-mirror-test-key-0123456789"
+SIGNERS = {r: signing.generate(f"{r}-mirror-test") for r in REGIONS}
+RING = envelopes.Keyring.of(
+    {r: {s.key_id: signing.parse_public(s.public(), where=r)} for r, s in SIGNERS.items()}
+)
+KEYS = {r: envelopes.Keys(s, RING) for r, s in SIGNERS.items()}
+"""Each region's signing key, and the keyring of them all (what a region's mirror signs and accepts with)."""
 
 
 class Mirrors:
@@ -68,7 +75,7 @@ class Mirrors:
         )
 
     def start(self, region: str) -> Mirror:
-        mirror = Mirror(self.config(region), envelopes.Keys.shared(KEY))
+        mirror = Mirror(self.config(region), KEYS[region])
         mirror.start()
         self.running[region] = mirror
         wait_for(lambda: mirror.snapshot()["leader"], timeout_s=30, what=f"mirror {region} to lead")
@@ -217,9 +224,10 @@ _CHILD = """
 import json, sys, time, logging
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
+from geosync_adapters import signing
 from geosync_core.envelopes import Keys
 cfg = AgentConfig(**json.loads(sys.argv[1]))
-m = Mirror(cfg, Keys.shared(sys.argv[2].encode()))
+m = Mirror(cfg, Keys(signing.load_signer(sys.argv[2], sys.argv[3]), signing.load_keyring(sys.argv[4])))
 m.start()
 while not m.snapshot()["leader"]:
     time.sleep(0.1)
@@ -228,19 +236,24 @@ time.sleep(3600)
 """
 
 
-def test_a_killed_leader_is_replaced_by_a_standby(lab: Lab, mirrors: Mirrors) -> None:
+def test_a_killed_leader_is_replaced_by_a_standby(lab: Lab, mirrors: Mirrors, tmp_path: pathlib.Path) -> None:
     tenant = _tenant(lab, mirrors, "kill")
     ns = _namespace(lab, tenant)
     mirrors.stop("b")
     cfg = mirrors.config("b")
     raw = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items() if k != "extra"}
+    private, _ = signing.write_key_pair(tmp_path, SIGNERS["b"])
+    keyring = tmp_path / "keyring.yaml"
+    keyring.write_text(signing.dump_keyring({r: {s.key_id: s.public()} for r, s in SIGNERS.items()}))
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, json.dumps(raw), KEY.decode()], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _CHILD, json.dumps(raw), str(private), SIGNERS["b"].key_id, str(keyring)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "leading"
-        standby = Mirror(cfg, envelopes.Keys.shared(KEY))
+        standby = Mirror(cfg, KEYS["b"])
         standby.start()
         mirrors.running["b"] = standby
         lab.admin("a").set_message_ttl(ns, 555)
@@ -357,7 +370,7 @@ def test_a_mirror_whose_checkpoint_is_in_parts_resumes_from_it(lab: Lab) -> None
     not drain the event topic from the beginning again)."""
     config = dataclasses.replace(Mirrors(lab).config("a"), mirror_checkpoint_part_bytes=64)
     r = lab.topology.region("a")
-    first = Mirror(config, envelopes.Keys.shared(KEY))
+    first = Mirror(config, KEYS["a"])
     first.start()
     try:
         wait_for(lambda: first.snapshot()["leader"], timeout_s=60, what="the first mirror to lead")
@@ -374,7 +387,7 @@ def test_a_mirror_whose_checkpoint_is_in_parts_resumes_from_it(lab: Lab) -> None
         assert pointer is not None
         assert pointer.parts > 1
         assert kazoo.get_children(f"{config.mirror_root}/parts") == [pointer.generation]
-        second = Mirror(config, envelopes.Keys.shared(KEY))
+        second = Mirror(config, KEYS["a"])
         second.start()
         try:
             wait_for(lambda: second.snapshot()["leader"], timeout_s=60, what="the second mirror to lead")

@@ -164,11 +164,10 @@ def test_rotating_a_regions_key_while_syncing_keeps_failover_exact(lab: Lab, uni
 def test_no_key_or_token_bytes_in_an_agents_log_state_or_metrics(
     lab: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """c's agent restarted with a token and, next to its own key, the legacy shared key (the lab's brokers
-    ignore the token); none of their bytes may show where operators and scrapers look."""
-    token, shared = f"tok-{time.time_ns()}-SECRET", f"shared-{time.time_ns()}-SECRET-0123456789abcdef"
+    """c's agent restarted with a token (the lab's brokers ignore it); neither its bytes nor the agent's
+    private key may show where operators and scrapers look."""
+    token = f"tok-{time.time_ns()}-SECRET"
     monkeypatch.setenv("GEOSYNC_TOKEN", token)
-    monkeypatch.setenv("GEOSYNC_KEY", shared)
     labs.stop_agent(lab.dir, "c")
     log = labs.agent_log(lab.dir, "c")
     start = log.stat().st_size if log.exists() else 0
@@ -184,13 +183,10 @@ def test_no_key_or_token_bytes_in_an_agents_log_state_or_metrics(
         }
     finally:
         monkeypatch.delenv("GEOSYNC_TOKEN")
-        monkeypatch.delenv("GEOSYNC_KEY")
         labs.stop_agent(lab.dir, "c")
         labs.start_agent(lab.dir, "c")
-    assert b"legacy signing" in pages["log"], "the legacy key's warning is missing"
     signing_state = json.loads(pages["/state"])["signing"]
     assert signing_state["key_id"] == labs.signing_key_id(lab.dir, "c")
-    assert signing_state["legacy_shared_key"] is True
     private = labs.signer(lab.dir, "c").private
     raw = private.private_bytes(
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
@@ -200,7 +196,6 @@ def test_no_key_or_token_bytes_in_an_agents_log_state_or_metrics(
     )
     secrets = {
         "token": token.encode(),
-        "shared key": shared.encode(),
         "private key (hex)": raw.hex().encode(),
         "private key (base64)": base64.b64encode(raw),
         "private key (PEM body)": pem.splitlines()[1],

@@ -121,8 +121,6 @@ def test_agent_reads_its_token_from_a_file_and_never_logs_it(
     secured: tuple[regions.RegionProcess, str], tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     proc, token = secured
-    key = tmp_path / "hmac.key"
-    key.write_text(os.urandom(32).hex())
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
 
@@ -131,7 +129,6 @@ def test_agent_reads_its_token_from_a_file_and_never_logs_it(
             region="sec",
             admin_url=proc.admin_url,
             service_url=proc.service_url,
-            key_file=str(key),
             token_file=token_file,
         )
 
@@ -149,15 +146,12 @@ def test_agent_picks_up_a_rotated_token_file_without_a_restart(
     cluster's key was rotated first); the operator then writes the new token: the same admin client and the
     same broker client use it from the next call on."""
     proc, token = secured
-    key = tmp_path / "hmac.key"
-    key.write_text(os.urandom(32).hex())
     token_file = tmp_path / "token"
     token_file.write_text(hs256_token(b"the old secret!!" * 2, "geosync-admin") + "\n")
     config = AgentConfig(
         region="sec",
         admin_url=proc.admin_url,
         service_url=proc.service_url,
-        key_file=str(key),
         token_file=str(token_file),
     )
     admin = config.admin_client(timeout=10.0)
@@ -231,8 +225,6 @@ def test_brokers_over_tls_verify_the_certificate(secured_region: Secured) -> Non
 
 def test_agent_talks_tls_to_admin_api_and_brokers(secured_region: Secured, tmp_path: pathlib.Path) -> None:
     sec = secured_region
-    key = tmp_path / "hmac.key"
-    key.write_text(os.urandom(32).hex())
     token_file = tmp_path / "token"
     token_file.write_text(sec.token)
 
@@ -241,7 +233,6 @@ def test_agent_talks_tls_to_admin_api_and_brokers(secured_region: Secured, tmp_p
             region="sec",
             admin_url=sec.https_admin_url,
             service_url=sec.ssl_service_url,
-            key_file=str(key),
             token_file=str(token_file),
             tls_trust_certs_file=ca,
         )

@@ -22,13 +22,13 @@ from kazoo.client import KazooClient
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from geosync_adapters import admin as adm
+from geosync_adapters import signing
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
-from geosync_core import envelopes
 from integration_tests.helpers import Lab, wait_for
 
 pytestmark = pytest.mark.lab
-KEY = b"zookeeper-auth-test-key-0123456789"
+KEYS = signing.in_memory(("a", "b", "c"))
 REGIONS = ("a", "b")
 
 
@@ -83,7 +83,7 @@ def mirrors(setup: Setup) -> Iterator[dict[str, Mirror]]:
     running: dict[str, Mirror] = {}
     try:
         for region in REGIONS:
-            mirror = running[region] = Mirror(setup.config(region), envelopes.Keys.shared(KEY))
+            mirror = running[region] = Mirror(setup.config(region), KEYS[region])
             mirror.start()
         for region, mirror in running.items():
             wait_for(partial(_leads, mirror), timeout_s=30, what=f"mirror {region} to lead")
@@ -186,7 +186,7 @@ def test_the_password_reaches_no_log(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     mirrors["a"].stop()  # a new term: a new session authenticates again, logged by kazoo at DEBUG
-    mirror = mirrors["a"] = Mirror(setup.config("a"), envelopes.Keys.shared(KEY))
+    mirror = mirrors["a"] = Mirror(setup.config("a"), KEYS["a"])
     mirror.start()
     wait_for(lambda: mirror.snapshot()["leader"], timeout_s=30, what="mirror a to lead again")
     assert any("Auth(" in r.getMessage() for r in caplog.records), "kazoo's auth request was not logged"

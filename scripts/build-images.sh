@@ -128,13 +128,23 @@ podman run --rm --no-healthcheck "${RUN_FLAGS[@]}" "$AGENT_IMAGE" --help >/dev/n
 # The agent as the chart runs it (read-only root, no capabilities), for a region that is not there: it
 # keeps running, retrying, and its HEALTHCHECK (/healthz) must pass. No network but its own loopback.
 mkdir "$work/etc"
+# Its own signing key (a throwaway, so readable by the container's user) and a keyring that lists it.
+.venv/bin/python - "$work/etc" <<'PY'
+import pathlib, sys
+from geosync_adapters import signing
+etc = pathlib.Path(sys.argv[1])
+signer = signing.generate("nowhere-1")
+private, _ = signing.write_key_pair(etc, signer)
+private.chmod(0o644)
+(etc / "keyring.yaml").write_text(signing.dump_keyring({"nowhere": {signer.key_id: signer.public()}}))
+PY
 printf '%s\n' 'region: nowhere' 'admin_url: http://127.0.0.1:9' 'service_url: pulsar://127.0.0.1:9' \
-  'metrics_port: 9464' 'mirror_policies: false' >"$work/etc/agent.yaml"
-chmod 0755 "$work/etc" && chmod 0644 "$work/etc/agent.yaml"
+  'metrics_port: 9464' 'mirror_policies: false' 'signing_key_file: /etc/geosync/nowhere-1.key' \
+  'signing_key_id: nowhere-1' 'keyring_file: /etc/geosync/keyring.yaml' >"$work/etc/agent.yaml"
+chmod 0755 "$work/etc" && chmod 0644 "$work/etc/agent.yaml" "$work/etc/keyring.yaml" "$work/etc/nowhere-1.pub"
 agent=geosync-agent-check-$$
-key=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 podman run -d --name "$agent" "${RUN_FLAGS[@]}" --network none --read-only --read-only-tmpfs=false \
-  --cap-drop ALL --security-opt no-new-privileges -e "GEOSYNC_KEY=$key" \
+  --cap-drop ALL --security-opt no-new-privileges \
   -v "$work/etc:/etc/geosync:ro" "$AGENT_IMAGE" >/dev/null 2>&1
 healthy=0
 for _ in $(seq 30); do

@@ -20,7 +20,7 @@ import binascii
 import os
 import pathlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import yaml
@@ -140,8 +140,8 @@ def parse_public(text: str, *, where: str) -> Ed25519Verifier:
     return Ed25519Verifier(Ed25519PublicKey.from_public_bytes(raw))
 
 
-def load_keyring(path: str | pathlib.Path, *, shared: envelopes.SharedKey | None = None) -> envelopes.Keyring:
-    """The keyring in ``path``; ``shared``: accept legacy envelopes under that key as well."""
+def load_keyring(path: str | pathlib.Path) -> envelopes.Keyring:
+    """The keyring in ``path``."""
     path = pathlib.Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -164,7 +164,7 @@ def load_keyring(path: str | pathlib.Path, *, shared: envelopes.SharedKey | None
             for key_id, value in keys.items()
         }
     try:
-        return envelopes.Keyring.of(regions, shared)
+        return envelopes.Keyring.of(regions)
     except ValueError as e:
         raise KeyFileError(f"keyring file {str(path)!r}: {e}") from e
 
@@ -185,6 +185,16 @@ def _public_entry(keyring: pathlib.Path, region: str, key_id: str, value: object
 def dump_keyring(regions: Mapping[str, Mapping[str, str]]) -> str:
     """A keyring file's text from ``{region: {key_id: public key text or file}}``."""
     return yaml.safe_dump({r: dict(k) for r, k in regions.items()}, sort_keys=True)
+
+
+def in_memory(regions: Iterable[str]) -> dict[str, envelopes.Keys]:
+    """A new key for each region and one keyring listing them all, never written anywhere: each region's
+    agent keys for tests, benchmarks and throwaway processes. Key ids are ``REGION-test``."""
+    signers = {region: generate(f"{region}-test") for region in regions}
+    keyring = envelopes.Keyring.of(
+        {region: {s.key_id: Ed25519Verifier(s.private.public_key())} for region, s in signers.items()}
+    )
+    return {region: envelopes.Keys(signer, keyring) for region, signer in signers.items()}
 
 
 def holds(keyring: envelopes.Keyring, region: str, signer: Ed25519Signer) -> bool:

@@ -1,15 +1,14 @@
 """The agent's settings: one YAML file per region, checked at start-up with the bad key named.
 
-Secrets never come from the command line: the region's signing key, the legacy shared HMAC key, the
-admin/broker token and the ZooKeeper credentials are read from files (``signing_key_file``, ``key_file``,
-``token_file``, ``zookeeper_auth_file``) or from the environment (``GEOSYNC_KEY``, ``GEOSYNC_TOKEN``), and are
-never logged, nor shown in ``/state`` or the metrics.
+Secrets never come from the command line: the region's signing key, the admin/broker token and the
+ZooKeeper credentials are read from files (``signing_key_file``, ``token_file``, ``zookeeper_auth_file``) or
+from the environment (``GEOSYNC_TOKEN``), and are never logged, nor shown in ``/state`` or the metrics.
 
 Signing (README, "Signing keys"): each region signs its control messages with its own Ed25519 key
 (``signing_key_file``, ``signing_key_id``) and accepts each region's messages under the keys its keyring
-lists for that region (``keyring_file``). ``key_file`` / ``GEOSYNC_KEY`` alone is the legacy, insecure mode
-(one HMAC key shared by all regions: any holder can speak for any region); next to a keyring it keeps
-legacy envelopes readable during an upgrade, and signs with it until ``signing_key_id`` is set.
+lists for that region (``keyring_file``). The shared HMAC key of earlier releases (``key_file``,
+``GEOSYNC_KEY``: whoever held it could speak for every region) is refused with the step to per-region keys
+(``LEGACY_KEY_REFUSED``).
 """
 
 from __future__ import annotations
@@ -29,7 +28,15 @@ from geosync_core import envelopes
 from geosync_core.errors import PermanentError
 
 CONTROL_TOPIC = "geosync-control"
-MIN_SHARED_KEY_BYTES = 32
+PER_REGION_KEYS = (
+    "create every region's key and the keyring in one step with 'geoctl keys init --region A --region B "
+    "... --out DIR', then give each region's agent signing_key_file and signing_key_id (its own key) and "
+    "keyring_file (README, Signing keys)"
+)
+LEGACY_KEY_REFUSED = (
+    "the shared HMAC key (key_file, GEOSYNC_KEY) is no longer supported: whoever held it could sign for "
+    f"every region. Remove it and {PER_REGION_KEYS}"
+)
 
 
 class ConfigError(PermanentError):
@@ -60,10 +67,6 @@ class AgentConfig:
     ownership_refresh_s: float = 2.0
     """With ``shard_by_ownership``: how often the broker's bundles are asked (a moved topic waits about this
     long for its new owner's agent)."""
-    key_file: str = ""
-    """Legacy, insecure: a file holding one HMAC key shared by every region's agent (or env GEOSYNC_KEY);
-    any holder can sign for any region. Alone: legacy mode. Next to ``keyring_file``: legacy envelopes are
-    still accepted (rolling upgrades), and signed with while ``signing_key_id`` is unset."""
     signing_key_file: str = ""
     """This region's Ed25519 private key, PKCS#8 PEM (``geoctl keys generate``)."""
     signing_key_id: str = ""
@@ -185,34 +188,22 @@ class AgentConfig:
 
     def keys(self) -> envelopes.Keys:
         """The signer and keyring; a ``ConfigError`` saying what to do when they are missing or unusable."""
-        shared = self._shared_key()
+        if os.environ.get("GEOSYNC_KEY"):
+            raise ConfigError(LEGACY_KEY_REFUSED)
+        if bool(self.signing_key_file) != bool(self.signing_key_id):
+            raise ConfigError("signing_key_file and signing_key_id go together: set both")
+        if not self.signing_key_id:
+            raise ConfigError(f"no signing key: {PER_REGION_KEYS}")
+        if not self.keyring_file:
+            raise ConfigError("signing_key_id needs keyring_file (the keys accepted for every region)")
         try:
-            keyring = (
-                signing.load_keyring(self.keyring_file, shared=shared)
-                if self.keyring_file
-                else envelopes.Keyring(shared=shared)
-            )
-            signer = self._signer(keyring, shared)
+            keyring = signing.load_keyring(self.keyring_file)
+            signer = self._signer(keyring)
         except signing.KeyFileError as e:
             raise ConfigError(str(e)) from e
         return envelopes.Keys(signer, keyring)
 
-    def legacy_keys(self) -> bool:
-        """Whether the insecure shared HMAC key is in use (signing or accepted)."""
-        return bool(os.environ.get("GEOSYNC_KEY") or self.key_file)
-
-    def _signer(self, keyring: envelopes.Keyring, shared: envelopes.SharedKey | None) -> envelopes.Signer:
-        if bool(self.signing_key_file) != bool(self.signing_key_id):
-            raise ConfigError("signing_key_file and signing_key_id go together: set both (or neither)")
-        if not self.signing_key_id:
-            if shared is None:
-                raise ConfigError(
-                    "no signing key: set signing_key_file, signing_key_id and keyring_file (create keys "
-                    "with 'geoctl keys generate'; README, Signing keys), or the legacy key_file / GEOSYNC_KEY"
-                )
-            return shared
-        if not self.keyring_file:
-            raise ConfigError("signing_key_id needs keyring_file (the keys accepted for every region)")
+    def _signer(self, keyring: envelopes.Keyring) -> envelopes.Signer:
         signer = signing.load_signer(self.signing_key_file, self.signing_key_id)
         if not signing.holds(keyring, self.region, signer):
             raise ConfigError(
@@ -220,25 +211,6 @@ class AgentConfig:
                 "this key's public key: add KEY_ID.pub to every region's keyring first, then sign with it"
             )
         return signer
-
-    def _shared_key(self) -> envelopes.SharedKey | None:
-        env = os.environ.get("GEOSYNC_KEY")
-        if env:
-            data, source = env.encode(), "GEOSYNC_KEY"
-        elif self.key_file:
-            try:
-                data = pathlib.Path(self.key_file).read_bytes().strip()
-            except OSError as e:
-                raise ConfigError(f"key_file {self.key_file!r} cannot be read: {e.strerror}") from e
-            source = f"key_file {self.key_file!r}"
-        else:
-            return None
-        if len(data) < MIN_SHARED_KEY_BYTES:
-            raise ConfigError(
-                f"{source} holds {len(data)} bytes; the shared key needs at least {MIN_SHARED_KEY_BYTES} "
-                "random bytes (e.g. openssl rand -hex 32), or better, per-region keys (geoctl keys generate)"
-            )
-        return envelopes.SharedKey(data)
 
     def zookeeper_auth(self) -> zk.ZkAuth | None:
         """The mirror's ZooKeeper credentials (None: unauthenticated); a ``ConfigError`` naming the file,
@@ -322,6 +294,8 @@ def load(path: str | pathlib.Path) -> AgentConfig:
         raise ConfigError(f"cannot read agent config {path}: {e}") from e
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    if "key_file" in raw:
+        raise ConfigError(f"{path}: {LEGACY_KEY_REFUSED}")
     known = {f.name: f for f in fields(AgentConfig)}
     unknown = sorted(set(raw) - set(known))
     if unknown:

@@ -214,11 +214,7 @@ def _gauge(name: str, documentation: str, region: str, value: float) -> GaugeMet
 
 def signing_state(keys: envelopes.Keys) -> dict[str, Any]:
     """Which key the agent signs with and which it accepts, for /state: key ids only, never key material."""
-    return {
-        "key_id": keys.signer.key_id,
-        "accepts": keys.keyring.key_ids(),
-        "legacy_shared_key": keys.keyring.shared is not None,
-    }
+    return {"key_id": keys.signer.key_id, "accepts": keys.keyring.key_ids()}
 
 
 def endpoint(

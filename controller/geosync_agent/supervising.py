@@ -125,17 +125,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     except ValueError as e:
         raise PermanentError(str(e)) from e
     keys = config.keys()
-    if config.legacy_keys():
-        log.warning(
-            "legacy signing: a shared HMAC key (key_file or GEOSYNC_KEY) is configured; whoever holds it can "
-            "sign for every region. Move to per-region keys (README, Signing keys)"
-        )
-    log.info(
-        "signing as key %s; keyring accepts %s%s",
-        keys.signer.key_id or "(shared legacy key)",
-        keys.keyring.key_ids(),
-        " and legacy envelopes" if keys.keyring.shared else "",
-    )
+    log.info("signing as key %s; keyring accepts %s", keys.signer.key_id, keys.keyring.key_ids())
     messaging = config.messaging()
     pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="admin")
     discovered: discovering.Latest[discovering.Discovered] = discovering.Latest()

@@ -4,22 +4,21 @@ Control topics are replicated like data topics, so anyone able to publish on the
 every region. Each message is therefore a signed envelope carrying its sender region and a per-sender
 sequence number, so that forged, altered, replayed or unreadable messages change nothing.
 
-Two wire versions, told apart by ``version``:
+Envelopes are signed with the sender region's own key, named by ``key_id`` (version 2, ``KEYED_VERSION``).
+Verifiers hold a ``Keyring``: per region, the key ids that may sign for it (several at once, so keys rotate
+without downtime). A key id the keyring does not list is refused (``UNKNOWN_KEY``), and a genuine signature
+by a key of another region than the declared sender is refused too (``FOREIGN_KEY``): a region's key speaks
+for that region only. The signature scheme is the ``Signer``'s and ``Verifier``'s business (the agent uses
+Ed25519 from ``geosync_adapters.signing``: a verifier then holds public keys only); the core needs none.
 
-* version 2 (``KEYED_VERSION``): signed with the sender region's own key, named by ``key_id``. Verifiers
-  hold a ``Keyring``: per region, the key ids that may sign for it (several at once, so keys rotate without
-  downtime). A key id the keyring does not list is refused (``UNKNOWN_KEY``), and a genuine signature by a
-  key of another region than the declared sender is refused too (``FOREIGN_KEY``): a region's key speaks
-  for that region only. The signature scheme is the ``Signer``'s and ``Verifier``'s business (the agent uses
-  Ed25519 from ``geosync_adapters.signing``: a verifier then holds public keys only); the core needs none.
-* version 1 (legacy): HMAC-SHA256 under one key shared by every region (``SharedKey``), no key id; whoever
-  holds it can sign for any region. Accepted only by a keyring that holds the shared key (legacy mode, and
-  rolling upgrades away from it), else refused as ``UNKNOWN_KEY``. A Java implementation (the broker
-  plugins) reads and writes the same bytes; ``testdata/envelopes/vectors.json`` pins them down for both.
+Version 1 (``LEGACY_VERSION``) was signed with one HMAC key shared by every region, without a key id:
+whoever held it could sign for any region. It is refused, whatever it holds, as ``UNKNOWN_KEY`` (counted
+like any other refused message). ``testdata/envelopes/vectors.json`` still pins down its bytes, which share
+the canonical encoding below with version 2 (the Java plugins' codec reads and writes them).
 
 Wire form: a UTF-8 JSON object with the keys ``version``, ``kind``, ``region``, ``seq``, ``sent_at_ms``,
-``payload``, ``sig`` and, in version 2 only, ``key_id``. ``sig`` is the signature of the canonical encoding
-of the other fields, in lowercase hex (version 1: HMAC-SHA256 of the other six). The canonical encoding:
+``payload``, ``key_id`` and ``sig``. ``sig`` is the signature of the canonical encoding of the other
+fields, in lowercase hex. The canonical encoding:
 object keys sorted by Unicode code point (not UTF-16 unit), no whitespace (``","`` and ``":"``
 separators), everything outside the escapes written raw as UTF-8 (including non-ASCII and U+007F), escapes
 only for ``"``, ``\\``, ``\\b \\f \\n \\r \\t`` and the other U+0000..U+001F as ``\\u00xx`` in
@@ -31,12 +30,12 @@ again and verified.
 
 Invariants:
 
-* ``open_envelope(key, seal(key, e)) == e`` for every envelope and shared key, and the bytes are
-  canonical; with a region's signer ``s``, the opened envelope is ``e`` with ``version=2, key_id=s.key_id``;
+* with a region's signer ``s`` whose key the keyring lists for that region, ``open_envelope(keyring,
+  seal(s, e))`` is ``e`` with ``key_id=s.key_id``, and the bytes are canonical;
 * ``open_envelope`` never raises: any input yields an ``Envelope`` or ``Rejected(reason)``;
 * a message is accepted only if its signature verifies, over exactly the fields it carries, under a key
-  the keyring accepts for the region it declares (HMAC compared with ``hmac.compare_digest``); unknown
-  versions are refused before interpretation;
+  the keyring accepts for the region it declares; unknown versions are refused before interpretation, and
+  version 1 (the shared key) always;
 * ``ReplayGuard.admit`` never accepts a sender's ``seq`` twice, nor one ``REPLAY_WINDOW`` or more below the
   highest accepted from that sender; below the highest but within the window it accepts a ``seq`` not seen
   yet (two agents of one region at once, during a rolling update, send interleaved wall-clock sequence
@@ -66,8 +65,6 @@ Invariants:
 from __future__ import annotations
 
 import enum
-import hashlib
-import hmac
 import json
 import re
 from collections.abc import Mapping
@@ -79,8 +76,8 @@ from geosync_core.incarnations import Incarnation
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 
-VERSION = 1
-"""Envelopes signed with the deployment's shared HMAC key (legacy: no key id)."""
+LEGACY_VERSION = 1
+"""Envelopes signed with a deployment-wide shared HMAC key, without a key id: refused."""
 KEYED_VERSION = 2
 """Envelopes signed with the sender region's own key, named by ``key_id``."""
 ACK_STATE = "ack-state"
@@ -92,8 +89,7 @@ _ACK_STATE_VERSIONS = (ACK_STATE_VERSION, ACK_STATE_PARTIALS_VERSION)
 ACK_STATES = "ack-states"
 """Several subscriptions' states in one envelope: what an agent sends per namespace and round."""
 
-_FIELDS = frozenset({"version", "kind", "region", "seq", "sent_at_ms", "payload"})
-_KEYED_FIELDS = _FIELDS | {"key_id"}
+_KEYED_FIELDS = frozenset({"version", "kind", "region", "seq", "sent_at_ms", "payload", "key_id"})
 _LIMIT = 2**63
 
 JsonObject = dict[str, Any]
@@ -110,16 +106,16 @@ class Reason(enum.Enum):
     on a namespace's control topic)."""
     UNKNOWN_KEY = "unknown-key"
     """Signed with a key the keyring does not hold: a key id no region lists (never distributed, or
-    dropped after a rotation), or a legacy (version 1) envelope where the shared key is not accepted."""
+    dropped after a rotation), or the shared key of version 1 envelopes (never accepted)."""
     FOREIGN_KEY = "foreign-key"
     """Genuinely signed, but by a key of another region than the sender the envelope declares."""
 
 
 class Signer(Protocol):
-    """Signs for one region. ``key_id`` None: the legacy shared key (version 1 envelopes)."""
+    """Signs for one region, with the key its keyrings list as ``key_id``."""
 
     @property
-    def key_id(self) -> str | None: ...
+    def key_id(self) -> str: ...
 
     def sign(self, message: bytes) -> str:
         """The lowercase hex signature of ``message``."""
@@ -133,39 +129,20 @@ class Verifier(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class SharedKey:
-    """The deployment-wide HMAC-SHA256 key of legacy mode: a Signer and a Verifier for every region."""
-
-    secret: bytes = field(repr=False)
-
-    @property
-    def key_id(self) -> None:
-        return None
-
-    def sign(self, message: bytes) -> str:
-        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
-
-    def verify(self, message: bytes, sig: str) -> bool:
-        return hmac.compare_digest(self.sign(message).encode(), sig.encode("utf-8", "replace"))
-
-
-@dataclass(frozen=True, slots=True)
 class Keyring:
-    """What a verifier accepts: per region, the key ids that may sign for it (``regions[region][key_id]``);
-    with ``shared``, legacy envelopes signed with the deployment's HMAC key as well. A key id belongs to
-    one region only (``of`` refuses it under two)."""
+    """What a verifier accepts: per region, the key ids that may sign for it (``regions[region][key_id]``).
+    A key id belongs to one region only (``of`` refuses it under two)."""
 
     regions: Mapping[str, Mapping[str, Verifier]] = field(default_factory=dict)
-    shared: SharedKey | None = None
 
     @staticmethod
-    def of(regions: Mapping[str, Mapping[str, Verifier]], shared: SharedKey | None = None) -> Keyring:
+    def of(regions: Mapping[str, Mapping[str, Verifier]]) -> Keyring:
         owners: dict[str, str] = {}
         for region, keys in regions.items():
             for key_id in keys:
                 if owners.setdefault(key_id, region) != region:
                     raise ValueError(f"key id {key_id!r} is listed under both {owners[key_id]} and {region}")
-        return Keyring({r: dict(k) for r, k in regions.items()}, shared)
+        return Keyring({r: dict(k) for r, k in regions.items()})
 
     def find(self, key_id: str) -> tuple[str, Verifier] | None:
         """The region ``key_id`` belongs to, and its verifier."""
@@ -186,12 +163,6 @@ class Keys:
     signer: Signer
     keyring: Keyring
 
-    @staticmethod
-    def shared(secret: bytes) -> Keys:
-        """Legacy mode: one HMAC key signs and verifies everything."""
-        key = SharedKey(secret)
-        return Keys(key, Keyring(shared=key))
-
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
@@ -207,9 +178,9 @@ class Envelope:
     seq: int
     sent_at_ms: int
     payload: JsonObject
-    version: int = VERSION
+    version: int = KEYED_VERSION
     key_id: str | None = None
-    """The key that signed it (version 2 envelopes as opened; ``seal`` sets it from its signer)."""
+    """The key that signed it (as opened; ``seal`` sets it from its signer)."""
 
     def __post_init__(self) -> None:
         if not (_is_text(self.kind) and _is_text(self.region)):
@@ -247,18 +218,9 @@ def canonical(value: JsonObject) -> bytes:
     ).encode()
 
 
-def signature(key: bytes, fields: JsonObject) -> str:
-    return hmac.new(key, canonical(fields), hashlib.sha256).hexdigest()
-
-
-def seal(signer: Signer | bytes, envelope: Envelope) -> bytes:
-    """The signed wire bytes of ``envelope``: version 2 with the signer's key id, or version 1 under a
-    shared key (``bytes`` is a shared key)."""
-    signer = SharedKey(signer) if isinstance(signer, bytes) else signer
-    fields = envelope.fields()
-    fields.pop("key_id", None)
-    if signer.key_id is not None:
-        fields |= {"version": KEYED_VERSION, "key_id": signer.key_id}
+def seal(signer: Signer, envelope: Envelope) -> bytes:
+    """The signed wire bytes of ``envelope``, under the signer's key id."""
+    fields = envelope.fields() | {"version": KEYED_VERSION, "key_id": signer.key_id}
     body = canonical(fields)
     return _with_sig(body, fields["version"], signer.sign(body))
 
@@ -279,10 +241,8 @@ _SIGNED_TAIL_MAX = 1_100
 """The longest such tail (looked for in the last this many bytes only)."""
 
 
-def open_envelope(keyring: Keyring | bytes, data: bytes) -> Envelope | Rejected:
-    """Verify and decode wire bytes; never raises. ``bytes`` is a keyring of one shared key."""
-    if isinstance(keyring, bytes):
-        keyring = Keyring(shared=SharedKey(keyring))
+def open_envelope(keyring: Keyring, data: bytes) -> Envelope | Rejected:
+    """Verify and decode wire bytes; never raises."""
     opened = _open_as_sealed(keyring, data)
     return opened if opened is not None else _open_any_spelling(keyring, data)
 
@@ -300,13 +260,12 @@ def _open_as_sealed(keyring: Keyring, data: bytes) -> Envelope | Rejected | None
     message = _parse_object(body)
     if message is None or "sig" in message:
         return None
-    version = message.get("version")
-    if version not in (VERSION, KEYED_VERSION) or not _is_count(version):
+    if message.get("version") != KEYED_VERSION or not _is_count(message.get("version")):
         return None
-    owner, verifier = _verifier(keyring, version, message.get("key_id"))
-    if verifier is None or not verifier.verify(body, found.group(1).decode()):
+    signer = _verifier(keyring, message.get("key_id"))
+    if isinstance(signer, Rejected) or not signer[1].verify(body, found.group(1).decode()):
         return None
-    return _envelope_of(message, version, owner)
+    return _envelope_of(message, signer[0])
 
 
 def _open_any_spelling(keyring: Keyring, data: bytes) -> Envelope | Rejected:
@@ -320,18 +279,21 @@ def _open_any_spelling(keyring: Keyring, data: bytes) -> Envelope | Rejected:
     version = message.get("version")
     if not _is_count(version):
         return Rejected(Reason.MALFORMED)
-    if version not in (VERSION, KEYED_VERSION):
+    if version == LEGACY_VERSION:
+        return Rejected(Reason.UNKNOWN_KEY)
+    if version != KEYED_VERSION:
         return Rejected(Reason.UNSUPPORTED_VERSION)
-    owner, verifier = _verifier(keyring, version, message.get("key_id"))
-    if verifier is None:
-        return Rejected(Reason.MALFORMED if owner == "" else Reason.UNKNOWN_KEY)
+    signer = _verifier(keyring, message.get("key_id"))
+    if isinstance(signer, Rejected):
+        return signer
+    owner, verifier = signer
     try:
         body = canonical(message)
     except ValueError:
         return Rejected(Reason.MALFORMED)
     if not isinstance(sig, str) or not verifier.verify(body, sig):
         return Rejected(Reason.BAD_SIGNATURE)
-    return _envelope_of(message, version, owner)
+    return _envelope_of(message, owner)
 
 
 def _parse_object(data: bytes) -> JsonObject | None:
@@ -348,28 +310,25 @@ def _parse_object(data: bytes) -> JsonObject | None:
     return message if isinstance(message, dict) else None
 
 
-def _envelope_of(message: JsonObject, version: int, owner: str | None) -> Envelope | Rejected:
+def _envelope_of(message: JsonObject, owner: str) -> Envelope | Rejected:
     """The envelope of a verified ``message`` (its fields but the signature) signed for ``owner``."""
-    if message.keys() != (_FIELDS if version == VERSION else _KEYED_FIELDS):
+    if message.keys() != _KEYED_FIELDS:
         return Rejected(Reason.MALFORMED)
     try:
         envelope = Envelope(**message)
     except (ValueError, TypeError):
         return Rejected(Reason.MALFORMED)
-    if owner is not None and owner != envelope.region:
+    if owner != envelope.region:
         return Rejected(Reason.FOREIGN_KEY)
     return envelope
 
 
-def _verifier(keyring: Keyring, version: int, key_id: object) -> tuple[str | None, Verifier | None]:
-    """Who may have signed: (owner region, verifier); (None, shared key) for version 1; verifier None when
-    no key is accepted (owner "": the key id is not even a name)."""
-    if version == VERSION:
-        return None, keyring.shared
+def _verifier(keyring: Keyring, key_id: object) -> tuple[str, Verifier] | Rejected:
+    """Who may have signed: the region ``key_id`` belongs to and its verifier, or why nobody."""
     if not _is_text(key_id):
-        return "", None
+        return Rejected(Reason.MALFORMED)
     found = keyring.find(str(key_id))
-    return (None, None) if found is None else found
+    return Rejected(Reason.UNKNOWN_KEY) if found is None else found
 
 
 REPLAY_WINDOW = 60_000_000

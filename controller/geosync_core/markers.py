@@ -14,7 +14,7 @@ Wire form of one marker message:
   ``update``). Its presence alone marks the message as a marker: the entry filter hides any message
   carrying the key, whatever its value. Markers must be published without batching (properties of a
   batched message are not in the entry's metadata, where the filter looks).
-* payload = a sealed envelope (``geosync_core.envelopes``, version 1) whose ``kind`` equals the property
+* payload = a sealed envelope (``geosync_core.envelopes``) whose ``kind`` equals the property
   and whose ``region`` is the sender; its payload is the marker body, a JSON object with ``version``
   (``MARKER_VERSION``, 2), ``topic`` (the topic partition the marker was written into, so a genuine marker
   copied into another topic is refused as misplaced) and, per kind (positions are ``[ledger, entry]`` in
@@ -206,7 +206,7 @@ def encode_body(marker: Marker, *, topic: str) -> dict[str, Any]:
 
 
 def encode_marker(
-    key: Signer | bytes, marker: Marker, *, topic: str, seq: int, sent_at_ms: int
+    key: Signer, marker: Marker, *, topic: str, seq: int, sent_at_ms: int
 ) -> tuple[dict[str, str], bytes]:
     """The properties and payload of the message that carries ``marker`` into ``topic`` (publish it
     unbatched, into that topic partition only)."""
@@ -222,7 +222,7 @@ def encode_marker(
 
 
 def decode_marker(
-    key: Keyring | bytes, properties: Mapping[str, str], data: bytes, *, topic: str
+    key: Keyring, properties: Mapping[str, str], data: bytes, *, topic: str
 ) -> Marker | Rejected:
     """Verify and decode a marker message read from ``topic``; never raises."""
     opened = open_marker(key, properties, data, topic=topic)
@@ -230,7 +230,7 @@ def decode_marker(
 
 
 def open_marker(
-    key: Keyring | bytes, properties: Mapping[str, str], data: bytes, *, topic: str
+    key: Keyring, properties: Mapping[str, str], data: bytes, *, topic: str
 ) -> tuple[Envelope, Marker] | Rejected:
     """``decode_marker`` with the envelope too (its sender and ``seq``, for the reader's replay guard)."""
     kind = properties.get(PROPERTY)

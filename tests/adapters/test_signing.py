@@ -1,9 +1,11 @@
 """Per-region signing keys (issue 14): a region's Ed25519 key speaks for that region only, keyrings accept
-several keys per region so keys rotate, a dropped key is refused, and legacy shared-key envelopes are read
-only where the shared key is still configured."""
+several keys per region so keys rotate, a dropped key is refused, and envelopes of the shared-key mode
+of earlier releases are refused whatever they carry (issue 47)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import pathlib
 import stat
@@ -16,25 +18,24 @@ from geosync_adapters import signing
 from geosync_core import envelopes
 from geosync_core.envelopes import (
     KEYED_VERSION,
+    LEGACY_VERSION,
     Envelope,
     Keyring,
     Reason,
     Rejected,
-    SharedKey,
     open_envelope,
     seal,
 )
 
 A1, A2, B1 = signing.generate("a-1"), signing.generate("a-2"), signing.generate("b-1")
-SHARED = SharedKey(b"s" * 32)
 
 
 def verifier(signer: signing.Ed25519Signer) -> signing.Ed25519Verifier:
     return signing.parse_public(signer.public(), where="test")
 
 
-def ring(a: tuple[signing.Ed25519Signer, ...] = (A1,), shared: SharedKey | None = None) -> Keyring:
-    return Keyring.of({"a": {s.key_id: verifier(s) for s in a}, "b": {B1.key_id: verifier(B1)}}, shared)
+def ring(a: tuple[signing.Ed25519Signer, ...] = (A1,)) -> Keyring:
+    return Keyring.of({"a": {s.key_id: verifier(s) for s in a}, "b": {B1.key_id: verifier(B1)}})
 
 
 def claim(region: str = "a", seq: int = 1) -> Envelope:
@@ -69,13 +70,36 @@ def test_a_key_id_naming_another_key_is_a_bad_signature() -> None:
     assert open_envelope(ring(), seal(impostor, claim())) == Rejected(Reason.BAD_SIGNATURE)
 
 
-def test_legacy_envelopes_are_read_only_with_the_shared_key() -> None:
-    legacy = seal(SHARED, claim())
-    assert open_envelope(ring(), legacy) == Rejected(Reason.UNKNOWN_KEY)
-    assert open_envelope(ring(shared=SHARED), legacy) == claim()
-    # ... and the shared key cannot pass for a region's key.
-    keyed = seal(A1, claim()).replace(b'"key_id":"a-1",', b"")
-    assert open_envelope(ring(shared=SHARED), keyed) == Rejected(Reason.MALFORMED)
+def shared_key_envelope(envelope: Envelope, secret: bytes = b"s" * 32) -> bytes:
+    """``envelope`` as the shared-HMAC mode sealed it: version 1, no key id, HMAC-SHA256 of the canonical
+    fields."""
+    fields = {**envelope.fields(), "version": LEGACY_VERSION}
+    fields.pop("key_id", None)
+    return envelopes.canonical(
+        {**fields, "sig": hmac.new(secret, envelopes.canonical(fields), hashlib.sha256).hexdigest()}
+    )
+
+
+def test_shared_key_envelopes_are_refused_whatever_they_carry() -> None:
+    assert open_envelope(ring(), shared_key_envelope(claim())) == Rejected(Reason.UNKNOWN_KEY)
+    # with a region's key id added, or its signature under the key id of a region's key: still refused
+    fields = json.loads(shared_key_envelope(claim()))
+    relabelled = envelopes.canonical({**fields, "key_id": "a-1"})
+    assert open_envelope(ring(), relabelled) == Rejected(Reason.UNKNOWN_KEY)
+    keyed = json.loads(seal(A1, claim()))
+    assert open_envelope(ring(), envelopes.canonical({**keyed, "version": LEGACY_VERSION})) == Rejected(
+        Reason.UNKNOWN_KEY
+    )
+    # ... and a region's envelope without its key id is no shared-key envelope
+    unnamed = seal(A1, claim()).replace(b'"key_id":"a-1",', b"")
+    assert open_envelope(ring(), unnamed) == Rejected(Reason.MALFORMED)
+
+
+def test_in_memory_keys_speak_each_for_its_own_region() -> None:
+    keys = signing.in_memory(["a", "b"])
+    assert keys["a"].keyring is keys["b"].keyring
+    assert isinstance(open_envelope(keys["b"].keyring, seal(keys["a"].signer, claim())), Envelope)
+    assert open_envelope(keys["a"].keyring, seal(keys["b"].signer, claim())) == Rejected(Reason.FOREIGN_KEY)
 
 
 def test_a_key_id_belongs_to_one_region() -> None:
@@ -159,4 +183,3 @@ def test_a_bad_signing_key_file_is_named_without_its_content(tmp_path: pathlib.P
 
 def test_signers_and_keys_do_not_show_their_secrets() -> None:
     assert repr(A1) == "Ed25519Signer(key_id='a-1')"
-    assert repr(SHARED) == "SharedKey()"

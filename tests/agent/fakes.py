@@ -12,18 +12,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from geosync_adapters import admin as adm
+from geosync_adapters import signing
 from geosync_adapters.messaging import Received, TopicMissing
 from geosync_agent import discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import Agent, Now
-from geosync_core import envelopes, pluginapi
+from geosync_core import pluginapi
 from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
-KEY = b"k" * 32
+KEYS = signing.in_memory(("a", "b", "c"))
+"""Each test region's signing key, and one keyring that lists them all."""
+KEYRING = KEYS["a"].keyring
 
 
 class InlineExecutor(Executor):
@@ -440,8 +443,8 @@ class Harness:
 
     @classmethod
     def build(cls, region: FakeRegion, **settings: Any) -> Harness:
-        """``keys=``: the agent's signer and keyring (default: the shared test key)."""
-        keys = settings.pop("keys", None) or envelopes.Keys.shared(KEY)
+        """``keys=``: the agent's signer and keyring (default: its region's test key, ``KEYS``)."""
+        keys = settings.pop("keys", None) or KEYS[region.name]
         incarnation = settings.pop("incarnation", None)
         config = AgentConfig(
             region=region.name, admin_url="http://fake", service_url="pulsar://fake", **settings

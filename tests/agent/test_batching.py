@@ -12,7 +12,7 @@ from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import KEY, FakeRegion, Harness, message
+from tests.agent.fakes import KEYRING, FakeRegion, Harness, message
 from tests.agent.test_runtime import CONTROL, NS, SUB, TOPIC, carry
 
 A_LOG = [Position(5, e) for e in range(3)]
@@ -240,7 +240,7 @@ def test_states_with_partial_batches_travel_apart_from_the_others() -> None:
     a.region.consumer_acks_indexes(TOPIC, SUB, A_LOG[0], SIZE, 1)
     a.region.consumer_acks(TOPIC, other, [A_LOG[0]])
     a.step()
-    opened = [envelopes.open_envelope(KEY, data) for data in a.sent_on(CONTROL)]
+    opened = [envelopes.open_envelope(KEYRING, data) for data in a.sent_on(CONTROL)]
     versions = sorted(
         (o.payload["version"], sorted(st["subscription"] for st in o.payload["states"]))
         for o in opened

@@ -96,7 +96,8 @@ def keyring_files(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     return private, keyring
 
 
-def test_per_region_keys_are_read(tmp_path: pathlib.Path) -> None:
+def test_per_region_keys_are_read(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GEOSYNC_KEY", raising=False)
     private, keyring = keyring_files(tmp_path)
     loaded = cfg.load(
         write(tmp_path, signing_key_file=str(private), signing_key_id="a-1", keyring_file=str(keyring))
@@ -104,60 +105,35 @@ def test_per_region_keys_are_read(tmp_path: pathlib.Path) -> None:
     keys = loaded.keys()
     assert keys.signer.key_id == "a-1"
     assert keys.keyring.key_ids() == {"a": ["a-1"], "b": ["b-1"]}
-    assert keys.keyring.shared is None
-    assert not loaded.legacy_keys()
-
-
-def test_legacy_shared_key_still_works(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GEOSYNC_KEY", raising=False)
-    key = tmp_path / "hmac.key"
-    key.write_text("k" * 32 + "\n")
-    loaded = cfg.load(write(tmp_path, key_file=str(key)))
-    keys = loaded.keys()
-    assert keys.signer == keys.keyring.shared == envelopes.SharedKey(b"k" * 32)
-    assert loaded.legacy_keys()
     wire = envelopes.seal(
-        keys.signer, envelopes.Envelope(kind="k", region="b", seq=1, sent_at_ms=0, payload={})
+        keys.signer, envelopes.Envelope(kind="k", region="a", seq=1, sent_at_ms=0, payload={})
     )
     assert isinstance(envelopes.open_envelope(keys.keyring, wire), envelopes.Envelope)
-    monkeypatch.setenv("GEOSYNC_KEY", "e" * 40)
-    assert cfg.load(write(tmp_path)).keys().signer == envelopes.SharedKey(b"e" * 40)
 
 
-def test_upgrade_steps_sign_legacy_then_keyed_and_read_both(tmp_path: pathlib.Path) -> None:
+def test_the_shared_hmac_key_is_refused_with_the_step_to_per_region_keys(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: key_file (alone, or next to a keyring during the old rolling upgrade) and GEOSYNC_KEY were
+    the shared-HMAC mode, in which whoever held the key spoke for every region; each is refused now, and the
+    message names the one step to per-region keys and never the key."""
+    monkeypatch.delenv("GEOSYNC_KEY", raising=False)
     private, keyring = keyring_files(tmp_path)
     key = tmp_path / "hmac.key"
     key.write_text("k" * 32)
-    first = cfg.load(write(tmp_path, key_file=str(key), keyring_file=str(keyring))).keys()
-    assert first.signer.key_id is None
-    assert first.keyring.shared is not None
-    second = cfg.load(
-        write(
-            tmp_path,
-            key_file=str(key),
-            keyring_file=str(keyring),
-            signing_key_file=str(private),
-            signing_key_id="a-1",
-        )
-    ).keys()
-    assert second.signer.key_id == "a-1"
-    assert second.keyring.shared is not None
-
-
-@pytest.mark.parametrize("size", [0, 16, 31])
-def test_short_shared_keys_are_refused(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, size: int
-) -> None:
-    monkeypatch.delenv("GEOSYNC_KEY", raising=False)
-    key = tmp_path / "hmac.key"
-    key.write_text("Q" * size)
-    with pytest.raises(cfg.ConfigError, match="at least 32") as raised:
-        cfg.load(write(tmp_path, key_file=str(key))).keys()
-    assert "geoctl keys generate" in str(raised.value)
-    assert size == 0 or "Q" * size not in str(raised.value)
-    monkeypatch.setenv("GEOSYNC_KEY", "Z" * 31)
-    with pytest.raises(cfg.ConfigError, match="GEOSYNC_KEY holds 31 bytes"):
-        cfg.load(write(tmp_path)).keys()
+    per_region = {"signing_key_file": str(private), "signing_key_id": "a-1", "keyring_file": str(keyring)}
+    for settings in ({"key_file": str(key)}, {"key_file": str(key), **per_region}):
+        with pytest.raises(cfg.ConfigError, match="no longer supported") as raised:
+            cfg.load(write(tmp_path, **settings))
+        assert "geoctl keys init --region A --region B" in str(raised.value)
+        assert "k" * 32 not in str(raised.value)
+    monkeypatch.setenv("GEOSYNC_KEY", "e" * 40)
+    loaded = cfg.load(write(tmp_path, **per_region))
+    with pytest.raises(
+        cfg.ConfigError, match=r"GEOSYNC_KEY.*no longer supported.*geoctl keys init"
+    ) as raised:
+        loaded.keys()
+    assert "e" * 40 not in str(raised.value)
 
 
 def test_signing_settings_that_cannot_work_say_what_to_do(
@@ -167,7 +143,7 @@ def test_signing_settings_that_cannot_work_say_what_to_do(
     private, keyring = keyring_files(tmp_path)
     other, _ = signing.write_key_pair(tmp_path / "other", signing.generate("a-9"))
     cases: list[tuple[dict[str, object], str]] = [
-        ({}, "no signing key"),
+        ({}, "no signing key: create every region's key and the keyring in one step with 'geoctl keys init"),
         ({"signing_key_file": str(private), "signing_key_id": "a-1"}, "needs keyring_file"),
         ({"signing_key_file": str(private), "keyring_file": str(keyring)}, "go together"),
         # a key not (yet) in the keyring, and a's key under another id: signing with them would be refused

@@ -29,6 +29,7 @@ from geosync_agent.mirrorstate import (
 from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
+from tests.agent.fakes import KEYS
 from tests.agent.fakezk import Crash, FakeStore
 
 
@@ -88,7 +89,7 @@ def test_scope_follows_the_tenant_patterns() -> None:
         mirror_tenants=("geo*", "shop"),
         mirror_exclude_tenants=("public", "pulsar", "geo-private"),
     )
-    mirror = Mirror(config, envelopes.Keys.shared(b"k" * 32))
+    mirror = Mirror(config, KEYS["a"])
     assert mirror.in_scope("/admin/policies/geo")
     assert mirror.in_scope("/admin/policies/geo/ab")
     assert mirror.in_scope("/admin/policies/shop/orders")
@@ -215,7 +216,6 @@ class _Message:
 
 
 def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_peer_is_past() -> None:
-    keys = envelopes.Keys.shared(b"k" * 32)
     config = AgentConfig(
         region="a",
         admin_url="http://fake",
@@ -224,7 +224,7 @@ def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_pee
         mirror_tenants=("geo",),
         mirror_tombstone_ttl_s=1.0,
     )
-    mirror = Mirror(config, keys)
+    mirror = Mirror(config, KEYS["a"])
     mirror.registered = {"a": frozenset(), "b": frozenset()}
     gone = Record("/admin/policies/geo/old", None, Hlc(1_700_000_000_000, 0, "a"))
     mirror.cp.replica = {gone.path: gone}
@@ -235,7 +235,7 @@ def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_pee
         envelope = envelopes.Envelope(
             kind="policy-event", region="b", seq=seq, sent_at_ms=0, payload=policies.event_to_payload(event)
         )
-        mirror._on_message(_Message(envelopes.seal(keys.signer, envelope)))
+        mirror._on_message(_Message(envelopes.seal(KEYS["b"].signer, envelope)))
     assert mirror.cp.seen == {"b": Hlc(1_700_000_000_001, 0, "b")}
     mirror._collect_tombstones()
     assert mirror.cp.replica == {}

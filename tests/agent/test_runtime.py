@@ -28,7 +28,7 @@ from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import KEY, AdminView, FakeRegion, Harness, message
+from tests.agent.fakes import KEYS, AdminView, FakeRegion, Harness, message
 
 NS = "geo/ab"
 TOPIC = f"persistent://{NS}/orders"
@@ -191,7 +191,9 @@ def test_a_control_messages_transit_is_measured_when_it_is_taken_not_when_the_ro
         sent_at_ms=sent_ms,
         payload=envelopes.encode_ack_states([], region="a"),
     )
-    b.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=envelopes.seal(KEY, envelope)))
+    b.messaging.deliver(
+        CONTROL, message(CONTROL, Position(78, 0), data=envelopes.seal(KEYS["a"].signer, envelope))
+    )
     b.step()
     transit = b.agent.status()["control_transit_ms"]
     assert 400 <= transit["p50"] < 60_000
@@ -220,7 +222,9 @@ def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_
         ),
     )
     for i, env in enumerate((event, elsewhere)):
-        b.messaging.deliver(CONTROL, message(CONTROL, Position(78, i), data=envelopes.seal(KEY, env)))
+        b.messaging.deliver(
+            CONTROL, message(CONTROL, Position(78, i), data=envelopes.seal(KEYS["a"].signer, env))
+        )
     b.step()
     assert b.agent.stats.counters["control_rejected_" + envelopes.Reason.MISPLACED.value] == 2
     assert ("persistent://geo/abc/orders", SUB) not in b.agent.subs

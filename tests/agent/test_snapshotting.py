@@ -13,7 +13,8 @@ from geosync_agent.snapshotting import MAX_CACHED, MarkerWork, Snapshotting
 from geosync_core import envelopes, markers, snapshots
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import KEY, FakeRegion, Harness
+from tests.agent.fakes import KEYS as REGION_KEYS
+from tests.agent.fakes import FakeRegion, Harness
 
 TOPIC = "persistent://geo/snap-ab/t"
 
@@ -21,7 +22,7 @@ TOPIC = "persistent://geo/snap-ab/t"
 def _snapshotting(max_cached: int = MAX_CACHED) -> Snapshotting:
     return Snapshotting(
         region="a",
-        keys=envelopes.Keys.shared(b"k" * 32),
+        keys=REGION_KEYS["a"],
         namespaces=("geo/snap-*",),
         interval_s=1.0,
         timeout_s=30.0,
@@ -93,7 +94,7 @@ def test_covers_answers_per_topic_and_forgets_topics_no_longer_tracked() -> None
     assert s.covered == {TOPIC: True}
 
 
-KEYS = envelopes.Keys.shared(b"k" * 32)
+KEYS = REGION_KEYS["b"]
 OTHER = "persistent://geo/snap-ab/other"
 
 
@@ -154,7 +155,7 @@ def test_own_markers_read_again_after_a_restart_are_not_refused() -> None:
     snap = markers.Snapshot(
         snapshot_id="s1", region="a", local_position=Position(5, 1), positions=(("b", Position(9, 1)),)
     )
-    sealed = markers.encode_marker(KEYS.signer, snap, topic=TOPIC, seq=3, sent_at_ms=0)
+    sealed = markers.encode_marker(REGION_KEYS["a"].signer, snap, topic=TOPIC, seq=3, sent_at_ms=0)
     for at in (2, 2):
         assert _read(s, TOPIC, sealed, at=at).rejected is None
     assert len(s.topics[TOPIC].cache) == 1
@@ -162,7 +163,7 @@ def test_own_markers_read_again_after_a_restart_are_not_refused() -> None:
 
 def test_marker_guards_survive_a_restart_in_the_checkpoint() -> None:
     b = Harness.build(FakeRegion("b", {}))
-    from_a = _update_from_b(TOPIC, seq=10, sender="a", to="b", keys=envelopes.Keys.shared(KEY))
+    from_a = _update_from_b(TOPIC, seq=10, sender="a", to="b", keys=REGION_KEYS["a"])
     assert _read(b.agent.snapshots, TOPIC, from_a, at=1).rejected is None
     guards = dict(b.agent.snapshots.guards)
     assert guards  # the update from another region was admitted

@@ -4,12 +4,14 @@ import hashlib
 import hmac
 import json
 import pathlib
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from geosync_adapters import signing
 from geosync_core import envelopes as envelopes_module
 from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
 from geosync_core.envelopes import (
@@ -17,6 +19,8 @@ from geosync_core.envelopes import (
     ACK_STATE_PARTIALS_VERSION,
     ACK_STATE_VERSION,
     ACK_STATES,
+    KEYED_VERSION,
+    LEGACY_VERSION,
     REPLAY_WINDOW,
     AckStateMessage,
     Envelope,
@@ -27,6 +31,7 @@ from geosync_core.envelopes import (
     _version_for,
     acks_from_json,
     acks_to_json,
+    canonical,
     decode_ack_state,
     decode_ack_states,
     encode_ack_state,
@@ -47,6 +52,23 @@ VECTORS = json.loads(
     )
 )
 KEY = bytes.fromhex(VECTORS["key_hex"])
+"""The shared HMAC key the vectors were sealed with (version 1, refused now; their encoding is still ours)."""
+REGIONS = ("a", "eu", "eu-west", "us", "ap")
+KEYS = signing.in_memory(REGIONS)
+RING = KEYS["a"].keyring
+OTHER_RING = signing.in_memory(REGIONS)["a"].keyring
+"""The same key ids with other keys."""
+
+
+def sealed(envelope: Envelope) -> bytes:
+    """``envelope`` sealed by its region's key."""
+    return seal(KEYS[envelope.region].signer, envelope)
+
+
+def signed(envelope: Envelope) -> Envelope:
+    """``envelope`` as opened after ``sealed``: named by its signer's key id."""
+    return replace(envelope, key_id=KEYS[envelope.region].signer.key_id)
+
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(),
@@ -58,7 +80,7 @@ names = st.text(min_size=1, max_size=8)
 envelopes = st.builds(
     Envelope,
     kind=names,
-    region=names,
+    region=st.sampled_from(REGIONS),
     seq=counts,
     sent_at_ms=counts,
     payload=st.dictionaries(st.text(max_size=5), json_values, max_size=4),
@@ -78,20 +100,39 @@ def surrogate_free(e: Envelope) -> bool:
 
 
 @pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["name"])
-def test_valid_vectors(vector: dict[str, Any]) -> None:
+def test_valid_vectors_keep_their_encoding_and_are_refused_as_shared_key_envelopes(
+    vector: dict[str, Any],
+) -> None:
+    """The vectors (shared with the Java codec) were sealed with the shared HMAC key, version 1: their
+    canonical encoding is version 2's as well and is still held to them; opening one is refused, as is every
+    shared-key envelope (issue 47), and the same envelope sealed by its region's key opens."""
     envelope = Envelope(**vector["envelope"])
+    assert envelope.version == LEGACY_VERSION
     wire = bytes.fromhex(vector["wire_hex"])
     assert wire == vector["wire"].encode()
-    assert seal(KEY, envelope) == wire
-    assert open_envelope(KEY, wire) == envelope
+    fields = envelope.fields()
+    assert canonical(fields) == vector["signing_input"].encode()
     expected = hmac.new(KEY, vector["signing_input"].encode(), hashlib.sha256).hexdigest()
     assert vector["signature"] == expected
-    assert json.loads(wire)["sig"] == expected
+    assert canonical({**fields, "sig": expected}) == wire
+    assert open_envelope(RING, wire) == Rejected(Reason.UNKNOWN_KEY)
+    if envelope.region in KEYS:
+        keyed = replace(envelope, version=KEYED_VERSION)
+        assert open_envelope(RING, sealed(keyed)) == signed(keyed)
+
+
+def _shared_key_envelope(data: bytes) -> bool:
+    message = envelopes_module._parse_object(data)
+    return message is not None and "sig" in message and message.get("version") == LEGACY_VERSION
 
 
 @pytest.mark.parametrize("vector", VECTORS["rejected"], ids=lambda v: v["name"])
 def test_rejected_vectors(vector: dict[str, Any]) -> None:
-    assert open_envelope(KEY, bytes.fromhex(vector["wire_hex"])) == Rejected(Reason(vector["reason"]))
+    """Each is refused for its reason, except that a readable version 1 envelope is refused first of all for
+    its key (what else is wrong with it no longer matters)."""
+    data = bytes.fromhex(vector["wire_hex"])
+    reason = Reason.UNKNOWN_KEY if _shared_key_envelope(data) else Reason(vector["reason"])
+    assert open_envelope(RING, data) == Rejected(reason)
 
 
 # --- properties -------------------------------------------------------------------------------------
@@ -100,9 +141,9 @@ def test_rejected_vectors(vector: dict[str, Any]) -> None:
 @fast
 @given(envelopes.filter(surrogate_free))
 def test_seal_open_round_trips_canonically(envelope: Envelope) -> None:
-    wire = seal(KEY, envelope)
-    assert open_envelope(KEY, wire) == envelope
-    assert open_envelope(b"other key", wire) == Rejected(Reason.BAD_SIGNATURE)
+    wire = sealed(envelope)
+    assert open_envelope(RING, wire) == signed(envelope)
+    assert open_envelope(OTHER_RING, wire) == Rejected(Reason.BAD_SIGNATURE)
     reparsed = json.loads(wire)
     assert json.dumps(reparsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() == wire
 
@@ -116,62 +157,62 @@ def _canonical_not_called(value: object) -> bytes:
 def test_sealed_bytes_are_verified_as_they_came(envelope: Envelope) -> None:
     # What agents send is checked against its own bytes: nothing is encoded again (the loop's CPU at 10,000
     # subscriptions), and what is parsed is exactly what was signed.
-    wire = seal(KEY, envelope)
+    wire = sealed(envelope)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(envelopes_module, "canonical", _canonical_not_called)
-        assert open_envelope(KEY, wire) == envelope
+        assert open_envelope(RING, wire) == signed(envelope)
     # under another key, the check of any spelling (which encodes) decides, and refuses
-    assert open_envelope(b"other key", wire) == Rejected(Reason.BAD_SIGNATURE)
+    assert open_envelope(OTHER_RING, wire) == Rejected(Reason.BAD_SIGNATURE)
 
 
 @fast
 @given(envelopes.filter(surrogate_free), st.sampled_from(["spaced", "sig first", "ascii"]))
 def test_any_spelling_of_a_signed_envelope_is_accepted(envelope: Envelope, spelling: str) -> None:
-    message = json.loads(seal(KEY, envelope))
+    message = json.loads(sealed(envelope))
     if spelling == "spaced":
         wire = json.dumps(message, sort_keys=True, indent=1, ensure_ascii=False).encode()
     elif spelling == "sig first":
         wire = json.dumps({"sig": message.pop("sig"), **message}, ensure_ascii=False).encode()
     else:
         wire = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
-    assert open_envelope(KEY, wire) == envelope
+    assert open_envelope(RING, wire) == signed(envelope)
 
 
 def test_a_signature_moved_to_other_bytes_is_refused() -> None:
-    genuine = seal(KEY, Envelope(kind="k", region="a", seq=1, sent_at_ms=0, payload={"n": 1}))
+    genuine = sealed(Envelope(kind="k", region="a", seq=1, sent_at_ms=0, payload={"n": 1}))
     sig = json.loads(genuine)["sig"]
     # the sealed form, its signature kept, over other fields: refused whether or not read as sealed
     forged = genuine.replace(b'"n":1', b'"n":2')
     assert forged != genuine
-    assert open_envelope(KEY, forged) == Rejected(Reason.BAD_SIGNATURE)
+    assert open_envelope(RING, forged) == Rejected(Reason.BAD_SIGNATURE)
     # the signature in the sealed position of a message with one more field after it
-    tail = b',"sig":"%s","version":1}' % sig.encode()
+    tail = b',"sig":"%s","version":2}' % sig.encode()
     assert genuine.endswith(tail)
-    extra = genuine[: -len(tail)] + b',"sig":"%s","version":1,"z":0}' % sig.encode()
-    assert isinstance(open_envelope(KEY, extra), Rejected)
+    extra = genuine[: -len(tail)] + b',"sig":"%s","version":2,"z":0}' % sig.encode()
+    assert isinstance(open_envelope(RING, extra), Rejected)
 
 
 @settings(fast, max_examples=300)
 @given(st.binary(max_size=200))
 def test_open_never_raises_on_garbage(data: bytes) -> None:
-    assert isinstance(open_envelope(KEY, data), Envelope | Rejected)
+    assert isinstance(open_envelope(RING, data), Envelope | Rejected)
 
 
 @settings(fast, max_examples=100)
 @given(envelopes.filter(surrogate_free), st.data())
 def test_any_altered_byte_is_rejected(envelope: Envelope, data: st.DataObject) -> None:
-    wire = bytearray(seal(KEY, envelope))
+    wire = bytearray(sealed(envelope))
     i = data.draw(st.integers(0, len(wire) - 1))
     wire[i] ^= data.draw(st.integers(1, 255))
-    result = open_envelope(KEY, bytes(wire))
+    result = open_envelope(RING, bytes(wire))
     # Either rejected, or the change was JSON-insignificant (e.g. a hex digit's case in an escape).
-    assert isinstance(result, Rejected) or result == envelope
+    assert isinstance(result, Rejected) or result == signed(envelope)
 
 
 @settings(fast, max_examples=200)
 @given(st.text(max_size=80))
 def test_open_never_raises_on_json_like_text(text: str) -> None:
-    result = open_envelope(KEY, text.encode("utf-8", "surrogatepass"))
+    result = open_envelope(RING, text.encode("utf-8", "surrogatepass"))
     assert isinstance(result, Envelope | Rejected)
 
 
@@ -189,7 +230,7 @@ def test_open_never_raises_on_json_like_text(text: str) -> None:
     ],
 )
 def test_open_edge_cases_are_values(data: bytes) -> None:
-    assert isinstance(open_envelope(KEY, data), Rejected)
+    assert isinstance(open_envelope(RING, data), Rejected)
 
 
 @pytest.mark.parametrize(
@@ -274,7 +315,7 @@ def origin_acks(draw: st.DrawFn) -> OriginAcks:
 def test_ack_state_round_trips_through_a_sealed_envelope(acks: OriginAcks) -> None:
     payload = encode_ack_state(TOPIC, "billing", region="eu", acks=acks)
     opened = open_envelope(
-        KEY, seal(KEY, Envelope(kind=ACK_STATE, region="eu", seq=7, sent_at_ms=0, payload=payload))
+        RING, sealed(Envelope(kind=ACK_STATE, region="eu", seq=7, sent_at_ms=0, payload=payload))
     )
     assert isinstance(opened, Envelope)
     assert decode_ack_state(opened) == AckStateMessage(TOPIC, "billing", "eu", acks)
@@ -342,7 +383,7 @@ def test_ack_states_batch_round_trips_in_order(states: list[tuple[str, OriginAck
     batch = [AckStateMessage(f"{TOPIC}-{i}", name, "eu", acks) for i, (name, acks) in enumerate(states)]
     payload = encode_ack_states(batch, region="eu")
     opened = open_envelope(
-        KEY, seal(KEY, Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
+        RING, sealed(Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
     )
     assert isinstance(opened, Envelope)
     assert decode_ack_states(opened) == batch
@@ -439,7 +480,7 @@ def test_ack_state_with_partials_round_trips_in_the_lowest_version(acks: OriginA
     payload = encode_ack_state(TOPIC, "billing", region="eu", acks=acks)
     assert payload["version"] == (ACK_STATE_PARTIALS_VERSION if acks.partials else ACK_STATE_VERSION)
     opened = open_envelope(
-        KEY, seal(KEY, Envelope(kind=ACK_STATE, region="eu", seq=7, sent_at_ms=0, payload=payload))
+        RING, sealed(Envelope(kind=ACK_STATE, region="eu", seq=7, sent_at_ms=0, payload=payload))
     )
     assert isinstance(opened, Envelope)
     assert decode_ack_state(opened) == AckStateMessage(TOPIC, "billing", "eu", acks)
@@ -453,7 +494,7 @@ def test_ack_states_batch_with_partials_round_trips(states: list[OriginAcks]) ->
     versions = {payload["version"], *(s["version"] for s in payload["states"])}
     assert versions == {ACK_STATE_PARTIALS_VERSION if any(a.partials for a in states) else ACK_STATE_VERSION}
     opened = open_envelope(
-        KEY, seal(KEY, Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
+        RING, sealed(Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
     )
     assert isinstance(opened, Envelope)
     assert decode_ack_states(opened) == batch
@@ -499,7 +540,7 @@ def test_generations_round_trip_and_zero_is_not_written(states: list[tuple[Origi
     for state, (_, gen) in zip(payload["states"], states, strict=True):
         assert ("generation" in state) == (gen != 0)  # never rewound: the bytes agents without it write
     opened = open_envelope(
-        KEY, seal(KEY, Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
+        RING, sealed(Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload))
     )
     assert isinstance(opened, Envelope)
     assert decode_ack_states(opened) == batch
@@ -532,7 +573,7 @@ def test_incarnations_round_trip_with_ack_states(tags: dict[str, Incarnation]) -
     batch = [AckStateMessage(TOPIC, "s", "eu", OriginAcks.of({"us": [Span(1, 0, 2)]}))]
     payload = encode_ack_states(batch, region="eu", incarnations=tags)
     env = Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload)
-    opened = open_envelope(KEY, seal(KEY, env))
+    opened = open_envelope(RING, sealed(env))
     assert isinstance(opened, Envelope)
     assert incarnations_of(opened) == tags
     assert decode_ack_states(opened) == batch

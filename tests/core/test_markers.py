@@ -2,13 +2,23 @@ from __future__ import annotations
 
 import json
 import pathlib
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geosync_core.envelopes import Envelope, Reason, Rejected, open_envelope
+from geosync_adapters import signing
+from geosync_core.envelopes import (
+    KEYED_VERSION,
+    LEGACY_VERSION,
+    Envelope,
+    Reason,
+    Rejected,
+    open_envelope,
+    seal,
+)
 from geosync_core.markers import (
     PROPERTY,
     SNAPSHOT_REQUEST,
@@ -31,43 +41,91 @@ from .strategies import fast
 VECTORS = json.loads(
     (pathlib.Path(__file__).resolve().parents[2] / "testdata" / "markers" / "vectors.json").read_text("utf-8")
 )
-KEY = bytes.fromhex(VECTORS["key_hex"])
 TOPIC = VECTORS["topic"]
+REGIONS = ("a", "b", "c")
+KEYS = signing.in_memory(REGIONS)
+RING = KEYS["a"].keyring
+OTHER_RING = signing.in_memory(REGIONS)["a"].keyring
+"""The same key ids with other keys."""
 
 names = st.text(min_size=1, max_size=8).filter(
     lambda s: s.encode("utf-8", "surrogatepass") == s.encode("utf-8", "ignore")
 )
 entries = st.builds(Position, st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1))
 position_maps = st.dictionaries(names, entries, max_size=4).map(lambda d: tuple(d.items()))
+senders = st.sampled_from(REGIONS)
+"""Regions that sign markers (with their own keys); positions may name any region."""
 markers: st.SearchStrategy[Marker] = st.one_of(
-    st.builds(SnapshotRequest, snapshot_id=names, source_region=names, round=st.sampled_from([1, 2])),
-    st.builds(SnapshotResponse, snapshot_id=names, source_region=names, region=names, position=entries),
-    st.builds(Snapshot, snapshot_id=names, region=names, local_position=entries, positions=position_maps),
-    st.builds(Update, subscription=names, region=names, positions=position_maps),
+    st.builds(SnapshotRequest, snapshot_id=names, source_region=senders, round=st.sampled_from([1, 2])),
+    st.builds(SnapshotResponse, snapshot_id=names, source_region=names, region=senders, position=entries),
+    st.builds(Snapshot, snapshot_id=names, region=senders, local_position=entries, positions=position_maps),
+    st.builds(Update, subscription=names, region=senders, positions=position_maps),
 )
+
+
+def encode(marker: Marker, *, seq: int, sent_at_ms: int = 0) -> tuple[dict[str, str], bytes]:
+    """``marker`` as its sender publishes it, sealed with the sender's key."""
+    return encode_marker(KEYS[marker.sender].signer, marker, topic=TOPIC, seq=seq, sent_at_ms=sent_at_ms)
+
+
+def unverified(data: bytes) -> Envelope | None:
+    """The envelope ``data`` carries, its signature not checked (the vectors' shared-key envelopes)."""
+    try:
+        message = json.loads(data)
+        message.pop("sig")
+        return Envelope(**message)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 # --- shared vectors ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("vector", VECTORS["valid"], ids=lambda v: v["name"])
-def test_valid_vectors(vector: dict[str, Any]) -> None:
+def test_valid_vectors_keep_their_bodies_and_are_refused_as_shared_key_envelopes(
+    vector: dict[str, Any],
+) -> None:
+    """The vectors (shared with the Java codec) carry their bodies in envelopes sealed with the shared HMAC
+    key (version 1): each body still decodes to its marker and encodes back, the shared-key envelope is
+    refused (issue 47), and the marker sealed by its sender's key decodes."""
     wire = bytes.fromhex(vector["wire_hex"])
     assert wire == vector["wire"].encode()
     assert vector["properties"] == {PROPERTY: vector["kind"]}
-    marker = decode_marker(KEY, vector["properties"], wire, topic=TOPIC)
+    envelope = unverified(wire)
+    assert envelope is not None
+    assert envelope.version == LEGACY_VERSION
+    marker = decode_body(envelope, topic=TOPIC)
     assert not isinstance(marker, Rejected), marker
     assert kind_of(marker) == vector["kind"]
     assert marker.sender == vector["region"]
     assert encode_body(marker, topic=TOPIC) == vector["body"]
-    props, again = encode_marker(KEY, marker, topic=TOPIC, seq=vector["seq"], sent_at_ms=vector["sent_at_ms"])
-    assert (props, again) == (vector["properties"], wire)
+    assert decode_marker(RING, vector["properties"], wire, topic=TOPIC) == Rejected(Reason.UNKNOWN_KEY)
+    if marker.sender in KEYS:
+        props, again = encode(marker, seq=vector["seq"], sent_at_ms=vector["sent_at_ms"])
+        assert props == vector["properties"]
+        assert decode_marker(RING, props, again, topic=TOPIC) == marker
 
 
 @pytest.mark.parametrize("vector", VECTORS["rejected"], ids=lambda v: v["name"])
 def test_rejected_vectors(vector: dict[str, Any]) -> None:
-    got = decode_marker(KEY, vector["properties"], bytes.fromhex(vector["wire_hex"]), topic=TOPIC)
-    assert got == Rejected(Reason(vector["reason"]))
+    """Each vector's shared-key envelope is refused; what it carries, sealed by its sender's key, is refused
+    for the vector's reason (the wrong-key vector's, as a bad signature, under other keys)."""
+    data = bytes.fromhex(vector["wire_hex"])
+    properties, reason = vector["properties"], Rejected(Reason(vector["reason"]))
+    got = decode_marker(RING, properties, data, topic=TOPIC)
+    envelope = unverified(data)
+    if envelope is None or PROPERTY not in properties:
+        assert got == reason  # refused before any key is looked at
+        return
+    assert got == Rejected(Reason.UNKNOWN_KEY)
+    keyed = encode_marker_envelope(envelope)
+    ring = OTHER_RING if vector["reason"] == Reason.BAD_SIGNATURE.value else RING
+    assert decode_marker(ring, properties, keyed, topic=TOPIC) == reason
+
+
+def encode_marker_envelope(envelope: Envelope) -> bytes:
+    """``envelope`` sealed by its region's key, as a version 2 envelope."""
+    return seal(KEYS[envelope.region].signer, replace(envelope, version=KEYED_VERSION))
 
 
 def test_vectors_cover_every_kind() -> None:
@@ -85,13 +143,13 @@ def test_vectors_cover_every_kind() -> None:
 @fast
 @given(markers, st.integers(0, 2**63 - 1))
 def test_encode_decode_round_trips(marker: Marker, seq: int) -> None:
-    props, wire = encode_marker(KEY, marker, topic=TOPIC, seq=seq, sent_at_ms=0)
+    props, wire = encode(marker, seq=seq)
     assert is_marker(props)
-    assert decode_marker(KEY, props, wire, topic=TOPIC) == marker
-    assert decode_marker(b"other key", props, wire, topic=TOPIC) == Rejected(Reason.BAD_SIGNATURE)
+    assert decode_marker(RING, props, wire, topic=TOPIC) == marker
+    assert decode_marker(OTHER_RING, props, wire, topic=TOPIC) == Rejected(Reason.BAD_SIGNATURE)
     # A genuine marker copied into another topic (or another partition of its topic) is refused.
-    assert decode_marker(KEY, props, wire, topic=TOPIC + "x") == Rejected(Reason.MISPLACED)
-    opened = open_envelope(KEY, wire)
+    assert decode_marker(RING, props, wire, topic=TOPIC + "x") == Rejected(Reason.MISPLACED)
+    opened = open_envelope(RING, wire)
     assert isinstance(opened, Envelope)
     assert (opened.kind, opened.region, opened.seq) == (kind_of(marker), marker.sender, seq)
 
@@ -100,7 +158,7 @@ def test_encode_decode_round_trips(marker: Marker, seq: int) -> None:
 @given(st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=3), st.binary(max_size=200))
 def test_decode_never_raises_on_garbage(properties: dict[str, str], data: bytes) -> None:
     assert isinstance(
-        decode_marker(KEY, properties, data, topic=TOPIC),
+        decode_marker(RING, properties, data, topic=TOPIC),
         SnapshotRequest | SnapshotResponse | Snapshot | Update | Rejected,
     )
 
