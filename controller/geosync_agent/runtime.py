@@ -47,7 +47,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import checkpoint, generations, readiness, sealing, tuning
+from geosync_agent.core import applying, checkpoint, generations, readiness, sealing, tuning
 from geosync_agent.core.pauses import note_heavy, plan_wait, publish_pause
 from geosync_agent.core.subscriptions import (
     BEFORE_ALL,
@@ -2293,7 +2293,8 @@ class Agent:
             self._fold(outcome, now)
             if isinstance(outcome, fx.CursorWritten) and outcome.key in work:
                 state, _, plan = work[outcome.key]
-                self._settle_plan(state, plan)
+                if applying.settle_plan(state, plan):
+                    self.stats.inc("plans_settled_by_writes")
         handled = {
             o.key
             for o in outcomes
@@ -2311,34 +2312,21 @@ class Agent:
             return
         self._admin_moves(rest, now)
 
-    def _settle_plan(self, state: Subscription, plan: syncing.ApplyPlan) -> None:
-        """The plugin wrote ``plan``: if the cursor it answered holds what the plan was made from and what it
-        wrote (``syncing.carried_out``), take that cursor as planned (with the log and claims the plan was
-        made from). Planning it again would find nothing to do; at 10,000 subscriptions that second plan was
-        made for every write, a round later. Not when the plan was cut short by its budget or stopped at an
-        entry not indexed yet: the next plan may go on from there."""
-        planned = state.planned
-        if (
-            planned is None
-            or planned[0] is None
-            or state.cursor is None
-            or not plan.complete
-            or plan.blocked_by is not None
-        ):
-            return
-        if not syncing.carried_out(state.cursor, planned[0], plan):
-            return
-        state.planned = (state.cursor, planned[1], planned[2])
-        state.planned_nothing = True  # what planning it again would find
-        state.behind_since = None
-        self.stats.inc("plans_settled_by_writes")
-
     def _admin_moves(
         self, work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]], now: Now
     ) -> None:
         moves: list[fx.Effect] = []
+        skip_by_ids = self.caps.usable(Capability.SKIP_BY_IDS, now=now.mono)
         for state, ts, plan in work.values():
-            move = self._admin_move(state, ts, plan, now)
+            move = applying.admin_move(
+                state,
+                plan,
+                partition=ts.tail.partition,
+                region=self.config.region,
+                now=now.mono,
+                min_interval_s=self.config.min_apply_interval_s,
+                skip_by_ids=skip_by_ids,
+            )
             if move is not None:
                 moves.append(move)
         self._perform(moves, now)
@@ -2430,35 +2418,6 @@ class Agent:
             size_of=tail.size_of,
         )
         return fx.ResetCursor(state.key, plan.new_mark_delete)
-
-    def _admin_move(
-        self, state: Subscription, ts: TopicState, plan: syncing.ApplyPlan, now: Now
-    ) -> fx.AdminMove | None:
-        """The admin-API change for a plan: mark-delete only through the move gate (one move in flight,
-        at most one per min_apply_interval_s), holes above it."""
-        target = plan.new_mark_delete
-        move = None
-        if target is not None and pacing.may_move(
-            state.pending_move,
-            current=None if state.cursor is None else state.cursor.mark_delete,
-            target=target,
-            now=now.mono,
-            min_interval_s=self.config.min_apply_interval_s,
-        ):
-            move = target
-        if not plan.individual_acks:
-            state.pending_holes = 0
-            if move is None:
-                return None
-        return fx.AdminMove(
-            key=state.key,
-            partition=ts.tail.partition,
-            move=move,
-            holes=plan.individual_acks,
-            skip_by_ids=self.caps.usable(Capability.SKIP_BY_IDS, now=now.mono),
-            consumers=state.consumers,
-            shadow_name=f"{fx.SHADOW_PREFIX}{self.config.region}",
-        )
 
     # -- effects: carried out by the effector, folded back here ---------------------------------------
 
