@@ -7,7 +7,11 @@ check asks them: they read the metadata store, which may be another ZooKeeper th
 the mirror writes) and read from the mirror's own ZooKeeper as well: partitioned topics' metadata under
 ``/admin/partitioned-topics/{tenant}/{namespace}/{persistent,non-persistent}``, managed ledgers under
 ``/managed-ledgers/{tenant}/{namespace}/persistent`` where the two stores are one, namespaces as children of
-``/admin/policies/{tenant}``. When the brokers cannot answer, the deletion is held.
+``/admin/policies/{tenant}``. When the brokers cannot answer, the deletion is held. Brokers do not list a
+namespace marked ``deleted`` (404) or one that leaves this region out (412): they refuse new topics in the
+first and delete the topics of the second, so the store alone is asked then. Where the metadata store is
+another ZooKeeper than the mirror's, the check after the mark therefore sees only what the mirror's store
+holds; a topic made in the moment between the first check and the mark is the one case not covered there.
 
 A held change is applied as Pulsar's own broker deletes a namespace: mark the document ``deleted`` (brokers
 then refuse new topics in it), look again, then delete; a topic that appeared in between undoes the mark. Each
@@ -30,7 +34,7 @@ from typing import Protocol
 from urllib.parse import quote
 
 from geosync_adapters import zookeeper as zk
-from geosync_adapters.admin import AdminError, AdminNotFound
+from geosync_adapters.admin import AdminError, AdminNotFound, AdminPreconditionFailed
 from geosync_core import deletions
 from geosync_core.deletions import Apply, Contents, Hold, Mark, Unmark
 from geosync_core.policies import Record
@@ -89,8 +93,10 @@ def namespace_topics(
 def _asked(what: str, call: Callable[[], list[str]]) -> list[str]:
     try:
         return call()
-    except AdminNotFound:
-        return []  # the brokers know no such tenant or namespace; the store has said the rest
+    except (AdminNotFound, AdminPreconditionFailed):
+        # The brokers serve no such tenant or namespace here: none, one marked deleted (they refuse new
+        # topics in it), or one without this region (they delete its topics). The store has said the rest.
+        return []
     except AdminError as e:
         raise Held(f"cannot list what this region holds under {what}: {e}") from e
 
