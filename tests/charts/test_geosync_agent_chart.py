@@ -123,6 +123,7 @@ def test_a_sidecar_never_makes_its_broker_pod_not_ready(shard: bool) -> None:
     assert "readinessProbe" not in container
     assert "startupProbe" not in container
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["livenessProbe"]["timeoutSeconds"] >= 5  # a busy node's slow answer is no stuck agent
     deployment = by_kind(render({"agent": {"region": "a"}}), "Deployment")[0]
     (own,) = deployment["spec"]["template"]["spec"]["containers"]
     assert own["readinessProbe"]["httpGet"]["path"] == "/readyz"  # its own pod: readiness is the agent's

@@ -38,6 +38,8 @@ ports:
 livenessProbe:
   httpGet: {path: /healthz, port: metrics}
   periodSeconds: 10
+  # Slow answers on a busy node are not a stuck agent: the agent ends itself when a loop is stuck.
+  timeoutSeconds: 5
 {{- if ne .Values.mode "sidecar" }}
 readinessProbe:
   httpGet: {path: /readyz, port: metrics}
