@@ -140,6 +140,26 @@ def _fetch_tarball(version: str, dest: pathlib.Path) -> pathlib.Path:
     return tarball
 
 
+def _extract(tar: tarfile.TarFile, dest: pathlib.Path) -> None:
+    """Unpack ``tar`` under ``dest`` only. Python 3.11.4 and later check that with the "data" filter; Debian
+    12's python3.11 (3.11.2) has no filters, so there every name and link must stay inside ``dest``."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    for member in tar.getmembers():
+        target = (root / member.name).resolve()
+        # A symlink's target is relative to its directory, a hard link's to the archive's root.
+        link = root
+        if member.issym():
+            link = (target.parent / member.linkname).resolve()
+        elif member.islnk():
+            link = (root / member.linkname).resolve()
+        if not (target.is_relative_to(root) and link.is_relative_to(root)) or member.isdev():
+            raise tarfile.TarError(f"{member.name!r} would be written outside {dest}")
+    tar.extractall(dest)
+
+
 def ensure_pulsar(version: str = PULSAR_VERSION) -> pathlib.Path:
     """Return PULSAR_HOME for ``version``, downloading and unpacking it first if needed."""
     home = pulsar_home(version)
@@ -154,7 +174,7 @@ def ensure_pulsar(version: str = PULSAR_VERSION) -> pathlib.Path:
     staging.mkdir()
     try:
         with tarfile.open(tarball) as tar:
-            tar.extractall(staging, filter="data")
+            _extract(tar, staging)
         inner = staging / f"apache-pulsar-{version}"
         if not (inner / "bin" / "pulsar").exists():
             raise LabError(
