@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -183,8 +183,6 @@ class Agent:
         self.topics: dict[str, TopicState] = {}
         self.controls: dict[str, Tail] = {}
         self.subs: SubsTable = SubsTable()
-        self.grouped: tuple[SubsTable, int, dict[str, list[Subscription]]] | None = None
-        """``subs`` by topic, as of a version of the table (see ``SubsTable``)."""
         self.heavy_plans: dict[SubKey, Subscription] = {}
         self.heavy_publishes_by: dict[SubKey, Subscription] = {}
         """The subscriptions whose last plan (publish) took HEAVY_PLAN_S or more, kept as their times are set:
@@ -800,7 +798,7 @@ class Agent:
                 self._track_topic(topic, now, open_now=False)  # opened together, by the next step
         if found.scanned_at is not None:
             self._forget_gone(found.topics if found.listed is None else found.listed, found.scanned_at, now)
-        by_topic = self._by_topic(existing_only=False)
+        by_topic = self.subs.by_topic(existing_only=False)
         for topic, present in found.subscriptions.items():
             if topic not in self.topics:
                 continue
@@ -1092,38 +1090,8 @@ class Agent:
         n = len(self.subs) if subscriptions is None else subscriptions
         return max(self.config.resync_interval_s, n / tuning.RESYNC_STATES_PER_S)
 
-    def _heavy(self, heavy: dict[SubKey, Subscription]) -> int:
-        """How many subscriptions ``heavy`` holds that are still the agent's (those gone are dropped)."""
-        for key in [k for k, state in heavy.items() if self.subs.get(k) is not state]:
-            del heavy[key]
-        return len(heavy)
-
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"
-
-    def _by_topic(
-        self, *, existing_only: bool, topics: Iterable[str] | None = None
-    ) -> dict[str, list[Subscription]]:
-        """The subscriptions of each topic (in the order ``subs`` holds them), or of ``topics`` only;
-        ``existing_only``: those that exist here, and only the topics with one. The grouping is made again
-        only when subscriptions came or went; the lists are not to be changed."""
-        grouped = self.grouped
-        if grouped is None or grouped[0] is not self.subs or grouped[1] != self.subs.version:
-            groups: dict[str, list[Subscription]] = {}
-            for state in self.subs.values():
-                groups.setdefault(state.topic, []).append(state)
-            grouped = self.grouped = (self.subs, self.subs.version, groups)
-        if not existing_only:
-            return grouped[2]
-        out: dict[str, list[Subscription]] = {}
-        groups = grouped[2]
-        chosen = groups.items() if topics is None else ((t, groups[t]) for t in topics if t in groups)
-        for topic, group in chosen:
-            if all(s.exists for s in group):
-                out[topic] = group
-            elif any(s.exists for s in group):
-                out[topic] = [s for s in group if s.exists]
-        return out
 
     # -- 2. index ----------------------------------------------------------------------------------
 
@@ -1661,10 +1629,10 @@ class Agent:
         """Take the cursors the plugin's feed reported, and send what moved at once: not after the polls (at
         10,000 subscriptions a saturated machine's polls took up to 2.9 s of a round). Before them: a poll
         cannot see batch indexes, and keeps those the feed reported (``_observe``)."""
-        self.heavy_publishes = self._heavy(self.heavy_publishes_by)
+        self.heavy_publishes = self.subs.still_held(self.heavy_publishes_by)
         fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
         if fed:
-            by_topic = self._by_topic(existing_only=True, topics=fed)
+            by_topic = self.subs.by_topic(existing_only=True, topics=fed)
             for topic, cursors in fed.items():
                 self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
         self._flush_states(now, announce=False)  # the polls' flush announces, where there is nothing to send
@@ -1683,11 +1651,11 @@ class Agent:
         # Only the topics due: sorting out the subscriptions that exist, for every topic, was most of an idle
         # round's polls at 10,000 subscriptions.
         tracked = self.topics
-        by_topic = self._by_topic(
+        by_topic = self.subs.by_topic(
             existing_only=True,
             topics=[
                 t
-                for t in self._by_topic(existing_only=False)
+                for t in self.subs.by_topic(existing_only=False)
                 if (seen := tracked.get(t)) is not None and now.mono >= min(seen.resync_at, seen.poll.next_at)
             ],
         )
@@ -2117,8 +2085,8 @@ class Agent:
         batch_writes = plugin_writes and self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
         work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
         creates: list[fx.Effect] = []
-        heavy = self._heavy(self.heavy_plans)
-        for topic, group in list(self._by_topic(existing_only=False).items()):
+        heavy = self.subs.still_held(self.heavy_plans)
+        for topic, group in list(self.subs.by_topic(existing_only=False).items()):
             # Per topic: whether snapshot mode covers it, and its state (None: not tracked).
             ts = None if self.snapshots.covers(topic) else self.topics.get(topic)
             if ts is not None:

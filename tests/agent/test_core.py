@@ -51,6 +51,50 @@ def test_the_subscriptions_table_counts_every_change_to_its_keys() -> None:
     assert table.version == len(changes)
 
 
+OTHER = "persistent://geo/ab/other"
+
+
+def names(groups: dict[str, list[Subscription]]) -> dict[str, list[str]]:
+    return {t: [s.name for s in g] for t, g in groups.items()}
+
+
+def test_subscriptions_are_grouped_by_topic_again_only_when_they_come_or_go() -> None:
+    table = SubsTable()
+    first = table[(TOPIC, "one")] = Subscription(TOPIC, "one")
+    table[(OTHER, "two")] = Subscription(OTHER, "two")
+    groups = table.by_topic(existing_only=False)
+    assert names(groups) == {TOPIC: ["one"], OTHER: ["two"]}
+    assert table.by_topic(existing_only=False) is groups  # nothing came or went: the same grouping
+    first.exists = False  # a field changing is seen without regrouping
+    assert TOPIC not in table.by_topic(existing_only=True)
+    third = table[(TOPIC, "three")] = Subscription(TOPIC, "three")
+    regrouped = table.by_topic(existing_only=False)
+    assert regrouped is not groups
+    assert regrouped[TOPIC] == [first, third]
+    assert table.by_topic(existing_only=True)[TOPIC] == [third]
+    assert names(table.by_topic(existing_only=True, topics=[OTHER, "nowhere"])) == {OTHER: ["two"]}
+    del table[first.key]
+    assert table.by_topic(existing_only=False)[TOPIC] == [third]
+    restored = SubsTable({third.key: third})  # as a checkpoint's restore replaces the table
+    restored.version = table.version  # another table that happens to be at the same count
+    assert restored.by_topic(existing_only=False) == {TOPIC: [third]}
+
+
+def test_heavy_ones_are_counted_while_their_subscription_is_the_tables() -> None:
+    table = SubsTable()
+    light = table[(TOPIC, "light")] = Subscription(TOPIC, "light")
+    heavy_one = table[(TOPIC, "heavy")] = Subscription(TOPIC, "heavy")
+    heavy: dict[tuple[str, str], Subscription] = {}
+    pauses.note_heavy(heavy, light, tuning.HEAVY_PLAN_S / 2)
+    pauses.note_heavy(heavy, heavy_one, tuning.HEAVY_PLAN_S)
+    assert table.still_held(heavy) == 1
+    pauses.note_heavy(heavy, heavy_one, 1.0)
+    del table[heavy_one.key]
+    table[(TOPIC, "heavy")] = Subscription(TOPIC, "heavy")  # made again: a new state, never timed
+    assert table.still_held(heavy) == 0
+    assert heavy == {}
+
+
 def test_known_claims_are_those_received_merged_with_those_published() -> None:
     sub = Subscription(TOPIC, SUB, received=CLAIMS)
     assert sub.known() is CLAIMS  # nothing published: the very claims received

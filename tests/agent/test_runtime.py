@@ -17,8 +17,6 @@ import pytest
 from geosync_adapters import admin as adm
 from geosync_agent import discovering, supervising, tailing
 from geosync_agent.core import tuning
-from geosync_agent.core.pauses import note_heavy
-from geosync_agent.core.subscriptions import SubsTable
 from geosync_agent.recent import Timeline
 from geosync_agent.runtime import Now
 from geosync_agent.snapshotting import TopicSnapshots
@@ -318,52 +316,6 @@ def test_claims_for_a_subscription_this_region_leaves_to_its_brokers_are_not_app
     b.step()
     b.step()
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(Position(9, -1))
-
-
-GROUPED = f"persistent://{NS}/grouped"
-
-
-def test_subscriptions_are_grouped_by_topic_again_only_when_they_come_or_go() -> None:
-    a, _b = pair()
-    agent = a.agent
-    agent.subs = SubsTable()  # without the harness's own subscription
-    first = agent._subscription(GROUPED, "one")
-    agent._subscription("persistent://geo/ab/other", "two")
-    groups = agent._by_topic(existing_only=False)
-    assert {t: [s.name for s in g] for t, g in groups.items()} == {
-        GROUPED: ["one"],
-        "persistent://geo/ab/other": ["two"],
-    }
-    assert agent._by_topic(existing_only=False) is groups  # nothing came or went: the same grouping
-    first.exists = False  # a field changing is seen without regrouping
-    assert GROUPED not in agent._by_topic(existing_only=True)
-    third = agent._subscription(GROUPED, "three")
-    regrouped = agent._by_topic(existing_only=False)
-    assert regrouped is not groups
-    assert regrouped[GROUPED] == [first, third]
-    assert agent._by_topic(existing_only=True)[GROUPED] == [third]
-    del agent.subs[first.key]
-    assert agent._by_topic(existing_only=False)[GROUPED] == [third]
-    restored = SubsTable({third.key: third})  # as a checkpoint's restore replaces the table
-    restored.version = agent.subs.version  # another table that happens to be at the same count
-    agent.subs = restored
-    assert agent._by_topic(existing_only=False) == {GROUPED: [third]}
-
-
-def test_heavy_plans_are_counted_as_they_are_timed_and_forgotten_with_their_subscription() -> None:
-    a, _b = pair()
-    agent = a.agent
-    light, heavy = agent._subscription(TOPIC, "light"), agent._subscription(TOPIC, "heavy")
-    note_heavy(agent.heavy_plans, light, tuning.HEAVY_PLAN_S / 2)
-    note_heavy(agent.heavy_plans, heavy, tuning.HEAVY_PLAN_S)
-    assert agent._heavy(agent.heavy_plans) == 1
-    note_heavy(agent.heavy_plans, heavy, 0.0)  # its last plan was light
-    assert agent._heavy(agent.heavy_plans) == 0
-    note_heavy(agent.heavy_plans, heavy, 1.0)
-    del agent.subs[heavy.key]
-    agent._subscription(TOPIC, "heavy")  # made again: a new state, whose plans were never timed
-    assert agent._heavy(agent.heavy_plans) == 0
-    assert agent.heavy_plans == {}
 
 
 def test_the_feeds_news_goes_out_before_the_polls_and_claims_that_came_during_them_are_applied() -> None:

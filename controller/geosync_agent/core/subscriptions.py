@@ -17,6 +17,7 @@ Invariants (tests in ``tests/agent/test_core.py``):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +171,8 @@ class SubsTable(dict[SubKey, Subscription]):
     round was a tenth of a round's CPU, for a grouping that changes only when subscriptions come and go)."""
 
     version: int = 0
+    _grouped: tuple[int, dict[str, list[Subscription]]] | None = None
+    """``by_topic``'s grouping, and the version it was made at."""
 
     def __setitem__(self, key: SubKey, value: Subscription) -> None:
         self.version += 1
@@ -198,6 +201,37 @@ class SubsTable(dict[SubKey, Subscription]):
     def setdefault(self, key: SubKey, default: Subscription) -> Subscription:
         self.version += 1
         return super().setdefault(key, default)
+
+    def by_topic(
+        self, *, existing_only: bool, topics: Iterable[str] | None = None
+    ) -> dict[str, list[Subscription]]:
+        """The subscriptions of each topic (in the order the table holds them), or of ``topics`` only;
+        ``existing_only``: those that exist here, and only the topics with one. The grouping is made again
+        only when subscriptions came or went (``version``); the lists are not to be changed."""
+        grouped = self._grouped
+        if grouped is None or grouped[0] != self.version:
+            groups: dict[str, list[Subscription]] = {}
+            for state in self.values():
+                groups.setdefault(state.topic, []).append(state)
+            grouped = self._grouped = (self.version, groups)
+        if not existing_only:
+            return grouped[1]
+        out: dict[str, list[Subscription]] = {}
+        groups = grouped[1]
+        chosen = groups.items() if topics is None else ((t, groups[t]) for t in topics if t in groups)
+        for topic, group in chosen:
+            if all(s.exists for s in group):
+                out[topic] = group
+            elif any(s.exists for s in group):
+                out[topic] = [s for s in group if s.exists]
+        return out
+
+    def still_held(self, heavy: dict[SubKey, Subscription]) -> int:
+        """How many of the subscriptions ``heavy`` holds (``pauses.note_heavy``) are still this table's;
+        those gone, or replaced by a new state of their key, are dropped from it."""
+        for key in [k for k, state in heavy.items() if self.get(k) is not state]:
+            del heavy[key]
+        return len(heavy)
 
 
 @dataclass
