@@ -90,7 +90,8 @@ class AgentView:
     @property
     def held_deletions(self) -> dict[str, str]:
         """Peers' deletions this region's policy mirror holds (path -> why): they would destroy its data."""
-        found = ((self.state or {}).get("mirror") or {}).get("held") or {}
+        mirror = (self.state or {}).get("mirror")
+        found = mirror.get("held") if isinstance(mirror, dict) else None
         return {str(p): str(why) for p, why in found.items()} if isinstance(found, dict) else {}
 
     def as_dict(self) -> dict[str, Any]:

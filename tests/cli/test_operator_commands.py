@@ -152,3 +152,31 @@ def test_status_warns_of_namespaces_that_keep_no_acknowledged_message(
     assert "in a," not in out
     code, out = run("status", "--topology", str(topology(tmp_path)), "-o", "json")
     assert json.loads(out)["agents"]["b"][key] == ["geo/ab"]
+
+
+def test_status_lists_the_deletions_a_policy_mirror_holds(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geoctl import observing
+    from geoctl.access import AgentView
+
+    why = "this region still holds 1 topic(s): orders"
+    agents = {
+        "a": AgentView(url="http://a", alive=True, ready=True, state={"mirror": {"held": {}}}),
+        "b": AgentView(
+            url="http://b", alive=True, ready=True, state={"mirror": {"held": {"/admin/policies/t/ns": why}}}
+        ),
+        "c": AgentView(url="http://c", alive=True, ready=True, state={"mirror": {"held": ["garbage"]}}),
+    }
+    monkeypatch.setattr(
+        observing, "observe", lambda *_a, **_k: observing.Observation(rows=[], agents=agents, namespaces={})
+    )
+    code, out = run("status", "--topology", str(topology(tmp_path)))
+    assert code == 0, out
+    assert "deletions held" in out
+    assert "/admin/policies/t/ns" in out
+    assert "geoctl policies release" in out
+    code, out = run("status", "--topology", str(topology(tmp_path)), "-o", "json")
+    data = json.loads(out)
+    assert data["agents"]["b"]["held_deletions"] == {"/admin/policies/t/ns": why}
+    assert data["agents"]["c"]["held_deletions"] == {}
