@@ -1,76 +1,123 @@
 #!/usr/bin/env bash
-# Installs everything GeoSync needs on a fresh Debian machine, from the project's own files:
-# Debian packages (JDK 17, Maven) if missing, a Python 3.11 virtualenv with the project and its
-# dev/spark extras, and the pinned Pulsar server distribution from Maven Central (cached).
-# Safe to run again: every step is skipped when already done.
+# Installs what GeoSync needs on a fresh Debian machine, from the project's own files, for one purpose:
+#   --for demo   what scripts/demo.sh needs: JDK 17 and Maven (Debian packages, when missing), a Python 3.11
+#                virtualenv (.venv) with the project, the pinned Pulsar distribution (from Maven Central,
+#                cached) and the broker plugins (a Maven build of interceptors/, cached by source hash).
+#   --for test   (the default) all of that, the dev, spark and containers extras, and two tools built with
+#                Go into .venv/bin: promtool (the chart's alert-rule tests) and toxiproxy-server (the lab's
+#                WAN, 'geoctl lab up --wan'). Without Go both are skipped with a warning.
+# One line per step; what the tools print goes to a log (GEOSYNC_SETUP_LOG, default
+# ${TMPDIR:-/tmp}/geosync-setup.log), whose last lines are shown when a step fails. Safe to run again:
+# every step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+purpose=test
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --for) purpose=${2:-}; shift 2 || shift ;;
+    --for=*) purpose=${1#--for=}; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--for demo|test])" >&2; exit 2 ;;
+  esac
+done
+case "$purpose" in
+  demo|test) ;;
+  *) echo "setup: --for takes demo or test, not '$purpose'" >&2; exit 2 ;;
+esac
+
+log=${GEOSYNC_SETUP_LOG:-${TMPDIR:-/tmp}/geosync-setup.log}
+: >"$log"
+
+# step TITLE COMMAND...: runs COMMAND with its output in the log and says how long it took; on failure shows
+# the log's tail and returns COMMAND's status.
+step() {
+  local title=$1 started=$SECONDS rc=0
+  shift
+  printf 'setup: %s ... ' "$title"
+  echo "== $title" >>"$log"
+  "$@" >>"$log" 2>&1 || rc=$?
+  if [ "$rc" = 0 ]; then
+    echo "done ($((SECONDS - started)) s)"
+  else
+    echo "FAILED (exit $rc); the last lines of $log:"
+    tail -n 25 "$log" | sed 's/^/  | /'
+  fi
+  return "$rc"
+}
 
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "setup: installing ${need_apt[*]} with apt-get"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  step "Debian packages ${need_apt[*]} (apt-get)" \
+    sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${need_apt[*]}"
 fi
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
-"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' || {
+"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null || {
   echo "setup: GeoSync needs Python 3.11 (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
   exit 1
 }
 if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+  step "Python virtualenv .venv" "$PY" -m venv .venv
 fi
+
+# The stamp names what was installed ("demo" or "test"); a test install covers the demo too.
 stamp=.venv/.geosync-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
-  echo "setup: installing Python packages into .venv (first time: a few minutes, pyspark is large)"
-  .venv/bin/python -m pip install -q --upgrade pip
+installed=$(cat "$stamp" 2>/dev/null || true)
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ] \
+    || { [ "$purpose" = test ] && [ "$installed" != test ]; }; then
+  if [ "$purpose" = test ]; then target=".[dev,spark,containers]"; what="the project with its dev, spark and containers extras (first time: a few minutes, pyspark is large)"
+  else target="."; what="the project and its dependencies"; fi
   # constraints.txt pins the tools and libraries the checks were last green with (CI installs the same).
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,spark,containers]"
-  touch "$stamp"
+  # PYTHONWARNINGS: setuptools warns on every editable install of a project whose packages live under
+  # several directories (controller/, admin_cli/, spark_jobs/); that is how this one is laid out on purpose.
+  step "Python packages: $what" sh -c "
+    .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip &&
+    PYTHONWARNINGS='ignore:Editable installation' .venv/bin/python -m pip install -q \
+      --disable-pip-version-check -c constraints.txt -e '$target'"
+  echo "$purpose" >"$stamp"
 fi
 
-echo "setup: Pulsar distribution"
-.venv/bin/python -c 'from geosync_lab import distribution as d; d.check_java(); print("  ", d.ensure_pulsar())'
-echo "setup: GeoSync broker plugins (Maven build of interceptors/, cached by source hash)"
-.venv/bin/python -c 'from geosync_lab import plugins; print("  ", plugins.ensure_plugins())'
+step "Pulsar distribution (Maven Central, cached under ~/.cache/geosync)" \
+  .venv/bin/python -c 'from geosync_lab import distribution as d; d.check_java(); print(d.ensure_pulsar())'
+step "GeoSync broker plugins (Maven build of interceptors/, cached by source hash)" \
+  .venv/bin/python -c 'from geosync_lab import plugins; print(plugins.ensure_plugins())'
 
-# promtool (checks and unit-tests the chart's alert rules): a pinned Go build into the venv's bin.
-PROMETHEUS_MODULE_VERSION=v0.316.0   # Go module version of Prometheus v3.x's promtool
-if [ ! -x .venv/bin/promtool ] || [ "$(cat .venv/.promtool-version 2>/dev/null)" != "$PROMETHEUS_MODULE_VERSION" ]; then
-  GO=$(command -v go || echo /usr/local/go/bin/go)
-  if [ -x "$GO" ]; then
-    echo "setup: promtool $PROMETHEUS_MODULE_VERSION (go install; first time: several minutes)"
-    if GOBIN="$PWD/.venv/bin" "$GO" install "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"; then
-      echo "$PROMETHEUS_MODULE_VERSION" > .venv/.promtool-version
-    else
-      # Everything else works without it; the rule tests say they were skipped and why.
-      echo "setup: building promtool failed: the chart's rule tests will be skipped" >&2
-    fi
-  else
-    echo "setup: no Go toolchain: promtool not installed (the chart's rule tests will be skipped)" >&2
+[ "$purpose" = test ] || exit 0
+
+GO=$(command -v go || echo /usr/local/go/bin/go)
+
+# go_tool NAME VERSION PACKAGE STAMP SUMMARY: a pinned 'go install' into .venv/bin/NAME, its version kept in
+# .venv/STAMP (skipped when that version is there). Everything else works without these tools: the tests
+# that need them say they were skipped.
+go_tool() {
+  local name=$1 version=$2 package=$3 stamp=.venv/$4 summary=$5 gobin
+  if [ -x ".venv/bin/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$version" ]; then
+    return 0
   fi
-fi
-
-# toxiproxy-server (the lab's WAN: latency, jitter, bandwidth and partitions between regions, see
-# 'geoctl lab wan'): a pinned Go build into the venv's bin, under the name its releases use.
-TOXIPROXY_VERSION=v2.12.0
-if [ ! -x .venv/bin/toxiproxy-server ] || [ "$(cat .venv/.toxiproxy-version 2>/dev/null)" != "$TOXIPROXY_VERSION" ]; then
-  GO=$(command -v go || echo /usr/local/go/bin/go)
-  if [ -x "$GO" ]; then
-    echo "setup: toxiproxy-server $TOXIPROXY_VERSION (go install; first time: about a minute)"
-    gobin=$(mktemp -d)
-    if GOBIN="$gobin" "$GO" install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
-        && mv "$gobin/server" .venv/bin/toxiproxy-server; then
-      echo "$TOXIPROXY_VERSION" > .venv/.toxiproxy-version
-    else
-      # Labs boot without it (replication then goes straight between regions; 'geoctl lab wan' says why).
-      echo "setup: building toxiproxy-server failed: labs will boot without a WAN (no 'geoctl lab wan')" >&2
-    fi
-    rm -rf "$gobin"
-  else
-    echo "setup: no Go toolchain: toxiproxy-server not installed (labs will boot without a WAN)" >&2
+  if [ ! -x "$GO" ]; then
+    echo "setup: no Go toolchain: $name not installed ($summary)" >&2
+    return 0
   fi
-fi
+  gobin=$(mktemp -d)
+  if step "$name $version (go install; first time: several minutes)" \
+      env GOBIN="$gobin" "$GO" install "$package@$version"; then
+    mv "$gobin/$(basename "$package")" ".venv/bin/$name"
+    echo "$version" >"$stamp"
+  else
+    echo "setup: building $name failed: $summary" >&2
+  fi
+  rm -rf "$gobin"
+}
+
+# promtool checks and unit-tests the chart's alert rules; v0.316.0 is the Go module version of Prometheus
+# v3.x's promtool.
+go_tool promtool v0.316.0 github.com/prometheus/prometheus/cmd/promtool .promtool-version \
+  "the chart's rule tests will be skipped"
+# toxiproxy-server is the lab's WAN (latency, jitter, bandwidth and partitions between regions, see
+# 'geoctl lab wan'), under the name its releases use.
+go_tool toxiproxy-server v2.12.0 github.com/Shopify/toxiproxy/v2/cmd/server .toxiproxy-version \
+  "labs boot without a WAN (no 'geoctl lab up --wan')"

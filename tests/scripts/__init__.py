@@ -1,0 +1,1 @@
+"""Tests of the shell scripts under scripts/ (run against stand-in tools, never the real installers)."""
