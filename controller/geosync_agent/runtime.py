@@ -47,7 +47,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import applying, checkpoint, generations, readiness, sealing, tuning
+from geosync_agent.core import applying, checkpoint, generations, readiness, reports, sealing, tuning
 from geosync_agent.core.pauses import note_heavy, plan_wait, publish_pause
 from geosync_agent.core.subscriptions import (
     BEFORE_ALL,
@@ -74,7 +74,6 @@ from geosync_core import (
     resolving,
     syncing,
 )
-from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.indexing import OriginRun, covering
@@ -1535,18 +1534,12 @@ class Agent:
     def _of_known_incarnations(
         self, message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None
     ) -> envelopes.AckStateMessage:
-        """``message`` with its claims about regions whose incarnation its sender does not know to be the
-        newest made about the incarnation it knows (the retired name), or dropped if it knows none (made
-        before it heard from that region: of an incarnation nobody can tell)."""
-        acks = message.acks
-        for r in sorted(message.acks.origin_regions):
-            tag = None if tags is None else tags.get(r)
-            if self.incarnations.stale(r, tag, tagged=tags is not None):
-                acks = acks.without([r]) if tag is None else acks.renamed(r, incarnations.retired(r, tag))
-        if acks is message.acks:
-            return message
-        self.stats.inc("claims_stale_incarnation")
-        return replace(message, acks=acks)
+        """``message`` with its claims made about the incarnations known here (``core.reports``), counted
+        when that changed them."""
+        known = reports.of_known_incarnations(message, tags, self.incarnations)
+        if known is not message:
+            self.stats.inc("claims_stale_incarnation")
+        return known
 
     def _take_claims(self, message: envelopes.AckStateMessage, now: Now) -> None:
         # The sender's rules may differ (another version or configuration): what is not synced here, a
@@ -1832,22 +1825,11 @@ class Agent:
             self.rediscover.set()
 
     def _cursor_of(self, report: pluginapi.CursorReport) -> AckState:
-        """A cursor as the plugin reported it, with its partly acknowledged batches. The report lists the
-        indexes still unacknowledged; the batch's size comes from the tail (or, for an entry not read yet,
-        the highest unacknowledged index + 1: claiming fewer acknowledged indexes than there are, never
-        more)."""
+        """A cursor as the plugin reported it (``core.reports.cursor_of``), batch sizes from the tail."""
         ts = self.topics.get(report.topic)
-        batches: list[tuple[Position, BatchAcks]] = []
-        for batch in report.batches:
-            if not batch.unacked or batch.position <= report.mark_delete:
-                continue
-            size = max(ts.tail.size_of(batch.position) or 1 if ts else 1, max(batch.unacked) + 1)
-            acks = BatchAcks.from_unacked(size, batch.unacked)
-            if acks.acked:
-                batches.append((batch.position, acks))
         if report.batches_truncated:
             self.stats.inc("feed_batches_truncated")
-        return AckState.parse(str(report.mark_delete), report.individually_deleted, batches)
+        return reports.cursor_of(report, None if ts is None else ts.tail)
 
     def _observe(
         self,

@@ -1,0 +1,61 @@
+"""What peers and brokers report, read as the core's values: cursors from the plugin, claims from peers.
+
+Two readings that must be exact, because a claim can never be taken back. A cursor the broker plugin
+reports lists the batch indexes still unacknowledged; the batch's size is needed to know which ones were
+acknowledged. Claims a peer sends speak of the incarnations of regions it knows; claims about a region it
+does not know to be in its newest life speak of that region's older one.
+
+Invariants (tests in ``tests/agent/test_core_reports.py``): a cursor read from a report never claims more
+acknowledged batch indexes than the batch has (a size not known yet is taken as small as the report allows);
+claims about a region the sender knows in an older life are renamed to that life's retired name, and those
+about a region whose life the sender cannot tell are dropped; claims already about the newest lives are the
+very message they came in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from geosync_core import envelopes, incarnations, pluginapi
+from geosync_core.batches import BatchAcks
+from geosync_core.incarnations import Incarnation, Known
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+
+
+class Sizes(Protocol):
+    """Where the number of messages of a local entry is known (the topic's tail)."""
+
+    def size_of(self, position: Position) -> int | None: ...
+
+
+def cursor_of(report: pluginapi.CursorReport, sizes: Sizes | None) -> AckState:
+    """A cursor as the plugin reported it, with its partly acknowledged batches. The report lists the
+    indexes still unacknowledged; the batch's size comes from ``sizes`` (or, for an entry not read yet,
+    the highest unacknowledged index + 1: claiming fewer acknowledged indexes than there are, never
+    more)."""
+    batches: list[tuple[Position, BatchAcks]] = []
+    for batch in report.batches:
+        if not batch.unacked or batch.position <= report.mark_delete:
+            continue
+        size = max(sizes.size_of(batch.position) or 1 if sizes else 1, max(batch.unacked) + 1)
+        acks = BatchAcks.from_unacked(size, batch.unacked)
+        if acks.acked:
+            batches.append((batch.position, acks))
+    return AckState.parse(str(report.mark_delete), report.individually_deleted, batches)
+
+
+def of_known_incarnations(
+    message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None, known: Known
+) -> envelopes.AckStateMessage:
+    """``message`` with its claims about regions whose incarnation its sender (who sent ``tags``; None: an
+    agent from before incarnations) does not know to be the newest made about the incarnation it knows (the
+    retired name), or dropped if it knows none (made before it heard from that region: of an incarnation
+    nobody can tell). The very ``message`` when nothing changed."""
+    acks = message.acks
+    for r in sorted(message.acks.origin_regions):
+        tag = None if tags is None else tags.get(r)
+        if known.stale(r, tag, tagged=tags is not None):
+            acks = acks.without([r]) if tag is None else acks.renamed(r, incarnations.retired(r, tag))
+    return message if acks is message.acks else replace(message, acks=acks)

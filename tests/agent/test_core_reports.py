@@ -1,0 +1,78 @@
+"""Reports read as the core's values (``core.reports``): the plugin's cursors, and peers' claims made about
+the incarnations known here. One test per invariant the module states."""
+
+from __future__ import annotations
+
+from geosync_agent.core import reports
+from geosync_core import envelopes, incarnations, pluginapi
+from geosync_core.incarnations import Incarnation, Known
+from geosync_core.origins import OriginAcks, Span
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+
+TOPIC = "persistent://geo/ab/orders"
+
+
+class Sizes:
+    def __init__(self, sizes: dict[Position, int]) -> None:
+        self.sizes = sizes
+
+    def size_of(self, position: Position) -> int | None:
+        return self.sizes.get(position)
+
+
+MARK_DELETE = Position(5, 1)
+
+
+def report(*batches: pluginapi.BatchState) -> pluginapi.CursorReport:
+    return pluginapi.CursorReport(TOPIC, "billing", MARK_DELETE, "[(5:3..5:4]]", batches)
+
+
+def acked(cursor: AckState, position: Position) -> tuple[int, ...] | None:
+    batch = cursor.batch(position)
+    return None if batch is None else batch.indexes()
+
+
+def test_a_reported_batch_is_read_with_its_size_from_the_tail() -> None:
+    cursor = reports.cursor_of(
+        report(pluginapi.BatchState(Position(5, 6), (1, 3))), Sizes({Position(5, 6): 6})
+    )
+    assert cursor.mark_delete == Position(5, 1)
+    assert Position(5, 4) in cursor
+    assert acked(cursor, Position(5, 6)) == (0, 2, 4, 5)
+
+
+def test_a_batch_of_unknown_size_never_claims_more_indexes_than_the_report_shows() -> None:
+    batch = pluginapi.BatchState(Position(5, 6), (1, 3))
+    for sizes in (None, Sizes({})):
+        cursor = reports.cursor_of(report(batch), sizes)
+        assert acked(cursor, Position(5, 6)) == (0, 2)  # as if the batch ended after its last unacked index
+    whole = reports.cursor_of(report(pluginapi.BatchState(Position(5, 6), (0,))), Sizes({Position(5, 6): 1}))
+    assert acked(whole, Position(5, 6)) is None  # nothing acknowledged in it
+    below = reports.cursor_of(report(pluginapi.BatchState(Position(5, 1), (1,))), Sizes({Position(5, 1): 4}))
+    assert below.batches == ()  # at or below the mark-delete: acknowledged whole already
+
+
+OLD, NEW = Incarnation(1_000, "old"), Incarnation(2_000, "new")
+KNOWN = Known({"b": NEW})
+CLAIMS = OriginAcks.of({"a": [Span(5, 0, 3)], "b": [Span(9, 0, 1)]})
+MESSAGE = envelopes.AckStateMessage(TOPIC, "billing", "c", CLAIMS)
+
+
+def test_claims_about_a_region_the_sender_knows_in_an_older_life_go_by_that_lifes_retired_name() -> None:
+    taken = reports.of_known_incarnations(MESSAGE, {"b": OLD}, KNOWN)
+    assert taken.acks == OriginAcks.of(
+        {"a": [Span(5, 0, 3)], incarnations.retired("b", OLD): [Span(9, 0, 1)]}
+    )
+    assert (taken.topic, taken.subscription, taken.region) == (MESSAGE.topic, MESSAGE.subscription, "c")
+
+
+def test_claims_about_a_region_whose_life_the_sender_cannot_tell_are_dropped() -> None:
+    taken = reports.of_known_incarnations(MESSAGE, {}, KNOWN)  # it sends incarnations, and none of b's
+    assert taken.acks == OriginAcks.of({"a": [Span(5, 0, 3)]})
+
+
+def test_claims_about_the_newest_lives_or_from_an_agent_before_incarnations_are_the_very_message() -> None:
+    assert reports.of_known_incarnations(MESSAGE, {"b": NEW}, KNOWN) is MESSAGE
+    assert reports.of_known_incarnations(MESSAGE, None, KNOWN) is MESSAGE
+    assert reports.of_known_incarnations(MESSAGE, {"b": OLD}, Known({})) is MESSAGE  # nothing known of b
