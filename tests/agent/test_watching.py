@@ -261,7 +261,7 @@ def test_an_agent_process_stuck_in_a_call_exits_within_the_bound(tmp_path: pathl
 
 def test_an_agent_process_whose_rounds_fail_keeps_running(tmp_path: pathlib.Path) -> None:
     """The same process, its rounds failing as when its region's broker is down (and discovery failing for
-    real: nothing listens at its addresses): past the bound it still runs, and SIGTERM ends it cleanly."""
+    real: nothing listens at its addresses): past the bound it still runs, until SIGTERM ends it."""
     config = _agent_config(tmp_path, stuck_after_s=3.0)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "controller"), str(ROOT)])}
     env.pop("GEOSYNC_KEY", None)
@@ -274,7 +274,11 @@ def test_an_agent_process_whose_rounds_fail_keeps_running(tmp_path: pathlib.Path
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr[-3000:]
+    # Ended by the SIGTERM, not by the watchdog. (Not "== 0": the Pulsar client's C++ threads now and then
+    # abort the interpreter's exit after an orderly shutdown, "terminate called without an active
+    # exception", whatever the watchdog does.)
+    assert process.returncode != watching.EXIT_STUCK, stderr[-3000:]
+    assert "signal 15: stopping" in stderr
     assert "round failed, retrying: connection refused" in stderr
     assert "discovery failed" in stderr
     assert "stuck" not in stderr
