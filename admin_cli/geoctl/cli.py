@@ -20,6 +20,11 @@ from geosync_lab.errors import LabError
 console = Console(stderr=True, highlight=False)
 
 
+def _progress(message: str) -> None:
+    """A progress line on stderr, printed as written ("[geosync] ..." is not console markup)."""
+    console.print(message, markup=False)
+
+
 def _lab_errors(fn: Any) -> Any:
     """Turn library failures into CLI errors with the lab exit code."""
     import functools
@@ -120,7 +125,7 @@ def lab_up(
 
     Ctrl-C, SIGTERM or SIGHUP during the boot stops every process it had started; after a SIGKILL,
     'geoctl lab down' stops what the boot left."""
-    report = console.print if output == "text" else (lambda _m: None)
+    report = _progress if output == "text" else (lambda _m: None)
     try:
         with console.status("booting regions…", spinner="dots") if output == "text" else _null():
             result = labs.up(
@@ -156,7 +161,7 @@ def lab_up(
                 f"{lab_dir}; nothing to do ({d['topology']})"
             )
             return
-        table = Table("region", "boot (s)", "resident (MiB)", "admin", "service")
+        table = Table("region", "boot (s)", "MiB", "admin", "service")
         for name, r in d["regions"].items():
             reg = result.topology.regions[name]
             table.add_row(name, f"{r['boot_seconds']}", f"{r['rss_mb']}", reg.admin_url, reg.service_url)
@@ -202,9 +207,10 @@ def lab_status(lab_dir: pathlib.Path, output: str) -> None:
     data = labs.status(lab_dir)
 
     def text(d: dict[str, Any]) -> None:
-        # One line per namespace and per broker, so that the table fits 100 columns without splitting an
-        # address: "geo/abc: b✓ c✓" and "127.0.0.1:48193 pid 11987".
-        table = Table("region", "process", "brokers", "admin", "replication", "MiB")
+        # One line per namespace and per broker, so that the table fits 80 columns without splitting an
+        # address: "geo/abc: b✓ c✓" and "127.0.0.1:48193 pid 11987" (or "... stopped"; the region's own
+        # process state is in the JSON output).
+        table = Table("region", "brokers", "admin", "replication", "MiB")
         for name, r in d["regions"].items():
             repl = "\n".join(
                 f"{ns}: "
@@ -217,7 +223,7 @@ def lab_status(lab_dir: pathlib.Path, output: str) -> None:
                 for b in r.get("brokers", [])
             )
             table.add_row(
-                name, r["process"], brokers or "-", r.get("admin", "-"), repl or "-", f"{r['rss_mb']:.0f}"
+                name, brokers or r["process"], r.get("admin", "-"), repl or "-", f"{r['rss_mb']:.0f}"
             )
         Console().print(table)
         if "wan" in d:
@@ -404,7 +410,7 @@ def demo_failover(  # noqa: PLR0917 (click passes options positionally)
     topology = labs.load(lab_dir)
     if not topology.agents or not any(a.pid for a in topology.agents.values()):
         raise GeoctlError("the lab has no agents running", exit_code=EXIT_LAB)
-    report = console.print if output == "text" else (lambda _m: None)
+    report = _progress if output == "text" else (lambda _m: None)
     outcomes = [
         failover.run(
             topology,
@@ -423,8 +429,8 @@ def demo_failover(  # noqa: PLR0917 (click passes options positionally)
     def text(_d: dict[str, Any]) -> None:
         # A batched backlog counts entries, not messages, so the time until b's backlog is exact is read
         # only with --no-batching; with batching the column is left out rather than shown empty.
-        columns = ["mode", "published", "acked in a", "delivered in b", "duplicates", "lost"]
-        table = Table(*columns, *([] if batching else [f"synced within {settle:g} s"]))
+        columns = ["mode", "published", "acked\nin a", "delivered\nin b", "duplicates", "lost"]
+        table = Table(*columns, *([] if batching else [f"synced\n(≤{settle:g} s)"]))
         for o in outcomes:
             row = [
                 "Pulsar PIP-33" if o.mode == "builtin" else "GeoSync",
@@ -435,7 +441,7 @@ def demo_failover(  # noqa: PLR0917 (click passes options positionally)
                 str(o.lost),
             ]
             if not batching:
-                row.append(f"yes, in {o.synced_after_s:.2f} s" if o.synced_after_s is not None else "no")
+                row.append(f"{o.synced_after_s:.2f} s" if o.synced_after_s is not None else "no")
             table.add_row(*row)
         Console().print(table)
 
