@@ -42,7 +42,7 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
-from geosync_agent import calls, checkpointing, discovering, owning, reporting, snapshotting, tailing
+from geosync_agent import calls, checkpointing, discovering, lookups, owning, reporting, snapshotting, tailing
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
@@ -64,7 +64,6 @@ from geosync_agent.recent import CallTimes, PhaseTimes, Recent, Timeline
 from geosync_agent.tailing import Tail
 from geosync_core import (
     claiming,
-    drift,
     envelopes,
     incarnations,
     ownership,
@@ -76,7 +75,6 @@ from geosync_core import (
 )
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.incarnations import Incarnation, Known
-from geosync_core.indexing import OriginRun, covering
 from geosync_core.origins import Origin, OriginAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -176,8 +174,13 @@ class Agent:
             if config.plugin_cursors
             else frozenset({Capability.PLUGIN_FEED, Capability.PLUGIN_CURSOR_WRITES})
         )
+        self.origin_lookups = lookups.OriginLookups(
+            config, effector, count=self.stats.inc, caps=lambda: self.caps, learn=self._learn
+        )
+        """What the brokers recorded of entries' origins (for the resolver)."""
+        found = self.origin_lookups
         self.resolver = resolving.OriginResolver(
-            local=config.region, lookup=self._lookup_origin, source=self._source_of, recorded=self._recorded
+            local=config.region, lookup=found.lookup_origin, source=found.source_of, recorded=found.recorded
         )
         self.topics: dict[str, TopicState] = {}
         self.controls: dict[str, Tail] = {}
@@ -198,11 +201,6 @@ class Agent:
             timeout_s=config.snapshot_timeout_s,
             first_seq=first_seq,
         )
-        self.plugin_runs: dict[str, list[OriginRun]] = {}
-        self.plugin_floor: dict[str, Position] = {}
-        """Per topic, the first entry the interceptor's index still records (learned when asked below it)."""
-        self.plugin_asked: dict[str, tuple[float, Position]] = {}
-        """Per topic, when the interceptor's index was last asked and from which entry."""
         self.feed = Feed()
         self.rediscover_at = 0.0
         """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
@@ -664,6 +662,10 @@ class Agent:
             len(controls),
         )
 
+    def _learn(self, capability: Capability, value: bool, now_mono: float) -> None:
+        """``capability`` was found (not) to be there at ``now_mono``."""
+        self.caps = self.caps.learned(capability, value, now=now_mono)
+
     def part_outcome(self, part: str, error: object | None, now_mono: float) -> None:
         """Record a success (``error`` None) or failure of ``part`` for the readiness probe."""
         if error is None:
@@ -932,8 +934,7 @@ class Agent:
             ts.tail.close()
         for key in [k for k in self.unobserved if k[0] == topic]:
             del self.unobserved[key]
-        for cache in (self.plugin_runs, self.plugin_floor, self.plugin_asked):
-            cache.pop(topic, None)
+        self.origin_lookups.forget(topic)
 
     def _track_topic(self, topic: str, now: Now, *, open_now: bool = True) -> TopicState:
         """Start tailing ``topic`` (from its earliest entry) unless it is tracked already; without
@@ -1100,7 +1101,7 @@ class Agent:
         # cursors spare). Found absent, every topic is polled at once (``_read_feed``).
         feed = self.caps.usable(Capability.PLUGIN_FEED, now=now.mono)
         grown: list[str] = []
-        self._prefetch_runs()
+        self.origin_lookups.prefetch(ts.tail for ts in self.topics.values())
         for topic, ts in self.topics.items():
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
             drained = ts.tail.drain(self.resolver, now=now.mono)
@@ -1210,154 +1211,6 @@ class Agent:
             last = self.topics[state.topic].tail.last
             if last is not None and last >= state.cursor.reach:
                 self._publish(state, force=False, now=now)
-
-    def _lookup_origin(self, topic: str, local: Position) -> str | None:
-        """The origin region the brokers recorded for ``local`` (the resolver's last resort)."""
-        run = self._plugin_run(topic, local)
-        if run is not None:
-            return run.origin
-        headers = self._entry_headers(topic, local)
-        return None if headers is None else headers.replicated_from
-
-    def _recorded(self, topic: str, local: Position) -> tuple[str, Position | None] | None:
-        """The broker's record of ``local`` (origin region, source position): the interceptor's index, or,
-        where the interceptor runs but its answer lacks the entry (a failed or early question), the entry's
-        own headers, so that a stamp is never trusted alone where the brokers can say better. None without
-        the interceptor (stamps are then trusted as before)."""
-        run = self._plugin_run(topic, local)
-        if run is not None:
-            return run.origin, run.origin_at(local.entry)
-        if self.caps.get(Capability.PLUGIN_INDEX) is not True or not self.config.plugin_index:
-            return None
-        return self._headers_record(topic, local)
-
-    def _headers_record(self, topic: str, local: Position) -> tuple[str, Position | None] | None:
-        """(origin region, source position) from the entry's admin headers: this region and no source for an
-        entry published here; None if the headers cannot be read."""
-        headers = self._entry_headers(topic, local)
-        if headers is None:
-            return None
-        if headers.replicated_from is None:
-            return self.config.region, None
-        origin = headers.origin(self.config.region, local)
-        return headers.replicated_from, None if origin is None else origin.position
-
-    def _entry_headers(self, topic: str, local: Position) -> adm.EntryHeaders | None:
-        """The admin API's headers for one stored entry (one call), None if they cannot be read."""
-        self.stats.inc("origin_lookups")
-        try:
-            return self.effector.call(calls.ReadEntryHeaders(topic, local))
-        except adm.AdminError as e:
-            log.warning("cannot read the origin of %s %s: %s", topic, local, e)
-            return None
-
-    def _source_of(self, topic: str, local: Position) -> Origin | None:
-        """Where the batched entry at ``local`` came from, region and position, as the brokers recorded it
-        (a batched replicated copy shows clients no stamp): the interceptor's origin index, else the entry's
-        headers from the admin API. None if neither can tell."""
-        run = self._plugin_run(topic, local)
-        record = None if run is None else (run.origin, run.origin_at(local.entry))
-        if record is None or (record[0] != self.config.region and record[1] is None):
-            record = self._headers_record(topic, local)
-        if record is None:
-            return None
-        region, source = record
-        if region == self.config.region:
-            return Origin(region, local)
-        return None if source is None else Origin(region, source)
-
-    def _plugin_run(self, topic: str, local: Position) -> OriginRun | None:
-        """The broker interceptor's run covering ``local``: one call covers a whole stretch of the topic,
-        where the fallback costs one admin call per entry. None where it has no record or no plugin."""
-        now = time.monotonic()
-        if not self.config.plugin_index or not self.caps.usable(Capability.PLUGIN_INDEX, now=now):
-            return None
-        floor = self.plugin_floor.get(topic)
-        if floor is not None and local < floor:
-            return None  # below what the interceptor still records: never from its runs, even covered ones
-        for attempt in range(2):
-            run = covering(self.plugin_runs.get(topic, []), local)
-            if run is not None:
-                self.stats.inc("origin_plugin_hits")
-                return run
-            if attempt or not self._may_ask_runs(topic, local, now):
-                break
-            self.plugin_asked[topic] = (now, local)
-            try:
-                runs = self.effector.call(calls.PluginOrigins(topic, local))
-            except adm.AdminError as e:
-                self._runs_unavailable(e, now)
-                return None
-            self._take_runs(topic, local, runs, now)
-        return None
-
-    def _may_ask_runs(self, topic: str, local: Position, now: float) -> bool:
-        """Whether the interceptor may be asked for ``topic``'s runs from ``local`` (not covered by the runs
-        held): not below what it still records, and not just asked from there or answered empty."""
-        floor = self.plugin_floor.get(topic)
-        if floor is not None and local < floor:
-            return False  # below what the interceptor still records (restarted broker, evicted runs)
-        asked = self.plugin_asked.get(topic)
-        if asked is not None and local <= asked[1] and now - asked[0] < tuning.PLUGIN_ASK_GAP_S:
-            return False  # just asked from here on: what that answer lacks is not recorded
-        # The last answer was empty: the index records nothing for it now.
-        return not (
-            asked is not None and not self.plugin_runs.get(topic) and now - asked[0] < tuning.PLUGIN_ASK_GAP_S
-        )
-
-    def _runs_unavailable(self, error: adm.AdminError, now: float) -> None:
-        if isinstance(error, adm.AdminNotFound):
-            if self.caps.get(Capability.PLUGIN_INDEX) is None:
-                log.info("no GeoSync interceptor in this region: origins come from per-entry lookups")
-            self.caps = self.caps.learned(Capability.PLUGIN_INDEX, False, now=now)
-        else:
-            log.warning("interceptor origin index unavailable: %s", error)
-
-    def _take_runs(self, topic: str, local: Position, runs: list[OriginRun], now: float) -> None:
-        """What the interceptor answered for ``topic`` asked from ``local``."""
-        self.plugin_runs[topic] = sorted(runs, key=lambda run: run.start)  # disjoint: found by bisection
-        if runs and Position(runs[0].ledger, runs[0].first) > local:
-            # Asked from ``local``, answered from later: nothing at or below ``local`` is recorded.
-            self.plugin_floor[topic] = Position(runs[0].ledger, runs[0].first)
-        self.caps = self.caps.learned(Capability.PLUGIN_INDEX, True, now=now)
-
-    def _prefetch_runs(self) -> None:
-        """Ask the interceptor, all at once on the pool, for the runs of every topic whose queued entries
-        begin with a replicated batched entry its runs do not cover. Draining asks topic after topic
-        otherwise, the round waiting for each answer in turn: on a busy two-core region, a third of the
-        round's time (py-spy, 1,000 acks/s over 10 topics, BENCHMARKS.md)."""
-        now = time.monotonic()
-        if not self.config.plugin_index or self.caps.get(Capability.PLUGIN_INDEX) is not True:
-            return  # unknown yet: the first drain learns it, one call
-
-        def replicated_batch(m: msg.Received) -> bool:
-            return m.batch_index >= 0 and drift.producer_cluster(m.producer) != self.config.region
-
-        asks: list[tuple[str, Position]] = []
-        for topic, ts in self.topics.items():
-            first = ts.tail.first_unread(replicated_batch)
-            if first is None or covering(self.plugin_runs.get(topic, []), first) is not None:
-                continue
-            if self._may_ask_runs(topic, first, now):
-                asks.append((topic, first))
-        if len(asks) < 2:
-            return  # draining asks for one as cheaply
-        for topic, first in asks:
-            self.plugin_asked[topic] = (now, first)
-
-        def ask(item: tuple[str, Position]) -> list[OriginRun] | adm.AdminError:
-            topic, first = item
-            try:
-                return self.effector.call(calls.PluginOrigins(topic, first))
-            except adm.AdminError as e:
-                return e
-
-        self.stats.inc("origin_prefetches", len(asks))
-        for (topic, first), answer in zip(asks, self.effector.map(ask, asks), strict=True):
-            if isinstance(answer, adm.AdminError):
-                self._runs_unavailable(answer, now)
-            else:
-                self._take_runs(topic, first, answer, now)
 
     # -- snapshot mode (the work itself is snapshotting's) ------------------------------------------
 

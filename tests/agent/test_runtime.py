@@ -537,7 +537,7 @@ def test_the_interceptors_record_names_a_replicated_entrys_region_and_source() -
         TOPIC,
         message(TOPIC, Position(9, 6), properties={"__MSG_PROP_REPL_SOURCE_POSITION": "5:99"}, producer="x"),
     )
-    b.agent.plugin_asked.clear()
+    b.agent.origin_lookups.asked.clear()
     b.step()
     origin = b.agent.topics[TOPIC].tail.index.origin_of(Position(9, 6))
     assert origin is not None
@@ -909,7 +909,7 @@ def test_entries_a_moved_topics_new_owner_never_indexed_are_named_from_their_hea
         assert (found.region, found.position) == ("a", origin)
     assert hb.agent.stats.counters["origin_lookups"] >= len(B_LOG)
     assert hb.agent.stats.counters["origin_plugin_hits"] == 0
-    assert hb.agent.plugin_floor[TOPIC] == Position(10, 0)
+    assert hb.agent.origin_lookups.floor[TOPIC] == Position(10, 0)
 
 
 def test_claims_too_large_for_one_message_go_out_in_parts_that_say_the_same(
