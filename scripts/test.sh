@@ -8,5 +8,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy controller admin_cli spark_jobs integration_tests tests bench
 echo "== import-linter"; lint-imports
+echo "== docs"; site="$(mktemp -d)"; NO_MKDOCS_2_WARNING=1 mkdocs build --strict -d "$site"; rm -rf "$site"  # not -q: it stops strict counting warnings
 echo "== pytest"
 pytest -q -p no:cacheprovider "$@"
