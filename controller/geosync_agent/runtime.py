@@ -42,7 +42,17 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging as msg
-from geosync_agent import calls, checkpointing, discovering, lookups, owning, reporting, snapshotting, tailing
+from geosync_agent import (
+    calls,
+    checkpointing,
+    discovering,
+    lookups,
+    owning,
+    reading,
+    reporting,
+    snapshotting,
+    tailing,
+)
 from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
@@ -174,6 +184,8 @@ class Agent:
             if config.plugin_cursors
             else frozenset({Capability.PLUGIN_FEED, Capability.PLUGIN_CURSOR_WRITES})
         )
+        self.readers = reading.Readers(effector, count=self.stats.inc)
+        """Opens the tails' readers, and again when they lost their broker."""
         self.origin_lookups = lookups.OriginLookups(
             config, effector, count=self.stats.inc, caps=lambda: self.caps, learn=self._learn
         )
@@ -792,7 +804,7 @@ class Agent:
             control = self._control_topic(ns)
             if control not in self.controls:
                 tail = Tail(control, -1, wake=self.wake)
-                self._open(tail, now, control=True)
+                self.readers.open(tail, now.mono, control=True)
                 self.controls[control] = tail
         for topic in found.topics:
             if self.owns(topic):  # the pass may predate a hand-off
@@ -943,111 +955,24 @@ class Agent:
         if ts is None:
             tail = Tail(topic, partition_of(topic))
             if open_now:
-                self._open(tail, now)
+                self.readers.open(tail, now.mono)
             phase = self.rng.random()
             resync_at = pacing.first_resync(now.mono, period_s=self.resync_period(), phase=phase)
             ts = self.topics[topic] = TopicState(tail, resync_at=resync_at, tracked_at=now.mono)
         return ts
-
-    def _open(self, tail: Tail, now: Now, *, control: bool = False) -> bool:
-        """Open ``tail``'s reader; on failure leave it closed, to be tried again in REOPEN_S. A control topic
-        that does not exist is created first (with auto topic creation off nobody else creates it; its
-        publishers need it too)."""
-        error = self._try_open(tail)
-        return True if error is None else self._open_failed(tail, error, now, control=control)
-
-    def _try_open(self, tail: Tail) -> msg.TopicMissing | msg.MessagingUnavailable | None:
-        """Open ``tail``'s reader; what went wrong, if it did. A pool worker may call it while the loop
-        waits: it touches ``tail`` alone, and sets its reader as soon as the client returns it. (Not later on
-        the loop's thread: the reader delivers at once, and a listener that finds the inbox full and no
-        reader set takes the tail for closed and drops what it holds.)"""
-        try:
-            self.effector.open_reader(tail)
-            return None
-        except (msg.TopicMissing, msg.MessagingUnavailable) as e:
-            return e
-
-    def _open_failed(
-        self, tail: Tail, error: msg.TopicMissing | msg.MessagingUnavailable, now: Now, *, control: bool
-    ) -> bool:
-        if not control or not isinstance(error, msg.TopicMissing):
-            return self._not_opened(tail, error, now)
-        try:
-            if self.effector.call(calls.CreateTopic(tail.topic)):
-                log.info("created the control topic %s (auto topic creation is off)", tail.topic)
-            self.effector.open_reader(tail)
-            return True
-        except (adm.AdminError, msg.TopicMissing, msg.MessagingUnavailable) as e:
-            return self._not_opened(tail, e, now)
-
-    def _not_opened(self, tail: Tail, error: Exception, now: Now) -> bool:
-        """Leave ``tail`` closed until tuning.REOPEN_S from now; False (not opened)."""
-        tail.reopen_at = now.mono + tuning.REOPEN_S
-        self.stats.inc("reader_open_failures")
-        log.warning("cannot read %s (trying again in %.0f s): %s", tail.topic, tuning.REOPEN_S, error)
-        return False
 
     def _tails(self) -> list[Tail]:
         """Every reader's tail: the control topics' and the tracked topics'."""
         return [*self.controls.values(), *(ts.tail for ts in self.topics.values())]
 
     def _reopen(self, now: Now) -> None:
-        """Open the readers not open yet: those that could not be opened, the topics adopted this round and,
-        after a restart, every one. Several at a time: each is a round trip to the topic's owner, and the
-        102 readers of a restart at 10,000 subscriptions took 0.65 s one after the other, in the round
-        that takes the claims queued meanwhile (BENCHMARKS.md, "Scale", session 32)."""
-        due = [tail for tail in self._tails() if tail.reader is None and now.mono >= tail.reopen_at]
-        for tail, error in zip(due, self.effector.map(self._try_open, due), strict=True):
-            if error is not None:
-                self._open_failed(tail, error, now, control=tail.topic in self.controls)
+        """Open the readers not open yet (``reading.Readers.reopen``)."""
+        self.readers.reopen(self._tails(), self.controls, now.mono)
 
     def _revive(self, now: Now) -> None:
-        """Open again the readers whose broker went away once their topic's owner answers. The client retries
-        a lost connection itself, with a backoff doubling up to a minute: when a broker dies, its bundles get
-        a new owner only after its metadata session expires (30 s by default), so a reader could wait most of
-        a minute more with its owner ready, and remote acknowledgements (the control topics) or this region's
-        entries with it. A reader disconnected for STALLED_S has its topic looked up (which has some broker
-        take a bundle nobody owns) and is opened again at the entry it read last if the owner accepts a
-        connection; at most REVIVE_CHECKS_PER_ROUND look-ups a round, each reader's every STALLED_S."""
-        checks = 0
-        probed: dict[str, bool] = {}  # one probe per broker a round: a dead pod's address may time out
-        for tail in self._tails():
-            if tail.reader is None:
-                continue
-            if tail.reader.connected():
-                tail.stalled_since = None
-                continue
-            if tail.stalled_since is None:
-                tail.stalled_since = now.mono
-            if (
-                now.mono - tail.stalled_since < tuning.STALLED_S
-                or now.mono < tail.revive_at
-                or checks >= tuning.REVIVE_CHECKS_PER_ROUND
-            ):
-                continue
-            checks += 1
-            tail.revive_at = now.mono + tuning.STALLED_S
-            if not self._owner_answers(tail.topic, probed):
-                continue
-            log.info(
-                "%s: the reader has had no broker for %.0f s and the topic's owner answers: opening it again",
-                tail.topic,
-                now.mono - tail.stalled_since,
-            )
-            self.stats.inc("readers_revived")
-            tail.close()
-            self._open(tail, now, control=tail.topic in self.controls)
-
-    def _owner_answers(self, topic: str, probed: dict[str, bool]) -> bool:
-        """Whether the broker a look-up names for ``topic`` accepts a connection (``probed``: the answers of
-        the brokers probed already)."""
-        try:
-            url = str(self.effector.call(calls.LookupTopic(topic)).get("brokerUrl") or "")
-        except adm.AdminError:
-            return False
-        if url and url not in probed:
-            probed[url] = self.effector.broker_answers(url)
-        return bool(url) and probed[url]
+        """Open again the readers whose broker went away once their topic's owner answers
+        (``reading.Readers.revive``)."""
+        self.readers.revive(self._tails(), self.controls, now.mono)
 
     def _subscription(self, topic: str, name: str, *, exists: bool = True) -> Subscription:
         """The state of ``topic``'s subscription ``name``, made (with ``exists``) if there is none yet, and
@@ -1189,7 +1114,7 @@ class Agent:
             )
         ts.tail = Tail(stale.topic, stale.partition)
         ts.tail.index.keep_retirements(stale.index.retirements())  # read again, old messages stay retired
-        self._open(ts.tail, now)
+        self.readers.open(ts.tail, now.mono)
         for state in self.subs.values():
             if state.topic == stale.topic:
                 state.incomplete_at = -1
