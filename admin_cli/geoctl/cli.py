@@ -21,8 +21,9 @@ console = Console(stderr=True, highlight=False)
 
 
 def _progress(message: str) -> None:
-    """A progress line on stderr, printed as written ("[geosync] ..." is not console markup)."""
-    console.print(message, markup=False)
+    """A progress line on stderr, printed as written ("[geosync] ..." is not console markup) and left to the
+    terminal to wrap (a log keeps it on one line)."""
+    console.print(message, markup=False, soft_wrap=True)
 
 
 def _lab_errors(fn: Any) -> Any:
