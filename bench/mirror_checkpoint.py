@@ -20,14 +20,8 @@ import uuid
 from collections.abc import Callable
 
 from geosync_adapters import zookeeper as zk
-from geosync_agent.mirrorstate import (
-    DEFAULT_PART_BYTES,
-    Checkpoint,
-    StateNodes,
-    decode_checkpoint,
-    decode_pointer,
-    encode_checkpoint,
-)
+from geosync_agent.core.mirror import Checkpoint, decode_checkpoint, encode_checkpoint
+from geosync_agent.mirrorstate import DEFAULT_PART_BYTES, StateNodes, decode_pointer
 from geosync_core import policies
 from geosync_core.clocks import Hlc
 from geosync_lab import labs

@@ -30,14 +30,9 @@ from geosync_adapters import admin as adm
 from geosync_adapters import signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
+from geosync_agent.core.mirror import Checkpoint, decode_checkpoint, encode_checkpoint
 from geosync_agent.mirroring import Mirror
-from geosync_agent.mirrorstate import (
-    Checkpoint,
-    StateNodes,
-    decode_checkpoint,
-    decode_pointer,
-    encode_checkpoint,
-)
+from geosync_agent.mirrorstate import StateNodes, decode_pointer
 from geosync_core import envelopes
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record

@@ -63,15 +63,16 @@ import pulsar
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds
 from geosync_agent.config import AgentConfig
-from geosync_agent.mirrorstate import Checkpoint, StateNodes, decode_checkpoint, encode_checkpoint
+from geosync_agent.core import mirror as core
+from geosync_agent.core.mirror import EVENT_KIND, Checkpoint, decode_checkpoint, encode_checkpoint
+from geosync_agent.mirrorstate import StateNodes
 from geosync_agent.recent import Recent
-from geosync_core import allowedclusters, clocks, deletions, envelopes, policies
+from geosync_core import allowedclusters, clocks, envelopes, policies
 from geosync_core.errors import TemporaryError
-from geosync_core.policies import Decision, Record
+from geosync_core.policies import Record
 
 log = logging.getLogger("geosync.mirror")
 
-EVENT_KIND = "policy-event"
 POLICIES_ROOT = "/admin/policies"
 CLUSTERS_ROOT = "/admin/clusters"
 _MAX_ATTEMPTS = 5
@@ -400,23 +401,20 @@ class Mirror:
         if reread:
             node = self._need_store().read(path, watch=True)
         value = None if node is None else node.value
-        held = self.cp.replica.get(path)
-        if value == (None if held is None else held.value):
-            self._count("echo_or_unchanged")
-            return
-        if path in self.holds:
-            self._count("held_local_edits")  # stays here: see mirrorholds
-            return
-        clock, stamp = clocks.tick(self._clock(), now_ms=_now_ms())
-        replica, event = policies.local_change(self.cp.replica, path, value=value, stamp=stamp)
-        self.cp.clock = clock
-        if event is None:
+        replica, event, counter = core.found_locally(
+            self.cp, path, value, held=path in self.holds, tick=self._tick
+        )
+        self._count(counter)
+        if replica is None or event is None:
             return
         self._publish(event)
         with self._lock:
             self.cp.replica = dict(replica)
         self._dirty = True
-        self._count("local_changes")
+
+    def _tick(self) -> clocks.Hlc:
+        self.cp.clock, stamp = clocks.tick(self._clock(), now_ms=_now_ms())
+        return stamp
 
     def _clock(self) -> clocks.Hlc:
         if self.cp.clock is None:
@@ -478,30 +476,14 @@ class Mirror:
         opened = envelopes.open_envelope(self.keys.keyring, msg.data())
         self.cp.reader = msg.message_id().serialize()
         self._dirty = True
-        if isinstance(opened, envelopes.Rejected):
-            self._count(f"rejected_{opened.reason.value}")
+        received = core.receive(self.cp, opened, in_scope=self.in_scope)
+        if isinstance(received, core.Dropped):
+            self._count(received.counter)
             return
-        if opened.kind != EVENT_KIND:
-            self._count("other_kinds")
-            return
-        record = policies.event_from_payload(opened.payload)
-        if isinstance(record, policies.Malformed) or record.stamp.region != opened.region:
-            self._count("rejected_malformed")
-            return
-        guard, admitted = self.cp.guard.admit(opened)  # only once the event is known valid
-        if isinstance(admitted, envelopes.Rejected):
-            self._count("rejected_replayed")
-            return
-        self.cp.guard = guard
-        held = self.cp.seen.get(opened.region)
-        if held is None or record.stamp > held:
-            self.cp.seen[opened.region] = record.stamp
-        if not self.in_scope(record.path):
-            self._count("out_of_scope")
-            return
+        assert isinstance(opened, envelopes.Envelope)
         taken_ms = _now_ms()
         read_ms = taken_ms if read_ms is None else read_ms
-        outcome = self._apply(record, bootstrap=bootstrap)
+        outcome = self._apply(received.record, bootstrap=bootstrap)
         if outcome == "applied" and opened.sent_at_ms >= self._started_ms and opened.region != self.region:
             self.timings["transit_ms"].add(read_ms - opened.sent_at_ms)
             self.timings["queued_ms"].add(taken_ms - read_ms)
@@ -511,30 +493,32 @@ class Mirror:
         """Fold ``event`` into the replica and the store (compare-and-set); the outcome, for counting."""
         store = self._need_store()
         for _attempt in range(_MAX_ATTEMPTS):
-            replica, decision = policies.apply_remote(self.cp.replica, event)
-            if decision not in (Decision.APPLY_WRITE, Decision.APPLY_DELETE):
-                self._unpark_if_beaten(event)
-                self._count(decision.value)
-                return str(decision.value)
-            rejection = allowedclusters.reject_event_regions(
-                event, replica=self.cp.replica, local_region=self.region, registered=self.registered
-            )
-            if rejection is not None:
-                self._park(event, rejection.reason)
-                return "parked"
             node = store.read(event.path, watch=True)
             current = None if node is None else node.value
-            held = self.cp.replica.get(event.path)
-            if event.path not in self.holds and current != (None if held is None else held.value):
-                # The store changed and the watch has not been handled yet: report it first, then decide
-                # again against it (a change found while bootstrapping is dated by mtime, like a scan).
+            verdict = core.judge(
+                self.cp,
+                event,
+                current=current,
+                held=event.path in self.holds,
+                local_region=self.region,
+                registered=self.registered,
+            )
+            if isinstance(verdict, core.Ignore):
+                self._unpark_if_beaten(event)
+                self._count(verdict.decision.value)
+                return str(verdict.decision.value)
+            if isinstance(verdict, core.Refuse):
+                self._park(event, verdict.reason)
+                return "parked"
+            if isinstance(verdict, core.ReportFirst):
+                # A change found while bootstrapping is dated by mtime, like a scan.
                 if bootstrap and node is not None:
                     self._found(event.path, node)
                 else:
                     self._observe(event.path, node, reread=False)
                 continue
-            if deletions.destroys(event, current):
-                self._hold(event, replica)
+            if isinstance(verdict, core.Hold):
+                self._hold(event, verdict.replica)
                 return self._release(event.path)
             if current != event.value:
                 try:
@@ -547,7 +531,7 @@ class Mirror:
                 except (zk.ZkNoParent, zk.ZkNotEmpty) as e:
                     self._park(event, str(e))
                     return "parked"
-            self._applied(event, replica)
+            self._applied(event, verdict.replica)
             return "applied"
         self._park(event, f"store kept changing ({_MAX_ATTEMPTS} attempts)")
         return "parked"
@@ -681,14 +665,13 @@ class Mirror:
     def _load_checkpoint(self) -> None:
         node, data = self._need_state_nodes().read()
         cp = decode_checkpoint(data) if data is not None else None
+        if data is not None and cp is None:
+            log.warning("policy mirror %s: checkpoint unreadable, starting afresh", self.region)
         self._state_node = node  # an unreadable one is overwritten at the next save
         self._have_checkpoint = cp is not None
         self.cp = cp or Checkpoint()
-        # A held change is the one parked record the replica holds too (``_hold``).
         with self._lock:
-            self.holds = {
-                p: "not yet checked" for p, e in self.cp.parked.items() if self.cp.replica.get(p) == e
-            }
+            self.holds = dict.fromkeys(self.cp.held(), "not yet checked")
         if self.cp.clock is not None and self.cp.clock.region != self.region:
             self.cp.clock = None
         self._clock()

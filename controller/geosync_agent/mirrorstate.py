@@ -1,9 +1,9 @@
 """Where the policy mirror keeps its checkpoint in the region's ZooKeeper: one node, or parts behind it.
 
 ZooKeeper refuses a node (and a transaction) over ``jute.maxbuffer``, about 1 MB, and a mirror of tens of
-thousands of policies checkpoints more than that. The checkpoint's bytes (``encode_checkpoint``, below: the
-mirror's ``Checkpoint`` as compressed JSON) therefore live in one of two shapes, both under
-``{mirror_root}``:
+thousands of policies checkpoints more than that. The checkpoint's bytes (the mirror's ``Checkpoint`` as
+compressed JSON, ``geosync_agent.core.mirror.encode_checkpoint``) therefore live in one of two shapes, both
+under ``{mirror_root}``:
 
 * **inline** (version 1, and still written while the bytes fit the budget): ``state`` holds them;
 * **in parts** (version 2): ``state`` holds a pointer (``GSM2`` and JSON: generation, part count, size,
@@ -20,80 +20,19 @@ the part count, size and digest, so parts that do not make the checkpoint the po
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
 import uuid
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from geosync_adapters import zookeeper as zk
-from geosync_core import clocks, envelopes, policies
-from geosync_core.policies import Record
 
 log = logging.getLogger("geosync.mirror")
 
 POINTER_MAGIC = b"GSM2"  # GeoSync mirror checkpoint, version 2: a pointer to parts, JSON follows
 POINTER_VERSION = 2
 DEFAULT_PART_BYTES = 512 * 1024
-
-CHECKPOINT_MAGIC = b"GSM1"  # GeoSync mirror checkpoint: zlib-compressed JSON (document version 1 or 2)
-CHECKPOINT_VERSION = 2  # 2 added "seen"; version 1 documents are read with none
-
-
-@dataclass
-class Checkpoint:
-    """What a leadership term hands the next one, stored in the region's ZooKeeper."""
-
-    replica: dict[str, Record] = field(default_factory=dict)
-    clock: clocks.Hlc | None = None
-    seq: int = 0
-    guard: envelopes.ReplayGuard = field(default_factory=envelopes.ReplayGuard)
-    reader: bytes | None = None
-    parked: dict[str, Record] = field(default_factory=dict)
-    seen: dict[str, clocks.Hlc] = field(default_factory=dict)
-    """Per region, the highest stamp of any valid event received from it (tombstone collection)."""
-
-
-def encode_checkpoint(cp: Checkpoint) -> bytes:
-    doc = {
-        "v": CHECKPOINT_VERSION,
-        "clock": None if cp.clock is None else clocks.encode(cp.clock),
-        "seq": cp.seq,
-        "guard": dict(cp.guard.highest),
-        "reader": None if cp.reader is None else base64.b64encode(cp.reader).decode("ascii"),
-        "records": [policies.event_to_payload(r) for _, r in sorted(cp.replica.items())],
-        "parked": [policies.event_to_payload(r) for _, r in sorted(cp.parked.items())],
-        "seen": {region: clocks.encode(stamp) for region, stamp in sorted(cp.seen.items())},
-    }
-    return CHECKPOINT_MAGIC + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
-
-
-def decode_checkpoint(data: bytes) -> Checkpoint | None:
-    """The checkpoint ``data`` holds, or ``None`` if it is not one we can read (then start afresh)."""
-    if not data.startswith(CHECKPOINT_MAGIC):
-        return None
-    try:
-        doc = json.loads(zlib.decompress(data[len(CHECKPOINT_MAGIC) :]))
-        if not isinstance(doc, dict) or doc.get("v") not in (1, CHECKPOINT_VERSION):
-            return None
-        seen = {str(region): clocks.decode(text) for region, text in doc.get("seen", {}).items()}
-        records = [policies.event_from_payload(p) for p in doc["records"]]
-        parked = [policies.event_from_payload(p) for p in doc["parked"]]
-        clock = None if doc["clock"] is None else clocks.decode(doc["clock"])
-        return Checkpoint(
-            replica={r.path: r for r in records if isinstance(r, Record)},
-            clock=clock,
-            seq=int(doc["seq"]),
-            guard=envelopes.ReplayGuard(tuple(sorted((str(k), int(v)) for k, v in doc["guard"].items()))),
-            reader=None if doc["reader"] is None else base64.b64decode(doc["reader"]),
-            parked={r.path: r for r in parked if isinstance(r, Record)},
-            seen={region: stamp for region, stamp in seen.items() if stamp is not None},
-        )
-    except (ValueError, KeyError, TypeError, AttributeError, zlib.error) as e:
-        log.warning("mirror checkpoint unreadable, starting afresh: %s", e)
-        return None
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 from geosync_core.policies import PathClass, Record, classify
 
@@ -50,6 +49,7 @@ _SYSTEM_NAMES = frozenset(
 )
 _SYSTEM_SUFFIXES = ("__transaction_pending_ack",)
 _PARTITION = re.compile(r"-partition-\d+$")
+_HEX = re.compile(r"[0-9A-Fa-f]{2}")
 
 
 def is_marked_deleted(doc: bytes | None) -> bool:
@@ -85,8 +85,23 @@ def destroys(event: Record, current: bytes | None) -> bool:
 
 
 def local_name(stored: str) -> str:
-    """A topic's local name as a store child names it (URL-encoded, maybe a partition)."""
-    return _PARTITION.sub("", unquote(stored))
+    """A topic's local name as a store child names it (URL-encoded as Java's ``URLEncoder`` does, which
+    Pulsar's ``Codec`` uses; maybe a partition)."""
+    return _PARTITION.sub("", _url_decoded(stored))
+
+
+def _url_decoded(text: str) -> str:
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "%" and _HEX.fullmatch(text[i + 1 : i + 3]):
+            out.append(int(text[i + 1 : i + 3], 16))
+            i += 3
+            continue
+        out += b" " if char == "+" else char.encode()
+        i += 1
+    return out.decode("utf-8", errors="replace")
 
 
 def is_system_topic(name: str) -> bool:

@@ -15,7 +15,8 @@ from geosync_adapters import signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds
 from geosync_agent.config import AgentConfig
-from geosync_agent.mirroring import EVENT_KIND, Mirror
+from geosync_agent.core.mirror import EVENT_KIND
+from geosync_agent.mirroring import Mirror
 from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record

@@ -15,17 +15,9 @@ from hypothesis import strategies as st
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
+from geosync_agent.core.mirror import CHECKPOINT_MAGIC, Checkpoint, decode_checkpoint, encode_checkpoint
 from geosync_agent.mirroring import Mirror
-from geosync_agent.mirrorstate import (
-    CHECKPOINT_MAGIC,
-    POINTER_MAGIC,
-    Checkpoint,
-    StateNodes,
-    decode_checkpoint,
-    decode_pointer,
-    encode_checkpoint,
-    split,
-)
+from geosync_agent.mirrorstate import POINTER_MAGIC, StateNodes, decode_pointer, split
 from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record

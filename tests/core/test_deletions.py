@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from geosync_core import deletions
@@ -80,7 +80,8 @@ def test_a_tenant_that_holds_namespaces_is_held() -> None:
     names = tuple(f"ns{i}" for i in range(7))
     step = deletions.next_step(_record(TENANT, None), b"{}", Contents(namespaces=names), unmarked=None)
     assert isinstance(step, Hold)
-    assert "7 namespace(s)" in step.reason and "and 2 more" in step.reason
+    assert "7 namespace(s)" in step.reason
+    assert "and 2 more" in step.reason
 
 
 def test_an_empty_namespace_is_marked_then_deleted() -> None:
@@ -105,3 +106,13 @@ def test_an_empty_tenant_and_an_unreadable_document_are_deleted_without_a_mark()
 
 def test_a_mark_arriving_for_an_empty_namespace_is_written_as_it_came() -> None:
     assert deletions.next_step(_record(NS, MARKED), DOC, Contents(), unmarked=None) == Apply()
+
+
+@given(st.text(min_size=1, max_size=20))
+def test_a_name_reads_back_from_its_url_encoded_form(name: str) -> None:
+    """Managed-ledger children are URL-encoded local names (as the broker's ``Codec`` writes them)."""
+    from urllib.parse import quote, quote_plus
+
+    assume(deletions.local_name(name) == name)  # not a partition's name, nothing that decodes
+    assert deletions.local_name(quote(name, safe="")) == name
+    assert deletions.local_name(quote_plus(name, safe="")) == name
