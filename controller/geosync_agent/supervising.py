@@ -131,16 +131,22 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     discovered: discovering.Latest[discovering.Discovered] = discovering.Latest()
     rediscover, wake = threading.Event(), threading.Event()
     calls = CallTimes()
+    watchdog = watching.Watchdog(config.stuck_after_s)
+    # Every call of the sync loop (its own or its pool's) is progress when it ends, answered or not.
+    sync = watching.Heartbeat()
+    syncing = watching.beating(messaging, sync.beat)
     effector = fx.Effector(
-        admin_factory=lambda: config.admin_client(timeout=5.0, on_call=calls.add),
-        messaging=messaging,
+        admin_factory=lambda: watching.beating(
+            config.admin_client(timeout=5.0, on_call=calls.add), sync.beat
+        ),
+        messaging=syncing,
         pool=pool,
     )
     agent = Agent(
         config,
         keys=keys,
         effector=effector,
-        messaging=messaging,
+        messaging=syncing,
         discovered=discovered,
         rediscover=rediscover,
         wake=wake,
@@ -154,7 +160,6 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     resume(agent)
     mirror = Mirror(config, keys) if config.zookeeper and config.mirror_policies else None
     supervisor = Supervisor(stop)
-    watchdog = watching.Watchdog(config.stuck_after_s)
     server = serving.endpoint(
         agent, mirror, liveness=lambda: supervisor.liveness(watchdog), watchdog=watchdog
     )
@@ -171,7 +176,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         )
 
     supervisor.spawn("discovery", discover)
-    supervisor.spawn("sync-loop", lambda: agent.run(stop, progress=watchdog.watch("sync-loop").beat))
+    supervisor.spawn("sync-loop", lambda: agent.run(stop, progress=watchdog.watch("sync-loop", sync).beat))
     if mirror is not None:
         mirror.progress = watchdog.watch("policy-mirror").beat
         supervisor.spawn("policy-mirror", mirror.run)

@@ -3,11 +3,13 @@
 Kubernetes restarts a container on its liveness probe, never on its readiness probe, and outside Kubernetes
 nothing restarts a process that is alive but blocked. So each loop the agent runs (the sync loop; the policy
 mirror's, where it runs) marks its progress on a ``Heartbeat`` each time a round ends, whether the round
-succeeded or failed. A region that is down makes rounds *fail* (every outside call has a timeout): that is
-readiness' business (``/readyz``), and the loop keeps beating. A loop that marks nothing for ``limit_s``
-(the agent's ``stuck_after_s``) is blocked in a call that does not return: ``/healthz`` fails, and the
-``Watchdog`` ends the process with ``EXIT_STUCK`` after writing every thread's stack to stderr (where it
-was stuck).
+succeeded or failed, and each time one of its outside calls ends, answered or not (``beating``). A region
+that is down makes calls and rounds *fail* (every outside call has a timeout): that is readiness' business
+(``/readyz``), and the loop keeps beating, however many failing calls a round makes (a frozen region, whose
+calls each wait out their timeout and retries, made rounds of several minutes on the lab). A loop that
+marks nothing for ``limit_s`` (the agent's ``stuck_after_s``) is blocked in a call that does not return:
+``/healthz`` fails, and the ``Watchdog`` ends the process with ``EXIT_STUCK`` after writing every thread's
+stack to stderr (where it was stuck).
 
 The process ends at once, without the orderly shutdown: the stuck thread may hold what that shutdown would
 wait for. What is lost is the checkpoint's last interval at most, and applying a state again after a
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import inspect
 import logging
 import os
 import sys
@@ -28,8 +31,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 log = logging.getLogger("geosync.agent")
+
+T = TypeVar("T")
 
 EXIT_STUCK = 3
 """The agent's exit status when a loop was stuck (1: a task kept failing; 2: a configuration error)."""
@@ -92,6 +98,37 @@ class Watchdog:
             if not ok:
                 (on_stuck or end_process)(why)
                 return
+
+
+def beating(target: T, beat: Callable[[], None]) -> T:
+    """``target`` (an adapter: admin client, messaging) whose every method call tells ``beat`` when it ends,
+    by returning or by raising; attributes are read and set on ``target`` itself."""
+    return cast(T, _Beating(target, beat))
+
+
+class _Beating:
+    __slots__ = ("_beat", "_target")
+
+    def __init__(self, target: object, beat: Callable[[], None]) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_beat", beat)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not inspect.ismethod(value):
+            return value
+        beat = self._beat
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            finally:
+                beat()
+
+        return call
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
 
 
 def end_process(why: str) -> None:

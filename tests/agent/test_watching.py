@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import pytest
 import yaml
 
 from geosync_adapters import admin as adm
@@ -78,6 +79,45 @@ def test_the_watchdog_acts_once_and_never_after_stop() -> None:
     stop.clear()
     dog.run(stop, on_stuck=told.append)
     assert told == ["stuck: sync-loop made no progress for 60 s"]
+
+
+class _Adapter:
+    """An adapter whose calls each take a while and then fail, and one call that never returns."""
+
+    def __init__(self) -> None:
+        self.timeout = 5.0
+        self.release = threading.Event()
+
+    def refused(self) -> None:
+        time.sleep(0.05)
+        raise adm.AdminTemporary("connection refused", method="GET", url="http://fake")
+
+    def hang(self) -> None:
+        self.release.wait()
+
+
+def test_each_call_that_ends_is_progress_and_one_that_never_returns_is_not() -> None:
+    """A round of many failing calls (a frozen region: each waits out its timeout) is not stuck however long
+    it takes; a call that never returns is."""
+    clock = Clock()
+    dog = watching.Watchdog(limit_s=1.0, clock=clock)
+    heartbeat = dog.watch("sync-loop")
+    target = _Adapter()
+    adapter = watching.beating(target, heartbeat.beat)
+    for _ in range(5):
+        clock.now += 0.9
+        with pytest.raises(adm.AdminTemporary):
+            adapter.refused()
+        assert dog.liveness() == (True, "ok")
+    adapter.timeout = 7.0  # attributes are the adapter's own
+    assert (target.timeout, adapter.timeout) == (7.0, 7.0)
+    hanging = threading.Thread(target=adapter.hang, daemon=True)
+    hanging.start()
+    clock.now += 1.5
+    assert dog.liveness() == (False, "stuck: sync-loop made no progress for 2 s")
+    target.release.set()
+    hanging.join(5.0)
+    assert dog.liveness() == (True, "ok")
 
 
 class _Down:
@@ -202,7 +242,7 @@ def _free_port() -> int:
 
 AGENT = textwrap.dedent(
     """
-    import sys, threading
+    import sys, threading, time
     from geosync_adapters import admin
     from geosync_agent import __main__ as main, runtime
 
@@ -212,7 +252,13 @@ AGENT = textwrap.dedent(
     def failing(self, now):  # the region's broker refuses every call
         raise admin.AdminTemporary("connection refused", method="GET", url="http://broker")
 
-    runtime.Agent.round = {"stuck": stuck, "failing": failing}[sys.argv[2]]
+    def slow(self, now):  # one round of failing calls, longer than the bound (a frozen region)
+        for _ in range(40):
+            self.messaging.broker_answers("pulsar://127.0.0.1:9")  # nothing listens: refused
+            time.sleep(0.25)
+        raise admin.AdminTemporary("the round's calls all failed", method="GET", url="http://broker")
+
+    runtime.Agent.round = {"stuck": stuck, "failing": failing, "slow": slow}[sys.argv[2]]
     sys.exit(main.main(["--config", sys.argv[1]]))
     """
 )
@@ -259,14 +305,22 @@ def test_an_agent_process_stuck_in_a_call_exits_within_the_bound(tmp_path: pathl
     assert "in stuck" in process.stderr  # the stacks say where it was stuck (faulthandler)
 
 
-def test_an_agent_process_whose_rounds_fail_keeps_running(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    ("rounds", "logged"),
+    [("failing", "round failed, retrying: connection refused"), ("slow", "the round's calls all failed")],
+)
+def test_an_agent_process_whose_rounds_fail_keeps_running(
+    tmp_path: pathlib.Path, rounds: str, logged: str
+) -> None:
     """The same process, its rounds failing as when its region's broker is down (and discovery failing for
-    real: nothing listens at its addresses): past the bound it still runs, until SIGTERM ends it."""
+    real: nothing listens at its addresses): past the bound it still runs, until SIGTERM ends it. "slow":
+    one round of 10 s of failing calls (made through the agent's own messaging adapter, as the watchdog's
+    wiring sees them), more than three times the bound."""
     config = _agent_config(tmp_path, stuck_after_s=3.0)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "controller"), str(ROOT)])}
     env.pop("GEOSYNC_KEY", None)
     process = subprocess.Popen(
-        [sys.executable, "-c", AGENT, str(config), "failing"], env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", AGENT, str(config), rounds], env=env, stderr=subprocess.PIPE, text=True
     )
     try:
         time.sleep(12.0)
@@ -279,6 +333,6 @@ def test_an_agent_process_whose_rounds_fail_keeps_running(tmp_path: pathlib.Path
     # exception", whatever the watchdog does.)
     assert process.returncode != watching.EXIT_STUCK, stderr[-3000:]
     assert "signal 15: stopping" in stderr
-    assert "round failed, retrying: connection refused" in stderr
+    assert logged in stderr
     assert "discovery failed" in stderr
     assert "stuck" not in stderr
