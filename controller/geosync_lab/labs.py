@@ -74,9 +74,13 @@ def topology_path(lab_dir: pathlib.Path) -> pathlib.Path:
 def load(lab_dir: pathlib.Path) -> topo.Topology:
     path = topology_path(lab_dir)
     if not path.exists():
+        left = launches.running(lab_dir)
         raise LabError(
             f"no lab in {lab_dir} (no {TOPOLOGY_FILE})",
-            hint=f"start one with 'geoctl lab up --dir {lab_dir}'",
+            hint=f"an interrupted boot left {len(left)} process(es) running: stop them with "
+            f"'geoctl lab down --dir {lab_dir}'"
+            if left
+            else f"start one with 'geoctl lab up --dir {lab_dir}'",
         )
     return topo.from_json(path.read_text())
 

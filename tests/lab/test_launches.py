@@ -174,3 +174,16 @@ def test_up_refuses_a_dir_where_an_earlier_boot_left_processes(tmp_path: pathlib
     assert "geoctl lab down" in info.value.hint
     assert not gone(proc)
     assert not (tmp_path / "regions").exists()
+
+
+def test_status_of_a_dir_an_interrupted_boot_left_says_to_stop_it(
+    tmp_path: pathlib.Path, spawn: Spawn
+) -> None:
+    proc = spawn()
+    launches.Ledger(tmp_path).record(proc.pid, "region a")
+
+    result = CliRunner().invoke(main, ["lab", "status", "--dir", str(tmp_path)])
+
+    assert result.exit_code != 0
+    assert "interrupted boot left 1 process(es) running" in result.output
+    assert "geoctl lab down" in result.output
