@@ -188,8 +188,18 @@ class Store:
         if auth is not None:
             _REDACT.secrets.update((auth.credential(), auth.password))
             options = {"auth_data": [(DIGEST, auth.credential())], "default_acl": auth.acl()}
+        # kazoo retries a command (a lock's release, for one) until ZooKeeper answers, by default for ever:
+        # a region whose ZooKeeper hangs would hold the caller, and the agent's watchdog would take it for
+        # stuck. A command that has not gone through in two session timeouts fails instead.
+        retry = {
+            "max_tries": -1,
+            "delay": 0.1,
+            "backoff": 2,
+            "max_delay": 2.0,
+            "deadline": 2 * session_timeout_s,
+        }
         self.client: Any = client or KazooClient(
-            hosts=hosts, timeout=session_timeout_s, logger=log, **options
+            hosts=hosts, timeout=session_timeout_s, logger=log, command_retry=retry, **options
         )
 
     # -- session -----------------------------------------------------------------------------------

@@ -9,12 +9,15 @@ and chained; watch callbacks only hand a value over.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from kazoo import exceptions as kx
+from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
 from geosync_adapters import zookeeper as zk
@@ -244,3 +247,30 @@ def test_credentials_are_redacted_from_the_adapters_log(caplog: pytest.LogCaptur
     )
     assert "pw-redact-me" not in caplog.text
     assert "<redacted>" in caplog.text
+
+
+def test_a_command_retried_while_zookeeper_does_not_answer_gives_up_within_two_session_timeouts() -> None:
+    """kazoo's own default retries a command (a lock's release) for ever while the connection is lost: a
+    region whose ZooKeeper hung then held the policy mirror until the agent's watchdog ended it (issue 47)."""
+    store = zk.Store("127.0.0.1:1", session_timeout_s=0.5)
+    tries: list[float] = []
+    outcome: list[BaseException] = []
+
+    def lost() -> None:
+        tries.append(time.monotonic())
+        raise kx.ConnectionLoss()
+
+    def release() -> None:
+        try:
+            store.client.retry(lost)
+        except BaseException as e:
+            outcome.append(e)
+
+    started = time.monotonic()
+    caller = threading.Thread(target=release, daemon=True)  # a daemon: left behind if it never returns
+    caller.start()
+    caller.join(5.0)
+    assert not caller.is_alive(), "the retry never gave up"
+    assert time.monotonic() - started < 3.0
+    assert [type(e) for e in outcome] == [RetryFailedError]
+    assert len(tries) > 1  # retried meanwhile
