@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --for) purpose=${2:-}; shift 2 || shift ;;
     --for=*) purpose=${1#--for=}; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--for demo|test])" >&2; exit 2 ;;
   esac
 done

@@ -125,3 +125,12 @@ def test_the_demo_and_test_commands_ask_for_their_purpose() -> None:
     assert "bash scripts/setup.sh --for demo" in demo
     setup_line = next(line for line in test.splitlines() if "scripts/setup.sh" in line)
     assert "--for demo" not in setup_line
+
+
+def test_help_names_both_purposes_and_runs_nothing(repo: pathlib.Path) -> None:
+    done, calls = setup(repo, "--help")
+    assert done.returncode == 0
+    assert "--for demo" in done.stdout
+    assert "--for test" in done.stdout
+    assert "set -euo" not in done.stdout
+    assert calls == []
