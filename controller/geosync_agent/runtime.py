@@ -1360,11 +1360,10 @@ class Agent:
                 # topic due a poll for two rounds, until its first writes were answered.)
                 ts.poll = replace(ts.poll, next_at=0.0)
 
-    def _rewound(self, state: Subscription, cursor: AckState, *, source: str, now: Now) -> bool:
-        """Whether ``cursor``, as ``source`` showed it, started a new generation of ``state``'s claims
-        (``core.generations.rewound``); if so, a tail that forgot entries it acknowledges is read again."""
-        rewind = generations.rewound(state, cursor, source=source, now_mono=now.mono, now_wall_ms=now.wall_ms)
-        if rewind is None or rewind.kind is generations.Rewind.OWN:
+    def _took_rewind(self, state: Subscription, rewind: generations.Rewound, cursor: AckState) -> bool:
+        """``cursor`` went back (``core.generations.rewound`` said how): whether that started a new
+        generation of ``state``'s claims; if so, a tail that forgot entries it acknowledges is read again."""
+        if rewind.kind is generations.Rewind.OWN:
             return False
         if rewind.kind is generations.Rewind.PASSIVE:
             self.stats.inc("rewinds_passive")  # a passive copy: the active region's claims undo it
@@ -1587,7 +1586,9 @@ class Agent:
                 # Not once a write or a poll has set another cursor since: the report is news against that.
                 self.stats.inc("feed_repeats_skipped")
                 continue
-            cursor = self._cursor_of(report)
+            if report.batches_truncated:
+                self.stats.inc("feed_batches_truncated")
+            cursor = reports.cursor_of(report, tracked.tail)  # batch sizes from the tail
             state.fed = (fed, cursor)
             out.setdefault(topic, {})[name] = cursor
         if unknown:
@@ -1601,13 +1602,6 @@ class Agent:
             self.rediscover_at = now.mono + tuning.REDISCOVER_FOR_FEED_S
             self.stats.inc(counter)
             self.rediscover.set()
-
-    def _cursor_of(self, report: pluginapi.CursorReport) -> AckState:
-        """A cursor as the plugin reported it (``core.reports.cursor_of``), batch sizes from the tail."""
-        ts = self.topics.get(report.topic)
-        if report.batches_truncated:
-            self.stats.inc("feed_batches_truncated")
-        return reports.cursor_of(report, None if ts is None else ts.tail)
 
     def _observe(
         self,
@@ -1630,10 +1624,14 @@ class Agent:
             cursor = cursors.get(state.name)
             if cursor is None:
                 continue
-            source = "poll" if polled else "feed"
-            rewound = not self.snapshots.covers(topic) and self._rewound(
-                state, cursor, source=source, now=now
+            rewind = (
+                None
+                if self.snapshots.covers(topic)
+                else generations.rewound(
+                    state, cursor, source="poll" if polled else "feed", now_mono=now.mono, now_wall=now.wall
+                )
             )
+            rewound = rewind is not None and self._took_rewind(state, rewind, cursor)
             if (
                 polled
                 and not rewound  # a rewind cleared the batch indexes acknowledged before it
@@ -2175,10 +2173,18 @@ class Agent:
         if state is None:
             return
         if isinstance(outcome, fx.CursorWritten):
-            state.cursor = self._cursor_of(outcome.cursor)
+            report = outcome.cursor
+            if report.batches_truncated:
+                self.stats.inc("feed_batches_truncated")
+            ts = self.topics.get(report.topic)
+            cursor = state.cursor = reports.cursor_of(report, None if ts is None else ts.tail)
             if not self.snapshots.covers(state.topic):
                 # A write never moves the mark-delete back: below what was seen, someone rewound it.
-                self._rewound(state, state.cursor, source="write", now=now)
+                rewind = generations.rewound(
+                    state, cursor, source="write", now_mono=now.mono, now_wall=now.wall
+                )
+                if rewind is not None:
+                    self._took_rewind(state, rewind, cursor)
             state.pending_move = None
             state.pending_holes = 0
             state.last_applied_at = now.wall

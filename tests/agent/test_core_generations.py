@@ -32,7 +32,7 @@ def claimed(generation: int, acks: OriginAcks, region: str = "b") -> envelopes.A
 
 
 def see(state: Subscription, cursor: AckState, source: str = "feed", now: float = 10.0) -> Rewind | None:
-    seen = generations.rewound(state, cursor, source=source, now_mono=now, now_wall_ms=NOW_MS)
+    seen = generations.rewound(state, cursor, source=source, now_mono=now, now_wall=NOW_MS / 1000)
     return None if seen is None else seen.kind
 
 
@@ -85,7 +85,7 @@ def test_the_agents_own_rewind_seen_late_is_not_taken_for_a_new_one() -> None:
 def test_a_subscription_created_again_starts_a_new_generation_with_its_first_cursor() -> None:
     state = active()
     state.recreated = True
-    seen = generations.rewound(state, at(9), source="poll", now_mono=1.0, now_wall_ms=NOW_MS)
+    seen = generations.rewound(state, at(9), source="poll", now_mono=1.0, now_wall=NOW_MS / 1000)
     assert seen is not None
     assert (seen.kind, seen.recreated, state.recreated) == (Rewind.NEW_GENERATION, True, False)
 

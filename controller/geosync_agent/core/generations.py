@@ -63,13 +63,14 @@ class Rewound:
 
 
 def rewound(
-    state: Subscription, cursor: AckState, *, source: str, now_mono: float, now_wall_ms: int
+    state: Subscription, cursor: AckState, *, source: str, now_mono: float, now_wall: float
 ) -> Rewound | None:
     """Whether ``cursor``, as ``source`` ("feed", "poll" or "write") showed it, has ``state`` rewound here
     by someone else than the agent (it no longer acknowledges entries it was seen acknowledging before,
     see ``Subscription.seen_feed`` and ``seen_any``; or it is the first cursor after it was created
     again); None when it was not. Where this region is the active one, a new generation of its claims
-    starts, made of this cursor alone. Batch indexes are left out (polls cannot see them)."""
+    starts, made of this cursor alone, numbered no lower than the wall clock's milliseconds (``now_wall``
+    seconds). Batch indexes are left out (polls cannot see them)."""
     md = cursor.mark_delete
     whole = AckState.of(md, cursor.ranges) if cursor.batches else cursor
     seen = state.seen_feed if source == "feed" else state.seen_any
@@ -89,7 +90,7 @@ def rewound(
     own = state.reset_to
     if not recreated and own is not None and now_mono < own[1] and (own[0] is None or md >= own[0]):
         return Rewound(Rewind.OWN, recreated, seen)
-    new_generation(state, max(state.generation + 1, now_wall_ms))
+    new_generation(state, max(state.generation + 1, int(now_wall * 1000)))
     state.seen_feed = state.seen_any = whole
     return Rewound(Rewind.NEW_GENERATION, recreated, seen)
 
