@@ -45,6 +45,7 @@ from geosync_core.positions import Position
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 60.0
 RETRIES_PER_ROUND = 50
+"""At most this many unresolved entries of one topic are asked about again per round (each costs calls)."""
 INBOX_MAX = 20_000
 """Messages read but not yet indexed that one tail holds before its reader waits (backpressure)."""
 PUT_WAIT_S = 0.5
@@ -55,7 +56,6 @@ of ``plan_apply``), and the first this many above a mark-delete for the other wa
 a region back from a long outage has its whole backlog above its cursors, and planning every subscription
 over all of it every round made each round's work grow with the backlog. The mark-delete never passes where
 a plan stopped, so a budget is always safe; the next plan passes over what the last one applied."""
-"""At most this many unresolved entries of one topic are asked about again per round (each costs calls)."""
 
 
 @dataclass
@@ -95,8 +95,8 @@ class Tail:
     """Bumped whenever entries are indexed, so plans made from an older index are known to be stale."""
     rewrites: int = 0
     """Bumped whenever entries already indexed change (named late, renamed, a batch's size counted further):
-    a plan made before must be made again even if only unclaimed entries were appended since (see
-    ``Agent._only_unclaimed_appended``)."""
+    a plan made before must be made again even if only unclaimed entries were appended since (the apply
+    step's check of appended entries)."""
     bytes_read: int = 0
     messages_read: int = 0
     unresolved: list[Position] = field(default_factory=list)
@@ -119,7 +119,7 @@ class Tail:
     stalled_since: float | None = None
     """Since when (monotonic) the open reader has had no broker connection; None: connected."""
     revive_at: float = 0.0
-    """When a stalled reader's topic owner may be checked again (see ``Agent._revive``)."""
+    """When a stalled reader's topic owner may be checked again (see ``reading.Readers.revive``)."""
     wake: threading.Event | None = None
     """Set on every message, to end the runtime's wait between rounds early (control topics)."""
 
