@@ -19,8 +19,14 @@ acknowledgements, and at once when a control message arrives):
 
 Only the loop's thread reads or writes the agent's state. Reader listeners only put into queues, the
 discovery task only fills a mailbox, the effector's pool only calls ports and returns values (and opens
-readers, each worker a tail of its own while the loop waits: see ``_reopen``), and the HTTP endpoint only
+readers, each worker a tail of its own while the loop waits: see ``reading``), and the HTTP endpoint only
 reads ``status()``. Time is read once per round (``Now``) and passed down.
+
+The agent is being split into a pure core and this shell (``docs/decisions/0001-sans-io-agent.md``): the
+decisions that need no I/O are in ``geosync_agent.core`` (subscription state, generations of claims,
+sealing, applying, pauses, readiness, tuning), every outside call goes through the ``Effector`` as a value
+of ``calls``, readers are opened by ``reading``, origins looked up by ``lookups``, /state rendered by
+``reporting``. What is still decided here is listed in that decision record.
 
 Invariants (the core proves the planning; tests against the lab prove the whole): a cursor only moves
 forward; only entries whose origin some region acknowledged are acknowledged; applying again changes
