@@ -124,9 +124,9 @@ class AgentConfig:
     stuck_after_s: float = 120.0
     """A loop (the sync rounds; the policy mirror's) that makes no progress for this long is stuck in a call
     that does not return: /healthz fails and the process exits with status 3, so that whatever supervises it
-    restarts it (``geosync_agent.watching``). A round that fails is progress: a region that is down fails
-    /readyz, never this. Above /readyz's stall limit (60 s) and the longest rounds of an overloaded region
-    (45 s seen)."""
+    restarts it (``geosync_agent.watching``). A round that ends and an outside call that ends are progress,
+    failed or not: a region that is down fails /readyz, never this. Above /readyz's stall limit (60 s) and
+    the longest rounds of an overloaded region (45 s seen)."""
     state_dir: str = ""
     """Directory for the agent's checkpoint (``checkpoint.json.z``), so a restart resumes where it stopped
     instead of re-reading every topic from its earliest message ("": no checkpoint). The sidecar's volume."""
