@@ -3,8 +3,10 @@
 A region's policy mirror holds another region's deletion of a namespace while that namespace still holds
 topics here (``geosync_agent.mirrorholds``): applying it would leave their messages unreachable. The hold
 ends on its own once the region has drained. This command is the other way out: it says which topics it
-would delete and how many messages their subscriptions have not consumed, asks, deletes them through the
-region's own admin API, and waits for the mirror to apply the deletion.
+would delete and how many messages their subscriptions have not consumed, asks, and then does what Pulsar's
+broker does for a namespace deletion: marks the namespace ``deleted`` in the region's ZooKeeper (its brokers
+then refuse new topics in it, so no reader or replicator makes them again), deletes the topics through the
+region's admin API, and waits for the mirror to delete the namespace.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from geoctl import access
 from geoctl.errors import EXIT_PRECONDITION, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
 from geosync_adapters import admin as adm
+from geosync_adapters import zookeeper as zk
+from geosync_core import deletions
 
 
 def _exists(client: adm.AdminClient, namespace: str) -> bool:
@@ -98,10 +102,11 @@ def release(
             )
         click.confirm(f"Delete these {len(plan)} topic(s) in {region}?", abort=True)
     partitioned = {t for t in topics if clients[region].partitioned_metadata(t) > 0}
+    _mark_deleted(sites[region], namespace)
     for topic in topics:
         with contextlib.suppress(adm.AdminNotFound):  # a partition deleted with its partitioned topic
             clients[region].delete_topic(topic, partitioned=topic in partitioned, force=True)
-    applied = _wait_gone(clients[region], namespace, wait_s) if wait_s else None
+    applied = _wait_gone(sites[region], namespace, wait_s) if wait_s else None
     deleted = [{"topic": t, "backlogs": b} for t, b in plan]
     data: dict[str, Any] = {"region": region, "namespace": namespace, "deleted": deleted, "applied": applied}
 
@@ -120,10 +125,43 @@ def release(
         raise SystemExit(EXIT_PRECONDITION)
 
 
-def _wait_gone(client: adm.AdminClient, namespace: str, wait_s: float) -> bool:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if not _exists(client, namespace):
-            return True
-        time.sleep(1.0)
-    return not _exists(client, namespace)
+def _mark_deleted(site: access.Site, namespace: str) -> None:
+    """Pulsar's mark on the namespace document in the region's ZooKeeper (compare-and-set)."""
+    if not site.region.zookeeper:
+        raise GeoctlError(
+            f"region {site.name} has no zookeeper address: the namespace must be marked deleted there first "
+            "(give 'zookeeper' in --config)",
+            exit_code=EXIT_PRECONDITION,
+        )
+    path = f"/admin/policies/{namespace}"
+    store = zk.Store(site.region.zookeeper, session_timeout_s=10.0)
+    try:
+        store.start(timeout_s=10.0)
+        node = store.read(path)
+        if node is None or deletions.is_marked_deleted(node.value):
+            return
+        store.write(path, deletions.mark_deleted(node.value), expected=node, public=True)
+    except (zk.ZkError, ValueError) as e:
+        raise GeoctlError(
+            f"cannot mark {namespace} deleted in {site.name}'s ZooKeeper: {e}", exit_code=EXIT_UNREACHABLE
+        ) from e
+    finally:
+        store.stop()
+
+
+def _wait_gone(site: access.Site, namespace: str, wait_s: float) -> bool:
+    """Whether the namespace document left the region's ZooKeeper within ``wait_s`` (the brokers' API
+    answers 404 for a namespace marked deleted already, so it cannot tell)."""
+    store = zk.Store(site.region.zookeeper, session_timeout_s=10.0)
+    try:
+        store.start(timeout_s=10.0)
+        deadline = time.monotonic() + wait_s
+        while store.read(f"/admin/policies/{namespace}") is not None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
+        return True
+    except zk.ZkError as e:
+        raise GeoctlError(f"cannot read {site.name}'s ZooKeeper: {e}", exit_code=EXIT_UNREACHABLE) from e
+    finally:
+        store.stop()
