@@ -31,6 +31,7 @@ from typing import Any
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.recipe.lock import Lock
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 from geosync_core.errors import PermanentError, TemporaryError
@@ -167,6 +168,16 @@ def translate(error: BaseException, *, op: str, path: str) -> ZkError:
     return ZkUnavailable(f"{message}: {error}", path=path)
 
 
+class _Lock(Lock):  # type: ignore[misc]  # kazoo is untyped
+    """kazoo's lock recipe, whose release does not wait for a ZooKeeper that does not answer."""
+
+    def release(self) -> bool:
+        if not self.client.connected:
+            self.is_acquired = False
+            return False
+        return bool(super().release())
+
+
 class Store:
     """One region's ZooKeeper. ``notify`` receives fired watches; ``auth``: authenticate, and create nodes
     with that identity's ACL (module docstring); ``client`` may be injected (tests)."""
@@ -183,6 +194,8 @@ class Store:
         self.hosts = hosts
         self.notify = notify
         self.auth = auth
+        self.op_timeout_s = 2 * session_timeout_s
+        """How long one call may wait for ZooKeeper's answer (see ``_wait``)."""
         self._watchers: dict[str, Callable[[WatchedEvent], None]] = {}
         options: dict[str, Any] = {}
         if auth is not None:
@@ -234,6 +247,13 @@ class Store:
         sid = self.client.client_id
         return None if sid is None else int(sid[0])
 
+    def _wait(self, pending: Any) -> Any:
+        """The outcome of a call kazoo started (its ``*_async`` form) within ``op_timeout_s``: kazoo queues
+        a call made while it reconnects, and its synchronous form would hold the caller until ZooKeeper
+        answers again, however long that takes (the agent's watchdog would then take the mirror for stuck).
+        A call that times out raises (``translate``: unavailable), and is dropped with the client."""
+        return pending.get(timeout=self.op_timeout_s)
+
     # -- reads -------------------------------------------------------------------------------------
 
     def _watcher(self, kind: str) -> Callable[[WatchedEvent], None] | None:
@@ -258,11 +278,11 @@ class Store:
         """The node, or ``None`` if absent. ``watch``: notify on its next change (or creation)."""
         watcher = self._watcher("data") if watch else None
         try:
-            value, stat = self.client.get(path, watch=watcher)
+            value, stat = self._wait(self.client.get_async(path, watch=watcher))
         except kx.NoNodeError:
             if watcher is not None:
                 try:
-                    self.client.exists(path, watch=watcher)  # a creation fires it
+                    self._wait(self.client.exists_async(path, watch=watcher))  # a creation fires it
                 except Exception as e:
                     raise translate(e, op="exists", path=path) from e
             return None
@@ -273,7 +293,8 @@ class Store:
     def children(self, path: str, *, watch: bool = False) -> list[str]:
         """The names of ``path``'s children, sorted; ``[]`` if the node is absent."""
         try:
-            return sorted(self.client.get_children(path, watch=self._watcher("children") if watch else None))
+            watcher = self._watcher("children") if watch else None
+            return sorted(self._wait(self.client.get_children_async(path, watch=watcher)))
         except kx.NoNodeError:
             return []
         except Exception as e:
@@ -312,7 +333,7 @@ class Store:
             op = "set"
             txn.set_data(path, value, version=expected.version)
         try:
-            results = txn.commit()
+            results = self._wait(txn.commit_async())
         except Exception as e:
             raise translate(e, op=op, path=path) from e
         self._check(results, op=op, path=path, fenced=fence is not None)
@@ -330,8 +351,10 @@ class Store:
         raise translate(cause, op=op, path=path) from cause
 
     def lock(self, path: str, identifier: str) -> Any:
-        """kazoo's ``Lock`` recipe on ``path``: leader election among a region's agents."""
-        return self.client.Lock(path, identifier)
+        """kazoo's ``Lock`` recipe on ``path``: leader election among a region's agents. Its ``release``
+        gives up at once while the client is not connected: the lock's node is ephemeral and ends with the
+        session, which ``stop`` closes (kazoo would hold the caller until ZooKeeper answers again)."""
+        return _Lock(self.client, path, identifier)
 
     def try_acquire(self, lock: Any, *, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for ``lock``; False if another holder keeps it."""
@@ -345,7 +368,7 @@ class Store:
     def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents if absent (for GeoSync's own nodes, never for policies)."""
         try:
-            self.client.ensure_path(path)
+            self._wait(self.client.ensure_path_async(path))
         except Exception as e:
             raise translate(e, op="ensure", path=path) from e
 
@@ -358,11 +381,12 @@ class Store:
         while pending:
             node = pending.pop()
             try:
-                current, stat = self.client.get_acls(node)
+                current, stat = self._wait(self.client.get_acls_async(node))
                 if sorted(current) != sorted(acl):
-                    self.client.set_acls(node, acl, version=stat.aversion)
+                    self._wait(self.client.set_acls_async(node, acl, version=stat.aversion))
                     changed += 1
-                pending.extend(f"{node.rstrip('/')}/{child}" for child in self.client.get_children(node))
+                children = self._wait(self.client.get_children_async(node))
+                pending.extend(f"{node.rstrip('/')}/{child}" for child in children)
             except kx.NoNodeError:
                 continue  # an ephemeral lock node gone meanwhile
             except Exception as e:

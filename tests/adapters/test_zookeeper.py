@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from kazoo import exceptions as kx
+from kazoo.protocol.states import KeeperState
 from kazoo.retry import RetryFailedError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
@@ -29,6 +30,23 @@ class _Stat:
     version: int
     mtime: int
     numChildren: int = 0
+
+
+class _Done:
+    """A kazoo async result that is already in: the call's value, or the error it raised."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        try:
+            self.value = call()
+        except BaseException as e:
+            self.error = e
+
+    def get(self, timeout: float | None = None) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class _Txn:
@@ -85,6 +103,9 @@ class _Txn:
                 del nodes[path]
         return results
 
+    def commit_async(self) -> _Done:
+        return _Done(self.commit)
+
 
 class _FakeKazoo:
     def __init__(self) -> None:
@@ -118,6 +139,15 @@ class _FakeKazoo:
         if path not in self.nodes:
             raise kx.NoNodeError()
         return [p.rsplit("/", 1)[1] for p in self.nodes if p != path and p.rsplit("/", 1)[0] == path]
+
+    def get_async(self, path: str, watch: Any = None) -> _Done:
+        return _Done(lambda: self.get(path, watch))
+
+    def exists_async(self, path: str, watch: Any = None) -> _Done:
+        return _Done(lambda: self.exists(path, watch))
+
+    def get_children_async(self, path: str, watch: Any = None) -> _Done:
+        return _Done(lambda: self.get_children(path, watch))
 
 
 @dataclass
@@ -274,3 +304,40 @@ def test_a_command_retried_while_zookeeper_does_not_answer_gives_up_within_two_s
     assert time.monotonic() - started < 3.0
     assert [type(e) for e in outcome] == [RetryFailedError]
     assert len(tries) > 1  # retried meanwhile
+
+
+def test_a_call_zookeeper_does_not_answer_fails_within_two_session_timeouts() -> None:
+    """kazoo queues a call made while it (re)connects and, in its synchronous form, holds the caller until
+    ZooKeeper answers, however long: a frozen ZooKeeper held the policy mirror until its watchdog ended the
+    agent (issue 47). Here nothing listens, and the client is put in the state of one whose connection
+    dropped (reconnecting: kazoo's own attribute), in which kazoo queues every call."""
+    store = zk.Store("127.0.0.1:1", session_timeout_s=0.25)
+    store.client.start_async()
+    store.client._state = KeeperState.CONNECTING
+    outcomes: list[BaseException] = []
+
+    def calls() -> None:
+        for call in (
+            lambda: store.read("/admin/policies/t"),
+            lambda: store.children("/admin/policies"),
+            lambda: store.write("/admin/policies/t", b"{}", expected=None),
+        ):
+            try:
+                call()
+            except BaseException as e:
+                outcomes.append(e)
+
+    try:
+        started = time.monotonic()
+        caller = threading.Thread(target=calls, daemon=True)  # a daemon: left behind if a call never returns
+        caller.start()
+        caller.join(10.0)
+        assert not caller.is_alive(), "a call waited for ZooKeeper's answer for good"
+        assert time.monotonic() - started < 5.0
+        assert [type(e) for e in outcomes] == [zk.ZkUnavailable] * 3
+        lock = store.lock("/geosync/leader", "a-1")
+        lock.is_acquired = True  # as if acquired before the connection went
+        assert lock.release() is False  # at once, not when ZooKeeper answers again
+        assert not lock.is_acquired
+    finally:
+        store.stop()
