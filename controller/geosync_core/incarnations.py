@@ -14,7 +14,9 @@ to the old incarnation's retired name (``retired``): the same in every region, s
 messages go on reaching them (a failover of them stays exact) and never reach the new ones. Claims a sender
 makes about an incarnation older than the newest known are taken as claims about that one's retired name;
 claims about a region from a sender that speaks of incarnations but knows none of that region's are dropped
-(nobody can tell which life they speak of).
+(nobody can tell which life they speak of). A region speaks only for itself: its incarnation is learned from
+its own envelopes, never from a peer's word about it, and claims a peer makes about a life of a region that
+the region has not announced here yet wait until it has.
 
 Incarnations are ordered by creation time (wall clock, milliseconds), then id: a region is rebuilt after it
 was first built, so the newer one is the greater one. Two incarnations created in the same millisecond are
@@ -30,6 +32,9 @@ Invariants:
 * ``Known.stale(region, tag)`` is true exactly when the region is known and ``tag`` is an older incarnation
   of it, or ``tag`` is missing while the sender speaks of incarnations at all (a sender that knows none of
   a region's incarnations holds claims made before it heard from that region);
+* ``Known.waits(region, tag)`` is true exactly when the sender speaks of incarnations and names one of the
+  region that is not known here, or newer than the one known: only the region itself says which of its lives
+  is current (its own signed envelopes), so claims that depend on one it has not yet announced here wait;
 * ``retired(region, i)`` is never a region name Pulsar accepts (it holds ``#``), so it never names a live
   region's messages.
 """
@@ -108,6 +113,14 @@ class Known:
         if known is None or not tagged:
             return False
         return tag is None or tag < known
+
+    def waits(self, region: str, tag: Incarnation | None, *, tagged: bool) -> bool:
+        """Whether claims about ``region``'s origins, sent by a peer that believes ``tag``, must wait until
+        the region itself has announced that life here (it is newer than the one known, or none is known)."""
+        if not tagged or tag is None:
+            return False
+        known = self.by_region.get(region)
+        return known is None or tag > known
 
     def to_wire(self) -> dict[str, list[int | str]]:
         return {region: i.to_wire() for region, i in sorted(self.by_region.items())}

@@ -59,3 +59,21 @@ def of_known_incarnations(
         if known.stale(r, tag, tagged=tags is not None):
             acks = acks.without([r]) if tag is None else acks.renamed(r, incarnations.retired(r, tag))
     return message if acks is message.acks else replace(message, acks=acks)
+
+
+def waiting_on_incarnations(
+    message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None, known: Known
+) -> tuple[envelopes.AckStateMessage, dict[tuple[str, Incarnation], envelopes.AckStateMessage]]:
+    """``message`` without its claims about regions whose life its sender names but the region has not
+    announced here yet (``Known.waits``), and those claims, one message per (region, life) they wait for."""
+    waiting: dict[tuple[str, Incarnation], envelopes.AckStateMessage] = {}
+    if tags is None:
+        return message, waiting
+    regions = message.acks.origin_regions
+    for r in sorted(regions):
+        tag = tags.get(r)
+        if tag is not None and known.waits(r, tag, tagged=True):
+            waiting[(r, tag)] = replace(message, acks=message.acks.without(regions - {r}))
+    if not waiting:
+        return message, waiting
+    return replace(message, acks=message.acks.without(r for r, _ in waiting)), waiting

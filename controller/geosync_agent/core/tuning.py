@@ -91,3 +91,8 @@ REWIND_SETTLE_S = 30.0
 """After the agent rewound a cursor itself (following a newer generation), backward moves down to where it
 rewound it are its own for this long (a report taken before the rewind may arrive after it)."""
 MAX_UNOBSERVED = 20000
+
+MAX_WAITING_CLAIMS = 10_000
+"""Claims about a life of a region that the region has not announced yet, kept until it does (a region
+announces itself at least once a resync interval); past this many the oldest are dropped, and their senders'
+next resync says them again."""
