@@ -64,6 +64,15 @@ from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
 from geosync_agent.core import applying, checkpoint, generations, readiness, reports, sealing, tuning
+from geosync_agent.core.applying import (
+    appended_above,
+    claimed_to,
+    claims_name_appended,
+    moved_on_from_nothing,
+    names_any,
+    only_unclaimed_appended,
+    plan_end,
+)
 from geosync_agent.core.pauses import note_heavy, plan_wait, publish_pause
 from geosync_agent.core.subscriptions import (
     BEFORE_ALL,
@@ -228,8 +237,8 @@ class Agent:
         it, and the feed reports each acknowledgement once)."""
         self.created: set[SubKey] = set()
         """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
-        self._appended: dict[tuple[str, Position], list[Origin] | None] = {}
-        """This round's ``_appended_origins`` per (topic, end), shared by the topic's subscriptions."""
+        self._appended: applying.Appended = {}
+        """This round's appended origins per (topic, end), shared by the topic's subscriptions."""
         self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
         self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
         self.unsticking = replicators.Unsticking(after_s=config.replicator_unload_after_s)
@@ -1754,7 +1763,7 @@ class Agent:
         state.incomplete_at = None if claim.complete else tail.version
         if not claim.send:
             # Nothing beyond what others told us (typically: our cursor just caught up with their claims).
-            state.published, state.claimed_to = claim.claims, _claimed_to(cursor, tail)
+            state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
             return
         namespace = namespace_of(state.topic)
         if namespace not in self.namespaces:
@@ -1774,7 +1783,7 @@ class Agent:
         self.outgoing.setdefault(namespace, []).append(
             envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
         )
-        state.published, state.claimed_to = claim.claims, _claimed_to(cursor, tail)
+        state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
 
     def _flush_states(self, now: Now, *, announce: bool = True) -> None:
         """Send the states published since the last flush: per namespace, one signed envelope for up to
@@ -1892,9 +1901,9 @@ class Agent:
                 continue
             # At 10,000 subscriptions most are looked at every round for nothing (every topic grows all the
             # time): first the cheapest test that says so, the claims and the cursor planned from being the
-            # very objects held now (what ``_only_unclaimed_appended`` finds for these, without building
-            # anything). Spelled out here on purpose: calling ``_claims_and_log_as_planned`` instead made
-            # the walk a third slower (``bench/agent_cpu.py``'s last lines, a 11.1 -> 15.1 ms, session 31).
+            # very objects held now (what ``applying.only_unclaimed_appended`` finds for these, without
+            # building anything). Spelled out here on purpose: calling ``claims_and_log_as_planned`` instead
+            # made the walk a third slower (``bench/agent_cpu.py``'s last lines, a: 11.1 -> 15.1 ms).
             planned, cursor, received = state.planned, state.cursor, state.received
             if (
                 planned is not None
@@ -1909,10 +1918,10 @@ class Agent:
                 end = state.planned_end
                 if end is not None and state.planned_rewrites == tail.rewrites:
                     if end is not seen_end:
-                        seen_end, seen_origins = end, self._appended_above(ts, end)
-                    if seen_origins is not None and not _names_any(received, seen_origins):
+                        seen_end, seen_origins = end, appended_above(self._appended, tail, end)
+                    if seen_origins is not None and not names_any(received, seen_origins):
                         state.planned = (cursor, tail.version, received)
-                        state.planned_end = _plan_end(tail)
+                        state.planned_end = plan_end(tail)
                         skipped += 1
                         continue
             if not state.exists:
@@ -1928,18 +1937,18 @@ class Agent:
             if state.planned is not None and state.pending_move is None:
                 if basis == state.planned:
                     continue
-                if self._only_unclaimed_appended(state, ts):
+                if only_unclaimed_appended(state, ts.tail, self._appended):
                     # The same plan again (every topic grows all the time: planning each of its
                     # subscriptions again at every new entry was most of the apply step at 10,000 of them).
                     state.planned = basis
-                    state.planned_end = _plan_end(ts.tail)
+                    state.planned_end = plan_end(ts.tail)
                     self.stats.inc("plans_skipped_for_unclaimed_entries")
                     continue
-                if state.planned_nothing and self._moved_on_from_nothing(state, ts):
+                if state.planned_nothing and moved_on_from_nothing(state, ts.tail, self._appended):
                     # Consumers here acknowledged, and what others claim was all acknowledged here before:
                     # in the consuming region, every acknowledgement moved a cursor that was planned again.
                     state.planned = basis
-                    state.planned_end = _plan_end(ts.tail)
+                    state.planned_end = plan_end(ts.tail)
                     self.stats.inc("plans_skipped_for_moves_on")
                     continue
             if self._behind_forgotten(ts, state, state.cursor):
@@ -1958,11 +1967,11 @@ class Agent:
                 and state.pending_move is None
                 and now.mono < state.plan_after
                 # A copy read after the claim that names it is news as the claim was: planned at once.
-                and not self._claims_name_appended(state, ts)
+                and not claims_name_appended(state, ts.tail, self._appended)
             ):
                 continue  # only the log or the cursor moved since a plan that took long: see PLAN_WAIT_FACTOR
             state.planned = basis
-            state.planned_end = _plan_end(ts.tail)
+            state.planned_end = plan_end(ts.tail)
             state.planned_rewrites = ts.tail.rewrites
             state.waiting = ""
             if not state.received.by_region and not state.received.partials:
@@ -2062,53 +2071,6 @@ class Agent:
             if move is not None:
                 moves.append(move)
         self._perform(moves, now)
-
-    def _moved_on_from_nothing(self, state: Subscription, ts: TopicState) -> bool:
-        """Whether ``state``'s last plan (empty, see ``planned_nothing``) holds for its cursor now: the claims
-        and the log it was made from (``_claims_and_log_as_planned``), and a cursor that holds everything
-        the planned one did (``syncing.carried_out`` of an empty plan)."""
-        planned = state.planned
-        if planned is None or planned[0] is None or state.cursor is None:
-            return False
-        return self._claims_and_log_as_planned(state, ts) and syncing.carried_out(
-            state.cursor, planned[0], _NOTHING
-        )
-
-    def _only_unclaimed_appended(self, state: Subscription, ts: TopicState) -> bool:
-        """Whether only the tail grew since ``state``'s last plan, by entries whose origins the claims
-        received do not name (``_claims_and_log_as_planned``, with the cursor planned from)."""
-        planned = state.planned
-        return (
-            planned is not None and planned[0] == state.cursor and self._claims_and_log_as_planned(state, ts)
-        )
-
-    def _claims_and_log_as_planned(self, state: Subscription, ts: TopicState) -> bool:
-        """Whether ``state``'s last plan was made from the claims it holds and from its topic's log as it is,
-        but for entries appended since whose origins the claims do not name, whole or in part: those change
-        no plan (an entry nobody claims stops the mark-delete where the log's end stopped it before, and is
-        acknowledged by nobody). Looks at no more than tuning.APPENDED_CHECK_MAX new entries (more: no)."""
-        planned, tail = state.planned, ts.tail
-        if planned is None or planned[2] is not state.received or state.planned_rewrites != tail.rewrites:
-            return False
-        return planned[1] == tail.version or self._claims_name_appended(state, ts) is False
-
-    def _claims_name_appended(self, state: Subscription, ts: TopicState) -> bool | None:
-        """Whether the claims received name (whole or in part) an entry the tail appended since ``state``'s
-        last plan; None: not known (no plan yet, or more than tuning.APPENDED_CHECK_MAX entries appended)."""
-        end = state.planned_end
-        if end is None:
-            return None
-        origins = self._appended_above(ts, end)
-        return None if origins is None else _names_any(state.received, origins)
-
-    def _appended_above(self, ts: TopicState, end: Position) -> list[Origin] | None:
-        """``_appended_origins`` of ``ts``'s tail above ``end``, read once a round: the same for every
-        subscription of the topic planned at the same end."""
-        key = (ts.tail.topic, end)
-        if key in self._appended:
-            return self._appended[key]
-        origins = self._appended[key] = _appended_origins(ts.tail, end)
-        return origins
 
     def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked
@@ -2261,44 +2223,3 @@ class Agent:
     def status(self) -> dict[str, Any]:
         """What /state shows (``reporting.status``)."""
         return reporting.status(self)
-
-
-_NOTHING = syncing.ApplyPlan(None, ())
-
-
-def _plan_end(tail: Tail) -> Position | None:
-    """The log's end a plan is made up to (``Subscription.planned_end``): None while its last entry's size is
-    still being counted (a plan may have left that entry's partial claims unused)."""
-    return None if tail.sizing is not None else tail.last
-
-
-def _names_any(received: OriginAcks, origins: list[Origin]) -> bool:
-    """Whether the claims ``received`` name (whole or in part) any of ``origins``."""
-    return any(origin in received or received.batch(origin) is not None for origin in origins)
-
-
-def _appended_origins(tail: Tail, end: Position) -> list[Origin] | None:
-    """The origins of the entries ``tail`` holds above ``end`` (None: more than tuning.APPENDED_CHECK_MAX)."""
-    origins: list[Origin] = []
-    seen = 0
-    for ledger, first, last in tail.stretches_above(end).items:
-        seen += last - first + 1
-        if seen > tuning.APPENDED_CHECK_MAX:
-            return None
-        for entry in range(first, last + 1):
-            origin = tail.index.origin_of(Position(ledger, entry))
-            if origin is not None:
-                origins.append(origin)
-    return origins
-
-
-def _claimed_to(cursor: AckState, tail: Tail) -> Position:
-    """How far ``cursor``'s translation through ``tail``'s index reached: its mark-delete, capped below the
-    entries the tail had not read or could not place yet (``Subscription.claimed_to``)."""
-    if tail.last is None:
-        return BEFORE_ALL
-    reached = min(cursor.mark_delete, tail.last)
-    if tail.unresolved and tail.unresolved[0] <= reached:
-        first = tail.unresolved[0]
-        return Position(first.ledger, first.entry - 1)
-    return reached
