@@ -41,7 +41,7 @@ import queue
 import random
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -176,7 +176,10 @@ class Agent:
         self.incarnation = incarnation
         """This region's incarnation (``geosync_core.incarnations``; None: no ZooKeeper, no guard)."""
         self.incarnations = Known({config.region: incarnation} if incarnation else {})
-        """The newest incarnation known of each region (this one's own included)."""
+        """The newest incarnation known of each region (this one's own included), each from its own region."""
+        self.waiting: dict[tuple[str, Incarnation], deque[envelopes.AckStateMessage]] = {}
+        """Claims about a life of a region the region has not announced here yet (``_learn_incarnations``)."""
+        self.waiting_count = 0
         self.announce_at: dict[str, float] = {}
         """Per namespace, when (monotonic) its control topic is next told this region's incarnation if no
         states went out meanwhile (``_announce``)."""
@@ -1278,19 +1281,46 @@ class Agent:
             self._reject(admitted)
             return
         if tags is not None:
-            self._learn_incarnations(tags, now)
-        for message in decoded:
+            self._learn_incarnations(opened.region, tags, now)
+        for received in decoded:
+            message, waiting = reports.waiting_on_incarnations(received, tags, self.incarnations)
+            self._wait_for_incarnations(waiting)
             self._take_claims(self._of_known_incarnations(message, tags), now)
 
-    def _learn_incarnations(self, tags: dict[str, Incarnation], now: Now) -> None:
-        """Take up the incarnations a peer speaks of (its own and those it heard of) that are newer than the
-        ones known here. This region's own is never taken from a peer: the region's ZooKeeper says it."""
-        for region, incarnation in tags.items():
-            if region == self.config.region:
-                continue
-            self.incarnations, replaced = self.incarnations.learn(region, incarnation)
-            if replaced is not None:
-                self._region_rebuilt(region, replaced, incarnation, now)
+    def _learn_incarnations(self, sender: str, tags: dict[str, Incarnation], now: Now) -> None:
+        """Take up the incarnation ``sender`` announces of itself if it is newer than the one known here, and
+        the claims that waited for it. A region speaks only for itself: what a peer says of a third region's
+        incarnation (or of this one's, which this region's ZooKeeper says) is never taken up."""
+        incarnation = tags.get(sender)
+        if incarnation is None or sender == self.config.region:
+            return
+        self.incarnations, replaced = self.incarnations.learn(sender, incarnation)
+        if replaced is not None:
+            self._region_rebuilt(sender, replaced, incarnation, now)
+        for key in [k for k in self.waiting if k[0] == sender]:
+            if not self.incarnations.waits(*key, tagged=True):
+                messages = self.waiting.pop(key)
+                self.waiting_count -= len(messages)
+                for message in messages:
+                    self._take_claims(self._of_known_incarnations(message, {sender: key[1]}), now)
+
+    def _wait_for_incarnations(
+        self, waiting: dict[tuple[str, Incarnation], envelopes.AckStateMessage]
+    ) -> None:
+        """Keep claims about a life of a region that the region has not announced here yet, until it has;
+        at most ``tuning.MAX_WAITING_CLAIMS`` (the oldest go first: their sender's next resync says them
+        again)."""
+        for key, message in waiting.items():
+            self.stats.inc("claims_waiting_incarnation")
+            self.waiting.setdefault(key, deque()).append(message)
+            self.waiting_count += 1
+        while self.waiting_count > tuning.MAX_WAITING_CLAIMS:
+            key = next(iter(self.waiting))
+            self.waiting[key].popleft()
+            self.waiting_count -= 1
+            self.stats.inc("claims_waiting_dropped")
+            if not self.waiting[key]:
+                del self.waiting[key]
 
     def _region_rebuilt(self, region: str, old: Incarnation, new: Incarnation, now: Now) -> None:
         """``region`` was wiped and rebuilt under its name: its new messages reuse the origin coordinates of

@@ -14,7 +14,7 @@ from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import FakeRegion, Harness, message
+from tests.agent.fakes import KEYS, FakeRegion, Harness, message
 from tests.agent.test_runtime import A_LOG, B_LOG, CONTROL, NS, SUB, TOPIC, carry, deliver_b_copies
 
 OLD_A = Incarnation(1_000, "old")
@@ -159,21 +159,68 @@ def test_a_peer_that_speaks_of_incarnations_but_not_of_a_region_has_its_claims_a
     assert untagged.acks == claims
 
 
-def test_a_newer_incarnation_heard_of_from_a_third_region_is_taken_up() -> None:
+def test_a_region_speaks_only_for_its_own_incarnation() -> None:
+    """Issue 47: what c says of a's incarnation changes nothing in b; what a says of itself does."""
     _, hb = pair(OLD_A, B)
-    hb.agent._learn_incarnations({"c": Incarnation(7, "cee"), "a": NEW_A}, Now(hb.clock, hb.clock))
+    now = Now(hb.clock, hb.clock)
+    hb.agent._learn_incarnations("c", {"c": Incarnation(7, "cee"), "a": NEW_A}, now)
+    assert hb.agent.incarnations.get("a") == OLD_A
+    assert hb.agent.incarnations.get("c") == Incarnation(7, "cee")
+    hb.agent._learn_incarnations("a", {"a": NEW_A}, now)
     assert hb.agent.incarnations.get("a") == NEW_A
     assert hb.agent.stats.counters["incarnations_changed"] == 1
     # An older one changes nothing, and this region's own is never taken from a peer.
-    hb.agent._learn_incarnations({"a": OLD_A, "b": Incarnation(9_999, "forged")}, Now(hb.clock, hb.clock))
+    hb.agent._learn_incarnations("a", {"a": OLD_A, "b": Incarnation(9_999, "forged")}, now)
+    hb.agent._learn_incarnations("b", {"b": Incarnation(9_999, "forged")}, now)
     assert hb.agent.incarnations.get("a") == NEW_A
     assert hb.agent.incarnations.get("b") == B
     assert hb.agent.stats.counters["incarnations_changed"] == 1
 
 
+def _claim_from(sender: str, tags: dict[str, Incarnation], acks: OriginAcks, *, seq: int) -> bytes:
+    envelope = envelopes.Envelope(
+        kind=envelopes.ACK_STATES,
+        region=sender,
+        seq=seq,
+        sent_at_ms=0,
+        payload=envelopes.encode_ack_states(
+            [envelopes.AckStateMessage(TOPIC, SUB, sender, acks)], region=sender, incarnations=tags
+        ),
+    )
+    return envelopes.seal(KEYS[sender].signer, envelope)
+
+
+def test_a_validly_signed_envelope_announcing_a_new_incarnation_of_another_region_changes_nothing() -> None:
+    """Issue 47's test: c, with its own valid key, says a was rebuilt (NEW_A) and claims a's first five
+    messages of that new life. b renames nothing and applies nothing of it; once a announces NEW_A itself,
+    the claims that waited for it are taken up."""
+    _, hb = pair(OLD_A, B)
+    before = hb.region.cursors[(TOPIC, SUB)]
+    cee = Incarnation(7, "cee")
+    claims = OriginAcks.of({"a": [Span(5, 0, 4)]})
+    data = _claim_from("c", {"c": cee, "a": NEW_A}, claims, seq=2**61)
+    hb.messaging.deliver(CONTROL, message(CONTROL, Position(79, 0), data=data))
+    hb.step()
+    hb.step(1.0)
+    assert hb.agent.incarnations.get("a") == OLD_A
+    assert hb.agent.stats.counters["incarnations_changed"] == 0
+    assert hb.agent.stats.counters["claims_waiting_incarnation"] == 1
+    assert hb.agent.topics[TOPIC].tail.index.origin_of(B_LOG[3]) == Origin("a", A_LOG[3])
+    assert hb.region.cursors[(TOPIC, SUB)] == before
+    # a itself announces its new life: b retires the old one, and c's waiting claims now speak of the new.
+    announce = _claim_from("a", {"a": NEW_A}, OriginAcks.of({}), seq=2**61)
+    hb.messaging.deliver(CONTROL, message(CONTROL, Position(79, 1), data=announce))
+    hb.step()
+    assert hb.agent.incarnations.get("a") == NEW_A
+    assert hb.agent.topics[TOPIC].tail.index.origin_of(B_LOG[3]) == Origin("a#old", A_LOG[3])
+    assert hb.agent.waiting == {}
+    assert hb.agent.subs[(TOPIC, SUB)].received.spans("a") == (Span(5, 0, 4),)
+    assert hb.region.cursors[(TOPIC, SUB)] == before  # no new-life copies here yet: nothing to move
+
+
 def test_a_checkpoint_of_another_incarnation_of_this_region_is_refused_and_one_of_this_one_restored() -> None:
     _, hb = pair(OLD_A, B)
-    hb.agent._learn_incarnations({"a": NEW_A}, Now(hb.clock, hb.clock))
+    hb.agent._learn_incarnations("a", {"a": NEW_A}, Now(hb.clock, hb.clock))
     state = hb.agent.checkpoint()
     again = start(region("b", B_LOG), B)
     again.agent.restore(state, Now(again.clock, again.clock))
@@ -186,7 +233,7 @@ def test_a_checkpoint_of_another_incarnation_of_this_region_is_refused_and_one_o
 
 def test_a_topic_read_again_keeps_the_old_incarnations_messages_retired() -> None:
     _, hb = pair(OLD_A, B)
-    hb.agent._learn_incarnations({"a": NEW_A}, Now(hb.clock, hb.clock))
+    hb.agent._learn_incarnations("a", {"a": NEW_A}, Now(hb.clock, hb.clock))
     ts = hb.agent.topics[TOPIC]
     ts.tail.stale, ts.tail.stale_reason = True, "test: read again"
     hb.step()
