@@ -14,7 +14,7 @@ from typing import Any
 import pulsar
 
 from geosync_adapters import zookeeper as zk
-from geosync_agent import mirrorholds
+from geosync_agent import mirrorholds, watching
 from geosync_agent.core import mirror as core
 from geosync_agent.mirrorlocal import LocalMirror, SessionLost, now_ms
 from geosync_core import clocks, envelopes, policies
@@ -133,8 +133,8 @@ class ApplyingMirror(LocalMirror):
         store = self._need_store()
         try:
             node = store.read(path, watch=True)
-            if self._brokers is None:
-                self._brokers = self.config.admin_client(timeout=10.0)
+            if self._brokers is None:  # each call that ends is progress for the liveness watchdog
+                self._brokers = watching.beating(self.config.admin_client(timeout=10.0), self._beat)
             mirrorholds.apply_destroying(
                 store, event, node, fence=self._fence, brokers=self._brokers, own=self._own_topics
             )
@@ -158,6 +158,9 @@ class ApplyingMirror(LocalMirror):
         self._dirty = True
         self._count("held_applied")
         return "applied"
+
+    def _beat(self) -> None:
+        self.progress()  # the one set now (the composition root sets it after construction)
 
     def _own_topics(self, namespace: str) -> frozenset[str]:
         """GeoSync's own topics in ``tenant/namespace``, which never hold a deletion."""

@@ -251,3 +251,19 @@ def test_a_peer_speaks_only_for_its_own_policy_edits() -> None:
     assert mirror.replica()[NS].value == DOC
     mirror._on_message(_event_from("a", Record(NS, None, Hlc(1_700_000_000_000, 0, "a")), seq=2))
     assert NS not in store.nodes
+
+
+def test_each_call_to_the_brokers_in_a_held_deletions_check_is_progress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frozen region makes every admin call of the check time out: each that ends tells the liveness
+    watchdog the mirror is getting on (it is failing, not stuck)."""
+    store = _store()
+    mirror, _ = _mirror(store)
+    mirror._brokers = None
+    monkeypatch.setattr(AgentConfig, "admin_client", lambda self, **_kw: _Brokers(down=True))
+    beats: list[int] = []
+    mirror.progress = lambda: beats.append(1)
+    assert mirror._apply(DELETION) == "held"
+    assert len(beats) >= 1
+    assert "cannot list" in mirror.snapshot()["held"][NS]
