@@ -172,17 +172,7 @@ class ApplyingMirror(LocalMirror):
 
     def _found(self, path: str, node: zk.Node) -> None:
         held = self.cp.replica.get(path)
-        replica, clock, events = policies.scan_store(
-            {path: held} if held else {},
-            self._clock(),
-            found={path: (node.value, node.mtime_ms)},
-            now_ms=now_ms(),
-        )
-        for event in events:
-            self._publish(event)
-        with self._lock:
-            self.cp.replica = {**self.cp.replica, **replica}
-        self.cp.clock = clock
+        self._scan({path: held} if held else {}, {path: node})
         self._dirty = True
 
     def _park(self, event: Record, reason: str) -> None:

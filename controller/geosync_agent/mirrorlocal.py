@@ -220,8 +220,14 @@ class LocalMirror:
         """Report what changed in the store while no watch covered it (``scan_store``, mtime-dated)."""
         found = {p: n for p, n in self._walk().items() if p not in self.holds}
         scoped = {p: r for p, r in self.cp.replica.items() if self.in_scope(p) and p not in self.holds}
+        if changes := self._scan(scoped, found):
+            self._count("scan_changes", changes)
+
+    def _scan(self, held: policies.Replica, found: dict[str, zk.Node]) -> int:
+        """Publish what ``found`` in the store differs from the ``held`` records, dated by mtime as
+        ``policies.scan_store`` says; how many changes it published."""
         replica, clock, events = policies.scan_store(
-            scoped,
+            held,
             self._clock(),
             found={p: (n.value, n.mtime_ms) for p, n in found.items()},
             now_ms=now_ms(),
@@ -233,7 +239,7 @@ class LocalMirror:
         self.cp.clock = clock
         if events:
             self._dirty = True
-            self._count("scan_changes", len(events))
+        return len(events)
 
     # -- checkpoint --------------------------------------------------------------------------------
 
