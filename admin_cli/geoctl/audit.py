@@ -76,7 +76,7 @@ def drift(  # noqa: PLR0917 (click passes options positionally)
     """Join every region's messages by origin coordinates and report drift per subscription.
 
     Writes Parquet tables, OUT/summary.json and OUT/drift.png; prints the summary. Definitions:
-    geosync_core.drift (README, "Drift audit").
+    geosync_core.drift (docs/design.md, "Drift audit").
     """
     try:
         from pyspark.sql import SparkSession

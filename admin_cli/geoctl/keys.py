@@ -1,6 +1,7 @@
 """``geoctl keys``: create region signing keys and edit keyrings, the operator's side of key rotation.
 
-Thin commands over ``geosync_adapters.signing``; the procedure itself is in the README ("Signing keys").
+Thin commands over ``geosync_adapters.signing``; the procedure itself is in docs/deployment/security.md
+("Signing keys").
 ``keys init`` is the one step from nothing (or from the shared HMAC key of earlier releases, which agents and
 the chart now refuse) to per-region keys: every region's key and the keyring that lists them all.
 """

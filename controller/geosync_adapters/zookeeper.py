@@ -8,12 +8,12 @@ error *objects* into the result list rather than raising (a stale version does n
 result is checked. kazoo's errors become the project's: ``ZkStale`` (re-read and decide again),
 ``ZkUnavailable`` (connection or session trouble: retry later), ``ZkRefused`` (permanent).
 
-Authentication (``ZkAuth``, README "ZooKeeper authentication"): with digest credentials the session
-authenticates, and every node the store creates gets an ACL giving that identity all rights and nobody else
-any (or read, ``world_read``): GeoSync's own nodes (the mirror's lock and checkpoint) cannot be written or
-deleted by another client. Nodes Pulsar also manages (policies) are created ``public``, world-open, as Pulsar
-creates them itself without ZooKeeper authentication. The password never reaches a log: kazoo logs its
-authentication request at DEBUG, and this module's logger redacts it.
+Authentication (``ZkAuth``; docs/deployment/security.md, "ZooKeeper authentication"): with digest credentials
+the session authenticates, and every node the store creates gets an ACL giving that identity all rights and
+nobody else any (or read, ``world_read``): GeoSync's own nodes (the mirror's lock and checkpoint) cannot be
+written or deleted by another client. Nodes Pulsar also manages (policies) are created ``public``, world-open,
+as Pulsar creates them itself without ZooKeeper authentication. The password never reaches a log: kazoo logs
+its authentication request at DEBUG, and this module's logger redacts it.
 
 Watches are ZooKeeper's one-shot data and child watches, re-armed by the next read of the node. Their
 callbacks run on kazoo's event thread, so they only hand a ``Fired`` value to ``notify`` (which must not

@@ -4,9 +4,9 @@ Secrets never come from the command line: the region's signing key, the admin/br
 ZooKeeper credentials are read from files (``signing_key_file``, ``token_file``, ``zookeeper_auth_file``) or
 from the environment (``GEOSYNC_TOKEN``), and are never logged, nor shown in ``/state`` or the metrics.
 
-Signing (README, "Signing keys"): each region signs its control messages with its own Ed25519 key
-(``signing_key_file``, ``signing_key_id``) and accepts each region's messages under the keys its keyring
-lists for that region (``keyring_file``). The shared HMAC key of earlier releases (``key_file``,
+Signing (docs/deployment/security.md, "Signing keys"): each region signs its control messages with its own
+Ed25519 key (``signing_key_file``, ``signing_key_id``) and accepts each region's messages under the keys its
+keyring lists for that region (``keyring_file``). The shared HMAC key of earlier releases (``key_file``,
 ``GEOSYNC_KEY``: whoever held it could speak for every region) is refused with the step to per-region keys
 (``LEGACY_KEY_REFUSED``).
 """
@@ -31,7 +31,7 @@ CONTROL_TOPIC = "geosync-control"
 PER_REGION_KEYS = (
     "create every region's key and the keyring in one step with 'geoctl keys init --region A --region B "
     "... --out DIR', then give each region's agent signing_key_file and signing_key_id (its own key) and "
-    "keyring_file (README, Signing keys)"
+    "keyring_file (docs/deployment/security.md, Signing keys)"
 )
 LEGACY_KEY_REFUSED = (
     "the shared HMAC key (key_file, GEOSYNC_KEY) is no longer supported: whoever held it could sign for "
@@ -147,7 +147,7 @@ class AgentConfig:
     zookeeper_auth_file: str = ""
     """A file holding ``user:password``: the mirror authenticates with it and creates its own nodes (under
     ``mirror_root``) with an ACL giving that identity every right and nobody else any ("": unauthenticated,
-    world-open nodes). README, "ZooKeeper authentication"."""
+    world-open nodes). docs/deployment/security.md, "ZooKeeper authentication"."""
     zookeeper_world_read: bool = False
     """Let every ZooKeeper client read (never write) the mirror's own nodes (with ``zookeeper_auth_file``)."""
     snapshot_namespaces: tuple[str, ...] = ()
@@ -171,9 +171,9 @@ class AgentConfig:
     """Tenants never mirrored: Pulsar creates ``public`` and ``pulsar`` in each cluster for that cluster."""
     incarnation_node: str = "/geosync/incarnation"
     """Node of the region's ZooKeeper (``zookeeper``: the metadata store, wiped with the region) holding its
-    incarnation: a region rebuilt under its name is told apart from what it was (README, "A region rebuilt
-    under its name"). Without ``zookeeper`` there is none, and claims made before a rebuild are not told apart
-    from new ones."""
+    incarnation: a region rebuilt under its name is told apart from what it was (docs/agent.md, "A region
+    rebuilt under its name"). Without ``zookeeper`` there is none, and claims made before a rebuild are not
+    told apart from new ones."""
     mirror_root: str = "/geosync/policy-mirror"
     """Region-local ZooKeeper node under which the mirror keeps its leader lock and checkpoint."""
     mirror_session_timeout_s: float = 6.0

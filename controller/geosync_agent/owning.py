@@ -1,4 +1,4 @@
-"""The sidecar agent's view of what its broker owns (``shard_by_ownership``): README, "Sidecar agents".
+"""The sidecar agent's view of what its broker owns (``shard_by_ownership``): docs/agent.md, "Sidecar agents".
 
 Why: with one agent per broker, each syncs the topics its broker owns and no other, so that N sidecars do
 the work once, not N times, and their cursor writes go to the broker they sit next to. ``Ownership`` finds

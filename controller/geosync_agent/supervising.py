@@ -207,7 +207,7 @@ def _incarnation(config: AgentConfig) -> Incarnation | None:
     if not config.zookeeper:
         log.warning(
             "no zookeeper configured: this region has no incarnation, so if it is ever wiped and rebuilt "
-            "under its name, claims about its old messages would be taken for its new ones (README, "
+            "under its name, claims about its old messages would be taken for its new ones (docs/agent.md, "
             '"A region rebuilt under its name")'
         )
         return None

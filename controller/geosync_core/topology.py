@@ -1,7 +1,7 @@
 """The topology contract: what a lab (or an operator's config) says about the regions.
 
 ``geoctl lab up`` writes ``DIR/topology.json``; tests, benchmarks, agents, the Spark audit and users read
-it. The keys below are a stable, documented contract (README, "Topology contract"); new keys may be
+it. The keys below are a stable, documented contract (docs/lab.md, "Topology contract"); new keys may be
 added, existing ones keep their meaning. Lab-private details (ports, data directories) live under each
 region's ``lab`` key so that the public keys stay small.
 

@@ -154,7 +154,7 @@ def _position(msg_id: object) -> tuple[int, ...] | None:
 
 
 class _KeyHoles:
-    """Key_Shared subscriptions claim only per-key prefixes (README, "The agent"): an acknowledgement
+    """Key_Shared subscriptions claim only per-key prefixes (docs/agent.md, "The agent"): an acknowledgement
     that follows an unacknowledged message of the same key is not carried to another region, so that the
     region taking over never delivers a key's earlier message after a later one. Its duplicate is allowed
     (``key-order``) when such an earlier message was still unacknowledged when consumers moved.

@@ -270,8 +270,8 @@ def _wire(
             admins[name].create_namespace(ns)
             admins[name].set_allowed_clusters(ns, list(members))
             # Messages replicated into a region before GeoSync creates their subscription there are held by
-            # no cursor there: without retention, a broker restart or a ledger rollover deletes them (README,
-            # "Retention").
+            # no cursor there: without retention, a broker restart or a ledger rollover deletes them
+            # (docs/agent.md, "Retention").
             admins[name].set_retention(ns, minutes=LAB_RETENTION_MINUTES, size_mb=LAB_RETENTION_MB)
         for name in members:
             admins[name].set_replication_clusters(ns, list(members))
@@ -470,9 +470,9 @@ def up(
                 hint=f"inspect with 'geoctl lab status --dir {lab_dir}', then 'geoctl lab down'",
             ) from e
         if agents:
-            # One agent per region, covering every broker of it (README: "Multi-broker regions"), or one per
-            # broker with ``sidecars``. The regions are new: a checkpoint left in the directory by an earlier
-            # lab describes topics that are gone.
+            # One agent per region, covering every broker of it (docs/lab.md, "Multi-broker regions"), or one
+            # per broker with ``sidecars``. The regions are new: a checkpoint left in the directory by an
+            # earlier lab describes topics that are gone.
             started_agents: list[str] = []
             for name in region_names:
                 shards: list[int | None] = (
@@ -636,7 +636,7 @@ def start_agent(
         where: dict[str, Any] = {
             "admin_url": region.admin_url,
             # Every broker, so the agent reaches the admin API while the first is down (it lists the
-            # region's active brokers itself once one answers: README, "Multi-broker regions").
+            # region's active brokers itself once one answers: docs/lab.md, "Multi-broker regions").
             "broker_admin_urls": [b.admin_url for b in region.brokers[1:]],
         }
     else:
