@@ -2,7 +2,9 @@
 
 Pulsar's own synchronizer cannot run where the configuration store is the local store (every ZooKeeper
 standalone, the lab), sees no direct ZooKeeper writes and keeps no tombstones; the rules that replace it
-are in ``geosync_core.policies``. This module is their runtime:
+are in ``geosync_core.policies``. The mirror's decisions are values in ``geosync_agent.core.mirror``; its
+shell is three rooms: this module (leadership terms and the loop), ``mirrorapplying`` (other regions' events
+applied) and ``mirrorlocal`` (its state, the store walk, local changes published). Together:
 
 * **Leadership.** Every agent of a region may run a ``Mirror``; one leads, by a kazoo ``Lock`` on the
   region's own ZooKeeper (``{mirror_root}/leader``). A standby takes over once the leader's session
@@ -20,7 +22,8 @@ are in ``geosync_core.policies``. This module is their runtime:
   with a reader; remote events are checked (``allowedclusters.reject_event_regions``), applied with
   compare-and-set, and kept in the replica only once the store write succeeded. A rejected or
   not-yet-applicable event (parent missing, children left) is parked and re-checked every
-  ``mirror_recheck_interval_s``; ``snapshot()`` lists what is parked.
+  ``mirror_recheck_interval_s``; ``snapshot()`` lists what is parked. A deletion that would destroy this
+  region's data (a namespace that still holds topics here) is held instead (``mirrorholds``).
 * **Nothing lost.** The replica, clock, replay guard, sequence number, the newest stamp received from
   each region and the reader's position are checkpointed in ``{mirror_root}/state`` (compressed JSON,
   written with compare-and-set and the fence; over ``mirror_checkpoint_part_bytes`` it is cut into parts
