@@ -126,3 +126,18 @@ def test_the_held_paths_are_the_parked_records_the_replica_holds() -> None:
     refused = Record("/admin/policies/shop/other", b"{}", NEW)
     cp = Checkpoint(replica={NS: deletion}, parked={NS: deletion, refused.path: refused})
     assert cp.held() == {NS}
+
+
+def test_a_newer_policy_for_a_held_namespace_may_not_take_it_away_from_this_region() -> None:
+    """b holds a's deletion (its topics are still here); a then creates the namespace again without b. Written
+    over b's own document, that would make b's brokers delete the topics the hold keeps."""
+    cp = _cp()
+    deletion = Record(NS, None, NEW)
+    cp.replica[NS] = cp.parked[NS] = deletion
+    assert cp.held() == {NS}
+    without_b = json.dumps({"replication_clusters": ["a"], "allowed_clusters": ["a"]}).encode()
+    again = Record(NS, without_b, Hlc(NEW.wall_ms + 1, 0, "a"))
+    verdict = _judge(cp, again, DOC, held=True)
+    assert isinstance(verdict, core.Refuse)
+    assert "would remove b" in verdict.reason
+    assert isinstance(_judge(cp, Record(NS, DOC, again.stamp), DOC, held=True), core.Write)

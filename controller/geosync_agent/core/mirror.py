@@ -181,8 +181,10 @@ def judge(
     replica, decision = policies.apply_remote(cp.replica, event)
     if decision not in (Decision.APPLY_WRITE, Decision.APPLY_DELETE):
         return Ignore(decision)
+    # A held path's store keeps the region's own document: that is what a new record must not take away.
+    here = {**cp.replica, event.path: Record(event.path, current, event.stamp)} if held else cp.replica
     rejection = allowedclusters.reject_event_regions(
-        event, replica=cp.replica, local_region=local_region, registered=registered
+        event, replica=here, local_region=local_region, registered=registered
     )
     if rejection is not None:
         return Refuse(rejection.reason)
