@@ -15,6 +15,8 @@
 # missing (scripts/setup.sh does not; integration_tests/test_images.py runs this script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# debootstrap and friends install to sbin, which a non-login shell's PATH (cron, CI, env -i) may lack.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
 REGISTRY=${GEOSYNC_IMAGE_REGISTRY:-localhost/geosync}
