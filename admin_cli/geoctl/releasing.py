@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -68,6 +69,12 @@ def release(
     """
     if region not in sites:
         raise GeoctlError(f"unknown region {region!r}; known: {', '.join(sorted(sites))}")
+    if not sites[region].region.zookeeper:  # asked before anything is read, let alone deleted
+        raise GeoctlError(
+            f"region {region} has no zookeeper address: the namespace must be marked deleted there first "
+            "(give 'zookeeper' in --config)",
+            exit_code=EXIT_PRECONDITION,
+        )
     clients = {
         name: site.admin(retry=adm.RetryPolicy(attempts=3, deadline=10.0)) for name, site in sites.items()
     }
@@ -125,43 +132,37 @@ def release(
         raise SystemExit(EXIT_PRECONDITION)
 
 
-def _mark_deleted(site: access.Site, namespace: str) -> None:
-    """Pulsar's mark on the namespace document in the region's ZooKeeper (compare-and-set)."""
-    if not site.region.zookeeper:
-        raise GeoctlError(
-            f"region {site.name} has no zookeeper address: the namespace must be marked deleted there first "
-            "(give 'zookeeper' in --config)",
-            exit_code=EXIT_PRECONDITION,
-        )
-    path = f"/admin/policies/{namespace}"
+@contextlib.contextmanager
+def _zookeeper(site: access.Site, doing: str) -> Iterator[zk.Store]:
+    """The region's ZooKeeper for the block; its errors say what could not be done there."""
     store = zk.Store(site.region.zookeeper, session_timeout_s=10.0)
     try:
         store.start(timeout_s=10.0)
-        node = store.read(path)
-        if node is None or deletions.is_marked_deleted(node.value):
-            return
-        store.write(path, deletions.mark_deleted(node.value), expected=node, public=True)
+        yield store
     except (zk.ZkError, ValueError) as e:
         raise GeoctlError(
-            f"cannot mark {namespace} deleted in {site.name}'s ZooKeeper: {e}", exit_code=EXIT_UNREACHABLE
+            f"cannot {doing} in {site.name}'s ZooKeeper: {e}", exit_code=EXIT_UNREACHABLE
         ) from e
     finally:
         store.stop()
 
 
+def _mark_deleted(site: access.Site, namespace: str) -> None:
+    """Pulsar's mark on the namespace document in the region's ZooKeeper (compare-and-set)."""
+    path = f"/admin/policies/{namespace}"
+    with _zookeeper(site, f"mark {namespace} deleted") as store:
+        node = store.read(path)
+        if node is not None and not deletions.is_marked_deleted(node.value):
+            store.write(path, deletions.mark_deleted(node.value), expected=node, public=True)
+
+
 def _wait_gone(site: access.Site, namespace: str, wait_s: float) -> bool:
     """Whether the namespace document left the region's ZooKeeper within ``wait_s`` (the brokers' API
     answers 404 for a namespace marked deleted already, so it cannot tell)."""
-    store = zk.Store(site.region.zookeeper, session_timeout_s=10.0)
-    try:
-        store.start(timeout_s=10.0)
+    with _zookeeper(site, f"read {namespace}") as store:
         deadline = time.monotonic() + wait_s
         while store.read(f"/admin/policies/{namespace}") is not None:
             if time.monotonic() > deadline:
                 return False
             time.sleep(1.0)
         return True
-    except zk.ZkError as e:
-        raise GeoctlError(f"cannot read {site.name}'s ZooKeeper: {e}", exit_code=EXIT_UNREACHABLE) from e
-    finally:
-        store.stop()
