@@ -61,14 +61,16 @@ from geosync_lab.probes import acknowledged, copies, percentile
 console = Console(width=170)
 
 
-def paced(rate: float, stop: threading.Event) -> Iterator[int]:
+def paced(rate: float | Callable[[], float], stop: threading.Event) -> Iterator[int]:
     """0, 1, 2, ... at ``rate`` a second (catching up after a slow step, never bursting ahead) until
-    ``stop`` is set: the publishing loop of every load here."""
-    interval, next_at, n = 1.0 / rate, time.monotonic(), 0
+    ``stop`` is set: the publishing loop of every load here. ``rate`` may be a function, asked at every
+    step (a load whose rate changes as it runs: ``bench/ceiling.py``)."""
+    rate_now = rate if callable(rate) else lambda: rate
+    next_at, n = time.monotonic(), 0
     while not stop.is_set():
         yield n
         n += 1
-        next_at += interval
+        next_at += 1.0 / rate_now()
         delay = next_at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
@@ -294,6 +296,9 @@ def load_run(
     b_share: float = 0.0,
     warm_up_limit: float = 600.0,
     settle_s: float = 0.0,
+    hole_ratio: float = 0.0,
+    rate_at: Callable[[float], float] | None = None,
+    run: LoadRun | None = None,
 ) -> LoadRun:
     """``batching``: producers batch (the client's default) and consumers acknowledge batch indexes; probes
     then check single messages through the plugin's cursor endpoint instead of internalStats. ``during`` is
@@ -309,14 +314,19 @@ def load_run(
     subscriptions' creation. ``settle_s``: the traffic then runs that much longer before the measured load
     (``LoadRun.settle_s``): the agents' first minute with the new subscriptions (their first discovery passes,
     checkpoints and resyncs of them) left out of the measured window, or, at 0, in it.
-    ``LoadRun.acked`` counts the measured load's acknowledgements alone."""
+    ``LoadRun.acked`` counts the measured load's acknowledgements alone.
+
+    ``hole_ratio``: that share of the messages a's consumers receive is never acknowledged (holes; the probes
+    sample acknowledged messages only). ``rate_at``: the acknowledgement rate as a function of the seconds
+    since the measured load began (``rate`` before it), for a load that steps its rate; ``run``: the
+    ``LoadRun`` to fill (its ``acked`` and ``probes`` can then be read while the load runs)."""
     suffix = uuid.uuid4().hex[:6]
     topics = [f"persistent://geo/ab/load-{mode}-{suffix}-{i}" for i in range(n_topics)]
     prefix = failover.BUILTIN_PREFIX if mode == "builtin" else "load-"
     subs = [f"{prefix}{suffix}-{j}" for j in range(n_subs)]
     builtin = mode == "builtin"
     a, b = topology.region("a"), topology.region("b")
-    run = LoadRun(mode=mode)
+    run = run if run is not None else LoadRun(mode=mode)
     recent: list[tuple[str, str, Position, int, float, str]] = []
     recent_lock = threading.Lock()
     stop = threading.Event()  # set in ``finally`` too: a setup that fails leaves no publisher running
@@ -339,7 +349,11 @@ def load_run(
             time.sleep(4)  # agents discover the new subscriptions; PIP-33 controllers start
 
         def listener_for(topic: str, sub: str) -> Any:
+            holes = random.Random()
+
             def on_message(consumer: Any, msg: Any) -> None:
+                if hole_ratio and holes.random() < hole_ratio:
+                    return  # never acknowledged: a hole in the subscription's cursor
                 consumer.acknowledge(msg)
                 mid = msg.message_id()
                 origin = "b" if msg.data()[:1] == b"b" else "a"
@@ -359,7 +373,14 @@ def load_run(
             ]
 
         producers = {"a": producers_in(ca), "b": producers_in(cb) if b_share > 0 else []}
-        publish_rate = rate / n_subs  # every message is consumed by each of the n_subs subscriptions
+        # every message is consumed by each of the n_subs subscriptions (and acknowledged but for the holes)
+        per_message = n_subs * (1.0 - hole_ratio)
+        measured_from: list[float] = []  # when the measured load began (rate_at's origin)
+
+        def publish_rate() -> float:
+            if rate_at is None or not measured_from:
+                return rate / per_message
+            return rate_at(time.monotonic() - measured_from[0]) / per_message
 
         def publish() -> None:
             rng = random.Random()
@@ -460,6 +481,7 @@ def load_run(
             if settle_s > 0:
                 time.sleep(settle_s)
                 run.settle_s = settle_s
+        measured_from.append(time.monotonic())
         if during is not None:
             during(True)
         acked_before = run.acked
