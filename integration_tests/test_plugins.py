@@ -1,11 +1,12 @@
 """GeoSync's broker plugins (``interceptors/``), loaded in real Pulsar regions.
 
-The entry filter hides snapshot markers from application consumers and readers but not from the agents'
-``geosync-*`` subscriptions, in the region that wrote them and in the regions they replicate to, and it
-survives garbage. The interceptor names the origin region of every entry exactly, agreeing with the
-broker's own per-entry ``X-Pulsar-replicated-from`` header that the agent would otherwise fetch once per
-entry. And admin POST/PUT with JSON bodies still work with an interceptor loaded (Pulsar #26185 broke
-that in 4.0.12; 4.0.8 is not affected).
+The entry filter hides genuine snapshot markers (signed by a key of the lab's keyring) from application
+consumers and readers but not from the agents' ``geosync-*`` subscriptions, in the region that wrote them
+and in the regions they replicate to; it delivers every application message that carries the marker
+property (issue 45, case 4), and it survives garbage. The interceptor names the origin region of every
+entry exactly, agreeing with the broker's own per-entry ``X-Pulsar-replicated-from`` header that the agent
+would otherwise fetch once per entry. And admin POST/PUT with JSON bodies still work with an interceptor
+loaded (Pulsar #26185 broke that in 4.0.12; 4.0.8 is not affected).
 
 These run against the session lab once the lab loads the plugins (``geosync_lab.plugins``). To run them
 against another lab that loads them, e.g. a two-region one, set ``GEOSYNC_PLUGIN_LAB=DIR``.
@@ -35,9 +36,17 @@ from integration_tests.helpers import Lab, produce, wait_for
 
 pytestmark = pytest.mark.lab
 
-KEYS = signing.in_memory(("a", "b", "c"))
-RING = KEYS["a"].keyring
 AGENT_SUB = "geosync-agent"
+
+
+def lab_signer(lab: Lab, region: str) -> signing.Ed25519Signer:
+    """The region's own signing key in the lab: the brokers' entry filter hides only markers a key of the
+    lab's keyring signed (``-Dgeosync.keyringFile``)."""
+    return signing.load_signer(lab.dir / "agents" / "keys" / f"{region}-1.key", f"{region}-1")
+
+
+def lab_keyring(lab: Lab) -> Any:
+    return signing.load_keyring(lab.dir / "agents" / "keyring.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +130,12 @@ def drain(
     return got
 
 
-def marker_messages(region: str, topic: str, n: int) -> list[tuple[bytes, dict[str, str]]]:
+def marker_messages(lab: Lab, region: str, topic: str, n: int) -> list[tuple[bytes, dict[str, str]]]:
     out = []
     for i in range(n):
         marker = markers.SnapshotRequest(snapshot_id=f"snap-{i}", source_region=region, round=1 + i % 2)
         props, data = markers.encode_marker(
-            KEYS[region].signer, marker, topic=topic, seq=i + 1, sent_at_ms=int(time.time() * 1000)
+            lab_signer(lab, region), marker, topic=topic, seq=i + 1, sent_at_ms=int(time.time() * 1000)
         )
         out.append((data, props))
     return out
@@ -157,7 +166,7 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
     ns = "geo/ab"
     topic = f"persistent://{ns}/markers-{unique}"
     data = [(f"m{i}".encode(), {"app": "yes"}) for i in range(5)]
-    marks = marker_messages("a", topic, 3)
+    marks = marker_messages(plugin_lab, "a", topic, 3)
     interleaved = [data[0], marks[0], data[1], data[2], marks[1], data[3], marks[2], data[4]]
     # Create the subscriptions first, so they exist before anything is written. The application's is named
     # unsynced-*: the lab's agents leave it alone, so each region's copy is drained independently.
@@ -177,7 +186,7 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
         assert not any(markers.is_marker(m.properties) for m in app + reader)
         assert len(agent) == len(interleaved), region
         decoded = [
-            markers.decode_marker(RING, m.properties, m.data, topic=topic)
+            markers.decode_marker(lab_keyring(plugin_lab), m.properties, m.data, topic=topic)
             for m in agent
             if markers.is_marker(m.properties)
         ]
@@ -192,6 +201,9 @@ def test_markers_reach_only_geosync_subscriptions_in_every_region(plugin_lab: La
 
 
 def test_filter_survives_garbage(plugin_lab: Lab, unique: str) -> None:
+    """Garbage, odd properties and application messages that carry the marker property (with garbage, or
+    with a real marker's bytes under another kind or signed by a key no keyring lists) are all delivered:
+    the filter hides genuine markers only."""
     topic = f"persistent://geo/ab/garbage-{unique}"
     rnd = random.Random(unique)
     plain: list[tuple[bytes, dict[str, str]]] = [
@@ -205,19 +217,50 @@ def test_filter_survives_garbage(plugin_lab: Lab, unique: str) -> None:
         )
         for _ in range(10)
     ] + [(b"", {markers.PROPERTY: ""}), (b"{}", {markers.PROPERTY: "snapshot", "other": "\x00"})]
-    items = plain + fake_markers + weird_props
+    request = markers.SnapshotRequest(snapshot_id="forged", source_region="a")
+    _, stranger = markers.encode_marker(
+        signing.generate("a-1"), request, topic=topic, seq=1, sent_at_ms=int(time.time() * 1000)
+    )
+    [(genuine, _)] = marker_messages(plugin_lab, "a", topic, 1)
+    forged = [
+        (stranger, {markers.PROPERTY: markers.SNAPSHOT_REQUEST}),
+        (genuine, {markers.PROPERTY: markers.UPDATE}),
+    ]
+    items = plain + fake_markers + forged + weird_props
     rnd.shuffle(items)
     publish(plugin_lab.service_url("a"), topic, items)
-    visible = sorted(d for d, p in items if markers.PROPERTY not in p)
     app = drain(plugin_lab.service_url("a"), topic, subscription=f"unsynced-app-{unique}")
-    assert sorted(m.data for m in app) == visible
+    assert sorted(m.data for m in app) == sorted(d for d, _ in items)
     agent = drain(plugin_lab.service_url("a"), topic, subscription=f"{AGENT_SUB}-{unique}")
     assert sorted(m.data for m in agent) == sorted(d for d, _ in items)
-    assert all(
-        isinstance(markers.decode_marker(RING, m.properties, m.data, topic=topic), Rejected) for m in agent
-    )
+    ring = lab_keyring(plugin_lab)
+    decoded = [markers.decode_marker(ring, m.properties, m.data, topic=topic) for m in agent]
+    assert all(isinstance(d, Rejected) for d in decoded)
     assert status(plugin_lab, "a")["errors"] == 0
     assert plugin_lab.admin("a").clusters()
+
+
+def test_an_unbatched_application_message_carrying_the_marker_property_is_delivered(
+    plugin_lab: Lab, unique: str
+) -> None:
+    """Issue 45, case 4: the property is application data. Before the filter verified markers, 4 of 4 such
+    messages never reached the application's subscription (the broker acknowledged them for it); they must
+    be delivered in the region that wrote them and in the one they replicate to, in order."""
+    ns = "geo/ab"
+    topic = f"persistent://{ns}/app-marker-{unique}"
+    kinds = ["snapshot-request", "update", "", "anything"]
+    items = [(f"order-{i}".encode(), {markers.PROPERTY: kind, "n": str(i)}) for i, kind in enumerate(kinds)]
+    items.insert(2, (b"plain", {}))
+    for region in plugin_lab.topology.namespaces[ns].regions:
+        plugin_lab.admin(region).create_subscription(topic, f"unsynced-app-{unique}")
+    publish(plugin_lab.service_url("a"), topic, items)
+    wait_for_copies(plugin_lab.service_url("b"), topic, len(items))
+    for region in plugin_lab.topology.namespaces[ns].regions:
+        url = plugin_lab.service_url(region)
+        app = drain(url, topic, subscription=f"unsynced-app-{unique}")
+        assert [m.data for m in app] == [d for d, _ in items], region
+        reader = drain(url, topic, subscription=None)
+        assert [m.data for m in reader] == [d for d, _ in items], region
 
 
 # --- admin JSON bodies with an interceptor loaded (#26185) ------------------------------------------

@@ -11,9 +11,13 @@ implementation (``interceptors/geosync-plugin-common``) reads and writes the sam
 Wire form of one marker message:
 
 * property ``__geosync_marker`` = the kind (``snapshot-request``, ``snapshot-response``, ``snapshot``,
-  ``update``). Its presence alone marks the message as a marker: the entry filter hides any message
-  carrying the key, whatever its value. Markers must be published without batching (properties of a
-  batched message are not in the entry's metadata, where the filter looks).
+  ``update``). The property alone proves nothing: it is application data, and any producer can set it.
+  A message is a marker only if it is *genuine* (``is_genuine``): its payload is a version 2 envelope of
+  that kind, signed by a key the keyring lists for the region it names. The entry filter hides genuine
+  markers only (it holds the regions' public keys, ``geosync.keyringFile``) and delivers every other
+  message carrying the property, so no producer can make a message vanish while the broker counts it as
+  acknowledged (issue 45, case 4). Markers must be published unbatched and uncompressed (the filter reads
+  the entry's own metadata and payload).
 * payload = a sealed envelope (``geosync_core.envelopes``) whose ``kind`` equals the property
   and whose ``region`` is the sender; its payload is the marker body, a JSON object with ``version``
   (``MARKER_VERSION``, 2), ``topic`` (the topic partition the marker was written into, so a genuine marker
@@ -37,7 +41,11 @@ Invariants:
   version is known, its body's sender region is the envelope's region (a region speaks for itself), and
   its body's topic is the topic it was read from (else ``misplaced``);
 * replays are the reader's to refuse (``open_marker`` hands back the envelope for a ``ReplayGuard``).
-* ``is_marker`` looks at the properties only (what the entry filter does in the broker).
+* ``is_marker`` looks at the properties only: a candidate, never proof;
+* ``is_genuine(keyring, properties, data)`` is what the entry filter decides: true only for a payload
+  sealed by a region's listed key whose envelope kind equals the property; every application message
+  carrying the property, whatever its value or payload, is not genuine (``testdata/marker-keys`` pins it
+  down for the Java filter too).
 """
 
 from __future__ import annotations
@@ -172,8 +180,20 @@ def kind_of(marker: Marker) -> str:
 
 
 def is_marker(properties: Mapping[str, str]) -> bool:
-    """What the broker's entry filter checks: the property's presence, whatever its value."""
+    """Whether the message claims to be a marker (the property's presence): a candidate, never proof."""
     return PROPERTY in properties
+
+
+def is_genuine(key: Keyring, properties: Mapping[str, str], data: bytes) -> bool:
+    """Whether a message is a marker an agent wrote, as the entry filter decides before hiding it: the
+    payload is an envelope signed by a key ``key`` lists for the region it names, of the property's kind.
+    Topic and body are not looked at: a genuine marker read elsewhere is still GeoSync's, never an
+    application's message (the reader refuses it as misplaced)."""
+    kind = properties.get(PROPERTY)
+    if kind is None:
+        return False
+    opened = open_envelope(key, data)
+    return not isinstance(opened, Rejected) and opened.kind == kind
 
 
 def encode_body(marker: Marker, *, topic: str) -> dict[str, Any]:

@@ -188,6 +188,13 @@ def render_props(template: str, values: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def keyring_file(region: RegionProcess) -> pathlib.Path:
+    """The lab's keyring, ``LAB/agents/keyring.yaml`` next to ``LAB/regions/NAME`` (written when the first
+    agent starts): the entry filter reads the regions' public keys from it to hide genuine snapshot markers
+    only, never an application's message that carries the marker property (``geosync_core.markers``)."""
+    return region.root.parent.parent / "agents" / "keyring.yaml"
+
+
 def start(
     pulsar_home: pathlib.Path, region: RegionProcess, *, extra_conf: dict[str, str] | None = None
 ) -> int:
@@ -203,7 +210,9 @@ def start(
         PULSAR_GC_LOG=" ",
         PULSAR_LOG_DIR=str(region.log_dir),
         PULSAR_STANDALONE_CONF=str(region.conf_path),
-        PULSAR_EXTRA_OPTS=f"{JVM_EXTRA_OPTS} -Dgeosync.region={region.name}",
+        PULSAR_EXTRA_OPTS=(
+            f"{JVM_EXTRA_OPTS} -Dgeosync.region={region.name} -Dgeosync.keyringFile={keyring_file(region)}"
+        ),
     )
     cmd = [
         str(pulsar_home / "bin" / "pulsar"),

@@ -14,6 +14,7 @@ from geosync_core.envelopes import (
     KEYED_VERSION,
     LEGACY_VERSION,
     Envelope,
+    Keyring,
     Reason,
     Rejected,
     open_envelope,
@@ -31,6 +32,7 @@ from geosync_core.markers import (
     decode_marker,
     encode_body,
     encode_marker,
+    is_genuine,
     is_marker,
     kind_of,
 )
@@ -227,3 +229,48 @@ def test_invalid_markers_cannot_be_built(build: Any) -> None:
 def test_positions_are_kept_sorted_by_region() -> None:
     update = Update(subscription="s", region="a", positions=(("c", Position(1, 1)), ("b", Position(2, 2))))
     assert update.positions == (("b", Position(2, 2)), ("c", Position(1, 1)))
+
+
+_MARKER_KEYS = json.loads(
+    (pathlib.Path(__file__).resolve().parents[2] / "testdata" / "marker-keys" / "vectors.json").read_text()
+)
+
+
+def _vector_keyring() -> Keyring:
+    return Keyring.of(
+        {
+            region: {key_id: signing.parse_public(text, where=key_id) for key_id, text in keys.items()}
+            for region, keys in _MARKER_KEYS["keyring"].items()
+        }
+    )
+
+
+@pytest.mark.parametrize("vector", _MARKER_KEYS["genuine"], ids=lambda v: v["name"])
+def test_a_marker_an_agent_sealed_is_genuine(vector: dict[str, Any]) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    signer = signing.Ed25519Signer(
+        vector["key_id"], Ed25519PrivateKey.from_private_bytes(bytes.fromhex(vector["signer_seed_hex"]))
+    )
+    wire = bytes.fromhex(vector["wire_hex"])
+    opened = open_envelope(_vector_keyring(), wire)
+    assert not isinstance(opened, Rejected)
+    marker = decode_body(opened, topic=_MARKER_KEYS["topic"])
+    assert not isinstance(marker, Rejected)
+    props, again = encode_marker(
+        signer, marker, topic=_MARKER_KEYS["topic"], seq=vector["seq"], sent_at_ms=vector["sent_at_ms"]
+    )
+    assert (props, again) == (vector["properties"], wire)
+    assert is_genuine(_vector_keyring(), vector["properties"], wire)
+
+
+@pytest.mark.parametrize("vector", _MARKER_KEYS["forged"], ids=lambda v: v["name"])
+def test_an_application_message_carrying_the_marker_property_is_not_genuine(vector: dict[str, Any]) -> None:
+    """Issue 45, case 4: the property is application data; only a signed marker may be hidden."""
+    assert not is_genuine(_vector_keyring(), vector["properties"], bytes.fromhex(vector["wire_hex"]))
+
+
+@given(value=st.text(max_size=20), data=st.binary(max_size=200))
+@fast
+def test_no_property_value_or_payload_a_producer_chooses_is_genuine(value: str, data: bytes) -> None:
+    assert not is_genuine(_vector_keyring(), {PROPERTY: value}, data)
