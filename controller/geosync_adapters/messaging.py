@@ -287,16 +287,22 @@ class Messaging:
         except pulsar.Timeout as e:
             raise MessagingUnavailable(f"{topic}: no producer within the timeout", delay=1.0) from e
 
-    def _idle_consumer(self, topic: str, subscription: str, name: str, **options: Any) -> Any:
+    def _idle_consumer(self, topic: str, subscription: str, name: str) -> Any:
         """A Shared consumer of ``subscription`` that nothing is dispatched to (no receiver queue): the
-        agent's short-lived consumers, which acknowledge or create and close at once."""
+        agent's short-lived consumers, which acknowledge or create and close at once.
+
+        Always at initial position Earliest. Subscribing creates a missing subscription, and the client's
+        default (Latest) would create it with every message acknowledged that nobody consumed: a shadow
+        consumer for a subscription deleted since the agent looked brought it back so, and the jump
+        travelled to the other regions as acknowledgements (issue 45, case 1). At Earliest, a subscription
+        re-created by that race holds only what the consumer then acknowledges."""
         return self._client.subscribe(
             topic,
             subscription,
             consumer_type=pulsar.ConsumerType.Shared,
             receiver_queue_size=0,
             consumer_name=name,
-            **options,
+            initial_position=pulsar.InitialPosition.Earliest,
         )
 
     def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
@@ -309,9 +315,7 @@ class Messaging:
         though nobody consumed it (CI's sidecar kill test lost 5 messages that way). Raises TopicMissing where
         the topic does not exist and auto topic creation is off, MessagingUnavailable on other failures."""
         try:
-            consumer = self._idle_consumer(
-                topic, subscription, name, initial_position=pulsar.InitialPosition.Earliest
-            )
+            consumer = self._idle_consumer(topic, subscription, name)
         except pulsar.Timeout as e:
             raise MessagingUnavailable(f"{topic}: cannot subscribe {subscription!r} in time") from e
         except pulsar.TopicNotFound as e:
@@ -324,6 +328,9 @@ class Messaging:
     def shadow_ack(
         self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
     ) -> None:
+        """Acknowledge ``positions`` of ``subscription`` with a short-lived idle consumer. The caller checks
+        that the subscription exists first (``effects``): were it deleted in between, it comes back at the
+        earliest message with ``positions`` acknowledged, never at Latest."""
         consumer = self._idle_consumer(topic, subscription, name)
         try:
             for p in positions:

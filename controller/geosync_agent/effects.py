@@ -312,9 +312,12 @@ class Effector:
             return [*created, AdminMoved(effect.key, effect.counter, moved_to, busy, 0, 0, effect.consumers)]
         consumers = effect.consumers
         if consumers == 0:
-            # Discovery may be seconds old: check right before a shadow consumer would join.
+            # Discovery may be seconds old: check right before a shadow consumer would join, and that the
+            # subscription still exists (a consumer would create it).
             subs = self._admin().topic_stats(topic).get("subscriptions") or {}
-            consumers = app_consumers(subs.get(name) or {})
+            if name not in subs:
+                return [*created, _gone(effect, moved_to, busy)]
+            consumers = app_consumers(subs[name])
         if consumers > 0:
             # A shadow consumer would join Shared/Key_Shared dispatch or Failover election: hold back.
             return [AdminMoved(effect.key, effect.counter, moved_to, busy, 0, len(effect.holes), consumers)]
@@ -327,6 +330,10 @@ class Effector:
                     AdminMoved(effect.key, effect.counter, moved_to, busy, len(effect.holes), 0, consumers),
                 ]
             except (adm.AdminNotFound, adm.AdminNotAllowed):
+                # A 404 is also what a broker with PIP-423 answers for a subscription that is gone: that is
+                # this subscription's outcome, not the region's capability (issue 45, case 1).
+                if name not in (self._admin().topic_stats(topic).get("subscriptions") or {}):
+                    return [_gone(effect, moved_to, busy)]
                 log.info("no skipByMessageIds on this broker (PIP-423): holes go through a shadow consumer")
                 out.append(Learned(Capability.SKIP_BY_IDS, False))
         self.messaging.shadow_ack(
@@ -334,6 +341,22 @@ class Effector:
         )
         out.append(AdminMoved(effect.key, effect.counter, moved_to, busy, len(effect.holes), 0, consumers))
         return out
+
+
+def _gone(effect: AdminMove, moved_to: Position | None, busy: bool) -> AdminMoved:
+    """The outcome for a subscription that no longer exists here: its holes are not applied, and nothing
+    creates it again (a subscription deleted on purpose stays deleted; discovery drops it)."""
+    topic, name = effect.key
+    return AdminMoved(
+        effect.key,
+        effect.counter,
+        moved_to,
+        busy,
+        0,
+        len(effect.holes),
+        0,
+        error=f"subscription {name!r} no longer exists on {topic}: holes not applied, nothing created",
+    )
 
 
 def _item(ack: PluginAck) -> pluginapi.AckItem:

@@ -15,6 +15,7 @@ from geosync_agent import effects as fx
 from geosync_agent.ports import Admin, Messaging
 from geosync_agent.recent import PhaseTimes
 from geosync_core import pluginapi
+from geosync_core.capabilities import Capability
 from geosync_core.positions import Position
 
 
@@ -140,3 +141,81 @@ def test_subscriptions_of_one_topic_are_created_after_one_read_of_its_stats_per_
     assert created[(busy, "s0")] == fx.Created((busy, "s0"), created=False, topic_missing=False)
     assert all(created[(busy, n)].created for n in names[1:])
     assert created[(gone, "x")] == fx.Created((gone, "x"), created=False, topic_missing=True)
+
+
+class Holes:
+    """An admin API and messaging for holes applied through the admin path: ``subscriptions`` answers each
+    stats read in turn (the last one again), ``skip`` what skipByMessageIds does."""
+
+    def __init__(self, subscriptions: list[dict[str, object]], skip: Exception | None) -> None:
+        self.subscriptions = subscriptions
+        self.skip = skip
+        self.skipped: list[str] = []
+        self.shadowed: list[tuple[str, tuple[Position, ...]]] = []
+
+    def topic_stats(self, topic: str, **_: object) -> dict[str, object]:
+        subs = self.subscriptions.pop(0) if len(self.subscriptions) > 1 else self.subscriptions[0]
+        return {"subscriptions": subs}
+
+    def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
+        self.skipped.append(subscription)
+        if self.skip is not None:
+            raise self.skip
+
+    def shadow_ack(
+        self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
+    ) -> None:
+        self.shadowed.append((subscription, tuple(positions)))
+
+
+def _holes(fake: Holes) -> list[fx.Outcome]:
+    move = fx.AdminMove(
+        ("persistent://t/n/x", "orders"),
+        partition=-1,
+        move=None,
+        holes=(Position(5, 3), Position(5, 7)),
+        skip_by_ids=True,
+        consumers=0,
+        shadow_name="geosync-shadow",
+    )
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        effector = fx.Effector(
+            admin_factory=lambda: cast(Admin, fake), messaging=cast(Messaging, fake), pool=pool
+        )
+        return effector.perform([move])
+
+
+IDLE: dict[str, object] = {"orders": {"consumers": []}}
+
+
+def test_a_404_from_skip_by_message_ids_for_a_subscription_deleted_meanwhile_is_its_own_outcome() -> None:
+    """Issue 45, case 1: a broker with PIP-423 answers 404 for a subscription that is gone. Read as 'no such
+    API', the region fell back to a shadow consumer, which re-created the subscription (at Latest)."""
+    fake = Holes([IDLE, {}], adm.AdminNotFound("404 Subscription not found"))
+    outcomes = _holes(fake)
+    assert fake.skipped == ["orders"]
+    assert fake.shadowed == []
+    assert not any(isinstance(o, fx.Learned) for o in outcomes)
+    [moved] = [o for o in outcomes if isinstance(o, fx.AdminMoved)]
+    assert (moved.holes_acked, moved.held_back) == (0, 2)
+    assert "no longer exists" in moved.error
+
+
+def test_holes_for_a_subscription_deleted_here_create_nothing_and_acknowledge_nothing() -> None:
+    fake = Holes([{"other": {"consumers": []}}], None)
+    outcomes = _holes(fake)
+    assert fake.skipped == []
+    assert fake.shadowed == []
+    [moved] = outcomes
+    assert isinstance(moved, fx.AdminMoved)
+    assert moved.holes_acked == 0
+    assert moved.error
+
+
+def test_a_404_from_a_broker_without_skip_by_message_ids_is_learned_and_holes_go_through_a_shadow() -> None:
+    fake = Holes([IDLE], adm.AdminNotFound("404 Not Found"))
+    outcomes = _holes(fake)
+    assert fx.Learned(Capability.SKIP_BY_IDS, False) in outcomes
+    assert fake.shadowed == [("orders", (Position(5, 3), Position(5, 7)))]
+    [moved] = [o for o in outcomes if isinstance(o, fx.AdminMoved)]
+    assert (moved.holes_acked, moved.error) == (2, "")
