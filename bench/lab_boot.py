@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import record
 from rich.console import Console
 from rich.table import Table
 
@@ -66,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="boots per lab size (figures are medians)")
     parser.add_argument("--brokers", type=int, default=1, help="brokers per region (1: standalone regions)")
+    record.add_argument(parser)
     args = parser.parse_args()
     console = Console()
     console.print(f"machine: {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB")
@@ -78,6 +80,7 @@ def main() -> None:
         "resident, all JVMs (MiB)",
     )
     kinds = Table("regions", "process", "count", "resident each (MiB) median / max")
+    figures: dict[str, dict[str, float]] = {}
     for names in (["a", "b"], ["a", "b", "c"]):
         runs = [one(names, args.brokers) for _ in range(args.repeat)]
         boots = [v for r in runs for v in r.boot_s.values()]
@@ -90,6 +93,10 @@ def main() -> None:
             f"{statistics.median(rss):.0f} / {max(rss):.0f}",
             f"{statistics.median(sum(r.rss_wired_mb.values()) for r in runs):.0f}",
         )
+        figures[str(len(names))] = {
+            "lab_ready_s": statistics.median(r.lab_ready_s for r in runs),
+            "resident_per_region_mib": statistics.median(rss),
+        }
         for kind in (
             clusters.ZOOKEEPER,
             clusters.CONFIGURATION_STORE,
@@ -105,6 +112,19 @@ def main() -> None:
                 )
     console.print(table)
     console.print(kinds)
+    per = "region" if args.brokers == 1 else f"region of {args.brokers} brokers"
+    record.write(
+        args.record,
+        record.make(
+            f"Lab boot, {args.brokers} broker(s) per region",
+            "; ".join(
+                f"{n} regions ready in {f['lab_ready_s']:.1f} s "
+                f"({f['resident_per_region_mib']:.0f} MiB per {per})"
+                for n, f in figures.items()
+            ),
+            figures={"brokers": args.brokers, "repeat": args.repeat, "by_regions": figures},
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+import record
+
 from geosync_adapters import signing
 from geosync_core import envelopes
 from geosync_core.origins import OriginAcks, Span
@@ -47,6 +49,7 @@ def main() -> None:
     parser.add_argument("--states", type=int, default=20)
     parser.add_argument("--spans", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2000)
+    record.add_argument(parser)
     args = parser.parse_args()
     env = envelope(args.states, args.spans)
     ed = signing.generate("a-1")
@@ -73,6 +76,15 @@ def main() -> None:
     sig = ed.sign(body)
     results["ed25519_verify_only_us"] = round(median_us(lambda: verifier.verify(body, sig), args.rounds), 1)
     print(json.dumps(results, indent=2))
+    record.write(
+        args.record,
+        record.make(
+            f"Signing a control envelope of {results['envelope_bytes'] / 1000:.0f} kB",
+            f"Ed25519 seal {results['ed25519_seal_us'] / 1000:.2f} ms, "
+            f"open {results['ed25519_open_us'] / 1000:.2f} ms",
+            figures=results,
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from geosync_lab import labs
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import failover
+import record
 
 console = Console(width=170)
 MIB = 1024 * 1024
@@ -172,6 +173,7 @@ def main() -> None:
         "(tracing costs the agents CPU: rounds and lag are not comparable with a run without it)",
     )
     parser.add_argument("-o", "--output", type=pathlib.Path, help="write samples and summary as JSON")
+    record.add_argument(parser)
     args = parser.parse_args()
     with labs.given_or_booted(args.lab, ["a", "b"], report=console.print) as lab_dir:
         topology = labs.load(lab_dir)
@@ -265,6 +267,20 @@ def main() -> None:
         if args.output:
             args.output.write_text(json.dumps({"summary": summary, "samples": samples}, indent=1))
             console.print(f"wrote {args.output}")
+        rss = [per["rss_mib"]["max"] for per in summary["agents"].values() if "rss_mib" in per]
+        subs = args.topics * (args.subs + 1)
+        record.write(
+            args.record,
+            record.make(
+                f"Memory over {args.duration / 60:.0f} min, {subs:,} subscriptions",
+                "RSS max **"
+                + " / ".join(f"{v:.0f}" for v in rss)
+                + " MiB** (agents "
+                + ", ".join(summary["agents"])
+                + ")",
+                figures={k: v for k, v in summary.items() if k != "memory"},
+            ),
+        )
 
 
 def summarize(samples: list[dict[str, Any]], agents: list[str], warmup: float) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""BENCHMARKS.md's "At a glance" table is what ``python bench/report.py`` builds from ``bench/results/*.json``
+(one record a row), and a bench's record (``bench/record.py``) is a row that command takes as it is."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import pathlib
+import sys
+from types import ModuleType
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REPORT = _load("report")
+RECORD = _load("record")
+
+
+def test_benchmarks_md_is_what_the_records_give() -> None:
+    page = REPORT.PAGE.read_text()
+    assert page == REPORT.render(page, REPORT.records()), (
+        f"BENCHMARKS.md's table differs from bench/results/*.json: run '{REPORT.COMMAND}' and commit it"
+    )
+
+
+def test_every_record_is_a_complete_row() -> None:
+    found = REPORT.records()
+    assert len(found) >= 20
+    for path, record in found:
+        assert path.name[:3].isdigit(), f"{path.name}: name it NN-slug.json (NN orders the rows)"
+        assert set(RECORD.KEYS) <= set(record), path.name
+        if record["source"].startswith("transcribed"):
+            assert "not re-run" in record["source"], path.name
+
+
+def test_a_bench_record_dropped_into_results_becomes_a_row(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = argparse.ArgumentParser()
+    RECORD.add_argument(parser)
+    out = tmp_path / "run.json"
+    args = parser.parse_args(["--record", str(out)])
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "bench" / "signing.py"), "--rounds", "5"])
+    RECORD.write(
+        args.record,
+        RECORD.make("Signing, a test row", "seal **1 ms** | open 2 ms", figures={"seal_us": 1000.0}),
+    )
+    record = json.loads(out.read_text())
+    assert record["command"] == "`python bench/signing.py --rounds 5`"
+    assert record["figures"] == {"seal_us": 1000.0}
+    assert record["pip33"] == "-"
+    assert record["date"]
+    assert record["commit"]
+    assert "cores" in record["machine"]
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "010-first.json").write_text(out.read_text())
+    (results / "005-earlier.json").write_text(json.dumps({**record, "scenario": "Earlier"}))
+    page = f"# B\n\n{REPORT.START}\nstale\n{REPORT.END}\n\nafter\n"
+    rendered = REPORT.render(page, REPORT.records(results))
+    rows = [line for line in rendered.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[0] for row in rows] == ["| Earlier", "| Signing, a test row"]
+    assert "seal **1 ms** \\| open 2 ms" in rows[1]
+    assert "stale" not in rendered
+    assert rendered.endswith(f"{REPORT.END}\n\nafter\n")
+    assert REPORT.render(rendered, REPORT.records(results)) == rendered
+
+
+def test_a_record_without_a_cell_is_refused(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "010-bad.json").write_text(json.dumps({"scenario": "x", "command": "y"}))
+    with pytest.raises(REPORT.RecordError, match=r"010-bad\.json: no geosync"):
+        REPORT.records(tmp_path)
