@@ -49,6 +49,7 @@ def settle_by_check(
                 verdict = found.outcome
                 detail = {
                     "duplicates": found.duplicates,
+                    "key_order_duplicates": found.key_order_duplicates,
                     "wait_for": found.wait_for[:5],
                     "errors": found.errors[:3],
                     "unread": found.unread,

@@ -1,8 +1,10 @@
 """``geoctl failover check``: may consumers move from one region to another now, and at what cost?
 
 A move is safe when, for every replicated subscription of the namespaces both regions serve, the target
-region has applied everything the source acknowledged (no duplicates), nothing the source's producers
-wrote is still waiting to be replicated to the target, and the target's agent is up and ready. Otherwise
+region has applied everything the source acknowledged (no duplicates; in a Key_Shared subscription, no
+duplicates beyond the per-key minimum that invariant 6 requires, ``observing.Cell.key_order_from``),
+nothing the source's producers wrote is still waiting to be replicated to the target, and the target's
+agent is up and ready. Otherwise
 the verdict lists, per subscription, what it would cost now (duplicates) and what to wait for.
 
 A verdict is one of three (``Verdict.outcome``): safe, not safe, or unknown. It is unknown whenever
@@ -61,6 +63,10 @@ class Verdict:
     target: str
     safe: bool
     duplicates: int
+    key_order_duplicates: int = 0
+    """Of ``duplicates``, those per-key order requires in Key_Shared subscriptions (invariant 6: a key's
+    message acknowledged after an unacknowledged earlier one of that key is never carried). A move is safe
+    with them: no wait removes them."""
     subscriptions: list[dict[str, Any]] = field(default_factory=list)
     wait_for: list[str] = field(default_factory=list)
     checked_at: float = field(default_factory=time.time)
@@ -93,6 +99,7 @@ class Verdict:
             "verdict": self.outcome,
             "safe": self.outcome == SAFE,
             "duplicates": self.duplicates,
+            "key_order_duplicates": self.key_order_duplicates,
             "subscriptions": self.subscriptions,
             "wait_for": self.wait_for,
             "checked_at": self.checked_at,
@@ -111,25 +118,22 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
     if agent is not None and agent.url and not (agent.alive and agent.ready):
         wait.append(f"the agent of {target} is not ready ({agent.error or 'see its /readyz'})")
     subs: list[dict[str, Any]] = []
-    total = checked = 0
+    total = checked = key_order_total = 0
     for row in obs.rows:
         src, dst = row.cells.get(source), row.cells.get(target)
         if src is None or dst is None or not src.exists:
             continue
         checked += 1
         dup = dst.duplicates_from.get(source, 0)
+        # Key_Shared: what per-key order requires (invariant 6) is never carried; in step once only it's left.
+        key_order = min(dst.key_order_from.get(source, 0), dup)
+        unsynced = dup - key_order
         in_flight = obs.replication_backlog.get((row.topic, source, target), 0)
         reasons = []
         if not dst.exists:
             reasons.append(f"the subscription does not exist in {target} yet (its agent creates it)")
-        if dup:
-            reasons.append(f"{target} has not applied {dup} acknowledgement(s) of {source}")
-            if src.kind == "Key_Shared" and src.holes:
-                reasons.append(
-                    f"Key_Shared keeps per-key order: acknowledgements after a key's first unacknowledged "
-                    f"message are carried only once it is acknowledged; with {src.holes} hole(s) in {source} "
-                    "this does not settle by waiting: acknowledge (or skip) them, or accept the duplicates"
-                )
+        if unsynced:
+            reasons.append(f"{target} has not applied {unsynced} acknowledgement(s) of {source}")
             if dst.consumers and (dst.pending_holes or 0) > 0:
                 reasons.append(
                     f"{dst.pending_holes} hole(s) held back while {dst.consumers} consumer(s) are "
@@ -143,12 +147,14 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
                 "stop them, then check again"
             )
         total += dup
+        key_order_total += key_order
         if reasons or dup:
             subs.append(
                 {
                     "topic": row.topic,
                     "subscription": row.subscription,
                     "duplicates": dup,
+                    "key_order_duplicates": key_order,
                     "in_flight": in_flight,
                     "lag_s": dst.lag_s,
                     "wait_for": reasons,
@@ -158,7 +164,9 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
     blocking = [
         s
         for s in subs
-        if s["duplicates"] or s["in_flight"] or any("does not exist" in r for r in s["wait_for"])
+        if s["duplicates"] > s["key_order_duplicates"]
+        or s["in_flight"]
+        or any("does not exist" in r for r in s["wait_for"])
     ]
     safe = not blocking and not (agent is not None and agent.url and not (agent.alive and agent.ready))
     return Verdict(
@@ -166,6 +174,7 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
         target=target,
         safe=safe and not obs.errors,
         duplicates=total,
+        key_order_duplicates=key_order_total,
         subscriptions=subs,
         wait_for=wait,
         checked=checked,
@@ -269,9 +278,11 @@ def failover_check(  # noqa: PLR0917
     """Whether consumers may move from --from to --to now, what it would cost, and what to wait for.
 
     Safe means: for every replicated subscription both regions serve, the target has applied everything
-    the source acknowledged (0 duplicates), nothing from the source is still in flight to the target, and
-    the target's agent is ready. Consumers still connected in the source are reported (they may still
-    acknowledge), but do not make the move unsafe by themselves.
+    the source acknowledged (0 duplicates; in a Key_Shared subscription, all but what per-key order
+    requires: a key's message acknowledged after an unacknowledged earlier one is never carried), nothing
+    from the source is still in flight to the target, and the target's agent is ready. Consumers still
+    connected in the source are reported (they may still acknowledge), but do not make the move unsafe
+    by themselves.
 
     \b
     Cannot tell (verdict "unknown") means something could not be read, above all the source region: what
@@ -315,7 +326,12 @@ def failover_check(  # noqa: PLR0917
             out.print(table)
         for problem in verdict.errors:
             click.echo(f"could not read: {problem}", err=True)
-        if verdict.outcome == SAFE:
+        if verdict.outcome == SAFE and verdict.key_order_duplicates:
+            click.echo(
+                f"SAFE: consumers can move from {source} to {target} now ({verdict.key_order_duplicates} "
+                "duplicate(s) that Key_Shared per-key order requires: no wait removes them)"
+            )
+        elif verdict.outcome == SAFE:
             click.echo(f"SAFE: consumers can move from {source} to {target} now (0 duplicates)")
         elif verdict.outcome == NOT_SAFE:
             click.echo(

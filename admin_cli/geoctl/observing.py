@@ -60,6 +60,9 @@ class Log:
     publish_ms: dict[Position, int] = field(default_factory=dict)
     sizes: dict[Position, int] = field(default_factory=dict)
     """Messages in each batched entry (absent: one)."""
+    keys: dict[tuple[Position, int], str] = field(default_factory=dict)
+    """Each message's key (ordering key, else partition key, else ""), by entry and batch index (0 for an
+    unbatched entry): what Key_Shared dispatch and the agent's per-key claims go by."""
     unresolved: int = 0
 
     def messages(self, positions: list[Position]) -> int:
@@ -84,6 +87,10 @@ class Cell:
     regions acknowledged in part: the admin-API path cannot write batch indexes)."""
     unapplied_batch_messages: int = 0
     """What the agent here reports it cannot apply of partly acknowledged batches (entry-granular path)."""
+    key_order_from: dict[str, int] = field(default_factory=dict)
+    """Key_Shared: per other region X, how many of ``duplicates_from[X]`` per-key order requires (invariant
+    6): messages X acknowledged after an unacknowledged earlier message of the same key, which X's agent
+    never claims (``syncing.key_ordered``). No sync removes them; a move is in step once only they remain."""
     oldest_unapplied_age_s: float | None = None
     lag_s: float | None = None
     """Since when the agent has had something to apply (its sync lag in time); None if not behind/unknown."""
@@ -109,6 +116,7 @@ class Cell:
             "pending_holes": self.pending_holes,
             "received_from": dict(self.received_from),
             "unapplied_batch_messages": self.unapplied_batch_messages,
+            "key_order_from": dict(self.key_order_from),
         }
 
 
@@ -216,6 +224,8 @@ def read_log(site: Site, topic: str, resolver: OriginResolver, *, max_entries: i
                     break
                 mid = msg.message_id()
                 position = Position(mid.ledger_id(), mid.entry_id())
+                key = msg.ordering_key() or msg.partition_key() or ""
+                log.keys.setdefault((position, max(mid.batch_index(), 0)), key)
                 if last is not None and position <= last:
                     if position == last and mid.batch_index() >= 0:  # another message of the same batch
                         log.sizes[position] = max(log.sizes.get(position, 1), mid.batch_index() + 1)
@@ -242,6 +252,18 @@ def read_log(site: Site, topic: str, resolver: OriginResolver, *, max_entries: i
 def _claims(log: Log, cursor: AckState) -> OriginAcks:
     translated = syncing.to_origin_acks(log.index, cursor)
     return translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
+
+
+def key_ordered(log: Log, cursor: AckState) -> AckState:
+    """What a Key_Shared subscription's agent claims of ``cursor`` (``syncing.key_ordered``, by the keys
+    read from ``log``): the per-key prefixes, never an acknowledgement after a key's hole."""
+    return syncing.key_ordered(
+        cursor,
+        log.positions,
+        lambda p: log.keys.get((p, 0)),
+        size_of=lambda p: log.sizes.get(p, 1),
+        key_of_message=lambda p, i: log.keys.get((p, i)),
+    )
 
 
 def _missing_here(log: Log, cursor: AckState, claims: OriginAcks) -> list[Position]:
@@ -371,10 +393,22 @@ def _row(  # noqa: PLR0917
 ) -> Row:
     cells: dict[str, Cell] = {}
     claims: dict[str, OriginAcks] = {}
+    """What each region's agent claims (per-key prefixes only, for Key_Shared)."""
+    acknowledged: dict[str, OriginAcks] = {}
+    """What each region's consumers acknowledged."""
+    key_shared = any(
+        str(((st.get("subscriptions") or {}).get(sub) or {}).get("type") or "") == "Key_Shared"
+        for st in per_region.values()
+    ) or any((synced.get((region, topic, sub)) or {}).get("key_shared") for region in per_region)
     for region in per_region:
         cursor = cursors.get(region, {}).get(sub)
         if cursor is not None and region in logs:
-            claims[region] = _claims(logs[region], cursor)
+            acknowledged[region] = _claims(logs[region], cursor)
+            claims[region] = (
+                _claims(logs[region], key_ordered(logs[region], cursor))
+                if key_shared
+                else acknowledged[region]
+            )
     for region, st in per_region.items():
         raw = (st.get("subscriptions") or {}).get(sub)
         cell = Cell(region=region, exists=raw is not None)
@@ -405,10 +439,13 @@ def _row(  # noqa: PLR0917
             if cursor is not None:
                 cell.holes = len(cursor.holes(log.positions))
             others = [claims[r] for r in claims if r != region]
-            for other, acks in claims.items():
+            for other, acks in acknowledged.items():
                 if other != region:
                     missed = log.messages(_missing_here(log, here, acks))
                     cell.duplicates_from[other] = missed + cell.unapplied_batch_messages
+                    if key_shared:
+                        carried = log.messages(_missing_here(log, here, claims[other]))
+                        cell.key_order_from[other] = missed - carried
             missing = _missing_here(log, here, OriginAcks.of({}).merge(*others)) if others else []
             cell.unapplied = log.messages(missing) + cell.unapplied_batch_messages
             if missing:

@@ -28,8 +28,9 @@ Invariants (each a violation when broken):
 - **Sync settles once the faults are healed.** Every subscription's final failover (after every fault
   was healed and the producers stopped) must be judged safe within its wait: one that never is means
   acknowledgements that are never carried over (its duplicates are then counted as
-  ``failover-not-settled`` and the run fails on this rule instead). A Key_Shared subscription may stay
-  not safe by the per-key rule alone, when every duplicate after its final move is ``key-order``.
+  ``failover-not-settled`` and the run fails on this rule instead). ``failover check`` judges a Key_Shared
+  subscription safe once only the per-key minimum is left, and its ``key-order`` duplicates after the
+  final move must be no more than that minimum (``key_order_duplicates`` in the move's check).
 - **Policies identical everywhere at the end** of the run.
 """
 
@@ -306,23 +307,37 @@ def _final_moves(
     failovers: list[Event], subs: dict[str, str], found: list[tuple[str, float, str]], summary: Summary
 ) -> None:
     """Once every fault is healed and producers stopped, each final move must be judged safe. A Key_Shared
-    subscription may stay not safe by the per-key rule alone; its move then passes when the duplicates it
-    caused (``key-order`` or ``failover-not-settled`` after it) are no more than ``failover check``
-    predicted for it, or all ``key-order``."""
+    move is judged safe once only the per-key minimum is left (``failover check``'s
+    ``key_order_duplicates``: what invariant 6 forbids carrying); its ``key-order`` duplicates after it
+    must then be no more than that minimum. A check that gave no such figure (before it judged Key_Shared
+    by it) may have left a Key_Shared move not safe by the per-key rule alone: that move passes when the
+    duplicates it caused (``key-order`` or ``failover-not-settled`` after it) are no more than the check
+    predicted, or all ``key-order``."""
     for f in failovers:
         if f.get("phase") != "final":
             continue
         after = [cause for sub, t, cause in found if sub == f["sub"] and t >= f["t"]]
         caused = sum(1 for c in after if c in {"key-order", "failover-not-settled"})
-        predicted = (f.get("check") or {}).get("duplicates")
+        check = f.get("check") or {}
+        predicted = check.get("duplicates")
+        minimum = check.get("key_order_duplicates")
+        key_order = sum(1 for c in after if c == "key-order")
         summary.final_moves[f["sub"]] = {
             "verdict": f.get("verdict"),
             "predicted": predicted,
             "seen": len(after),
             "caused": caused,
+            "key_order": key_order,
+            "key_order_minimum": minimum,
         }
+        if isinstance(minimum, int) and key_order > minimum:
+            summary.violations.append(
+                f"{f['sub']}: {key_order} key-order duplicate(s) after the final failover from {f['from']} "
+                f"to {f['to']}, more than the per-key minimum failover check computed ({minimum})"
+            )
         if f["settled"] or (
             subs.get(f["sub"]) == "Key_Shared"
+            and not isinstance(minimum, int)
             and (all(c == "key-order" for c in after) or (isinstance(predicted, int) and caused <= predicted))
         ):
             continue

@@ -251,6 +251,24 @@ def test_a_key_shared_final_move_may_cost_what_failover_check_predicted() -> Non
     assert any("caused 1 duplicate(s) (predicted 0)" in v for v in h.check().violations)
 
 
+def test_key_order_duplicates_after_a_final_move_are_at_most_the_per_key_minimum_failover_check_gave() -> (
+    None
+):
+    """Issue 45: failover check now judges a Key_Shared move safe once only the per-key minimum is left; the
+    key-order duplicates that follow are that minimum, and a move it never judged safe is not excused."""
+    h = _key_shared_after_a_hole("k0")
+    move = next(e for e in h.events if e["ev"] == "failover")
+    move.update(settled=True, verdict="safe", check={"duplicates": 1, "key_order_duplicates": 1})
+    summary = h.check()
+    assert summary.ok, summary.violations
+    assert summary.final_moves["key-shared"]["key_order"] == 1
+    assert summary.final_moves["key-shared"]["key_order_minimum"] == 1
+    move["check"] = {"duplicates": 0, "key_order_duplicates": 0}
+    assert any("more than the per-key minimum" in v for v in h.check().violations)
+    move.update(settled=False, verdict="not-safe", check={"duplicates": 1, "key_order_duplicates": 1})
+    assert any("sync did not settle" in v for v in h.check().violations)
+
+
 def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
     h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0")
     assert H.check(h).duplicates == {"unexplained": 1}

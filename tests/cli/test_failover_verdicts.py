@@ -20,6 +20,9 @@ from geoctl.cli import main
 from geoctl.errors import EXIT_UNHEALTHY, EXIT_UNKNOWN
 from geosync_adapters import admin as adm
 from geosync_core import topology as topo
+from geosync_core.origins import Origin
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
 
 TOPIC = "persistent://geo/ab/orders"
 SUB = "billing"
@@ -250,22 +253,68 @@ def test_migration_switches_when_safe(regions: dict[str, Any], tmp_path: pathlib
     assert data["done"] == ["copy-metadata", "replicate", "sync", "switch"]
 
 
-def _key_shared_row(kind: str, holes: int) -> observing.Observation:
+def _key_shared_row(kind: str, holes: int, *, key_order: int = 0) -> observing.Observation:
     cells = {
         "a": observing.Cell(region="a", exists=True, holes=holes, kind=kind),
-        "b": observing.Cell(region="b", exists=True, duplicates_from={"a": 5}),
+        "b": observing.Cell(
+            region="b",
+            exists=True,
+            duplicates_from={"a": 5},
+            key_order_from={"a": key_order} if key_order else {},
+        ),
     }
     return observing.Observation(
         rows=[observing.Row("geo/ab", TOPIC, SUB, cells, read=True)], agents={}, namespaces={"geo/ab": []}
     )
 
 
-def test_key_shared_holes_say_the_wait_does_not_end_by_itself() -> None:
-    """Per-key order holds back every acknowledgement behind a key's hole: waiting never makes the move safe
-    while the holes stay (found by the chaos runs), and the operator is told so."""
-    verdict = failover.judge(_key_shared_row("Key_Shared", 3), "a", "b")
-    assert not verdict.safe
-    assert any("does not settle by waiting" in r and "3 hole(s)" in r for r in verdict.wait_for)
-    for kind, holes in (("Shared", 3), ("Key_Shared", 0)):
-        other = failover.judge(_key_shared_row(kind, holes), "a", "b")
-        assert not any("does not settle" in r for r in other.wait_for), kind
+def test_key_shared_with_holes_is_safe_once_only_the_per_key_minimum_is_left() -> None:
+    """Issue 45: a Key_Shared subscription with holes was never judged safe (the chaos run's final move
+    waited in vain, costing 404 duplicates). Acknowledgements behind a key's hole are never carried
+    (invariant 6), so the move is in step once only those are left, and the verdict says how many."""
+    verdict = failover.judge(_key_shared_row("Key_Shared", 3, key_order=5), "a", "b")
+    assert verdict.safe
+    assert (verdict.duplicates, verdict.key_order_duplicates) == (5, 5)
+    assert verdict.wait_for == []
+    behind = failover.judge(_key_shared_row("Key_Shared", 3, key_order=2), "a", "b")
+    assert not behind.safe
+    assert any("has not applied 3 acknowledgement(s)" in r for r in behind.wait_for)
+    assert failover.judge(_key_shared_row("Shared", 3), "a", "b").safe is False
+
+
+def _log(region: str, keys: list[str]) -> observing.Log:
+    """Region ``region``'s copy of a's messages 0..n-1 (ledger 7 in a, 9 in b), one key each."""
+    log = observing.Log()
+    ledger = 7 if region == "a" else 9
+    for i, key in enumerate(keys):
+        position = Position(ledger, i)
+        log.positions.append(position)
+        log.index.append(position, Origin("a", Position(7, i)))
+        log.keys[(position, 0)] = key
+        log.publish_ms[position] = 1_795_000_000_000 + i
+    return log
+
+
+def test_the_per_key_minimum_is_what_a_key_shared_agent_never_claims() -> None:
+    """a acknowledged k2's two messages and k1's second, not k1's first: k1's second is never carried (it
+    k1's first would come after it in b). b applied the rest: in step, 1 duplicate required."""
+    keys = ["k1", "k2", "k1", "k2"]
+    logs = {"a": _log("a", keys), "b": _log("b", keys)}
+    cursors = {
+        "a": {SUB: AckState.of(Position(7, -1)).ack(Position(7, 1), Position(7, 2), Position(7, 3))},
+        "b": {SUB: AckState.of(Position(9, -1)).ack(Position(9, 1), Position(9, 3))},
+    }
+    stats = {r: {"subscriptions": {SUB: {"type": "Key_Shared", "msgBacklog": 1}}} for r in ("a", "b")}
+    row = observing._row("geo/ab", TOPIC, SUB, stats, logs, cursors, {}, now=RECEIVED_AT, read=True)
+    assert row.cells["b"].duplicates_from == {"a": 1}
+    assert row.cells["b"].key_order_from == {"a": 1}
+    obs = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b"]})
+    verdict = failover.judge(obs, "a", "b")
+    assert verdict.safe
+    assert verdict.key_order_duplicates == 1
+    # Had b not applied k2's second message, that one is owed: not safe.
+    cursors["b"] = {SUB: AckState.of(Position(9, -1)).ack(Position(9, 1))}
+    row = observing._row("geo/ab", TOPIC, SUB, stats, logs, cursors, {}, now=RECEIVED_AT, read=True)
+    assert (row.cells["b"].duplicates_from, row.cells["b"].key_order_from) == ({"a": 2}, {"a": 1})
+    obs = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b"]})
+    assert not failover.judge(obs, "a", "b").safe
