@@ -88,6 +88,36 @@ step "GeoSync broker plugins (Maven build of interceptors/, cached by source has
 
 [ "$purpose" = test ] || exit 0
 
+# The docs site's diagrams are drawn in the reader's browser by mermaid. Material for MkDocs fetches it from
+# unpkg.com at view time unless the page already has it: this puts a pinned copy beside the pages
+# (docs/assets/javascripts/, not committed; mkdocs.yml loads it), so the built site draws them offline.
+# npm checks the tarball against the registry's integrity; we check it against the pinned one as well.
+MERMAID_VERSION=11.17.2
+MERMAID_SHA512=V6K3C8EBdEsPFZXSKMJe6ppQOENxuHARr9GvHX4hh47lAbhMRD9qf4oEK7LoaRQxULMa80/qt5gHO73aCleBBg==
+mermaid_js=docs/assets/javascripts/mermaid-$MERMAID_VERSION.min.js
+vendor_mermaid() {
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/geosync tgz
+  tgz=$cache/mermaid-$MERMAID_VERSION.tgz
+  mkdir -p "$cache" "$(dirname "$mermaid_js")"
+  if [ ! -f "$tgz" ]; then
+    (cd "$cache" && npm pack --silent "mermaid@$MERMAID_VERSION") || return 1
+  fi
+  [ "$(openssl dgst -sha512 -binary "$tgz" | base64 -w0)" = "$MERMAID_SHA512" ] || {
+    echo "$tgz: sha512 differs from the pinned one"
+    rm -f "$tgz"
+    return 1
+  }
+  tar -xzOf "$tgz" package/dist/mermaid.min.js >"$mermaid_js.tmp" && mv "$mermaid_js.tmp" "$mermaid_js"
+}
+if [ ! -s "$mermaid_js" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    step "mermaid $MERMAID_VERSION for the docs' diagrams (npm registry, cached)" vendor_mermaid \
+      || echo "setup: the docs site will load mermaid from unpkg.com when read" >&2
+  else
+    echo "setup: no npm: the docs site will load mermaid from unpkg.com when read" >&2
+  fi
+fi
+
 GO=$(command -v go || echo /usr/local/go/bin/go)
 
 # go_tool NAME VERSION PACKAGE STAMP SUMMARY: a pinned 'go install' into .venv/bin/NAME, its version kept in
