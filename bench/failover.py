@@ -44,6 +44,7 @@ from typing import Any
 
 import psutil
 import pulsar
+import record
 import requests
 from rich.console import Console
 from rich.table import Table
@@ -593,8 +594,11 @@ def main() -> None:
         default=None,
         help="one-way latency between every pair of regions during the load runs, e.g. 40ms (a --wan lab)",
     )
+    record.add_argument(parser)
     args = parser.parse_args()
     shape = load_shape(parser, args)
+    outcomes: list[dict[str, Any]] = []
+    loads: list[dict[str, Any]] = []
     latency_ms = wan.parse_duration_ms(args.wan_latency) if args.wan_latency else 0
     names = ["a", "b"] if args.wan_latency else ["a", "b", "c"]
     with labs.given_or_booted(
@@ -616,6 +620,10 @@ def main() -> None:
                 "synced within 2 s",
             )
             for name, o in scenarios(lab_dir):
+                outcomes.append(
+                    {"scenario": name, "mode": o.mode, "batching": o.batching, "acked": o.acked_in_source}
+                    | {"duplicates": o.duplicates, "lost": o.lost}
+                )
                 table.add_row(
                     name,
                     {"builtin": "PIP-33", "geosync": "GeoSync exact", "snapshot": "GeoSync snapshot"}[o.mode],
@@ -667,6 +675,12 @@ def main() -> None:
             after = agent_usage(lab_dir, topology)
             cpu = sum(after[n][0] - before[n][0] for n in after)
             read = sum(after[n][1] - before[n][1] for n in after)
+            p99 = percentile(run.lags, 0.99)
+            loads.append(
+                {"mode": mode, "batching": batching, "acks_per_s": run.acked / args.duration}
+                | {"lag_p50_s": percentile(run.lags, 0.5), "lag_p99_s": p99, "probes": len(run.lags)}
+                | {"not_synced_in_10_s": run.timeouts, "agent_cpu_s": cpu, "latency_ms": latency_ms}
+            )
             table.add_row(
                 ("PIP-33" if mode == "builtin" else "GeoSync") + (", batched" if batching else ""),
                 str(args.topics * args.subs),
@@ -693,6 +707,47 @@ def main() -> None:
                 else ""
             )
         )
+    record.write(args.record, failover_record(outcomes, loads, args))
+
+
+def failover_record(
+    outcomes: list[dict[str, Any]], loads: list[dict[str, Any]], args: argparse.Namespace
+) -> dict[str, Any]:
+    """This run's row: the failover scenarios when they ran, else the sync lag under load."""
+    figures = {"scenarios": outcomes, "loads": loads}
+    row: dict[str, Any]
+    if outcomes:
+        cells = {}
+        for mode in ("geosync", "builtin"):
+            mine = [o for o in outcomes if o["mode"] == mode]
+            low, high = (
+                min((o["duplicates"] for o in mine), default=0),
+                max((o["duplicates"] for o in mine), default=0),
+            )
+            spread = str(low) if low == high else f"{low}-{high}"
+            cells[mode] = (
+                f"{spread} duplicates, {sum(o['lost'] for o in mine)} lost in {len(mine)}" if mine else "-"
+            )
+        row = record.make(
+            f"Quiescent failover, {len({o['scenario'] for o in outcomes})} scenarios",
+            cells["geosync"],
+            cells["builtin"],
+            figures=figures,
+        )
+        return row
+
+    def p99(mode: str) -> str:
+        values = [x["lag_p99_s"] for x in loads if x["mode"] == mode and x["lag_p99_s"] is not None]
+        return ", ".join(f"p99 {v:.2f} s" for v in values) or "-"
+
+    shaped = f", {args.wan_latency} one way between regions" if args.wan_latency else ""
+    row = record.make(
+        f"Sync lag, {args.topics * args.subs} subscriptions, {args.rate:,.0f} acks/s{shaped}",
+        p99("geosync"),
+        p99("builtin"),
+        figures=figures,
+    )
+    return row
 
 
 if __name__ == "__main__":

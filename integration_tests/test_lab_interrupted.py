@@ -16,6 +16,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from geosync_lab import launches
 
@@ -32,22 +33,22 @@ def lab_processes(lab_dir: pathlib.Path) -> list[psutil.Process]:
     return found
 
 
+CTRL_C_AS_IN_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'geoctl'; runpy.run_module('geoctl', run_name='__main__')"
+)
+"""``python -m geoctl`` with Ctrl-C raising KeyboardInterrupt, as in a terminal's foreground job: a test run
+started in the background inherits SIGINT ignored, and Python would keep ignoring it."""
+
+
+UP = ("lab", "up", "--regions", "a,b", "--no-agents")
+
+
 def boot_until_a_jvm_runs(lab_dir: pathlib.Path, *, timeout_s: float = 180.0) -> subprocess.Popen[bytes]:
     """``geoctl lab up`` in its own process group, returned once a region's JVM of it is running."""
     log = (lab_dir.parent / f"{lab_dir.name}-geoctl.log").open("wb")
     up = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "geoctl",
-            "lab",
-            "up",
-            "--regions",
-            "a,b",
-            "--no-agents",
-            "--dir",
-            str(lab_dir),
-        ],
+        [sys.executable, "-c", CTRL_C_AS_IN_A_TERMINAL, *UP, "--dir", str(lab_dir)],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -70,13 +71,20 @@ def geoctl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_sigterm_during_boot_stops_every_process_it_started(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+    ids=["SIGTERM (CI timeout)", "SIGINT (Ctrl-C)", "SIGHUP (closed terminal)"],
+)
+def test_a_signal_during_boot_stops_every_process_it_started(
+    tmp_path: pathlib.Path, signum: signal.Signals
+) -> None:
     lab_dir = tmp_path / "lab"
     up = boot_until_a_jvm_runs(lab_dir)
 
-    os.killpg(up.pid, signal.SIGTERM)
+    os.killpg(up.pid, signum)
 
-    assert up.wait(timeout=60) == 128 + signal.SIGTERM
+    assert up.wait(timeout=60) == 128 + signum
     assert lab_processes(lab_dir) == []
     assert not (lab_dir / "topology.json").exists()  # stopped before the regions were wired
     down = geoctl("lab", "down", "--dir", str(lab_dir))
