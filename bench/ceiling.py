@@ -35,6 +35,7 @@ import json
 import os
 import pathlib
 import platform
+import signal
 import subprocess
 import sys
 import threading
@@ -275,6 +276,11 @@ def plot(phases: list[Phase], path: pathlib.Path, limit: float) -> None:
     fig.savefig(path, dpi=110)
 
 
+def interrupted(signum: int, _frame: object) -> None:
+    """A SIGTERM (a CI timeout, a closed terminal) unwinds like Ctrl-C: the lab booted for the sweep stops."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def commit() -> str:
     try:
         return subprocess.run(
@@ -313,6 +319,7 @@ def main() -> None:
     if not modes or any(m not in ("geosync", "builtin") for m in modes):
         parser.error(f"--modes {args.modes}: geosync, builtin or both")
     scale.quiet_clients()
+    signal.signal(signal.SIGTERM, interrupted)
     phases: list[Phase] = []
     for mode in modes:
         with labs.given_or_booted(args.lab, ["a", "b"], report=console.print) as lab_dir:
