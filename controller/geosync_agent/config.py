@@ -347,6 +347,8 @@ def load(path: str | pathlib.Path) -> AgentConfig:
                 "writes answer for the broker's own topics); set plugin_cursors: true or run one agent per "
                 "region (shard_by_ownership: false)"
             )
+        if not values.get("broker_id") and os.environ.get("GEOSYNC_BROKER_ID"):
+            values["broker_id"] = os.environ["GEOSYNC_BROKER_ID"]  # the chart's sidecar sets it from the pod
     elif values.get("broker_id"):
         raise ConfigError(f"{path}: 'broker_id' is only used with 'shard_by_ownership: true'")
     return AgentConfig(**values)

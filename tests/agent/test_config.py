@@ -41,6 +41,17 @@ def test_a_sidecar_talks_to_its_own_broker_only(tmp_path: pathlib.Path) -> None:
     assert (loaded.broker_id, loaded.ownership_refresh_s) == ("b-0:8443", 2.0)
 
 
+def test_a_sidecar_takes_its_broker_id_from_the_environment_unless_configured(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chart's sidecar sets GEOSYNC_BROKER_ID from the pod: read when the configuration is loaded (the
+    agent itself reads no environment), a configured broker_id wins, and without sidecar mode it is unused."""
+    monkeypatch.setenv("GEOSYNC_BROKER_ID", "b-1:8443")
+    assert cfg.load(write(tmp_path, shard_by_ownership=True)).broker_id == "b-1:8443"
+    assert cfg.load(write(tmp_path, shard_by_ownership=True, broker_id="b-0:8443")).broker_id == "b-0:8443"
+    assert cfg.load(write(tmp_path)).broker_id == ""
+
+
 def test_without_a_ca_the_system_cas_verify(tmp_path: pathlib.Path) -> None:
     loaded = cfg.load(write(tmp_path))
     assert loaded.admin_client(timeout=3.0).verify is True

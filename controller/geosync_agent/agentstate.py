@@ -1,0 +1,310 @@
+"""The agent's state, shared by its parts: what one region's agent knows between rounds.
+
+``AgentState`` declares every attribute the parts read and write (with what each holds), the time a round
+read (``Now``), a tracked topic partition (``TopicState``) and the counters (``Stats``). The parts, one
+module each, extend it in a chain, each calling only the ones below it:
+
+    AgentState <- tracking.Tracking <- indexing.Indexing <- controlling.Controlling
+               <- observing.Observing <- writing.Writing <- saving.Saving <- runtime.Agent
+
+Two seams go the other way and are declared here: ``_perform`` (carry out effects and fold their outcomes,
+``writing``) and ``_publish`` (decide a subscription's claim, ``observing``).
+
+Only the loop's thread reads or writes this state (see ``runtime``). The decisions that need no I/O are in
+``geosync_agent.core``; moving the rest there is the plan of ``docs/decisions/0001-sans-io-agent.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from geosync_agent import (
+    checkpointing,
+    lookups,
+    owning,
+    reading,
+    snapshotting,
+)
+from geosync_agent import effects as fx
+from geosync_agent.allocator import Allocator
+from geosync_agent.collector import Collections
+from geosync_agent.config import AgentConfig
+from geosync_agent.core import applying, tuning
+from geosync_agent.core.subscriptions import (
+    Feed,
+    SubKey,
+    Subscription,
+    SubsTable,
+)
+from geosync_agent.discovering import Discovered, Latest
+from geosync_agent.ports import Messaging
+from geosync_agent.recent import CallTimes, PhaseTimes, Recent, Timeline
+from geosync_agent.tailing import Tail
+from geosync_core import (
+    envelopes,
+    pacing,
+    pluginapi,
+    replicators,
+    resolving,
+    syncing,
+)
+from geosync_core.capabilities import Capabilities, Capability
+from geosync_core.incarnations import Incarnation, Known
+from geosync_core.origins import OriginAcks
+
+log = logging.getLogger("geosync.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """The time a round read once: monotonic seconds for intervals, wall seconds for what people see and
+    for what travels between regions."""
+
+    mono: float
+    wall: float
+
+    @property
+    def wall_ms(self) -> int:
+        return int(self.wall * 1000)
+
+    @classmethod
+    def read(cls) -> Now:
+        return cls(time.monotonic(), time.time())
+
+
+@dataclass
+class TopicState:
+    """One topic partition: its tail (origin index) and when its cursors are polled and resynced."""
+
+    tail: Tail
+    resync_at: float
+    poll: pacing.PollState = field(default_factory=pacing.PollState)
+    tracked_at: float = 0.0
+    """Monotonic time tracking started: a discovery pass begun before it may not list the topic yet."""
+    ledger: int | None = None
+    """The ledger the topic wrote to at the last poll: another one means it was loaded again (or rolled
+    over), and Pulsar 4.0.8 forgets the batch indexes of partly acknowledged entries on a reload."""
+
+
+@dataclass
+class Stats:
+    """Counters the metrics endpoint and the benchmarks read (incremented from the client's threads too)."""
+
+    counters: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def inc(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            self.counters[name] += n
+
+
+class AgentState:
+    """The state of one region's agent, shared by its parts (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        keys: envelopes.Keys,
+        effector: fx.Effector,
+        messaging: Messaging,
+        discovered: Latest[Discovered],
+        rediscover: threading.Event,
+        wake: threading.Event,
+        first_seq: int,
+        rng: random.Random | None = None,
+        allocator: Allocator | None = None,
+        collections: Collections | None = None,
+        incarnation: Incarnation | None = None,
+        broker_calls: CallTimes | None = None,
+    ) -> None:
+        self.config = config
+        self.incarnation = incarnation
+        """This region's incarnation (``geosync_core.incarnations``; None: no ZooKeeper, no guard)."""
+        self.incarnations = Known({config.region: incarnation} if incarnation else {})
+        """The newest incarnation known of each region (this one's own included), each from its own region."""
+        self.waiting: dict[tuple[str, Incarnation], deque[envelopes.AckStateMessage]] = {}
+        """Claims about a life of a region the region has not announced here yet (``_learn_incarnations``)."""
+        self.waiting_count = 0
+        self.announce_at: dict[str, float] = {}
+        """Per namespace, when (monotonic) its control topic is next told this region's incarnation if no
+        states went out meanwhile (``_announce``)."""
+        self.allocator = allocator or Allocator()
+        """The C allocator's settings; trimmed after each checkpoint (``geosync_agent.allocator``)."""
+        self.collections = collections
+        """The garbage collector's settings and collections (``geosync_agent.collector``; None: not tuned)."""
+        self.keys = keys
+        self.effector = effector
+        self.messaging = messaging
+        self.discovered = discovered
+        self.rediscover = rediscover
+        self.wake = wake
+        self.rng = rng or random.Random()
+        self.seq = first_seq
+        """Strictly increasing across restarts (the composition root starts it at the wall clock in µs)."""
+        self.stats = Stats()
+        self.caps = Capabilities(
+            disabled=frozenset()
+            if config.plugin_cursors
+            else frozenset({Capability.PLUGIN_FEED, Capability.PLUGIN_CURSOR_WRITES})
+        )
+        self.readers = reading.Readers(effector, count=self.stats.inc)
+        """Opens the tails' readers, and again when they lost their broker."""
+        self.origin_lookups = lookups.OriginLookups(
+            config, effector, count=self.stats.inc, caps=lambda: self.caps, learn=self._learn
+        )
+        """What the brokers recorded of entries' origins (for the resolver)."""
+        found = self.origin_lookups
+        self.resolver = resolving.OriginResolver(
+            local=config.region, lookup=found.lookup_origin, source=found.source_of, recorded=found.recorded
+        )
+        self.topics: dict[str, TopicState] = {}
+        self.controls: dict[str, Tail] = {}
+        self.subs: SubsTable = SubsTable()
+        self.heavy_plans: dict[SubKey, Subscription] = {}
+        self.heavy_publishes_by: dict[SubKey, Subscription] = {}
+        """The subscriptions whose last plan (publish) took HEAVY_PLAN_S or more, kept as their times are set:
+        counting them over every subscription at each round was as costly as the round's real work."""
+        self.namespaces: dict[str, frozenset[str]] = {}
+        # One guard per control topic: a sender's sequence numbers are shared by all its control topics,
+        # and each topic only preserves the order of its own messages.
+        self.guards: dict[str, envelopes.ReplayGuard] = {}
+        self.snapshots = snapshotting.Snapshotting(
+            region=config.region,
+            keys=keys,
+            namespaces=config.snapshot_namespaces,
+            interval_s=config.snapshot_interval_s,
+            timeout_s=config.snapshot_timeout_s,
+            first_seq=first_seq,
+        )
+        self.feed = Feed()
+        self.rediscover_at = 0.0
+        """Monotonic time before which no further discovery pass is asked for (see _rediscover_soon)."""
+        self.unobserved: dict[SubKey, pluginapi.CursorReport] = {}
+        """Feed reports waiting until their topic and subscription are tracked and the topic's tail has read
+        the batches they name (a topic created with its traffic is acknowledged on before discovery sees
+        it, and the feed reports each acknowledgement once)."""
+        self.created: set[SubKey] = set()
+        """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
+        self._appended: applying.Appended = {}
+        """This round's appended origins per (topic, end), shared by the topic's subscriptions."""
+        self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
+        self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
+        self.unsticking = replicators.Unsticking(after_s=config.replicator_unload_after_s)
+        self.unretained: tuple[str, ...] = ()  # synced namespaces without retention (discovering.retains)
+        self.claimed_untracked: dict[str, tuple[float, float]] = {}
+        """Topics claims named that are not tracked here yet -> (next lookup, give up after), monotonic."""
+        self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
+        """States to publish at the end of the observe step, per namespace."""
+        self.ready = False
+        self.round_done_at: float | None = None
+        """Monotonic time the last round completed (None before the first)."""
+        self.failing_since: float | None = None
+        """Monotonic time of the first of the rounds failing since the last good one (None: the last was
+        good). Failures: admin API or brokers unavailable, credentials refused."""
+        self.last_error = ""
+        self.publish_failing_since: float | None = None
+        """Monotonic time since which every control-message send failed (None: the last one went out)."""
+        self.sends_lost = False
+        """A control-message send failed since the last lost-sends resync (set on the client's thread)."""
+        self.writes_in_flight: (
+            tuple[
+                Callable[[], list[fx.Outcome]],
+                dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]],
+            ]
+            | None
+        ) = None
+        """The cursor writes the last apply step sent, and their plans: folded by ``land_writes``."""
+        self.parts_failing: dict[str, tuple[float, str]] = {}
+        """Parts the rounds go on without (discovery, the acknowledgement feed) that have failed since their
+        last success: when the first failure was (monotonic) and the last error."""
+        self.round_seconds: list[float] = []
+        self.broker_calls = broker_calls or CallTimes()
+        """Seconds each kind of broker call took (the admin clients add to it), for /state."""
+        self.heavy_publishes = 0
+        """Subscriptions whose last publish took tuning.HEAVY_PLAN_S or more, counted at each observe step."""
+        self.phase_seconds = PhaseTimes()
+        """The last rounds' time per step, for /state: which step a long round spent its time in."""
+        self.discovery_seconds: list[float] = []
+        """The last discovery passes' time (the discovery task's admin calls and parsing)."""
+        self.timeline = Timeline()
+        """The last long rounds (with their steps), discovery passes, checkpoints and collections, for /state:
+        what a slow acknowledgement's sync overlapped."""
+        if collections is not None:
+            collections.timeline = self.timeline
+        self.started_ms = int(time.time() * 1000)
+        self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
+        self.checkpoint_at = 0.0
+        self.checkpoint_info: dict[str, Any] = {}
+        self.checkpoint_writer: threading.Thread | None = None
+        """The thread writing the last checkpoint a round took (None before the first)."""
+        self.checkpoint_taken_s = 0.0
+        """Seconds the last checkpoint took the loop (taking the state; the writing is the thread's)."""
+        self.checkpoint_seen: tuple[Any, list[object], float] | None = None
+        """The last checkpoint written: its fingerprint, the objects whose identities it holds (kept alive, so
+        that no new object takes one of their ids) and when it was taken (monotonic)."""
+        self.checkpoint_cost_s = 0.0
+        """Seconds the last checkpoint written took in all, taking, encoding and writing: the encoding holds
+        the interpreter's lock, so the loop waits on it as on its own work."""
+        self.acks_wire: dict[int, tuple[OriginAcks, dict[str, Any]]] = {}
+        """Claims encoded for the last checkpoint, by identity (``_acks_wire``); ``acks_wire_next``: the
+        next one's."""
+        self.acks_wire_next: dict[int, tuple[OriginAcks, dict[str, Any]]] = {}
+        self.cpu_budget = pacing.CpuBudget()
+        """The pause after each round (``pacing.CpuBudget``)."""
+        self.transit_ms = Recent()
+        """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
+        self.ownership = (
+            owning.Ownership(
+                config.region,
+                config.admin_url,
+                configured=config.broker_id,
+                refresh_s=config.ownership_refresh_s,
+            )
+            if config.shard_by_ownership
+            else None
+        )
+        """Sidecar mode: what this agent's broker owns (None: the agent syncs its whole region)."""
+        self.lookups: set[str] = set()
+        """Sidecar mode: claimed topics this broker does not own, to look up (a bundle nobody owns)."""
+
+    def _learn(self, capability: Capability, value: bool, now_mono: float) -> None:
+        """``capability`` was found (not) to be there at ``now_mono``."""
+        self.caps = self.caps.learned(capability, value, now=now_mono)
+
+    def part_outcome(self, part: str, error: object | None, now_mono: float) -> None:
+        """Record a success (``error`` None) or failure of ``part`` for the readiness probe."""
+        if error is None:
+            self.parts_failing.pop(part, None)
+        else:
+            since = self.parts_failing.get(part, (now_mono, ""))[0]
+            self.parts_failing[part] = (since, str(error)[:200])
+
+    def _reject(self, rejected: envelopes.Rejected) -> None:
+        self.stats.inc(f"control_rejected_{rejected.reason.value}")
+        log.warning("control message rejected: %s", rejected.reason.value)
+
+    def _rediscover_soon(self, now: Now, counter: str) -> None:
+        """Ask the discovery task for a pass now (a topic or subscription appeared with its traffic), at most
+        every tuning.REDISCOVER_FOR_FEED_S: what asks may name something discovery never tracks."""
+        if now.mono >= self.rediscover_at:
+            self.rediscover_at = now.mono + tuning.REDISCOVER_FOR_FEED_S
+            self.stats.inc(counter)
+            self.rediscover.set()
+
+    # -- seams: defined by a later part, called by earlier ones ------------------------------------
+
+    def _perform(self, effects: list[fx.Effect], now: Now) -> list[fx.Outcome]:
+        """Carry out ``effects`` and fold their outcomes back (``writing.Writing``)."""
+        raise NotImplementedError
+
+    def _publish(self, state: Subscription, *, force: bool, now: Now) -> None:
+        """Decide ``state``'s claim and queue it if it changed (``observing.Observing``)."""
+        raise NotImplementedError

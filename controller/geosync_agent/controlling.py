@@ -1,0 +1,329 @@
+"""The control topics: claims received from the other regions, and this region's states sent.
+
+Round step 2 (``runtime``): verify and de-duplicate control messages (``geosync_core.envelopes``), learn the
+regions' incarnations (a region rebuilt under its name), hold claims about a life not announced yet, and
+merge each subscription's claims (``core.generations.take_claims``). Out: the states the observe step
+queued, sealed into envelopes per namespace (``core.sealing``), and the incarnations announced.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections import deque
+from dataclasses import replace
+
+from geosync_adapters import admin as adm
+from geosync_agent import (
+    calls,
+    discovering,
+)
+from geosync_agent import effects as fx
+from geosync_agent.agentstate import Now
+from geosync_agent.core import generations, reports, sealing, tuning
+from geosync_agent.core.subscriptions import Subscription
+from geosync_agent.discovering import namespace_of, synced
+from geosync_agent.indexing import Indexing
+from geosync_core import (
+    envelopes,
+    incarnations,
+)
+from geosync_core.capabilities import Capability
+from geosync_core.incarnations import Incarnation
+from geosync_core.rangesets import AckState
+
+log = logging.getLogger("geosync.agent")
+
+
+class Controlling(Indexing):
+    """Control messages in (claims, incarnations) and out (sealed states, announcements)."""
+
+    # -- 3. receive --------------------------------------------------------------------------------
+
+    def receive(self, now: Now) -> None:
+        for topic, tail in self.controls.items():
+            while True:
+                try:
+                    message = tail.inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if tail.resume_at is not None:
+                    if message.position < tail.resume_at:
+                        tail.last = None  # the topic is not the one checkpointed: take everything in it
+                    tail.resume_at = None
+                if tail.last is not None and message.position <= tail.last:
+                    continue  # read before the restart (the reader resumes at the last entry read)
+                tail.last = message.position
+                self.handle_control(message.data, topic=topic, now=now)
+        self._track_claimed(now)
+
+    def _track_claimed(self, now: Now) -> None:
+        """Start tracking the topics other regions claimed on that discovery has not found here yet: each
+        looked up alone (one admin call, not a discovery pass) and tracked with its subscriptions if it
+        exists here; one that does not (replication has not created it yet) is looked up again every
+        REDISCOVER_FOR_FEED_S for CLAIMED_LOOKUP_S (the claims' periodic resync brings it back later)."""
+        for topic, (next_at, give_up_at) in list(self.claimed_untracked.items()):
+            if topic in self.topics or now.mono >= give_up_at or not self.owns(topic):
+                del self.claimed_untracked[topic]
+                continue
+            if now.mono < next_at or namespace_of(topic) not in self.namespaces:
+                continue
+            try:
+                stats = self.effector.call(calls.TopicStats(topic))
+            except adm.AdminError:  # not there yet (404), or the admin API failing: the next round asks again
+                self.claimed_untracked[topic] = (now.mono + tuning.REDISCOVER_FOR_FEED_S, give_up_at)
+                continue
+            del self.claimed_untracked[topic]
+            self._track_topic(topic, now)
+            self._track_subscriptions(
+                topic, discovering.subscriptions_of(self.config, topic, stats), at=now.mono
+            )
+            self.stats.inc("tracked_from_claims")
+
+    def handle_control(self, data: bytes, *, topic: str, now: Now) -> None:
+        opened = envelopes.open_envelope(self.keys.keyring, data)
+        if isinstance(opened, envelopes.Rejected):
+            self._reject(opened)
+            return
+        if opened.region == self.config.region:
+            return  # our own message, replicated back to us through the local log
+        # Validated whole before the replay guard moves: a genuine envelope of another kind (a policy
+        # event) or of another namespace copied here by someone with produce permission only must neither
+        # act nor push the guard past the sender's next sequence number (its claims would be refused).
+        decoded = envelopes.decode_ack_states(opened)
+        if isinstance(decoded, envelopes.Rejected):
+            self._reject(decoded)
+            return
+        tags = envelopes.incarnations_of(opened)
+        if isinstance(tags, envelopes.Rejected):
+            self._reject(tags)
+            return
+        if any(namespace_of(m.topic) != namespace_of(topic) for m in decoded):
+            self._reject(envelopes.Rejected(envelopes.Reason.MISPLACED))
+            return
+        if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
+            # Until now, not the round's start: a message may be taken late in the round (``receive again``).
+            self.transit_ms.add(int(time.time() * 1000) - opened.sent_at_ms)
+        self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
+        if isinstance(admitted, envelopes.Rejected):
+            self._reject(admitted)
+            return
+        if tags is not None:
+            self._learn_incarnations(opened.region, tags, now)
+        for received in decoded:
+            message, waiting = reports.waiting_on_incarnations(received, tags, self.incarnations)
+            self._wait_for_incarnations(waiting)
+            self._take_claims(self._of_known_incarnations(message, tags), now)
+
+    def _learn_incarnations(self, sender: str, tags: dict[str, Incarnation], now: Now) -> None:
+        """Take up the incarnation ``sender`` announces of itself if it is newer than the one known here, and
+        the claims that waited for it. A region speaks only for itself: what a peer says of a third region's
+        incarnation (or of this one's, which this region's ZooKeeper says) is never taken up."""
+        incarnation = tags.get(sender)
+        if incarnation is None or sender == self.config.region:
+            return
+        self.incarnations, replaced = self.incarnations.learn(sender, incarnation)
+        if replaced is not None:
+            self._region_rebuilt(sender, replaced, incarnation, now)
+        for key in [k for k in self.waiting if k[0] == sender]:
+            if not self.incarnations.waits(*key, tagged=True):
+                messages = self.waiting.pop(key)
+                self.waiting_count -= len(messages)
+                for message in messages:
+                    self._take_claims(self._of_known_incarnations(message, {sender: key[1]}), now)
+
+    def _wait_for_incarnations(
+        self, waiting: dict[tuple[str, Incarnation], envelopes.AckStateMessage]
+    ) -> None:
+        """Keep claims about a life of a region that the region has not announced here yet, until it has;
+        at most ``tuning.MAX_WAITING_CLAIMS`` (the oldest go first: their sender's next resync says them
+        again)."""
+        for key, message in waiting.items():
+            self.stats.inc("claims_waiting_incarnation")
+            self.waiting.setdefault(key, deque()).append(message)
+            self.waiting_count += 1
+        while self.waiting_count > tuning.MAX_WAITING_CLAIMS:
+            key = next(iter(self.waiting))
+            self.waiting[key].popleft()
+            self.waiting_count -= 1
+            self.stats.inc("claims_waiting_dropped")
+            if not self.waiting[key]:
+                del self.waiting[key]
+
+    def _region_rebuilt(self, region: str, old: Incarnation, new: Incarnation, now: Now) -> None:
+        """``region`` was wiped and rebuilt under its name: its new messages reuse the origin coordinates of
+        its old ones. Every claim held about its origins speaks of the old ones, and every entry indexed so
+        far with an origin there is an old one: both are renamed to the old incarnation's retired name, so
+        the old claims go on reaching the old messages (every region renames alike) and never the new ones."""
+        self.stats.inc("incarnations_changed")
+        retired = incarnations.retired(region, old)
+        runs = 0
+        for ts in self.topics.values():
+            runs += ts.tail.index.retire(region, retired)
+            ts.tail.version += 1
+            ts.tail.rewrites += 1
+        for state in self.subs.values():
+            if not any(
+                acks is not None and region in acks.origin_regions
+                for acks in (state.received, state.published)
+            ):
+                continue
+            state.received = state.received.renamed(region, retired)
+            if state.published is not None:
+                state.published = state.published.renamed(region, retired)
+            state.translated = state.planned = None
+        log.warning(
+            "region %s was rebuilt (incarnation %s, was %s): its old messages (%d index runs here) and the "
+            "claims about them now go by %s, apart from its new ones",
+            region,
+            new,
+            old,
+            runs,
+            retired,
+        )
+
+    def _of_known_incarnations(
+        self, message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None
+    ) -> envelopes.AckStateMessage:
+        """``message`` with its claims made about the incarnations known here (``core.reports``), counted
+        when that changed them."""
+        known = reports.of_known_incarnations(message, tags, self.incarnations)
+        if known is not message:
+            self.stats.inc("claims_stale_incarnation")
+        return known
+
+    def _take_claims(self, message: envelopes.AckStateMessage, now: Now) -> None:
+        # The sender's rules may differ (another version or configuration): what is not synced here, a
+        # broker's own subscription among them, is never written from claims.
+        if not synced(self.config, message.topic, message.subscription):
+            return
+        state = self._subscription(message.topic, message.subscription, exists=False)
+        ts = self.topics.get(message.topic)
+        generation = state.generation
+        taken = generations.take_claims(
+            state, message, index=None if ts is None else ts.tail.index, now_wall=now.wall
+        )
+        if taken is generations.Taken.SUPERSEDED:
+            self.stats.inc("claims_superseded")  # from before a rewind: they would undo it
+            return
+        if state.generation != generation:
+            self.stats.inc("rewinds_followed")
+            log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
+        if message.topic not in self.topics and not self.owns(message.topic):
+            # Sidecar mode: another broker's agent applies them (the claims are kept for a takeover).
+            if self.ownership is not None and len(self.lookups) < tuning.MAX_UNOBSERVED:
+                self.lookups.add(message.topic)
+        elif message.topic not in self.topics:
+            if (
+                discovering.synced_topic(self.config, message.topic)
+                and len(self.claimed_untracked) < tuning.MAX_UNOBSERVED
+            ):
+                self.claimed_untracked.setdefault(
+                    message.topic, (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S)
+                )
+            self._rediscover_soon(now, "rediscover_for_claims")
+        if taken is generations.Taken.CHANGED:
+            self.stats.inc("claims_received")
+            writes = Capability.PLUGIN_CURSOR_WRITES
+            if ts is not None and (
+                self.caps.get(writes) is False or not self.caps.usable(writes, now=now.mono)
+            ):
+                # Plugin writes answer the cursor's state; admin calls need a fresh read to plan from. (Not
+                # while the plugin's writes are untried: a restarted agent's first claims then made every
+                # topic due a poll for two rounds, until its first writes were answered.)
+                ts.poll = replace(ts.poll, next_at=0.0)
+
+    def _took_rewind(self, state: Subscription, rewind: generations.Rewound, cursor: AckState) -> bool:
+        """``cursor`` went back (``core.generations.rewound`` said how): whether that started a new
+        generation of ``state``'s claims; if so, a tail that forgot entries it acknowledges is read again."""
+        if rewind.kind is generations.Rewind.OWN:
+            return False
+        if rewind.kind is generations.Rewind.PASSIVE:
+            self.stats.inc("rewinds_passive")  # a passive copy: the active region's claims undo it
+            return False
+        self.stats.inc("rewinds")
+        ts = self.topics.get(state.topic)
+        if ts is not None and ts.tail.index.floor is not None and not ts.tail.stale:
+            # The new claims are this cursor's whole translation, but the tail forgot entries it acknowledges
+            # (every subscription had acknowledged them): read the topic again before claiming anything.
+            ts.tail.stale = True
+            ts.tail.stale_reason = (
+                f"subscription {state.name!r} was rewound and its claims start again, from entries forgotten "
+                f"up to {ts.tail.index.floor}"
+            )
+        log.info(
+            "%s on %s was %s here: its claims start again from this cursor (generation %d)",
+            state.name,
+            state.topic,
+            "created again"
+            if rewind.recreated
+            else f"rewound from {rewind.seen and rewind.seen.mark_delete} to {cursor.mark_delete}",
+            state.generation,
+        )
+        return True
+
+    def _flush_states(self, now: Now, *, announce: bool = True) -> None:
+        """Send the states published since the last flush: per namespace, one signed envelope for up to
+        STATES_PER_ENVELOPE; with ``announce``, the incarnations on control topics silent for a while."""
+        outgoing, self.outgoing = self.outgoing, {}
+        sends: list[fx.Effect] = []
+        for namespace, all_states in outgoing.items():
+            for batch in sealing.chunks(all_states):
+                for data in self._sealed(batch, now):
+                    sends.append(fx.Publish(self._control_topic(namespace), data, "envelopes_published"))
+                self.stats.inc("states_published", len(batch))
+            self.announce_at[namespace] = now.mono + self.config.resync_interval_s
+        if announce:
+            sends.extend(self._announce(now))
+        self._perform(sends, now)
+
+    def _announce(self, now: Now) -> list[fx.Effect]:
+        """An envelope without states, for its incarnations alone, on each control topic no states went out on
+        for a resync interval (and at once after a start): a rebuilt region makes itself known before it has
+        anything to claim, so that its peers drop their claims about its old life before its new messages
+        reach them (agents before incarnations read it as an empty batch)."""
+        if self.incarnation is None:
+            return []
+        sends: list[fx.Effect] = []
+        for namespace in self.namespaces:
+            if now.mono < self.announce_at.get(namespace, 0.0):
+                continue
+            self.announce_at[namespace] = now.mono + self.config.resync_interval_s
+            for data in self._sealed([], now):
+                sends.append(fx.Publish(self._control_topic(namespace), data, "incarnation_announcements"))
+        return sends
+
+    def _sealed(self, states: list[envelopes.AckStateMessage], now: Now) -> list[bytes]:
+        """``states`` as signed control messages (``core.sealing``), numbered after the last ones sent."""
+        sealed = sealing.seal(
+            states,
+            signer=self.keys.signer,
+            region=self.config.region,
+            seq=self.seq,
+            now_ms=now.wall_ms,
+            incarnations=self._incarnation_tags(),
+        )
+        self.seq = sealed.seq
+        if sealed.splits:
+            self.stats.inc("states_split", sealed.splits)
+        return sealed.messages
+
+    def _incarnation_tags(self) -> dict[str, Incarnation] | None:
+        """The incarnations to send with states: this region's own and every one known here, so that a peer
+        learns of a rebuilt region from whichever region hears of it first (None without an own one: an agent
+        without a guard sends none, as before)."""
+        if self.incarnation is None:
+            return None
+        return dict(self.incarnations.by_region)
+
+    def on_sent(self, ok: bool) -> None:
+        # On the client's thread: only count and note the time (single assignments). A lost state goes out
+        # again at the next change, or at the resync that follows once sends work again (``observe``).
+        if ok:
+            self.publish_failing_since = None
+        else:
+            self.stats.inc("publish_errors")
+            self.sends_lost = True
+            if self.publish_failing_since is None:
+                self.publish_failing_since = time.monotonic()

@@ -1,0 +1,204 @@
+"""Indexing: each partition's reader queue drained into its origin index, and snapshot mode's markers.
+
+Round step 1 (``runtime``): drain every tail (``tailing.Tail``) through the origin resolver, read a tail
+again from the earliest message when it can no longer answer for its topic (checkpoint not matching, a
+subscription below what it forgot), have claims translated again once a tail caught up with a cursor, and
+hand markers read to snapshot mode (``snapshotting``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from geosync_agent import (
+    calls,
+    snapshotting,
+)
+from geosync_agent.agentstate import Now, TopicState
+from geosync_agent.core.subscriptions import Subscription
+from geosync_agent.tailing import Tail
+from geosync_agent.tracking import Tracking
+from geosync_core import pacing
+from geosync_core.capabilities import Capability
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+
+log = logging.getLogger("geosync.agent")
+
+
+class Indexing(Tracking):
+    """Draining tails into origin indexes, rebuilding stale ones, snapshot mode's markers (round step 1)."""
+
+    # -- 2. index ----------------------------------------------------------------------------------
+
+    def index(self, now: Now) -> None:
+        # Untried counts as there: a restarted agent's first round reads the feed only once discovery named
+        # the namespaces, and new messages made every topic due a poll meanwhile (the poll the checkpoint's
+        # cursors spare). Found absent, every topic is polled at once (``_read_feed``).
+        feed = self.caps.usable(Capability.PLUGIN_FEED, now=now.mono)
+        grown: list[str] = []
+        self.origin_lookups.prefetch(ts.tail for ts in self.topics.values())
+        for topic, ts in self.topics.items():
+            malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
+            drained = ts.tail.drain(self.resolver, now=now.mono)
+            if ts.tail.stale:
+                self._rebuild(ts, now)
+                continue
+            filled = ts.tail.retry(self.resolver, now=now.mono) if ts.tail.pending else 0
+            if filled:
+                self.stats.inc("origins_resolved_late", filled)
+                log.info("%s: named the origin of %d entries on a retry", topic, filled)
+                for state in self.subs.values():
+                    if state.topic == topic and state.cursor is not None:
+                        state.incomplete_at = -1  # its cursor may have acknowledged them: translate again
+            if drained or filled:
+                grown.append(topic)
+                if not feed:
+                    ts.poll = pacing.after_new_messages(
+                        ts.poll, now=now.mono, base_s=self.config.poll_interval_s
+                    )
+            if ts.tail.malformed > malformed:
+                self.stats.inc("malformed_stamps", ts.tail.malformed - malformed)
+                log.warning("%s: skipped entries with a malformed source-position stamp", topic)
+            if self.resolver.spoofed > spoofed:
+                self.stats.inc("spoofed_stamps", self.resolver.spoofed - spoofed)
+                log.warning(
+                    "%s: entries published here carry a source-position stamp (set by an application): "
+                    "indexed as local",
+                    topic,
+                )
+            if ts.tail.markers:
+                found, ts.tail.markers = ts.tail.markers, []
+                for position, properties, data in found:
+                    self._on_marker(ts, position, properties, data, now)
+        if grown:
+            self._translate_again(frozenset(grown), now)
+
+    def _behind_forgotten(self, ts: TopicState, state: Subscription, cursor: AckState) -> bool:
+        """Whether ``state``'s cursor lies below entries the tail already forgot (a subscription created at
+        the earliest message after the others moved on, or rewound): nothing is planned or claimed for it,
+        and the tail is read again from the earliest message (next round)."""
+        forgotten = ts.tail.forgot_above(cursor.mark_delete)
+        if forgotten is None:
+            state.parked = False
+            return False
+        budget_floor = ts.tail.budget_floor
+        if budget_floor is not None and cursor.mark_delete < budget_floor:
+            if not state.parked:
+                state.parked = True
+                self.stats.inc("subscriptions_parked")
+                log.warning(
+                    "%s / %s: parked: its mark-delete %s lies below the entries forgotten over the budget "
+                    "(up to %s); not synced until it catches up",
+                    state.topic,
+                    state.name,
+                    cursor.mark_delete,
+                    budget_floor,
+                )
+            return True
+        if not ts.tail.stale:
+            ts.tail.stale = True
+            ts.tail.stale_reason = (
+                f"subscription {state.name!r} is at {cursor.mark_delete}, below the entries forgotten up to "
+                f"{forgotten} once every subscription known then had acknowledged them"
+            )
+        return True
+
+    def _rebuild(self, ts: TopicState, now: Now) -> None:
+        """The tail cannot answer for the topic any more: the checkpoint does not match it (its reader
+        started below where the checkpoint stopped: deleted and re-created, region rebuilt), or a
+        subscription lies below the entries it forgot. Read the topic again from its earliest message."""
+        stale = ts.tail
+        stale.close()
+        if stale.stale_reason:
+            self.stats.inc("topics_reread")
+            log.warning(
+                "%s: %s: reading the topic again from the earliest message", stale.topic, stale.stale_reason
+            )
+        else:
+            self.stats.inc("checkpoint_topics_rebuilt")
+            log.error(
+                "%s: the checkpoint does not match the topic (it holds entries below %s, where the "
+                "checkpoint stopped): rebuilding its origin index from the earliest message",
+                stale.topic,
+                stale.resume_at,
+            )
+        ts.tail = Tail(stale.topic, stale.partition)
+        ts.tail.index.keep_retirements(stale.index.retirements())  # read again, old messages stay retired
+        self.readers.open(ts.tail, now.mono)
+        for state in self.subs.values():
+            if state.topic == stale.topic:
+                state.incomplete_at = -1
+                state.planned = None  # plans are made from the new tail (its versions start again)
+
+    def _translate_again(self, topics: frozenset[str], now: Now) -> None:
+        """Claim what a translation left out once the tail has read as far as the cursor acknowledged
+        (published with this round's states): a cursor that acknowledged a burst before the tail got to it
+        waits for nothing else. Not at every step of the tail: under steady load cursors run just ahead of
+        it all the time, and their next feed report translates them anyway."""
+        for state in self.subs.values():
+            if (
+                state.incomplete_at is None
+                or not state.exists
+                or state.topic not in topics
+                or state.cursor is None
+            ):
+                continue
+            last = self.topics[state.topic].tail.last
+            if last is not None and last >= state.cursor.reach:
+                self._publish(state, force=False, now=now)
+
+    # -- snapshot mode (the work itself is snapshotting's) ------------------------------------------
+
+    def _markers_allowed(self, now: Now) -> bool:
+        """Markers may be injected only where the entry filter hides them from applications."""
+        if self.caps.get(Capability.ENTRY_FILTER) is not True and self.caps.usable(
+            Capability.ENTRY_FILTER, now=now.mono
+        ):
+            try:
+                snapshotting.check_entry_filter(self.effector.call(calls.RuntimeConfiguration()))
+                self.caps = self.caps.learned(Capability.ENTRY_FILTER, True, now=now.mono)
+            except snapshotting.FilterMissing as e:
+                self.caps = self.caps.learned(Capability.ENTRY_FILTER, False, now=now.mono)
+                self.stats.inc("snapshot_mode_refused")
+                log.error("refusing snapshot mode for %s: %s", ", ".join(self.config.snapshot_namespaces), e)
+        return self.caps.get(Capability.ENTRY_FILTER) is True
+
+    def _on_marker(
+        self, ts: TopicState, position: Position, properties: dict[str, str], data: bytes, now: Now
+    ) -> None:
+        topic = ts.tail.topic
+        if not self.snapshots.covers(topic):
+            self.stats.inc("markers_ignored")
+            return
+
+        def subscription_state(name: str) -> tuple[bool, AckState | None]:
+            state = self.subs.get((topic, name))
+            return (False, None) if state is None or not state.exists else (True, state.cursor)
+
+        work = self.snapshots.on_read(
+            topic,
+            ts.tail.partition,
+            position,
+            properties,
+            data,
+            markers_allowed=self._markers_allowed(now),
+            subscription_state=subscription_state,
+            now_ms=now.wall_ms,
+        )
+        if work.rejected is not None:
+            self._reject(work.rejected)
+            return
+        if work.update_for is not None:
+            tracked = self._subscription(topic, work.update_for, exists=False)
+            tracked.confirm(now.mono)
+        self._perform(list(work.effects), now)
+
+    def snapshot_round(self, now: Now) -> None:
+        if not self.config.snapshot_namespaces:
+            return
+        covered = [(t, ts.tail.version) for t, ts in self.topics.items() if self.snapshots.covers(t)]
+        if covered and self._markers_allowed(now):
+            self._perform(
+                list(self.snapshots.round(covered, self.namespaces, now_s=now.wall, now_ms=now.wall_ms)), now
+            )

@@ -1,0 +1,411 @@
+"""Observing: cursors read from the plugin's feed and from ``internalStats`` polls, and claims published.
+
+Round step 4 (``runtime``): cursors from the feed (only subscriptions consumers just acknowledged on) and
+from polls paced by ``geosync_core.pacing``; rewinds noticed (``core.generations``); each subscription's
+claim decided (``geosync_core.claiming``) and queued when it changed, to be sealed and sent by
+``controlling``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+from geosync_adapters import admin as adm
+from geosync_agent import calls
+from geosync_agent.agentstate import Now, TopicState
+from geosync_agent.controlling import Controlling
+from geosync_agent.core import generations, reports, tuning
+from geosync_agent.core.applying import claimed_to
+from geosync_agent.core.pauses import note_heavy, publish_pause
+from geosync_agent.core.subscriptions import (
+    Subscription,
+    claim_size,
+    forgettable_floor,
+)
+from geosync_agent.discovering import namespace_of, synced
+from geosync_core import (
+    claiming,
+    envelopes,
+    pacing,
+    pluginapi,
+)
+from geosync_core.capabilities import Capability
+from geosync_core.rangesets import AckState
+
+log = logging.getLogger("geosync.agent")
+
+
+class Observing(Controlling):
+    """Cursors observed (feed, polls) and claims decided and published (round step 4)."""
+
+    # -- 4. observe and publish ------------------------------------------------------------------
+
+    def observe_feed(self, now: Now) -> None:
+        """Take the cursors the plugin's feed reported, and send what moved at once: not after the polls (at
+        10,000 subscriptions a saturated machine's polls took up to 2.9 s of a round). Before them: a poll
+        cannot see batch indexes, and keeps those the feed reported (``_observe``)."""
+        self.heavy_publishes = self.subs.still_held(self.heavy_publishes_by)
+        fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
+        if fed:
+            by_topic = self.subs.by_topic(existing_only=True, topics=fed)
+            for topic, cursors in fed.items():
+                self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
+        self._flush_states(now, announce=False)  # the polls' flush announces, where there is nothing to send
+
+    def poll(self, now: Now) -> None:
+        """Read the cursors due a poll (every one at its topic's resync, to publish them whole) through the
+        admin API, and send what they changed."""
+        resync = set()
+        period = self.resync_period()
+        if self.sends_lost and self.publish_failing_since is None:
+            # Sends failed and sending works again: what they carried goes out again soon, not a period on.
+            self.sends_lost = False
+            self.stats.inc("resyncs_after_lost_sends")
+            for ts in self.topics.values():
+                ts.resync_at = min(ts.resync_at, now.mono + self.rng.random() * tuning.RESYNC_AFTER_LOSS_S)
+        # Only the topics due: sorting out the subscriptions that exist, for every topic, was most of an idle
+        # round's polls at 10,000 subscriptions.
+        tracked = self.topics
+        by_topic = self.subs.by_topic(
+            existing_only=True,
+            topics=[
+                t
+                for t in self.subs.by_topic(existing_only=False)
+                if (seen := tracked.get(t)) is not None and now.mono >= min(seen.resync_at, seen.poll.next_at)
+            ],
+        )
+        for topic in by_topic:
+            ts = self.topics[topic]
+            if now.mono >= ts.resync_at:
+                resync.add(topic)
+                ts.resync_at = now.mono + period
+        if resync:
+            self.stats.inc("cursor_polls_for_resyncs", len(resync))
+        due = list(by_topic)  # each at its resync or its poll's time
+        unreachable: list[str] = []
+        for topic, internal in zip(due, self.effector.map(self._internal_stats, due), strict=True):
+            if isinstance(internal, adm.OwnerUnreachable):
+                # Its owner died: this topic waits (the others' polls, claims and writes go on).
+                unreachable.append(topic)
+                ts = self.topics[topic]
+                ts.poll = replace(ts.poll, next_at=now.mono + tuning.STALLED_S)
+                if topic in resync:
+                    ts.resync_at = now.mono + tuning.STALLED_S
+                continue
+            if internal is None:
+                continue
+            self.stats.inc("cursor_polls")
+            if self.caps.get(Capability.PLUGIN_FEED) is not True:
+                self.stats.inc("cursor_polls_without_feed")
+            reloaded = self._reloaded(self.topics[topic], internal)
+            cursors = {
+                name: AckState.parse(
+                    str(raw["markDeletePosition"]), str(raw.get("individuallyDeletedMessages") or "[]")
+                )
+                for name, raw in (internal.get("cursors") or {}).items()
+            }
+            states, force = by_topic[topic], topic in resync
+            self._observe(topic, states, cursors, force=force, now=now, polled=True, reloaded=reloaded)
+        if unreachable:
+            self.stats.inc("polls_owner_unreachable", len(unreachable))
+            log.warning(
+                "the owners of %d topic(s) do not answer (%s...): their cursors are read again in %.0f s",
+                len(unreachable),
+                unreachable[0],
+                tuning.STALLED_S,
+            )
+        self._flush_states(now)
+
+    def _reloaded(self, ts: TopicState, internal: dict[str, Any]) -> bool:
+        """Whether the topic writes to another ledger than at the last poll: it was unloaded and loaded again
+        (a bundle moved, a broker restarted) or rolled over. Either way the batch indexes its cursors showed
+        are not trusted any more: Pulsar 4.0.8 forgets those of partly acknowledged entries on a reload, and a
+        poll cannot see them (a roll-over only costs writing them again)."""
+        ledgers = internal.get("ledgers") or []
+        try:
+            ledger = int(ledgers[-1]["ledgerId"]) if ledgers else None
+        except (KeyError, TypeError, ValueError):
+            return False
+        reloaded = ts.ledger is not None and ledger is not None and ledger != ts.ledger
+        ts.ledger = ledger if ledger is not None else ts.ledger
+        if reloaded:
+            self.stats.inc("topics_reloaded")
+        return reloaded
+
+    def _internal_stats(self, topic: str) -> dict[str, Any] | adm.OwnerUnreachable | None:
+        try:
+            return self.effector.call(calls.InternalStats(topic))
+        except adm.AdminNotFound:
+            return None
+        except adm.OwnerUnreachable as e:
+            return e
+
+    def _read_feed(self, now: Now) -> dict[str, dict[str, AckState]]:
+        """Cursor states of the subscriptions consumers acknowledged on since the last read, from the broker
+        plugin's feed, with partly acknowledged batches (empty where the plugin is absent: polling then does
+        all the work). A report naming a topic or subscription discovery has not found yet starts its
+        tracking at once (a subscription created with its traffic); discovery is asked for a pass too, for
+        what the feed does not tell (consumers, type)."""
+        if not self.caps.usable(Capability.PLUGIN_FEED, now=now.mono):
+            return {}
+        if not self.namespaces:
+            # Before discovery's first pass every report would be dropped as out of scope, and the feed
+            # names each acknowledgement once: batch indexes acknowledged while the agent was down would
+            # then be known to no poll (a poll cannot see them) and never claimed.
+            return {}
+        try:
+            feed = self.effector.call(calls.PluginFeed(self.feed.seq))
+        except (adm.AdminNotFound, adm.AdminForbidden) as e:
+            if self.caps.get(Capability.PLUGIN_FEED) is not False:
+                for ts in self.topics.values():
+                    ts.poll = replace(ts.poll, next_at=0.0)  # their polls were paced for a feed
+            self.caps = self.caps.learned(Capability.PLUGIN_FEED, False, now=now.mono)
+            log.info("no acknowledgement feed from the broker plugin (%s); polling cursors instead", e)
+            return {}
+        except (adm.AdminError, pluginapi.PluginApiError) as e:
+            self.stats.inc("feed_errors")
+            self.part_outcome("acknowledgement feed", e, now.mono)
+            log.warning("acknowledgement feed failed, polling meanwhile: %s", e)
+            return {}
+        self.part_outcome("acknowledgement feed", None, now.mono)
+        if feed.epoch != self.feed.epoch:
+            # The broker (re)started: what was acknowledged before it is only known to a poll, and a
+            # cursor that lost its last acknowledgements in a crash moved back without a rewind. Not at the
+            # agent's own first read: every topic is polled at its first round already (a second poll of
+            # them all, a round later, was most of a restarted agent's rounds at 10,000 subscriptions).
+            if self.feed.epoch:
+                for ts in self.topics.values():
+                    ts.poll = replace(ts.poll, next_at=0.0)
+            self.feed.epoch = feed.epoch
+            for sub in self.subs.values():
+                sub.seen_feed = sub.seen_any = sub.fed = None
+        self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
+        self.feed.seq = feed.seq
+        self.stats.inc("feed_reads")
+        if feed.cursors:
+            self.feed.busy_until = now.mono + pacing.ACTIVE_FEED_S
+        for report in feed.cursors:
+            if namespace_of(report.topic) in self.namespaces and synced(
+                self.config, report.topic, report.subscription
+            ):
+                self.unobserved.pop((report.topic, report.subscription), None)  # newest last (LRU order)
+                self.unobserved[(report.topic, report.subscription)] = report
+        while len(self.unobserved) > tuning.MAX_UNOBSERVED:
+            del self.unobserved[next(iter(self.unobserved))]
+            self.stats.inc("feed_reports_dropped")
+        out: dict[str, dict[str, AckState]] = {}
+        unknown = False
+        for key, report in list(self.unobserved.items()):
+            topic, name = key
+            if not self.owns(topic):
+                del self.unobserved[key]  # moved off this broker: its new owner's agent reads the cursor
+                continue
+            state = self.subs.get(key)
+            if topic not in self.topics or state is None or not state.exists:
+                unknown = True
+                self.stats.inc("tracked_from_feed")
+                state = self._subscription(topic, name)
+                state.confirm(now.mono)
+            tracked = self._track_topic(topic, now)
+            if now.mono < state.publish_after:
+                # Its claims are large and their publish is paused: the report (the newest, replacing the one
+                # before) waits here until the pause ends, instead of being read, checked for a rewind and
+                # translated at every round for a publish that cannot go out yet (what a's agent spent its
+                # time on while b was cut off, with tens of thousands of holes kept for good).
+                self.stats.inc("feed_reports_deferred")
+                continue
+            if report.batches and not tracked.tail.has_read(max(b.position for b in report.batches)):
+                continue  # the batch sizes are not known yet: the report waits for the tail
+            del self.unobserved[key]
+            fed: tuple[object, ...] = (
+                report.mark_delete,
+                report.individually_deleted,
+                report.batches,
+                report.batches_truncated,
+            )
+            if report.batches:
+                fed += tuple(tracked.tail.size_of(b.position) for b in report.batches)
+            if state.fed is not None and state.fed[0] == fed and state.cursor == state.fed[1]:
+                # The plugin's repeat within its settle time (at 10,000 subscriptions more than half of what
+                # the feed reported): the same cursor read the same way again, and its topic looked at again.
+                # Not once a write or a poll has set another cursor since: the report is news against that.
+                self.stats.inc("feed_repeats_skipped")
+                continue
+            if report.batches_truncated:
+                self.stats.inc("feed_batches_truncated")
+            cursor = reports.cursor_of(report, tracked.tail)  # batch sizes from the tail
+            state.fed = (fed, cursor)
+            out.setdefault(topic, {})[name] = cursor
+        if unknown:
+            self._rediscover_soon(now, "rediscover_for_feed")
+        return out
+
+    def _observe(
+        self,
+        topic: str,
+        states: list[Subscription],
+        cursors: dict[str, AckState],
+        *,
+        force: bool,
+        now: Now,
+        polled: bool,
+        reloaded: bool = False,
+    ) -> None:
+        """Take ``topic``'s cursors (name -> state) and publish what changed; after a poll, schedule the
+        next one. A poll cannot see batch indexes: it keeps the partly acknowledged batches the feed or a
+        write last reported above the polled mark-delete (acknowledgements are never taken back), unless the
+        topic was ``reloaded`` since: then none are taken as acknowledged, and the claims write them again."""
+        changed = False
+        moved: list[Subscription] = []
+        for state in states:
+            cursor = cursors.get(state.name)
+            if cursor is None:
+                continue
+            rewind = (
+                None
+                if self.snapshots.covers(topic)
+                else generations.rewound(
+                    state, cursor, source="poll" if polled else "feed", now_mono=now.mono, now_wall=now.wall
+                )
+            )
+            rewound = rewind is not None and self._took_rewind(state, rewind, cursor)
+            if (
+                polled
+                and not rewound  # a rewind cleared the batch indexes acknowledged before it
+                and not reloaded  # Pulsar may have forgotten them
+                and state.cursor is not None
+                and state.cursor.batches
+                and cursor.mark_delete >= state.cursor.mark_delete  # not reset backwards by someone
+            ):
+                cursor = cursor.ack_batches(state.cursor.batches)
+            if reloaded:
+                state.planned = None  # planned from what the broker may have forgotten: write it again
+            if cursor != state.cursor:
+                changed = True
+                moved.append(state)
+                state.cursor = cursor
+            # else the same value read again keeps its object: the apply step and the checkpoint tell an
+            # unchanged subscription by identity (a poll parses all its topic's cursors anew)
+        if any(not s.kind for s in moved):
+            # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
+            # per-key order) before the first claim, while the consumer that acknowledged is still there.
+            self._learn_kinds(topic, states)
+        # A poll publishes every state it read (a resync forces it); the feed the states it moved, and those
+        # a write here moved since they were last translated (their claims, and what the tail may forget,
+        # follow).
+        claims = not self.snapshots.covers(topic)
+        moved_ids = {id(s) for s in moved}
+        for state in states:
+            if (
+                polled
+                or id(state) in moved_ids
+                or (claims and state.cursor is not state.translated and state.cursor != state.translated)
+            ):
+                self._publish(state, force=force, now=now)
+        ts = self.topics[topic]
+        floor = forgettable_floor(states, claims=claims)
+        if floor is not None:
+            ts.tail.forget_up_to(floor)
+        if polled:
+            ts.poll = pacing.after_poll(
+                ts.poll,
+                now=now.mono,
+                base_s=self.config.poll_interval_s,
+                feed=self.caps.get(Capability.PLUGIN_FEED) is True,
+                changed=changed,
+                pending_move=any(s.pending_move for s in states),
+                consumers=any(s.consumers for s in states),
+                spread=self.rng.random(),
+            )
+            paused = [
+                s.publish_after for s in states if s.publish_after > now.mono and s.cursor != s.translated
+            ]
+            if paused:
+                # The new schedule replaced the one ``_publish`` set for states acknowledged during a publish
+                # pause: the poll that ends the earliest pause publishes them.
+                ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, *paused))
+
+    def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
+        try:
+            subs = self.effector.call(calls.TopicStats(topic)).get("subscriptions") or {}
+        except (adm.AdminNotFound, adm.OwnerUnreachable):
+            return  # learned at a later look
+        for state in states:
+            state.learn_kind(str((subs.get(state.name) or {}).get("type") or ""))
+
+    def _publish(self, state: Subscription, *, force: bool, now: Now) -> None:
+        ts = self.topics.get(state.topic)
+        if ts is None or state.cursor is None or state.follow:
+            return  # following a rewind: this cursor may acknowledge what the newer claims do not
+        tail, cursor = ts.tail, state.cursor
+        if tail.stale or self._behind_forgotten(ts, state, cursor):
+            return  # the tail is read again first (next round): claims made now could leave entries out
+        if not force and now.mono < state.publish_after:
+            # Claims too large to translate and send at every acknowledgement: the next due poll brings this
+            # cursor back (it still differs from ``translated``), and with it everything acknowledged since.
+            ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, state.publish_after))
+            self.stats.inc("publishes_paused")
+            return
+        if self.snapshots.covers(state.topic):
+            update = self.snapshots.on_subscription(
+                state.topic, state.name, cursor, tail.positions_above(cursor.mark_delete), tail.last
+            )
+            if update is not None and self._markers_allowed(now):
+                sends = self.snapshots.publishing(state.topic, [(update, None)], now_ms=now.wall_ms)
+                self._perform(list(sends), now)
+            return
+        key_order = None
+        if state.key_shared:
+            key_order = claiming.KeyOrder(
+                tail.positions_above(cursor.mark_delete),
+                tail.key_of,
+                size_of=tail.size_of,
+                key_of_message=tail.key_of_message,
+            )
+        # The cost is the loop thread's CPU, not the wall time: on a saturated machine a GIL switch alone
+        # (5 ms) made any publish or plan look heavy, and the pauses grew with every one counted so.
+        started = time.thread_time()
+        claim = claiming.decide(
+            tail.index,
+            cursor,
+            received=state.received,
+            published=state.published,
+            last_translated=state.translated,
+            force=force,
+            key_order=key_order,
+            index_grew=state.incomplete_at is not None and state.incomplete_at != tail.version,
+            local=self.config.region,
+            claimed_to=state.claimed_to,
+        )
+        if claim is None:
+            return
+        if not state.active and claim.news:
+            state.active = True  # acknowledged here first (messages, not forms): consumed here
+        state.translated = cursor
+        state.incomplete_at = None if claim.complete else tail.version
+        if not claim.send:
+            # Nothing beyond what others told us (typically: our cursor just caught up with their claims).
+            state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
+            return
+        namespace = namespace_of(state.topic)
+        if namespace not in self.namespaces:
+            return
+        size = claim_size(claim.claims)
+        sent = claim.claims
+        if not force and size > tuning.NEWS_FROM_SPANS and state.published is not None:
+            # Receivers merge claims and hold the published ones: large claims travel as their news between
+            # resyncs (each resync sends them whole, for a receiver that missed some). Sent whole each time,
+            # 4 subscriptions of ~30,000 spans wrote 845 MB an hour to a control topic, in entries of ~190 KB
+            # that Pulsar 4.0.8's replicator then failed to read 1,000 at a time, for good.
+            sent = claim.claims.news_since(state.published)
+            self.stats.inc("states_sent_as_news")
+        state.publish_took = took = time.thread_time() - started
+        note_heavy(self.heavy_publishes_by, state, took)
+        state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
+        self.outgoing.setdefault(namespace, []).append(
+            envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
+        )
+        state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)

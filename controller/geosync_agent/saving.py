@@ -1,0 +1,281 @@
+"""Checkpoints taken and restored: what the agent keeps across restarts (``checkpointing`` is the file).
+
+The state is taken on the loop's thread (the only one that reads it), cheaply fingerprinted to skip
+unchanged ones, and encoded and written by the checkpoint writer; ``restore`` takes one up before the first
+round. The wire forms of its parts are ``core.checkpoint``'s and the tails' own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from geosync_agent import checkpointing
+from geosync_agent.agentstate import Now, TopicState
+from geosync_agent.core import checkpoint, tuning
+from geosync_agent.core.subscriptions import (
+    SubKey,
+    Subscription,
+    SubsTable,
+)
+from geosync_agent.discovering import partition_of
+from geosync_agent.tailing import Tail
+from geosync_agent.writing import Writing
+from geosync_core import (
+    envelopes,
+    pacing,
+)
+from geosync_core.incarnations import Incarnation, Known
+from geosync_core.origins import OriginAcks
+from geosync_core.positions import Position
+
+log = logging.getLogger("geosync.agent")
+
+
+class Saving(Writing):
+    """Taking, writing and restoring checkpoints."""
+
+    # -- checkpoint (see geosync_agent.checkpointing) ----------------------------------------------
+
+    def save_checkpoint(self, *, background: bool = False, at: float | None = None) -> None:
+        """Write the checkpoint now (a failure is logged and counted; the next one tries again). The state
+        is taken on the loop's thread (the only one that reads it); with ``background`` it is encoded,
+        compressed and written on a thread of its own (a second or more at 10,000 subscriptions on a busy
+        machine, which the rounds no longer wait for), and skipped while the previous one is still being
+        written (the next interval writes a newer one). Without, it waits for that one and writes now. A
+        periodic one (``background``; ``at`` the round's monotonic time) is skipped while the state looks
+        unchanged, for at most tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S."""
+        if self.checkpoint_path is None:
+            return
+        writer = self.checkpoint_writer
+        if writer is not None and writer.is_alive():
+            if background:
+                self.stats.inc("checkpoints_skipped")
+                return
+            writer.join()
+        started = time.monotonic()
+        at = started if at is None else at
+        fingerprint, held = self.checkpoint_fingerprint()
+        seen = self.checkpoint_seen
+        if (
+            background
+            and seen is not None
+            and seen[0] == fingerprint
+            and at - seen[2] < tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S
+        ):
+            self.stats.inc("checkpoints_unchanged")
+            return
+        self.checkpoint_seen = (fingerprint, held, at)
+        try:
+            state = self.checkpoint_later()
+        except ValueError as e:
+            self.stats.inc("checkpoint_errors")
+            log.warning("cannot take the checkpoint: %s", e)
+            return
+        taken = self.checkpoint_taken_s = time.monotonic() - started
+        if background:
+            self.checkpoint_writer = threading.Thread(
+                target=self._write_checkpoint, args=(state, started, taken), name="checkpoint", daemon=True
+            )
+            self.checkpoint_writer.start()
+        else:
+            self._write_checkpoint(state, started, taken)
+
+    def _acks_wire(self, acks: OriginAcks) -> dict[str, Any]:
+        """``acks`` as the checkpoint writes them, encoded once for as long as they do not change (claims are
+        immutable values: most of 10,000 subscriptions' claims are the same objects as at the last one)."""
+        hit = self.acks_wire.get(id(acks))
+        wire = hit[1] if hit is not None and hit[0] is acks else envelopes.acks_to_json(acks)
+        self.acks_wire_next[id(acks)] = (acks, wire)
+        return wire
+
+    def _write_checkpoint(self, state: Callable[[], dict[str, Any]], started: float, taken: float) -> None:
+        """Encode and write ``state`` (on the checkpoint thread or the loop's: it only counts and assigns)."""
+        assert self.checkpoint_path is not None
+        try:
+            size = checkpointing.save(self.checkpoint_path, region=self.config.region, state=state())
+        except (OSError, ValueError) as e:
+            self.stats.inc("checkpoint_errors")
+            self.checkpoint_seen = None  # not written: the next one is, changed or not
+            log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
+            return
+        self.stats.inc("checkpoints_written")
+        self.checkpoint_cost_s = time.monotonic() - started
+        self.timeline.add("checkpoint", started, self.checkpoint_cost_s, in_loop_s=round(taken, 3))
+        # The largest temporary buffers (the state's JSON and its compressed copy) were just freed.
+        self.allocator.trim()
+        self.checkpoint_info = {
+            "bytes": size,
+            "seconds": round(time.monotonic() - started, 4),
+            "taken_in_loop_seconds": round(taken, 4),
+            "at": time.time(),
+        }
+
+    def checkpoint_fingerprint(self) -> tuple[Any, list[object]]:
+        """What a checkpoint would hold, told cheaply (the tails by identity, sizes, last positions and
+        versions; the claims, immutable values, mostly the same objects as at the last one), and the objects
+        it names by identity."""
+        held: list[object] = []
+        topics = []
+        for topic, ts in self.topics.items():
+            tail = ts.tail
+            held.append(tail)
+            topics.append(
+                (
+                    topic,
+                    id(tail),
+                    tail.stale,
+                    tail.version,
+                    tail.rewrites,
+                    tail.last,
+                    tail.budget_floor,
+                    len(tail.index),
+                    tail.index.floor,
+                    len(tail.index.retirements()),
+                    len(tail.details),
+                    tail.details.changes,
+                    tail.details.lowest(),
+                    len(tail.unresolved),
+                    len(tail.pending),
+                )
+            )
+        subs = []
+        for s in self.subs.values():
+            subs.append(
+                (
+                    s.topic,
+                    s.name,
+                    s.exists,
+                    s.deleted_here,
+                    s.announced,
+                    s.kind,
+                    s.key_shared,
+                    s.generation,
+                    s.follow,
+                    s.active,
+                    s.received,  # compared as values where not the same object (a resync makes equal ones)
+                    s.published,
+                )
+            )
+        rest = (
+            self.incarnation,
+            self.incarnations.to_wire(),
+            {t: tail.last for t, tail in self.controls.items()},
+            {t: checkpoint.guard_to_wire(g) for t, g in self.guards.items()},
+            {t: checkpoint.guard_to_wire(g) for t, g in self.snapshots.guards.items()},
+        )
+        return (tuple(topics), tuple(subs), rest), held
+
+    def checkpoint(self) -> dict[str, Any]:
+        """What a restarted agent needs to resume without re-reading history, as JSON values."""
+        return self.checkpoint_later()()
+
+    def checkpoint_later(self) -> Callable[[], dict[str, Any]]:
+        """``checkpoint``'s value as it is now, its largest parts (the topics' origin indexes and entry
+        details, the subscriptions' claims) encoded when called: taken on the loop's thread, the only one
+        that reads the state, and called on the checkpoint's thread."""
+        topics = {t: ts.tail.to_wire_later() for t, ts in self.topics.items() if not ts.tail.stale}
+        rest = {
+            "incarnation": None if self.incarnation is None else self.incarnation.to_wire(),
+            "incarnations": self.incarnations.to_wire(),
+            "controls": {t: tail.last.to_wire() for t, tail in self.controls.items() if tail.last},
+            "guards": {t: checkpoint.guard_to_wire(g) for t, g in self.guards.items()},
+            "marker_guards": {t: checkpoint.guard_to_wire(g) for t, g in self.snapshots.guards.items()},
+        }
+        # Their claims are encoded when called, on the checkpoint's thread (at 10,000 subscriptions
+        # acknowledged all the time, encoding the claims that changed was 6-8 % of the loop's time).
+        subs = [
+            (
+                checkpoint.subscription_fields(s),
+                s.received,
+                s.published,
+                s.cursor,
+            )
+            for s in self.subs.values()
+        ]
+
+        def encode() -> dict[str, Any]:
+            listed = [
+                {
+                    **fields,
+                    "received": self._acks_wire(received),
+                    "published": None if published is None else self._acks_wire(published),
+                    "cursor": None if cursor is None else checkpoint.cursor_to_wire(cursor),
+                }
+                for fields, received, published, cursor in subs
+            ]
+            self.acks_wire, self.acks_wire_next = self.acks_wire_next, {}
+            return {
+                "topics": {t: encode_topic() for t, encode_topic in topics.items()},
+                **rest,
+                "subscriptions": listed,
+            }
+
+        return encode
+
+    def restore(self, state: dict[str, Any], now: Now) -> None:
+        """Take up a checkpoint before the first round: tails resume at their last entry (their readers open
+        in the first round), subscriptions keep the claims received and published, control topics their read
+        position and replay guard. ``ValueError`` (nothing restored) for a state this agent cannot use."""
+        own = Incarnation.from_wire(state.get("incarnation"))
+        if own is not None and self.incarnation is not None and own != self.incarnation:
+            raise ValueError(
+                f"the checkpoint was written by an agent of incarnation {own} of "
+                f"{self.config.region}; the region is incarnation {self.incarnation} now (it was rebuilt)"
+            )
+        try:
+            known = Known.from_wire(state.get("incarnations", {}))
+            if known is None:
+                raise ValueError("incarnations not readable")
+            controls: dict[str, Tail] = {}
+            for topic, last in dict(state["controls"]).items():
+                tail = controls[topic] = Tail(topic, -1, wake=self.wake)
+                tail.last = tail.resume_at = Position.from_wire(last)
+            guards = {topic: checkpoint.guard_from_wire(g) for topic, g in dict(state["guards"]).items()}
+            # Absent in checkpoints of agents before markers had a replay guard.
+            marker_guards = {
+                topic: checkpoint.guard_from_wire(g)
+                for topic, g in dict(state.get("marker_guards", {})).items()
+            }
+            subs: dict[SubKey, Subscription] = {}
+            for item in list(state["subscriptions"]):
+                sub = checkpoint.subscription_from_wire(item)
+                subs[sub.key] = sub
+            # The first resyncs spread over the period of the subscriptions restored (``resync_period`` of
+            # the agent's still empty table gave ``resync_interval_s``: at 10,000 subscriptions every topic
+            # was republished whole within 30 s of a restart instead of 100 s, while the agent caught up).
+            period = self.resync_period(len(subs))
+            # A topic whose cursors all came back is first polled within RESTORED_POLL_SPREAD_S, spread: the
+            # first round plans and writes from the checkpoint's cursors (a plugin write answers the cursor
+            # as it is, and a cursor that moved on since only has some acknowledgements written again),
+            # instead of waiting for a poll of every topic (at 10,000 subscriptions 1.2 s of that round).
+            read = {s.topic for s in subs.values() if s.exists and s.cursor is None}
+            spread = tuning.RESTORED_POLL_SPREAD_S
+            topics = {
+                topic: TopicState(
+                    Tail.from_wire(topic, partition_of(topic), value),
+                    resync_at=pacing.first_resync(now.mono, period_s=period, phase=self.rng.random()),
+                    poll=pacing.PollState(
+                        next_at=0.0 if topic in read else now.mono + spread * self.rng.random()
+                    ),
+                )
+                for topic, value in dict(state["topics"]).items()
+            }
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"checkpoint content not usable: {type(e).__name__}: {e}") from e
+        self.topics, self.controls, self.guards, self.subs = topics, controls, guards, SubsTable(subs)
+        self.snapshots.guards = marker_guards
+        for region, incarnation in known.by_region.items():
+            if region != self.config.region:
+                self.incarnations = self.incarnations.learn(region, incarnation)[0]
+        self.stats.inc("checkpoint_restored")
+        log.info(
+            "resuming from the checkpoint: %d topics (%d index runs), %d subscriptions, %d control topics",
+            len(topics),
+            sum(len(ts.tail.index) for ts in topics.values()),
+            len(subs),
+            len(controls),
+        )

@@ -1,0 +1,342 @@
+"""What the agent tracks: topics, subscriptions and control topics, from discovery and ownership.
+
+Round step 0 (``runtime``): in sidecar mode (``shard_by_ownership``) refresh what this broker owns,
+hand off the topics it lost and take over the ones it gained (``owning``); adopt the newest discovery pass
+(readers for new topics and control topics, subscriptions tracked, replicators watched and unstuck); forget
+what discovery no longer lists, and what claims name that does not exist here after a while.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from geosync_adapters import admin as adm
+from geosync_agent import (
+    calls,
+    owning,
+)
+from geosync_agent import effects as fx
+from geosync_agent.agentstate import AgentState, Now, TopicState
+from geosync_agent.core import tuning
+from geosync_agent.core.subscriptions import Subscription
+from geosync_agent.discovering import partition_of
+from geosync_agent.tailing import Tail
+from geosync_core import (
+    ownership,
+    pacing,
+    replicators,
+)
+
+log = logging.getLogger("geosync.agent")
+
+
+class Tracking(AgentState):
+    """Ownership, adoption and tracking of topics and subscriptions (round step 0)."""
+
+    # -- 0. sharding by ownership (sidecar mode) ----------------------------------------------------
+
+    def owns(self, topic: str) -> bool:
+        """Whether this agent syncs ``topic``: always, unless it shards by ownership and its broker does not
+        own the topic's bundle."""
+        return self.ownership is None or self.ownership.owns(topic)
+
+    def own(self, now: Now) -> None:
+        """Sidecar mode: refresh the broker's bundles when due; hand off the topics it no longer owns, and
+        take over claimed topics it now owns (discovery is asked for a pass for the rest)."""
+        if self.ownership is None:
+            return
+        try:
+            change = self.effector.call(calls.RefreshOwnership(self.ownership, now.mono))
+            if self.lookups:
+                self.effector.call(calls.RefreshRegionOwnership(self.ownership, now.mono))
+                self._look_up_claimed(now)
+        except (adm.AdminError, owning.OwnershipUnknown) as e:
+            self.part_outcome("ownership", e, now.mono)
+            self.stats.inc("ownership_errors")
+            log.warning("cannot tell what this agent's broker owns (keeping the last answer): %s", e)
+            return
+        if change is None:
+            return
+        self.part_outcome("ownership", None, now.mono)
+        before, after = change
+        if before == after:
+            return
+        lost, _ = ownership.moved(before, after, list(self.topics))
+        for topic in lost:
+            self._hand_off(topic)
+        claimed = {k[0] for k, state in self.subs.items() if state.announced and k[0] not in self.topics}
+        _, gained = ownership.moved(before, after, claimed)
+        for topic in gained:
+            self.claimed_untracked[topic] = (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S)
+        self.stats.inc("ownership_changes")
+        log.info(
+            "broker %s now owns %d bundles: %d topics handed off, %d claimed topics taken over",
+            self.ownership.me,
+            after.count(),
+            len(lost),
+            len(gained),
+        )
+        self.rediscover.set()
+
+    def _hand_off(self, topic: str) -> None:
+        """``topic`` moved to another broker: stop syncing it here (its reader, index and cursor state go;
+        the claims received stay, see ``Subscription.hand_off``)."""
+        self._untrack(topic)
+        for state in self.subs.values():
+            if state.topic == topic:
+                state.hand_off()
+        self.snapshots.retain(self.topics)
+        self.stats.inc("topics_handed_off")
+        log.info("%s moved to another broker: handed off to its agent", topic)
+
+    def _look_up_claimed(self, now: Now) -> None:
+        """Look up the claimed topics this broker does not own (queued by ``_take_claims``) that no broker
+        owns: the look-up has some broker take the bundle, whose agent applies the claims; one taken by this
+        broker is picked up by a refresh now."""
+        assert self.ownership is not None
+        queued, self.lookups = self.lookups, set()
+        for topic in queued:
+            if not self.ownership.should_look_up(topic, now.mono):
+                continue
+            try:
+                answer = self.effector.call(calls.LookupTopic(topic))
+            except adm.AdminNotFound:
+                continue  # not in this region yet: replication creates it
+            self.stats.inc("ownership_lookups")
+            if self.ownership.is_me(answer):
+                self.ownership.refresh_now()
+
+    # -- 1. adopt discovery ------------------------------------------------------------------------
+
+    def adopt(self, now: Now) -> None:
+        found = self.discovered.take()
+        if found is None:
+            return
+        self.discovery_seconds.append(found.took_s)
+        del self.discovery_seconds[:-20]
+        if found.scanned_at is not None:
+            self.timeline.add("discovery", found.scanned_at, found.took_s)
+        if set(found.namespaces) - set(self.namespaces):
+            # Reports about a namespace not in scope yet were dropped, and the feed names each acknowledgement
+            # once: read it again from the start (it names every subscription with its cursor as it is now;
+            # repeats change nothing). Batch indexes acknowledged there meanwhile are known to no poll.
+            self.feed.seq = 0
+        self.namespaces = found.namespaces
+        for ns in self.namespaces:
+            control = self._control_topic(ns)
+            if control not in self.controls:
+                tail = Tail(control, -1, wake=self.wake)
+                self.readers.open(tail, now.mono, control=True)
+                self.controls[control] = tail
+        for topic in found.topics:
+            if self.owns(topic):  # the pass may predate a hand-off
+                self._track_topic(topic, now, open_now=False)  # opened together, by the next step
+        if found.scanned_at is not None:
+            self._forget_gone(found.topics if found.listed is None else found.listed, found.scanned_at, now)
+        by_topic = self.subs.by_topic(existing_only=False)
+        for topic, present in found.subscriptions.items():
+            if topic not in self.topics:
+                continue
+            self._track_subscriptions(topic, present, at=found.scanned_at or now.mono)
+            for state in by_topic.get(topic, ()):
+                if state.name not in present:
+                    self._absent(state, found.scanned_at)
+        for topic, links in found.replicators.items():
+            if topic in self.topics or topic in self.controls:
+                self.replicators.observe(topic, links, at=found.scanned_at or now.mono)
+        self.replicators.retain([*self.topics, *self.controls])
+        for ns in sorted(set(found.unretained) - set(self.unretained)):
+            log.warning(
+                "namespace %s retains no acknowledged message in %s: messages replicated here before their "
+                "subscription is created here are held by no cursor, and a ledger rollover, bundle unload or "
+                "broker restart deletes them (a failover here then loses them). Set a retention longer than "
+                "a discovery pass or two, e.g. pulsar-admin namespaces set-retention %s --time 1h --size 1G",
+                ns,
+                self.config.region,
+                ns,
+            )
+        self.unretained = found.unretained
+        stalled = self.replicators.stalled(now.mono, self.config.replicator_stall_s)
+        self._report_stalls(stalled, now)
+        self._unstick(stalled, now)
+
+    def _report_stalls(self, stalled: list[replicators.Stall], now: Now) -> None:
+        """Log the replicators that stalled since the last pass and those that moved again."""
+        before = {(s.topic, s.remote) for s, _ in self.stalled}
+        after = {(s.topic, s.remote) for s in stalled}
+        for stall in stalled:
+            if (stall.topic, stall.remote) not in before:
+                self.stats.inc("replicators_stalled")
+                log.warning(
+                    "Pulsar's replicator of %s to %s holds %d entries and sent nothing for %.0f s "
+                    "(connected: %s): %s is missing those messages until it moves (check the brokers: "
+                    "topics stats)",
+                    stall.topic,
+                    stall.remote,
+                    stall.backlog,
+                    now.mono - stall.since,
+                    "yes" if stall.connected else "no",
+                    stall.remote,
+                )
+        for topic, remote in sorted(before - after):
+            log.info("Pulsar's replicator of %s to %s is no longer stalled", topic, remote)
+        self.stalled = [(s, now.mono - s.since) for s in stalled]
+
+    def _unstick(self, stalled: list[replicators.Stall], now: Now) -> None:
+        """Unload the topics (owned here) whose replicator is stuck while connected, when due (opt-in:
+        ``replicator_unload_after_s``)."""
+        self.unsticking.settle(self.replicators)
+        due = self.unsticking.due([s for s in stalled if self.owns(s.topic)], now.mono)
+        for stall in due:
+            log.warning(
+                "unloading %s here: its replicator to %s is connected, holds %d entries and sent nothing for "
+                "%.0f s (Pulsar starts a new one; unload %d of this topic since it last drained)",
+                stall.topic,
+                stall.remote,
+                stall.backlog,
+                now.mono - stall.since,
+                self.unsticking.tries[stall.topic],
+            )
+        self._perform([fx.UnloadTopic(s.topic) for s in due], now)
+
+    def _absent(self, state: Subscription, scanned_at: float | None) -> None:
+        """A discovery pass started at ``scanned_at`` did not find ``state`` here."""
+        if scanned_at is not None and scanned_at <= state.confirmed_at:
+            return  # seen (or created) since the pass began: the pass is older news
+        if state.exists and state.confirmed_at > 0 and scanned_at is not None:
+            state.deleted_here = True
+            self.stats.inc("subscriptions_deleted_here")
+            log.info(
+                "subscription %s on %s was deleted here: not created again from other regions' claims "
+                "(it is synced again once it exists here)",
+                state.name,
+                state.topic,
+            )
+        state.exists = False
+
+    def _forget_gone(self, listed: tuple[str, ...], scanned_at: float, now: Now) -> None:
+        """Stop tracking the topics (and control topics) a discovery pass no longer lists: deleted, or out
+        of the synced namespaces. Their readers close and their state and metric series go; a topic tracked
+        after the pass began is kept (the pass may predate it)."""
+        keep = set(listed)
+        for topic, ts in list(self.topics.items()):
+            if topic in keep or ts.tracked_at >= scanned_at:
+                continue
+            self._untrack(topic)
+            for key in [k for k in self.subs if k[0] == topic]:
+                del self.subs[key]
+            self.claimed_untracked.pop(topic, None)
+            self.stats.inc("topics_forgotten")
+            log.info("%s is gone (deleted, or its namespace is no longer synced): stopped tracking it", topic)
+        self._forget_unlisted_claims(keep, now)
+        self.snapshots.retain(self.topics)  # snapshot mode's caches of topics gone go too
+        wanted_controls = {self._control_topic(ns) for ns in self.namespaces}
+        for control in [c for c in self.controls if c not in wanted_controls]:
+            self.controls.pop(control).close()
+
+    def _forget_unlisted_claims(self, listed: set[str], now: Now) -> None:
+        """Drop the claims about topics neither listed here nor tracked that no region sent any of for
+        tuning.UNLISTED_CLAIMS_RESYNCS resync intervals (see there)."""
+        horizon = now.wall - tuning.UNLISTED_CLAIMS_RESYNCS * self.resync_period()
+        gone = [
+            key
+            for key, state in self.subs.items()
+            if key[0] not in self.topics
+            and key[0] not in listed
+            and max(state.received_from.values(), default=0.0) < horizon
+        ]
+        for key in gone:
+            del self.subs[key]
+            self.claimed_untracked.pop(key[0], None)
+            self.lookups.discard(key[0])
+        if gone:
+            self.stats.inc("claims_forgotten", len(gone))
+            log.info(
+                "forgot the claims of %d subscription(s) on topics no region has spoken of for %.0f s and "
+                "this region does not list (e.g. %s on %s)",
+                len(gone),
+                tuning.UNLISTED_CLAIMS_RESYNCS * self.resync_period(),
+                gone[0][1],
+                gone[0][0],
+            )
+
+    def _untrack(self, topic: str) -> None:
+        """Stop reading ``topic``: its reader closes; its tail, waiting feed reports and what the
+        interceptor's index answered for it go (its subscriptions are the caller's to keep or drop)."""
+        ts = self.topics.pop(topic, None)
+        if ts is not None:
+            ts.tail.close()
+        for key in [k for k in self.unobserved if k[0] == topic]:
+            del self.unobserved[key]
+        self.origin_lookups.forget(topic)
+
+    def _track_topic(self, topic: str, now: Now, *, open_now: bool = True) -> TopicState:
+        """Start tailing ``topic`` (from its earliest entry) unless it is tracked already; without
+        ``open_now`` its reader is opened by the round's ``reopen`` step, with the others due."""
+        ts = self.topics.get(topic)
+        if ts is None:
+            tail = Tail(topic, partition_of(topic))
+            if open_now:
+                self.readers.open(tail, now.mono)
+            phase = self.rng.random()
+            resync_at = pacing.first_resync(now.mono, period_s=self.resync_period(), phase=phase)
+            ts = self.topics[topic] = TopicState(tail, resync_at=resync_at, tracked_at=now.mono)
+        return ts
+
+    def _tails(self) -> list[Tail]:
+        """Every reader's tail: the control topics' and the tracked topics'."""
+        return [*self.controls.values(), *(ts.tail for ts in self.topics.values())]
+
+    def _reopen(self, now: Now) -> None:
+        """Open the readers not open yet (``reading.Readers.reopen``)."""
+        self.readers.reopen(self._tails(), self.controls, now.mono)
+
+    def _revive(self, now: Now) -> None:
+        """Open again the readers whose broker went away once their topic's owner answers
+        (``reading.Readers.revive``)."""
+        self.readers.revive(self._tails(), self.controls, now.mono)
+
+    def _subscription(self, topic: str, name: str, *, exists: bool = True) -> Subscription:
+        """The state of ``topic``'s subscription ``name``, made (with ``exists``) if there is none yet, and
+        not made to be thrown away when there is one (a claim received for each acknowledgement at 10,000
+        subscriptions built a whole new state each time: 4 % of both agents' work)."""
+        state = self.subs.get((topic, name))
+        if state is None:
+            state = self.subs[(topic, name)] = Subscription(topic, name, exists=exists)
+        return state
+
+    def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]], *, at: float) -> None:
+        """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type)) at
+        monotonic time ``at``."""
+        for name, (consumers, kind) in present.items():
+            state = self._subscription(topic, name)
+            # One deleted here and created again: ``confirm`` forgets its old cursor, to be read anew.
+            unread = state.deleted_here or (
+                state.cursor is None and (not state.exists or state.confirmed_at == 0)
+            )
+            state.confirm(at)
+            if state.recreated:
+                self.unobserved.pop(state.key, None)  # a report waiting since before is about the old one
+            state.consumers = consumers
+            state.learn_kind(kind)
+            if unread:
+                self._poll_soon(topic)
+
+    def _poll_soon(self, topic: str) -> None:
+        """Read ``topic``'s cursors at the next round: a subscription found here whose cursor was never read
+        (created when traffic starts, or another region's claims arrived first) has nothing else to make its
+        topic polled before the resync (the feed names a cursor only when consumers here acknowledge)."""
+        ts = self.topics.get(topic)
+        if ts is not None:
+            ts.poll = replace(ts.poll, next_at=0.0)
+
+    def resync_period(self, subscriptions: int | None = None) -> float:
+        """Seconds between a topic's full republishes: ``resync_interval_s``, stretched so that resyncs send
+        at most RESYNC_STATES_PER_S states a second on average (over ``subscriptions``, by default those
+        tracked)."""
+        n = len(self.subs) if subscriptions is None else subscriptions
+        return max(self.config.resync_interval_s, n / tuning.RESYNC_STATES_PER_S)
+
+    def _control_topic(self, namespace: str) -> str:
+        return f"persistent://{namespace}/{self.config.control_topic}"

@@ -1,0 +1,417 @@
+"""Applying: each subscription's cursor change planned, written, and the outcomes folded back.
+
+Round steps 3 and 5 (``runtime``): per topic, plan each subscription's cursor change
+(``geosync_core.syncing.plan_apply``, skipped where ``core.applying`` says nothing changed), send plugin
+cursor writes (landed at the next round's start by ``land_writes``), gate admin-API moves
+(``core.applying``), follow rewinds, and fold every effect's outcome back into the state (``_perform``,
+``_fold``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from geosync_agent import effects as fx
+from geosync_agent import tailing
+from geosync_agent.agentstate import Now, TopicState
+from geosync_agent.core import applying, generations, reports, tuning
+from geosync_agent.core.applying import (
+    appended_above,
+    claims_name_appended,
+    moved_on_from_nothing,
+    names_any,
+    only_unclaimed_appended,
+    plan_end,
+)
+from geosync_agent.core.pauses import note_heavy, plan_wait
+from geosync_agent.core.subscriptions import (
+    BEFORE_ALL,
+    SubKey,
+    Subscription,
+)
+from geosync_agent.observing import Observing
+from geosync_core import (
+    pacing,
+    pluginapi,
+    syncing,
+)
+from geosync_core.capabilities import Capability
+from geosync_core.origins import Origin
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+
+log = logging.getLogger("geosync.agent")
+
+
+class Writing(Observing):
+    """Planning, writing and folding cursor changes (round steps 3 and 5)."""
+
+    # -- 5. apply ----------------------------------------------------------------------------------
+
+    def apply(self, now: Now) -> None:
+        self._appended = {}
+        plugin_writes = self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono)
+        batch_writes = plugin_writes and self.caps.usable(Capability.BATCH_ACKS, now=now.mono)
+        work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]] = {}
+        creates: list[fx.Effect] = []
+        heavy = self.subs.still_held(self.heavy_plans)
+        for topic, group in list(self.subs.by_topic(existing_only=False).items()):
+            # Per topic: whether snapshot mode covers it, and its state (None: not tracked).
+            ts = None if self.snapshots.covers(topic) else self.topics.get(topic)
+            if ts is not None:
+                self._apply_topic(ts, group, work, creates, now, heavy=heavy, batch_writes=batch_writes)
+        self._perform(creates, now)
+        if work and plugin_writes:
+            # plan_apply puts every individual ack above the new mark-delete (a core invariant, tested).
+            writes = [
+                fx.PluginAck(key, plan.new_mark_delete, plan.individual_acks, plan.batch_acks)
+                for key, (_, _, plan) in work.items()
+            ]
+            # Their outcomes are folded before the next round's observe step (``land_writes``): the loop
+            # reads its tails and control topics meanwhile instead of waiting on the broker (at 10,000
+            # subscriptions that wait was about a sixth of the applying region's rounds).
+            self.writes_in_flight = (self.effector.start_plugin_writes(writes), work)
+            return
+        self._admin_moves(work, now)
+
+    def _apply_topic(
+        self,
+        ts: TopicState,
+        group: list[Subscription],
+        work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]],
+        creates: list[fx.Effect],
+        now: Now,
+        *,
+        heavy: int,
+        batch_writes: bool,
+    ) -> None:
+        """The apply step for one tracked topic's subscriptions: what to create, and the plans to carry out
+        (into ``work``)."""
+        tail = ts.tail
+        skipped = 0
+        # the origins appended above the last end looked at (subscriptions planned together share it)
+        seen_end: Position | None = None
+        seen_origins: list[Origin] | None = None
+        for state in group:
+            if not state.announced:
+                continue
+            # At 10,000 subscriptions most are looked at every round for nothing (every topic grows all the
+            # time): first the cheapest test that says so, the claims and the cursor planned from being the
+            # very objects held now (what ``applying.only_unclaimed_appended`` finds for these, without
+            # building anything). Spelled out here on purpose: calling ``claims_and_log_as_planned`` instead
+            # made the walk a third slower (``bench/agent_cpu.py``'s last lines, a: 11.1 -> 15.1 ms).
+            planned, cursor, received = state.planned, state.cursor, state.received
+            if (
+                planned is not None
+                and cursor is not None
+                and planned[0] is cursor
+                and planned[2] is received
+                and state.pending_move is None
+                and state.exists
+            ):
+                if planned[1] == tail.version:
+                    continue
+                end = state.planned_end
+                if end is not None and state.planned_rewrites == tail.rewrites:
+                    if end is not seen_end:
+                        seen_end, seen_origins = end, appended_above(self._appended, tail, end)
+                    if seen_origins is not None and not names_any(received, seen_origins):
+                        state.planned = (cursor, tail.version, received)
+                        state.planned_end = plan_end(tail)
+                        skipped += 1
+                        continue
+            if not state.exists:
+                if not state.deleted_here:
+                    creates.append(fx.CreateSubscription(state.key))
+                continue
+            if state.cursor is None:
+                state.waiting = "its cursor has not been read here yet"
+                continue
+            # First: nothing else is looked at for the thousands of subscriptions where nothing changed (the
+            # comparison is by identity first: ``_observe`` keeps an unchanged cursor's object).
+            basis = (state.cursor, ts.tail.version, state.received)
+            if state.planned is not None and state.pending_move is None:
+                if basis == state.planned:
+                    continue
+                if only_unclaimed_appended(state, ts.tail, self._appended):
+                    # The same plan again (every topic grows all the time: planning each of its
+                    # subscriptions again at every new entry was most of the apply step at 10,000 of them).
+                    state.planned = basis
+                    state.planned_end = plan_end(ts.tail)
+                    self.stats.inc("plans_skipped_for_unclaimed_entries")
+                    continue
+                if state.planned_nothing and moved_on_from_nothing(state, ts.tail, self._appended):
+                    # Consumers here acknowledged, and what others claim was all acknowledged here before:
+                    # in the consuming region, every acknowledgement moved a cursor that was planned again.
+                    state.planned = basis
+                    state.planned_end = plan_end(ts.tail)
+                    self.stats.inc("plans_skipped_for_moves_on")
+                    continue
+            if self._behind_forgotten(ts, state, state.cursor):
+                state.waiting = "parked" if state.parked else "the topic is being read again"
+                continue
+            if state.follow:
+                reset = self._follow_rewind(state, ts, now)
+                if reset is not None:
+                    creates.append(reset)
+                if reset is not None or state.follow:
+                    state.waiting = "following a rewind made in another region"
+                    continue
+            if (
+                state.planned is not None
+                and state.planned[2] is state.received
+                and state.pending_move is None
+                and now.mono < state.plan_after
+                # A copy read after the claim that names it is news as the claim was: planned at once.
+                and not claims_name_appended(state, ts.tail, self._appended)
+            ):
+                continue  # only the log or the cursor moved since a plan that took long: see PLAN_WAIT_FACTOR
+            state.planned = basis
+            state.planned_end = plan_end(ts.tail)
+            state.planned_rewrites = ts.tail.rewrites
+            state.waiting = ""
+            if not state.received.by_region and not state.received.partials:
+                # Nobody claimed anything: nothing to apply, and no need to walk the log (a subscription
+                # nobody consumes anywhere would otherwise be planned over its whole backlog every round).
+                plan = syncing.ApplyPlan(None, ())
+            else:
+                started = time.thread_time()  # its CPU, as for publishes (``_publish``)
+                plan = syncing.plan_apply(
+                    ts.tail.index,
+                    state.cursor,
+                    remote=state.received,
+                    log=ts.tail.stretches_above(state.cursor.mark_delete),
+                    size_of=ts.tail.size_of,
+                    budget=tailing.LOG_WINDOW,
+                )
+                self.stats.inc("plans_made")
+                state.plan_took = took = time.thread_time() - started
+                note_heavy(self.heavy_plans, state, took)
+                state.plan_after = now.mono + plan_wait(took, heavy=heavy)
+            state.planned_nothing = plan.is_empty and plan.complete and plan.blocked_by is None
+            state.unapplied_batches = state.unapplied_batch_messages = 0
+            if plan.batch_acks and not batch_writes:
+                # Batch indexes cannot be written here (admin API only, or brokers without batch-index
+                # acknowledgements): those messages stay unacknowledged, counted (a failover here delivers
+                # them again), not retried every round.
+                state.unapplied_batches = len(plan.batch_acks)
+                state.unapplied_batch_messages = sum(
+                    len(acks.indexes()) - len(state.cursor.acked_indexes(p, acks.size).indexes())
+                    for p, acks in plan.batch_acks
+                )
+                plan = replace(plan, batch_acks=())
+            if plan.is_empty:
+                state.pending_holes = 0
+                state.pending_move = None
+                state.behind_since = None
+                continue
+            if state.behind_since is None:
+                state.behind_since = now.wall
+            work[state.key] = (state, ts, plan)
+        if skipped:
+            self.stats.inc("plans_skipped_for_unclaimed_entries", skipped)
+
+    def land_writes(self, now: Now) -> None:
+        """Fold the outcomes of the cursor writes the last apply step sent (waiting for them if need be), and
+        move through the admin API the subscriptions the plugin could not write. Before ``observe``: a cursor
+        a write answered must not be taken after a newer one the feed reported."""
+        if self.writes_in_flight is None:
+            return
+        outcomes_of, work = self.writes_in_flight
+        self.writes_in_flight = None
+        try:
+            outcomes = outcomes_of()
+        except BaseException:
+            for state, _, _ in work.values():
+                state.planned = None  # not known written: planned again
+            raise
+        tried = self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is not None
+        for outcome in outcomes:
+            self._fold(outcome, now)
+            if isinstance(outcome, fx.CursorWritten) and outcome.key in work:
+                state, _, plan = work[outcome.key]
+                if applying.settle_plan(state, plan):
+                    self.stats.inc("plans_settled_by_writes")
+        handled = {
+            o.key
+            for o in outcomes
+            if isinstance(o, fx.CursorWritten) or (isinstance(o, fx.NotWritten) and not o.fallback)
+        }
+        handled |= self._moved_away(outcomes, now)
+        rest = {k: v for k, v in work.items() if k not in handled}
+        if rest and not tried and self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is False:
+            # The plugin's first writes found no plugin: they were planned from cursors claims did not
+            # have read again (``_take_claims``: plugin writes answer the cursor), so they are read now,
+            # in this round's polls, and planned again for the admin API.
+            for state, ts, _ in rest.values():
+                state.planned = None
+                ts.poll = replace(ts.poll, next_at=0.0)
+            return
+        self._admin_moves(rest, now)
+
+    def _admin_moves(
+        self, work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]], now: Now
+    ) -> None:
+        moves: list[fx.Effect] = []
+        skip_by_ids = self.caps.usable(Capability.SKIP_BY_IDS, now=now.mono)
+        for state, ts, plan in work.values():
+            move = applying.admin_move(
+                state,
+                plan,
+                partition=ts.tail.partition,
+                region=self.config.region,
+                now=now.mono,
+                min_interval_s=self.config.min_apply_interval_s,
+                skip_by_ids=skip_by_ids,
+            )
+            if move is not None:
+                moves.append(move)
+        self._perform(moves, now)
+
+    def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[SubKey]:
+        """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked
+        again at once; those topics are handed off). The others fall back to the admin API, which loads an
+        idle topic on its owner, this broker."""
+        if self.ownership is None:
+            return set()
+        refused = {
+            o.key
+            for o in outcomes
+            if isinstance(o, fx.NotWritten) and o.fallback and o.reason == pluginapi.Status.NOT_LOADED.value
+        }
+        if not refused:
+            return set()
+        self.ownership.refresh_now()
+        self.own(now)
+        return {key for key in refused if key[0] not in self.topics}
+
+    def _follow_rewind(self, state: Subscription, ts: TopicState, now: Now) -> fx.ResetCursor | None:
+        """The rewind that makes ``state``'s cursor acknowledge no more than its newer claims: back to the end
+        of the longest prefix of the log they acknowledge (the claims' holes above it are applied after, as
+        always). None when no rewind is needed (``follow`` cleared) or the tail has not read as far as the
+        cursor acknowledged yet (``follow`` kept)."""
+        assert state.cursor is not None
+        if self._behind_forgotten(ts, state, AckState.of(BEFORE_ALL)):
+            return None  # the new claims may unacknowledge entries the tail forgot: it reads them again first
+        tail = ts.tail
+        if tail.last is None or tail.last < state.cursor.reach:
+            return None
+        state.follow = False
+        own = syncing.to_origin_acks(tail.index, state.cursor)
+        if not isinstance(own, syncing.Translation) or own.acks.merge(state.received) == state.received:
+            return None
+        plan = syncing.plan_apply(
+            tail.index,
+            AckState.of(BEFORE_ALL),
+            remote=state.received,
+            log=tail.positions_above(BEFORE_ALL),
+            size_of=tail.size_of,
+        )
+        return fx.ResetCursor(state.key, plan.new_mark_delete)
+
+    # -- effects: carried out by the effector, folded back here ---------------------------------------
+
+    def _perform(self, effects: list[fx.Effect], now: Now) -> list[fx.Outcome]:
+        if not effects:
+            return []
+        for effect in effects:
+            if isinstance(effect, fx.Publish):
+                self.stats.inc(effect.counter)
+        outcomes = self.effector.perform(effects)
+        for outcome in outcomes:
+            self._fold(outcome, now)
+        return outcomes
+
+    def _fold(self, outcome: fx.Outcome, now: Now) -> None:
+        if isinstance(outcome, fx.Learned):
+            self.caps = self.caps.learned(outcome.capability, outcome.value, now=now.mono)
+            return
+        if isinstance(outcome, fx.Unloaded):
+            if outcome.error:
+                self.stats.inc("replicator_unload_errors")
+                log.warning("could not unload %s (tried again later): %s", outcome.topic, outcome.error)
+            else:
+                self.stats.inc("replicator_unloads")
+            return
+        state = self.subs.get(outcome.key)
+        if state is None:
+            return
+        if isinstance(outcome, fx.CursorWritten):
+            report = outcome.cursor
+            if report.batches_truncated:
+                self.stats.inc("feed_batches_truncated")
+            ts = self.topics.get(report.topic)
+            cursor = state.cursor = reports.cursor_of(report, None if ts is None else ts.tail)
+            if not self.snapshots.covers(state.topic):
+                # A write never moves the mark-delete back: below what was seen, someone rewound it.
+                rewind = generations.rewound(
+                    state, cursor, source="write", now_mono=now.mono, now_wall=now.wall
+                )
+                if rewind is not None:
+                    self._took_rewind(state, rewind, cursor)
+            state.pending_move = None
+            state.pending_holes = 0
+            state.last_applied_at = now.wall
+            self.stats.inc("plugin_acks")
+            self.stats.inc("mark_delete_moves", int(outcome.moved))
+            self.stats.inc("holes_acked", outcome.holes)
+            self.stats.inc("batch_indexes_acked", outcome.batch_indexes)
+        elif isinstance(outcome, fx.NotWritten):
+            if not outcome.fallback:
+                self.stats.inc("apply_errors")
+                state.planned = None  # plan again next round
+        elif isinstance(outcome, fx.Created):
+            if outcome.created:
+                self.stats.inc("subscriptions_created")
+                log.info("created subscription %s on %s at the earliest message", state.name, state.topic)
+                state.cursor = None
+            if not outcome.topic_missing:  # else the topic does not exist here yet; replication creates it
+                state.confirm(now.mono)
+                self.created.add(state.key)
+                self.rediscover.set()
+                self._poll_soon(state.topic)
+        elif isinstance(outcome, fx.AdminMoved):
+            self._fold_admin_move(state, outcome, now)
+        elif isinstance(outcome, fx.CursorReset):
+            self._fold_reset(state, outcome, now)
+
+    def _fold_reset(self, state: Subscription, outcome: fx.CursorReset, now: Now) -> None:
+        if outcome.error:
+            self.stats.inc("apply_errors")
+            state.follow = True  # try again next round
+            return
+        self.stats.inc("cursors_rewound")
+        log.info(
+            "rewound %s on %s to %s, as another region did", state.name, state.topic, outcome.mark_delete
+        )
+        state.reset_to = (outcome.mark_delete, now.mono + tuning.REWIND_SETTLE_S)
+        state.cursor = state.seen_feed = state.seen_any = None  # read it again before planning
+        # A feed report still waiting for the tail shows the cursor from before: taken later, it would have
+        # this region claim again, under the new generation, what the rewind took back.
+        self.unobserved.pop(state.key, None)
+        state.planned = state.pending_move = None
+        state.last_applied_at = now.wall
+        ts = self.topics.get(state.topic)
+        if ts is not None:
+            ts.poll = replace(ts.poll, next_at=0.0)
+
+    def _fold_admin_move(self, state: Subscription, outcome: fx.AdminMoved, now: Now) -> None:
+        if outcome.error:
+            self.stats.inc("apply_errors")
+            log.warning("applying failed, will retry: %s", outcome.error)
+            state.planned = None
+            return
+        state.consumers = outcome.consumers
+        if outcome.busy:
+            self.stats.inc("expire_busy")
+        if outcome.moved_to is not None:
+            self.stats.inc(outcome.counter)
+            state.last_applied_at = now.wall
+            if not self.snapshots.covers(state.topic):
+                state.pending_move = pacing.PendingMove(outcome.moved_to, now.mono)
+        state.pending_holes = outcome.held_back
+        if outcome.holes_acked:
+            self.stats.inc("holes_acked", outcome.holes_acked)
+            state.last_applied_at = now.wall
