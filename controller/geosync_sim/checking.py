@@ -1,0 +1,235 @@
+"""The invariants, judged from what the world saw: which consumer acknowledged what, which cursor moved, why.
+
+Why independent: a checker that asked the agent's own code whether a claim was right would share its bugs.
+This one knows only the world's facts, in message identities (origin region, origin position, batch index):
+what the applications were delivered and acknowledged, every cursor change with its cause (a consumer, an
+operator's or the broker's own operation, or the agent through one of its ports), and when failovers, crashes
+and faults happened. It imports nothing from ``geosync_agent``.
+
+Invariants (DESIGN.md numbering):
+
+1. no loss: a cursor change the agent makes in any region acknowledges only messages some consumer of the same
+   subscription acknowledged, in any region, before that change (``loss``); a message acknowledged by a
+   cursor jump no consumer made (creation at Latest, clear-backlog, skip, TTL expiry) and then acknowledged
+   in another region by the agent is ``jump-replicated`` (invariant 7); the agent's own shadow consumer
+   re-creating a subscription at Latest is ``shadow-created-at-latest``;
+2. monotone: the agent never moves a cursor back over messages consumers acknowledged after the last
+   operator's rewind (``rewind``); following an operator's rewind made in another region, over messages no
+   consumer acknowledged since, is ``rewind-replicated`` (invariant 7: a reset is never replicated
+   implicitly);
+6. Key_Shared order: a message is never delivered in a region whose cursor already holds a later message of
+   the same key and origin that a consumer acknowledged (that later message will not come again after it:
+   ``key-order``).
+
+Every duplicate (a delivery of a message a consumer of the subscription had acknowledged before) is classified
+by cause: ``in-flight`` (acknowledged less than ``settle_s`` before the failover), ``agent-down``
+(an agent of either region crashed meanwhile), ``control-fault``, ``admin-path`` (a region without the plugin
+applies holes only while no consumer is connected), ``key-order-held`` (Key_Shared: an earlier message of the
+key was still unacknowledged, so the per-key minimum held it back), ``rewound`` (an operator moved the cursor
+back or re-created the subscription); anything else is ``unexplained``, a violation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from geosync_sim.world import Ident, Msg
+
+AllowedCause = ("consumer", "setup")
+JUMPS = ("admin:clear-backlog", "admin:skip", "admin:ttl", "admin:create-latest", "agent:shadow-latest")
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    at: float
+    region: str
+    topic: str
+    subscription: str
+    detail: str
+
+    def __str__(self) -> str:
+        short = self.topic.rsplit("/", 1)[-1]
+        return f"{self.at:8.2f}s {self.kind:<24} {self.region}: {short}/{self.subscription} {self.detail}"
+
+
+@dataclass
+class Checker:
+    settle_s: float = 10.0
+    cursor_has: Callable[[str, str, str, Ident], bool] = lambda *_: False
+    """Whether a region's cursor holds a message now (the world's ground truth, for Key_Shared order)."""
+    consumer_acked: dict[tuple[str, str, Ident], tuple[float, str]] = field(default_factory=dict)
+    jumped: dict[tuple[str, str, Ident], str] = field(default_factory=dict)
+    """Messages a cursor jump no consumer made acknowledged, and the region it happened in."""
+    failover_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    rewound: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    operator_rewound: dict[tuple[str, str], float] = field(default_factory=dict)
+    """The last time an operator moved the subscription's cursor back in some region."""
+    disturbed: list[tuple[float, float, str]] = field(default_factory=list)
+    """(from, to, cause) windows an agent was down or control was faulted."""
+    no_plugin: set[str] = field(default_factory=set)
+    by_key: dict[tuple[str, str, str], list[Ident]] = field(default_factory=dict)
+    """Key_Shared: (topic, key, origin) -> identities in origin order, as delivered."""
+    violations: list[Violation] = field(default_factory=list)
+    duplicates: Counter[str] = field(default_factory=Counter)
+    deliveries: int = 0
+
+    def _violate(self, kind: str, at: float, region: str, topic: str, sub: str, *, detail: str) -> None:
+        if len(self.violations) < 200:
+            self.violations.append(Violation(kind, at, region, topic, sub, detail))
+
+    def error(self, at: float, region: str, detail: str) -> None:
+        """The agent raised an exception a real round would not survive."""
+        self._violate("agent-error", at, region, "-", "-", detail=detail)
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def acked(self, at: float, region: str, topic: str, sub: str, *, idents: list[Ident], cause: str) -> None:
+        if cause in AllowedCause:
+            for ident in idents:
+                self.consumer_acked.setdefault((topic, sub, ident), (at, region))
+            return
+        if cause in JUMPS:
+            for ident in idents:
+                self.jumped.setdefault((topic, sub, ident), region)
+            if cause == "agent:shadow-latest":
+                unacked = [i for i in idents if (topic, sub, i) not in self.consumer_acked]
+                if unacked:
+                    self._violate(
+                        "shadow-created-at-latest",
+                        at,
+                        region,
+                        topic,
+                        sub,
+                        detail=f"{len(unacked)} messages no consumer acknowledged, e.g. {fmt(unacked[0])}",
+                    )
+            return
+        if not cause.startswith("agent:"):
+            return
+        lost = [i for i in idents if (topic, sub, i) not in self.consumer_acked]
+        if not lost:
+            return
+        jumped = [i for i in lost if (topic, sub, i) in self.jumped]
+        if jumped:
+            src = self.jumped[(topic, sub, jumped[0])]
+            self._violate(
+                "jump-replicated",
+                at,
+                region,
+                topic,
+                sub,
+                detail=f"{len(jumped)} messages by {cause} after a jump in {src}, e.g. {fmt(jumped[0])}",
+            )
+        rest = [i for i in lost if (topic, sub, i) not in self.jumped]
+        if rest:
+            self._violate(
+                "loss", at, region, topic, sub, detail=f"{len(rest)} messages by {cause}, e.g. {fmt(rest[0])}"
+            )
+
+    def rewind(
+        self, at: float, region: str, topic: str, sub: str, cause: str, *, idents: list[Ident]
+    ) -> None:
+        self.rewound[(region, topic, sub)] = at
+        if not cause.startswith("agent:"):
+            self.operator_rewound[(topic, sub)] = at
+            return
+        since = self.operator_rewound.get((topic, sub), -1.0)
+        consumed = [i for i in idents if self.consumer_acked.get((topic, sub, i), (-2.0, ""))[0] > since]
+        if consumed:
+            detail = (
+                f"{len(consumed)} messages consumers acknowledged since, e.g. {fmt(consumed[0])} ({cause})"
+            )
+            self._violate("rewind", at, region, topic, sub, detail=detail)
+        else:
+            detail = f"an operator's rewind elsewhere followed: {len(idents)} messages ({cause})"
+            self._violate("rewind-replicated", at, region, topic, sub, detail=detail)
+
+    def failover(self, at: float, topic: str, sub: str) -> None:
+        self.failover_at[(topic, sub)] = at
+
+    def disturbance(self, start: float, end: float, cause: str) -> None:
+        self.disturbed.append((start, end, cause))
+
+    def delivered(
+        self, at: float, region: str, topic: str, sub: str, *, ident: Ident, msg: Msg, kind: str
+    ) -> None:
+        self.deliveries += 1
+        if kind == "Key_Shared":
+            self._key_order(at, region, topic, sub, ident=ident, msg=msg)
+        acked = self.consumer_acked.get((topic, sub, ident))
+        if acked is None:
+            return
+        self.duplicates[
+            self._classify(at, region, topic, sub, ident=ident, msg=msg, kind=kind, acked=acked)
+        ] += 1
+
+    def _key_order(self, at: float, region: str, topic: str, sub: str, *, ident: Ident, msg: Msg) -> None:
+        seen = self.by_key.setdefault((topic, msg.key, ident[0]), [])
+        if not seen or seen[-1] < ident:
+            seen.append(ident)
+            return
+        for later in reversed(seen):
+            if later <= ident:
+                break
+            if (topic, sub, later) in self.consumer_acked and self.cursor_has(region, topic, sub, later):
+                self._violate(
+                    "key-order",
+                    at,
+                    region,
+                    topic,
+                    sub,
+                    detail=f"{fmt(ident)} key {msg.key} after {fmt(later)} was acknowledged and is held",
+                )
+                return
+
+    def _classify(
+        self,
+        at: float,
+        region: str,
+        topic: str,
+        sub: str,
+        *,
+        ident: Ident,
+        msg: Msg,
+        kind: str,
+        acked: tuple[float, str],
+    ) -> str:
+        ack_at, ack_region = acked
+        rewound = self.rewound.get((region, topic, sub))
+        if rewound is not None and rewound >= ack_at:
+            return "rewound"
+        if ack_region == region:
+            return (
+                "rewound"
+                if rewound is not None
+                else self._unexplained(at, region, topic, sub, ident=ident, why="same region")
+            )
+        failed_over = self.failover_at.get((topic, sub), 0.0)
+        if ack_at > failed_over - self.settle_s:
+            return "in-flight"
+        for start, end, cause in self.disturbed:
+            if start <= failed_over and end >= ack_at - self.settle_s:
+                return cause
+        if region in self.no_plugin or ack_region in self.no_plugin:
+            return "admin-path"
+        if kind == "Key_Shared":
+            for earlier in self.by_key.get((topic, msg.key, ident[0]), []):
+                if earlier >= ident:
+                    break
+                got = self.consumer_acked.get((topic, sub, earlier))
+                if got is None or got[0] > failed_over:
+                    return "key-order-held"
+        return self._unexplained(
+            at, region, topic, sub, ident=ident, why=f"acknowledged in {ack_region} at {ack_at:.2f}s"
+        )
+
+    def _unexplained(self, at: float, region: str, topic: str, sub: str, *, ident: Ident, why: str) -> str:
+        self._violate("unexplained-duplicate", at, region, topic, sub, detail=f"{fmt(ident)} {why}")
+        return "unexplained"
+
+
+def fmt(ident: Ident) -> str:
+    origin, ledger, entry, index = ident
+    return f"{origin}@{ledger}:{entry}#{index}"

@@ -1,0 +1,360 @@
+"""The agent's ports (``geosync_agent.ports``: ``Admin``, ``Messaging``, ``Producer``, ``Reader``) over one
+simulated region, so the real ``Agent`` runs unchanged against the world.
+
+Why a port and not the fakes of the unit tests: these answer from the world's ground truth (entries, cursors,
+consumers) and report every cursor change the agent causes to the checker, with its cause. Where the real
+adapter's behaviour matters to the no-loss question it is followed, not idealised: a consumer subscribing
+to a missing subscription creates it at its initial position (``ConsumerConfigurationData
+.subscriptionInitialPosition``, Latest by default; the shadow consumer of ``geosync_adapters.messaging`` sets
+Earliest since a1d4002, ``shadow_latest=True`` models the adapter before it); a missing subscription answers
+404 to ``expireMessages`` and ``skipByMessageIds`` (``PersistentTopicsBase``: "Subscription not found").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from geosync_adapters import admin as adm
+from geosync_adapters.messaging import Received, TopicMissing
+from geosync_core import pluginapi
+from geosync_core.indexing import OriginRun
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from geosync_sim.world import STAMP, Entry, Region, SimReaderState, Subscription, Topic, World
+
+
+def ack_state(t: Topic, s: Subscription) -> AckState:
+    c = s.cursor
+    return AckState.of(t.position(c.md)).ack(*(t.position(e) for e in sorted(c.acked)))
+
+
+def report(t: Topic, s: Subscription) -> pluginapi.CursorReport:
+    state = ack_state(t, s)
+    batches = tuple(
+        pluginapi.BatchState(t.position(e), tuple(i for i in range(len(t.entries[e].msgs)) if i not in part))
+        for e, part in sorted(s.cursor.partial.items())
+    )
+    return pluginapi.CursorReport(t.name, s.name, state.mark_delete, str(state.ranges), batches)
+
+
+class SimAdmin:
+    """The region's admin REST API and the GeoSync plugin's endpoints."""
+
+    def __init__(self, world: World, region: str) -> None:
+        self.world = world
+        self.r: Region = world.regions[region]
+        self.calls: list[str] = []
+
+    def _topic(self, topic: str) -> Topic:
+        t = self.r.topics.get(topic)
+        if t is None:
+            raise adm.AdminNotFound(f"404 topic {topic} not found")
+        return t
+
+    def _sub(self, topic: str, sub: str) -> Subscription:
+        s = self.r.subs.get((topic, sub))
+        if s is None:
+            self.world.trace(
+                f"{self.r.name}: {topic.rsplit('/', 1)[-1]}/{sub} admin call on a missing subscription"
+            )
+            raise adm.AdminNotFound(f"404 Subscription not found: {topic}/{sub}")
+        return s
+
+    # discovery
+    def tenants(self) -> list[str]:
+        return [self.world.namespace.split("/")[0]]
+
+    def namespaces(self, tenant: str) -> list[str]:
+        return [self.world.namespace]
+
+    def replication_clusters(self, namespace: str) -> list[str]:
+        return list(self.world.regions)
+
+    def retention(self, namespace: str) -> dict[str, Any] | None:
+        return {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
+
+    def topics(self, namespace: str) -> list[str]:
+        return [t for t in self.r.topics if t != self.world.control]
+
+    def create_topic(self, topic: str) -> bool:
+        return False
+
+    def _stats(self, topic: str) -> dict[str, Any]:
+        self._topic(topic)
+        subs = {
+            name: {
+                "type": s.kind,
+                "isDurable": True,
+                "consumers": [{"consumerName": f"app-{i}"} for i in range(s.consumers)],
+            }
+            for (t, name), s in self.r.subs.items()
+            if t == topic
+        }
+        return {"subscriptions": subs, "replication": {}}
+
+    def topic_stats(self, topic: str, **_: Any) -> dict[str, Any]:
+        return self._stats(topic)
+
+    def internal_stats(self, topic: str, **_: Any) -> dict[str, Any]:
+        t = self._topic(topic)
+        cursors = {}
+        for (name_t, name), s in self.r.subs.items():
+            if name_t == topic:
+                state = ack_state(t, s)
+                cursors[name] = {
+                    "markDeletePosition": str(state.mark_delete),
+                    "individuallyDeletedMessages": str(state.ranges),
+                }
+        return {"cursors": cursors, "ledgers": [{"ledgerId": t.ledger}]}
+
+    def unload_topic(self, topic: str) -> None:
+        self._topic(topic)
+
+    def create_subscription(self, topic: str, subscription: str, *, at: tuple[int, int] = (-1, -1)) -> bool:
+        self.calls.append("create_subscription")
+        t = self._topic(topic)
+        kind = "Shared"
+        created = self.world.create_subscription(
+            self.r.name, topic, subscription, kind, latest=False, cause="agent:create"
+        )
+        if created and at != (-1, -1):
+            s = self.r.subs[(topic, subscription)]
+            self.world.acked(self.r.name, topic, subscription, s.cursor.ack_through(t, at[1]), "agent:create")
+        return created
+
+    def expire_messages(
+        self, topic: str, subscription: str, *, ledger: int, entry: int, partition: int = -1
+    ) -> None:
+        self.calls.append("expire_messages")
+        t = self._topic(topic)
+        s = self._sub(topic, subscription)
+        if ledger == t.ledger:
+            self.world.acked(self.r.name, topic, subscription, s.cursor.ack_through(t, entry), "agent:expire")
+
+    def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
+        self.calls.append("skip_by_message_ids")
+        if not self.r.skip_by_ids:
+            raise adm.AdminNotFound("404 Not Found")
+        t = self._topic(topic)
+        s = self._sub(topic, subscription)
+        newly = [p for lg, e in positions if lg == t.ledger for p in s.cursor.ack_entry(t, e)]
+        self.world.acked(self.r.name, topic, subscription, newly, "agent:skip")
+
+    def reset_cursor(self, topic: str, subscription: str, *, mark_delete: tuple[int, int] | None) -> None:
+        self.calls.append("reset_cursor")
+        self._sub(topic, subscription)
+        md = -1 if mark_delete is None else mark_delete[1]
+        self.world.reset_cursor(self.r.name, topic, subscription, md, "agent:reset")
+
+    def entry_headers(self, topic: str, *, ledger: int, entry: int) -> adm.EntryHeaders:
+        t = self._topic(topic)
+        if ledger != t.ledger or not 0 <= entry <= t.last:
+            raise adm.AdminNotFound(f"404 no entry {ledger}:{entry}")
+        e = t.entries[entry]
+        props = {} if e.replicated_from is None else {STAMP: str(e.source)}
+        return adm.EntryHeaders(e.replicated_from, props, len(e.msgs) if e.batched else None)
+
+    def runtime_configuration(self) -> dict[str, Any]:
+        return {"entryFilterNames": "[geosync]"} if self.r.plugin else {}
+
+    def active_brokers(self, cluster: str) -> list[str]:
+        return [f"{self.r.name}-broker:8080"]
+
+    def owned_bundles(self, cluster: str, broker: str) -> dict[str, Any]:
+        return {f"{self.world.namespace}/0x00000000_0xffffffff": {"is_active": True}}
+
+    def lookup_topic(self, topic: str) -> dict[str, Any]:
+        return {
+            "httpUrl": f"http://{self.r.name}-broker:8080",
+            "brokerUrl": f"pulsar://{self.r.name}-broker:6650",
+        }
+
+    # the plugin
+    def _need_plugin(self) -> None:
+        if not self.r.plugin:
+            raise adm.AdminNotFound("404 no GeoSync plugin")
+
+    def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
+        self._need_plugin()
+        t = self._topic(topic)
+        first = 0 if start is None or start[0] != t.ledger else max(0, start[1])
+        return [
+            OriginRun(t.ledger, e.eid, 1, e.origin, None if e.replicated_from is None else e.source)
+            for e in t.entries[first:]
+        ]
+
+    def plugin_topics(self, namespace: str) -> dict[str, dict[str, Any]]:
+        self._need_plugin()
+        return {t: self._stats(t) for t in self.topics(namespace)}
+
+    def plugin_feed(self, *, since: int) -> pluginapi.Feed:
+        self._need_plugin()
+        changed = list(dict.fromkeys(self.r.feed)) if since else list(dict.fromkeys(k for k in self.r.subs))
+        self.r.feed.clear()
+        reports = tuple(
+            report(self.r.topics[t], self.r.subs[(t, s)]) for t, s in changed if (t, s) in self.r.subs
+        )
+        self.r.feed_seq += len(reports) + 1
+        return pluginapi.Feed(f"{self.r.name}-epoch", self.r.feed_seq, reports)
+
+    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+        self._need_plugin()
+        self.calls.append("plugin_write")
+        out = []
+        for item in items:
+            key = (item.topic, item.subscription)
+            t = self.r.topics.get(item.topic)
+            s = self.r.subs.get(key)
+            if t is None or s is None:
+                self.world.trace(
+                    f"{self.r.name}: {item.topic.rsplit('/', 1)[-1]}/{item.subscription} no_subscription"
+                )
+                out.append(pluginapi.AckResult(pluginapi.Status.NO_SUBSCRIPTION, *key))
+                continue
+            newly = []
+            if item.mark_delete is not None and item.mark_delete.ledger == t.ledger:
+                newly += s.cursor.ack_through(t, item.mark_delete.entry)
+            for p in item.positions:
+                if p.ledger == t.ledger:
+                    newly += s.cursor.ack_entry(t, p.entry)
+            for b in item.batches:
+                if b.position.ledger == t.ledger and 0 <= b.position.entry <= t.last:
+                    if len(t.entries[b.position.entry].msgs) != b.size:
+                        out.append(pluginapi.AckResult(pluginapi.Status.BAD_REQUEST, *key, error="size"))
+                        break
+                    for i in sorted(b.acked):
+                        newly += s.cursor.ack_index(t, b.position.entry, i)
+            else:
+                self.world.acked(self.r.name, item.topic, item.subscription, newly, "agent:plugin")
+                out.append(
+                    pluginapi.AckResult(
+                        pluginapi.Status.OK, *key, cursor=report(t, s), acknowledged=len(newly)
+                    )
+                )
+                continue
+            self.world.acked(self.r.name, item.topic, item.subscription, newly, "agent:plugin")
+        return out
+
+
+class SimProducer:
+    def __init__(self, world: World, region: str, topic: str, closed: Callable[[], bool]) -> None:
+        self.world, self.region, self.topic, self.closed = world, region, topic, closed
+
+    def send_async(
+        self,
+        data: bytes,
+        callback: Callable[[bool], None],
+        *,
+        properties: dict[str, str] | None = None,
+        replication_clusters: list[str] | None = None,
+    ) -> None:
+        if self.closed():
+            callback(False)
+            return
+        self.world.publish(self.region, self.topic, (), batched=False, data=data)
+        callback(True)
+
+    def close(self) -> None:
+        pass
+
+
+class SimReader:
+    def __init__(self, state: SimReaderState) -> None:
+        self.state = state
+
+    def close(self) -> None:
+        self.state.open = False
+
+    def connected(self) -> bool:
+        return self.state.open
+
+
+def received(t: Topic, e: Entry) -> list[Received]:
+    """The messages of entry ``e`` as a reader receives them, one by one."""
+    if not e.msgs:  # a control envelope
+        at = t.position(e.eid)
+        return [Received(t.name, at, -1, -1, e.data, "", int(e.at * 1000), {}, f"{e.origin}-ctl")]
+    out = []
+    for i, m in enumerate(e.msgs):
+        props = {STAMP: str(e.source)} if e.replicated_from is not None and not e.batched else {}
+        out.append(
+            Received(
+                topic=t.name,
+                position=t.position(e.eid),
+                partition=-1,
+                batch_index=i if e.batched else -1,
+                data=b"m",
+                key=m.key,
+                publish_ms=int(e.at * 1000),
+                properties=props,
+                producer=m.producer,
+                batch_size=len(e.msgs) if e.batched else None,
+            )
+        )
+    return out
+
+
+class SimMessaging:
+    """The region's brokers over the binary protocol, for one life of an agent (a crash closes it)."""
+
+    def __init__(self, world: World, region: str, *, shadow_latest: bool = False) -> None:
+        self.world = world
+        self.r = world.regions[region]
+        self.shadow_latest = shadow_latest
+        self.readers: list[SimReaderState] = []
+        self.dead = False
+        self.shadow_creations = 0
+
+    def reader(
+        self, topic: str, on_message: Callable[[Received], None], *, start: Position | None = None
+    ) -> SimReader:
+        t = self.r.topics.get(topic)
+        if t is None:
+            raise TopicMissing(f"{topic} does not exist")
+        first = 0 if start is None or start.ledger != t.ledger else max(0, start.entry)
+
+        def deliver(e: Entry, topic_: Topic) -> None:
+            for m in received(topic_, e):
+                on_message(m)
+
+        state = SimReaderState(topic, deliver, first)
+        self.readers.append(state)
+        self.r.readers.append(state)
+        return SimReader(state)
+
+    def broker_answers(self, service_url: str) -> bool:
+        return True
+
+    def producer(self, topic: str) -> SimProducer:
+        return SimProducer(self.world, self.r.name, topic, lambda: self.dead)
+
+    def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
+        if topic not in self.r.topics:
+            raise TopicMissing(f"{topic} does not exist")
+        self.world.create_subscription(
+            self.r.name, topic, subscription, "Shared", latest=False, cause="agent:create"
+        )
+
+    def shadow_ack(
+        self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
+    ) -> None:
+        t = self.r.topics[topic]
+        if (topic, subscription) not in self.r.subs:
+            # The idle consumer subscribes with its initial position: at Latest the subscription comes back
+            # with everything acknowledged.
+            self.shadow_creations += 1
+            latest = self.shadow_latest
+            cause = "agent:shadow-latest" if latest else "agent:create"
+            self.world.create_subscription(
+                self.r.name, topic, subscription, "Shared", latest=latest, cause=cause
+            )
+        s = self.r.subs[(topic, subscription)]
+        newly = [p for pos in positions if pos.ledger == t.ledger for p in s.cursor.ack_entry(t, pos.entry)]
+        self.r.feed.append((topic, subscription))  # the plugin's messageAcked sees the shadow's acks too
+        self.world.acked(self.r.name, topic, subscription, newly, "agent:shadow")
+
+    def close(self) -> None:
+        self.dead = True
+        for state in self.readers:
+            state.open = False

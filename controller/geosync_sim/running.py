@@ -1,0 +1,382 @@
+"""Runs a schedule: the world, the applications, the checker and one real ``Agent`` per region, on virtual
+time.
+
+Why here and not in the agent's shell: the shell reads clocks and starts threads (``supervising``); this loop
+does what the shell does, deterministically: it runs a discovery pass every ``DISCOVER_S`` (or when the agent
+asks for one), a round every ``ROUND_S`` with ``Now`` set from virtual time, delivers readers' messages
+between rounds, performs effects inline, and takes the agent's checkpoint every ``CHECKPOINT_S`` as its
+checkpoint task would. An agent crash drops the agent (no graceful close) and closes its readers; the restart
+builds a new one, restored from the last checkpoint or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from geosync_adapters import signing
+from geosync_agent import discovering
+from geosync_agent import effects as fx
+from geosync_agent.config import AgentConfig
+from geosync_agent.runtime import ROUND_ERRORS, Agent, Now
+from geosync_core import envelopes
+from geosync_sim.apps import Apps
+from geosync_sim.checking import Checker, Violation
+from geosync_sim.ports import SimAdmin, SimMessaging
+from geosync_sim.schedules import Schedule, Step
+from geosync_sim.world import Ident, Msg, World
+
+NAMESPACE = "geo/sim"
+TICK_S = 0.05
+ROUND_S = 0.25
+APP_S = 0.2
+DISCOVER_S = 5.0
+CHECKPOINT_S = 10.0
+MONO0 = 1000.0
+WALL0 = 1_800_000_000.0
+TAIL_S = 20.0
+"""Quiet seconds after the schedule's end: traffic stops, consumers keep consuming, agents keep syncing."""
+
+_KEYS: dict[tuple[str, ...], dict[str, envelopes.Keys]] = {}
+
+
+def keys_for(regions: tuple[str, ...]) -> dict[str, envelopes.Keys]:
+    """Signing keys per region, made once per process (key generation draws from the OS: keys never show in
+    a trace, and signatures do not change what any agent decides)."""
+    if regions not in _KEYS:
+        _KEYS[regions] = signing.in_memory(regions)
+    return _KEYS[regions]
+
+
+class InlineExecutor(Executor):
+    """Runs submitted work at once on the caller's thread: effects complete within the round."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            future.set_exception(e)
+        return future
+
+
+AgentHook = Callable[[Agent, str], None]
+"""Called on each agent after it is built (tests use it to break an agent on purpose)."""
+
+
+@dataclass
+class Life:
+    """One region's agent, while it runs."""
+
+    agent: Agent
+    messaging: SimMessaging
+    admin: SimAdmin
+    phase: float
+    next_round: float = 0.0
+    next_discovery: float = 0.0
+
+
+@dataclass
+class Result:
+    schedule: Schedule
+    violations: list[Violation]
+    duplicates: dict[str, int]
+    failovers: int
+    acks: int
+    deliveries: int
+    rounds: int
+    cpu_s: float
+    wall_s: float
+    trace: list[str] = field(default_factory=list)
+    digest: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations)
+
+    def kinds(self) -> set[str]:
+        return {v.kind for v in self.violations}
+
+
+class Simulation:
+    def __init__(self, schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = None) -> None:
+        self.schedule = schedule
+        self.tracing = trace
+        self.hook = hook
+        self.lines: list[str] = []
+        self.digest = hashlib.sha256()
+        self.rng = random.Random(schedule.seed)
+        self.world = World(self.rng, list(schedule.regions), namespace=NAMESPACE)
+        self.world.trace = self.trace
+        self.checker = Checker(settle_s=schedule.settle_s, cursor_has=self._cursor_has)
+        self.world.on_acked = self._on_acked
+        self.world.on_rewind = self.checker.rewind
+        self.apps = Apps(
+            self.world, random.Random(schedule.seed * 7919 + 1), on_delivered=self.checker.delivered
+        )
+        self.topics = [f"persistent://{NAMESPACE}/t{i}" for i in range(schedule.topics)]
+        for region, has in zip(schedule.regions, schedule.plugin, strict=True):
+            self.world.regions[region].plugin = has
+            if not has:
+                self.checker.no_plugin.add(region)
+        for i, topic in enumerate(self.topics):
+            self.world.add_topic(topic)
+            start = schedule.start[i] if schedule.start else schedule.regions[0]
+            self.apps.add(topic, "sub", schedule.kinds[i], start)
+        self.keys = keys_for(schedule.regions)
+        self.lives: dict[str, Life | None] = {}
+        self.checkpoints: dict[str, dict[str, Any]] = {}
+        self.restarts: list[tuple[float, str, bool]] = []
+        self.dup_until = 0.0
+        self.failovers = 0
+        self.rounds = 0
+        self.seq = 0
+        for n, region in enumerate(schedule.regions):
+            self.lives[region] = self._start(
+                region, 0.0, restore=False, phase=n * ROUND_S / len(schedule.regions)
+            )
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def trace(self, line: str) -> None:
+        text = f"{self.world.now:8.2f}s {line}"
+        self.digest.update(text.encode())
+        if self.tracing:
+            self.lines.append(text)
+
+    def _cursor_has(self, region: str, topic: str, sub: str, ident: Ident) -> bool:
+        r = self.world.regions[region]
+        s = r.subs.get((topic, sub))
+        if s is None:
+            return False
+        for e in r.topics[topic].entries:  # small topics: a scan is cheap enough for a check
+            if (e.origin, e.source.ledger, e.source.entry) == ident[:3]:
+                return s.cursor.has(e.eid, ident[3])
+        return False
+
+    def _on_acked(
+        self, at: float, region: str, topic: str, sub: str, *, idents: list[Ident], cause: str
+    ) -> None:
+        if cause != "consumer":
+            self.trace(f"{region}: {topic.rsplit('/', 1)[-1]}/{sub} +{len(idents)} by {cause}")
+        self.checker.acked(at, region, topic, sub, idents=idents, cause=cause)
+
+    def now(self, t: float) -> Now:
+        return Now(MONO0 + t, WALL0 + t)
+
+    def _start(self, region: str, t: float, *, restore: bool, phase: float) -> Life:
+        config = AgentConfig(
+            region=region,
+            admin_url=f"http://{region}-broker:8080",
+            service_url=f"pulsar://{region}-broker:6650",
+            namespaces=(NAMESPACE,),
+            mirror_policies=False,
+        )
+        messaging = SimMessaging(self.world, region)
+        admin = SimAdmin(self.world, region)
+        effector = fx.Effector(admin_factory=lambda: admin, messaging=messaging, pool=InlineExecutor())
+        now = self.now(t)
+        agent = Agent(
+            config,
+            keys=self.keys[region],
+            effector=effector,
+            messaging=messaging,
+            discovered=discovering.Latest(),
+            rediscover=threading.Event(),
+            wake=threading.Event(),
+            first_seq=int(now.wall * 1_000_000) + self.seq,
+            rng=random.Random(self.rng.random()),
+        )
+        self.seq += 1
+        agent.started_ms = now.wall_ms  # read from the machine's clock; only /state's transit times use it
+        effector.on_sent = agent.on_sent
+        if restore and region in self.checkpoints:
+            agent.restore(self.checkpoints[region], now)
+        if self.hook is not None:
+            self.hook(agent, region)
+        return Life(agent, messaging, admin, phase, next_round=t + phase, next_discovery=t)
+
+    def _discover(self, life: Life, t: float) -> None:
+        mono = MONO0 + t
+        views = discovering.PluginTopics(life.admin, clock=lambda: mono)
+        try:
+            found = discovering.scan(life.admin, life.agent.config, now=mono, views=views)
+        except ROUND_ERRORS:
+            return
+        life.agent.discovered.put(found)
+        life.agent.rediscover.clear()
+        life.next_discovery = t + DISCOVER_S
+
+    # -- steps --------------------------------------------------------------------------------------
+
+    def _step(self, step: Step) -> None:
+        w, a = self.world, step.args
+        self.trace(str(step).split("s ", 1)[1])
+        if step.kind == "produce":
+            region, i, n, batched = a
+            r = w.regions[str(region)]
+            msgs = []
+            for _ in range(int(n)):  # type: ignore[call-overload]
+                r.produced += 1
+                msgs.append(Msg(f"k{r.produced % 7}", f"{region}-0-{i}", r.produced))
+            w.publish(str(region), self.topics[int(i)], tuple(msgs), batched=bool(batched))  # type: ignore[call-overload]
+        elif step.kind == "failover":
+            i, to, gap = a
+            app = self.apps.apps[(self.topics[int(i)], "sub")]  # type: ignore[call-overload]
+            self.apps.disconnect(app)
+            self.pending_connects.append((w.now + float(gap), app, str(to)))  # type: ignore[arg-type]
+        elif step.kind == "hole":
+            i, seconds = a
+            self.apps.apps[(self.topics[int(i)], "sub")].hold_next = float(seconds)  # type: ignore[call-overload,arg-type]
+        elif step.kind == "admin":
+            self._admin(*a)
+        elif step.kind == "control":
+            fault, region = a
+            if fault == "dup":
+                self.dup_until = w.now + 5.0
+            elif fault == "replay":
+                w.replay_control(str(region), self.rng)
+            else:
+                w.spike_until = w.now + 5.0
+                self.checker.disturbance(w.now, w.now + 8.0, "control-fault")
+        elif step.kind == "crash":
+            region, checkpointed, down = a
+            life = self.lives.get(str(region))
+            if life is not None:
+                life.messaging.close()
+                self.lives[str(region)] = None
+                self.restarts.append((w.now + float(down), str(region), bool(checkpointed)))  # type: ignore[arg-type]
+                self.checker.disturbance(w.now, w.now + float(down) + 10.0, "agent-down")  # type: ignore[arg-type]
+
+    def _admin(self, region: object, i: object, op: object, arg: object) -> None:
+        w = self.world
+        topic = self.topics[int(i)]  # type: ignore[call-overload]
+        r, kind = str(region), self.schedule.kinds[int(i)]  # type: ignore[call-overload]
+        s = w.regions[r].subs.get((topic, "sub"))
+        if op == "delete":
+            if s is not None and s.consumers == 0:  # Pulsar refuses to delete a subscription with consumers
+                w.delete_subscription(r, topic, "sub")
+        elif op in ("create-latest", "create-earliest"):
+            w.create_subscription(
+                r, topic, "sub", kind, latest=op == "create-latest", cause="admin:" + str(op)
+            )
+        elif op == "clear-backlog":
+            w.clear_backlog(r, topic, "sub")
+        elif op == "skip":
+            w.skip(r, topic, "sub", int(arg))  # type: ignore[call-overload]
+        elif op == "ttl":
+            w.expire_ttl(r, topic, "sub", float(arg))  # type: ignore[arg-type]
+        elif op == "reset":
+            w.reset_cursor(r, topic, "sub", -1, "admin:reset")
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        self.pending_connects: list[tuple[float, Any, str]] = []
+        steps = list(self.schedule.steps)
+        k = 0
+        end = self.schedule.duration + TAIL_S
+        t = 0.0
+        next_app = 0.0
+        original_publish = self.world.publish
+
+        def publish(
+            region: str, topic: str, msgs: tuple[Msg, ...], *, batched: bool, data: bytes = b""
+        ) -> Any:
+            entry = original_publish(region, topic, msgs, batched=batched, data=data)
+            if data and self.world.now < self.dup_until:
+                for dst in self.world.regions:
+                    if dst != region:
+                        self.world._replicate(region, dst, topic, entry, extra=0.5)
+            return entry
+
+        self.world.publish = publish  # type: ignore[method-assign]
+        while t <= end:
+            self.world.advance(t)
+            while k < len(steps) and steps[k].at <= t:
+                self._step(steps[k])
+                k += 1
+            for due, app, to in [c for c in self.pending_connects if c[0] <= t]:
+                self.pending_connects.remove((due, app, to))
+                self.apps.connect(app, to)
+                self.failovers += 1
+                self.checker.failover(t, app.topic, app.sub)
+                self.trace(f"{to}: {app.topic.rsplit('/', 1)[-1]} consumers connected")
+            for due, region, checkpointed in [x for x in self.restarts if x[0] <= t]:
+                self.restarts.remove((due, region, checkpointed))
+                n = list(self.schedule.regions).index(region)
+                self.lives[region] = self._start(region, t, restore=checkpointed, phase=n * 0.01)
+                self.trace(f"{region}: agent restarted {'from its checkpoint' if checkpointed else 'empty'}")
+            self.world.pump_readers()
+            if t >= next_app:
+                for app in self.apps.apps.values():
+                    self.apps.tick(app, receive=8 if t < self.schedule.duration else 50, ack_p=0.35)
+                next_app = t + APP_S
+            for region, life in self.lives.items():
+                if life is None:
+                    continue
+                if t >= life.next_discovery or life.agent.rediscover.is_set():
+                    self._discover(life, t)
+                if t >= life.next_round:
+                    self._round(region, life, t)
+            t = round(t + TICK_S, 6)
+        return Result(
+            schedule=self.schedule,
+            violations=list(self.checker.violations),
+            duplicates=dict(self.checker.duplicates),
+            failovers=self.failovers,
+            acks=self.apps.acks,
+            deliveries=self.checker.deliveries,
+            rounds=self.rounds,
+            cpu_s=time.process_time() - cpu0,
+            wall_s=time.perf_counter() - wall0,
+            trace=self.lines,
+            digest=self.digest.hexdigest()[:16],
+        )
+
+    def _round(self, region: str, life: Life, t: float) -> None:
+        life.next_round = t + ROUND_S
+        self.rounds += 1
+        try:
+            life.agent.round(self.now(t))
+        except ROUND_ERRORS as e:
+            self.trace(f"{region}: round failed: {e}")
+        except Exception as e:  # the agent raised what a real round would crash on: a finding in itself
+            self.checker.error(t, region, f"{type(e).__name__}: {e}")
+            self.trace(f"{region}: agent error {traceback.format_exc(limit=3)}")
+        if int(t / CHECKPOINT_S) != int((t - ROUND_S) / CHECKPOINT_S):
+            self.checkpoints[region] = life.agent.checkpoint()
+
+
+def run(schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = None) -> Result:
+    return Simulation(schedule, trace=trace, hook=hook).run()
+
+
+def shrink(result: Result, *, budget: int = 80, hook: AgentHook | None = None) -> Result:
+    """A smaller schedule that still fails with one of the same violation kinds: drop chunks of steps, halving
+    the chunk size down to one step (ddmin's complement pass), while ``budget`` runs last."""
+    want = result.kinds()
+    best = result
+    chunk = max(1, len(best.schedule.steps) // 2)
+    runs = 0
+    while chunk >= 1 and runs < budget:
+        i, progressed = 0, False
+        while i < len(best.schedule.steps) and runs < budget:
+            drop = set(range(i, min(i + chunk, len(best.schedule.steps))))
+            candidate = run(best.schedule.without(drop), hook=hook)
+            runs += 1
+            if candidate.kinds() & want:
+                best, progressed = candidate, True
+            else:
+                i += chunk
+        if not progressed:
+            chunk //= 2
+    return best

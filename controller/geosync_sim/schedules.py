@@ -1,0 +1,124 @@
+"""Schedules: what happens in a simulated run, drawn from a seed, or scripted.
+
+Why a list of steps and not a generator run alongside: a failing run is shrunk by dropping steps and running
+again with the same seed, and a scripted case is the same value written by hand.
+
+Step kinds (``args``):
+
+* ``produce`` (region, topic index, messages, batched): an application publishes one entry;
+* ``hole`` (topic index, seconds): the topic's consumers hold the next message they are given unacknowledged
+  for that long (acknowledging others meanwhile: a hole);
+* ``failover`` (topic index, region, gap seconds): the topic's consumers leave their region and, ``gap``
+  later, connect in ``region``;
+* ``admin`` (region, topic index, operation, argument): ``delete``, ``create-latest``, ``create-earliest``,
+  ``clear-backlog``, ``skip`` (n), ``ttl`` (seconds), ``reset`` (to the earliest);
+* ``control`` (fault, region): ``dup`` (every control envelope for the next 5 s replicated twice), ``replay``
+  (an old envelope delivered again to ``region``), ``spike`` (replication delays up to 3 s more for 5 s);
+* ``crash`` (region, with checkpoint, seconds down): the agent dies and restarts.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+KINDS = ("Shared", "Key_Shared", "Failover", "Exclusive")
+PROFILES = ("clean", "faults", "jumps")
+"""``clean``: traffic and failovers; ``faults``: and control faults and agent crashes; ``jumps``: and cursor
+jumps no consumer made (admin operations, TTL expiry)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    at: float
+    kind: str
+    args: tuple[object, ...]
+
+    def __str__(self) -> str:
+        return f"{self.at:7.2f}s {self.kind} {' '.join(str(a) for a in self.args)}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    regions: tuple[str, ...]
+    topics: int
+    kinds: tuple[str, ...]
+    """Each topic's subscription type."""
+    plugin: tuple[bool, ...]
+    """Per region: the GeoSync plugin is loaded."""
+    duration: float
+    steps: tuple[Step, ...]
+    start: tuple[str, ...] = ()
+    """Per topic, the region its consumers start in (default: the first)."""
+    settle_s: float = 10.0
+
+    def without(self, drop: set[int]) -> Schedule:
+        return replace(self, steps=tuple(s for i, s in enumerate(self.steps) if i not in drop))
+
+
+def draw(
+    seed: int,
+    *,
+    regions: int = 3,
+    topics: int = 4,
+    duration: float = 60.0,
+    profile: str = "faults",
+    rate: float = 1.0,
+) -> Schedule:
+    """A random schedule: ``rate`` entries per second per topic, spread over the regions."""
+    rng = random.Random(seed)
+    names = tuple("abcdefgh"[:regions])
+    kinds = tuple(rng.choice(KINDS) for _ in range(topics))
+    plugin = tuple(rng.random() < 0.8 for _ in names)
+    start = tuple(rng.choice(names) for _ in range(topics))
+    steps: list[Step] = []
+    where = list(start)
+    quiet = 15.0  # nothing but traffic in the last seconds, so every failover's duplicates are judged
+    for i in range(topics):
+        t = rng.random()
+        while t < duration:
+            origin = rng.choice(names)
+            batched = rng.random() < 0.4
+            steps.append(
+                Step(round(t, 2), "produce", (origin, i, rng.randint(2, 5) if batched else 1, batched))
+            )
+            t += rng.expovariate(rate)
+        t = rng.uniform(1, 10)
+        while t < duration - quiet:
+            steps.append(Step(round(t, 2), "hole", (i, round(rng.uniform(1.0, 30.0), 1))))
+            t += rng.uniform(3, 15)
+        t = rng.uniform(5, 20)
+        while t < duration - quiet:
+            to = rng.choice([n for n in names if n != where[i]])
+            steps.append(Step(round(t, 2), "failover", (i, to, round(rng.uniform(0.0, 2.0), 2))))
+            where[i] = to
+            t += rng.uniform(8, 25)
+    if profile in ("faults", "jumps"):
+        for _ in range(rng.randint(1, 4)):
+            fault = rng.choice(("dup", "replay", "spike"))
+            steps.append(
+                Step(round(rng.uniform(2, duration - quiet), 2), "control", (fault, rng.choice(names)))
+            )
+        for _ in range(rng.randint(0, 2)):
+            steps.append(
+                Step(
+                    round(rng.uniform(5, duration - quiet), 2),
+                    "crash",
+                    (rng.choice(names), rng.random() < 0.6, round(rng.uniform(0.5, 5.0), 2)),
+                )
+            )
+    if profile == "jumps":
+        ops = ("delete", "create-latest", "create-earliest", "clear-backlog", "skip", "ttl", "reset")
+        for _ in range(rng.randint(1, 3)):
+            op = rng.choice(ops)
+            arg = rng.randint(1, 5) if op == "skip" else round(rng.uniform(5, 30), 1) if op == "ttl" else 0
+            steps.append(
+                Step(
+                    round(rng.uniform(3, duration - quiet), 2),
+                    "admin",
+                    (rng.choice(names), rng.randrange(topics), op, arg),
+                )
+            )
+    steps.sort(key=lambda s: (s.at, s.kind))
+    return Schedule(seed, names, topics, kinds, plugin, duration, tuple(steps), start)

@@ -1,0 +1,390 @@
+"""The simulated brokers: regions with topics, geo-replication, subscriptions and the applications' consumers.
+
+Why: the agent's promises (no loss, no re-delivery after a failover beyond what the design allows) depend on
+what Pulsar does with cursors and replicated entries. This module models the parts the agent relies on, on
+virtual time and one ``random.Random``: nothing here reads a clock, sleeps or starts a thread, so a seed
+replays a run exactly.
+
+What it models, and the Pulsar class each rule follows:
+
+* a topic per region is one ledger of entries; an entry is one message or a batch of messages with keys,
+  producer names and per-producer sequence numbers (``ManagedLedgerImpl``: entry ids grow by one);
+* geo-replication: only entries published in a region are replicated out of it, in order per (source,
+  destination, topic), each after a drawn delay (``GeoPersistentReplicator.replicateEntries`` discards an
+  entry whose ``isReplicated()`` is set and sends the rest in cursor order). The copy is stamped with its
+  source position ``__MSG_PROP_REPL_SOURCE_POSITION = "L:E"`` in the entry's metadata
+  (``GeoReplicationProducerImpl``): an unbatched message's client sees it among its properties, the messages
+  of a batch do not (their own single-message properties replace the entry's);
+* a subscription's cursor is a mark-delete position, the individually deleted entries above it and the
+  acknowledged indexes of partly acknowledged batches (``ManagedCursorImpl``: ``markDeletePosition``,
+  ``individualDeletedMessages``, ``batchDeletedIndexes``); an entry whose last index is acknowledged is
+  deleted whole, and the mark-delete advances over every deleted entry that follows it (``ManagedCursorImpl
+  .asyncDelete``);
+* a consumer connecting to a subscription is dispatched from the mark-delete on, skipping what is deleted
+  (``ManagedCursorImpl.rewind`` on a new consumer, ``PersistentDispatcherMultipleConsumers``); Key_Shared
+  keeps per-key order within a region because a key's entries are dispatched in log order;
+* admin operations: clear-backlog moves the mark-delete to the last entry (``ManagedCursorImpl
+  .asyncClearBacklog``), skip moves it over n undeleted entries (``asyncSkipEntries`` with
+  ``IndividualDeletedEntries.Exclude``), reset-cursor sets it and forgets the holes (``asyncResetCursor``, via
+  ``PersistentSubscription.resetCursor``), TTL expiry marks deleted every entry published before the TTL
+  (``PersistentMessageExpiryMonitor``), expire-messages by position moves forward only; a subscription created
+  at Latest starts at the last entry, at Earliest before the first (``ManagedLedgerImpl.openCursor`` with
+  ``InitialPosition``);
+* control topics are topics like the others: the agents' signed envelopes are replicated with delays, and a
+  fault can deliver one twice or replay an old one.
+
+Not modelled: partitions, ledger rollover, topic deletion, a region rebuilt, brokers dying or bundles moving,
+the plugin refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared hash ranges across
+several consumers (one consumer per region stands for the application).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from geosync_core.positions import Position
+
+STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
+CONTROL_SUFFIX = "/geosync-control"
+
+Ident = tuple[str, int, int, int]
+"""A message's identity in every region: (origin region, origin ledger, origin entry, batch index)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Msg:
+    key: str
+    producer: str
+    seq: int
+
+
+@dataclass(slots=True)
+class Entry:
+    eid: int
+    origin: str
+    source: Position
+    """The entry's position in its origin region."""
+    msgs: tuple[Msg, ...]
+    batched: bool
+    at: float
+    replicated_from: str | None = None
+    data: bytes = b""
+    """A control envelope (control topics only)."""
+
+    def ident(self, index: int) -> Ident:
+        return (self.origin, self.source.ledger, self.source.entry, index)
+
+
+@dataclass
+class Topic:
+    name: str
+    ledger: int
+    entries: list[Entry] = field(default_factory=list)
+
+    def position(self, eid: int) -> Position:
+        return Position(self.ledger, eid)
+
+    @property
+    def last(self) -> int:
+        return len(self.entries) - 1
+
+
+@dataclass
+class Cursor:
+    """Mark-delete, deleted entries above it, and acknowledged indexes of partly acknowledged batches."""
+
+    md: int = -1
+    acked: set[int] = field(default_factory=set)
+    partial: dict[int, set[int]] = field(default_factory=dict)
+
+    def has(self, e: int, i: int) -> bool:
+        if e <= self.md or e in self.acked:
+            return True
+        part = self.partial.get(e)
+        return part is not None and i in part
+
+    def entry_done(self, e: int) -> bool:
+        return e <= self.md or e in self.acked
+
+    def _advance(self) -> None:
+        while self.md + 1 in self.acked:
+            self.md += 1
+            self.acked.discard(self.md)
+            self.partial.pop(self.md, None)
+
+    def ack_entry(self, topic: Topic, e: int) -> list[tuple[int, int]]:
+        if self.entry_done(e) or e > topic.last:
+            return []
+        part = self.partial.pop(e, set())
+        newly = [(e, i) for i in range(len(topic.entries[e].msgs)) if i not in part]
+        self.acked.add(e)
+        self._advance()
+        return newly
+
+    def ack_index(self, topic: Topic, e: int, i: int) -> list[tuple[int, int]]:
+        if self.has(e, i) or e > topic.last:
+            return []
+        size = len(topic.entries[e].msgs)
+        part = self.partial.setdefault(e, set())
+        part.add(i)
+        if len(part) >= size:
+            del self.partial[e]
+            self.acked.add(e)
+            self._advance()
+        return [(e, i)]
+
+    def ack_through(self, topic: Topic, e: int) -> list[tuple[int, int]]:
+        """Cumulative: everything up to entry ``e`` included (forward only)."""
+        e = min(e, topic.last)
+        newly: list[tuple[int, int]] = []
+        for x in range(self.md + 1, e + 1):
+            if x in self.acked:
+                continue
+            part = self.partial.get(x, set())
+            newly.extend((x, i) for i in range(len(topic.entries[x].msgs)) if i not in part)
+        if e > self.md:
+            self.md = e
+            self.acked = {x for x in self.acked if x > e}
+            self.partial = {x: p for x, p in self.partial.items() if x > e}
+            self._advance()
+        return newly
+
+    def reset(self, md: int) -> None:
+        self.md = md
+        self.acked.clear()
+        self.partial.clear()
+
+
+@dataclass
+class Subscription:
+    name: str
+    kind: str
+    cursor: Cursor
+    next_read: int = 0
+    """The next entry the region's consumer is dispatched (a new consumer starts at the mark-delete)."""
+    consumers: int = 0
+    """Application consumers connected."""
+
+
+@dataclass
+class Region:
+    name: str
+    index: int
+    plugin: bool = True
+    skip_by_ids: bool = False
+    topics: dict[str, Topic] = field(default_factory=dict)
+    subs: dict[tuple[str, str], Subscription] = field(default_factory=dict)
+    feed: list[tuple[str, str]] = field(default_factory=list)
+    """(topic, subscription) each time a consumer acknowledged (the plugin's ``AckFeed``)."""
+    feed_seq: int = 0
+    readers: list[SimReaderState] = field(default_factory=list)
+    produced: int = 0
+
+
+@dataclass
+class SimReaderState:
+    topic: str
+    on_message: Callable[[Entry, Topic], None]
+    next_eid: int
+    open: bool = True
+
+
+AckHook = Callable[..., None]
+"""(time, region, topic, subscription, identities newly acknowledged, cause)."""
+
+
+class World:
+    """Regions on virtual time, with their replication links and event queue."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        regions: list[str],
+        *,
+        namespace: str,
+        delay: tuple[float, float] = (0.05, 0.6),
+    ) -> None:
+        self.rng = rng
+        self.now = 0.0
+        self.namespace = namespace
+        self.control = f"persistent://{namespace}{CONTROL_SUFFIX}"
+        self.regions = {name: Region(name, i) for i, name in enumerate(regions)}
+        self.delay = delay
+        self.spike_until = 0.0
+        self._queue: list[tuple[float, int, str, str, Entry]] = []
+        self._n = 0
+        self._link_last: dict[tuple[str, str, str], float] = {}
+        self.on_acked: AckHook = lambda *_, **__: None
+        self.on_rewind: Callable[..., None] = lambda *_, **__: None
+        self.trace: Callable[[str], None] = lambda _line: None
+        for region in self.regions.values():
+            self._add_topic(region, self.control)
+
+    # -- topics and replication ---------------------------------------------------------------------
+
+    def _add_topic(self, region: Region, topic: str) -> Topic:
+        # Ledger ids collide between regions, as in a fresh lab (each region's BookKeeper counts from the
+        # same start): the agent must tell origins apart by more than the ledger id.
+        t = region.topics[topic] = Topic(topic, 10 + len(region.topics))
+        return t
+
+    def add_topic(self, topic: str) -> None:
+        for region in self.regions.values():
+            self._add_topic(region, topic)
+
+    def publish(
+        self, region: str, topic: str, msgs: tuple[Msg, ...], *, batched: bool, data: bytes = b""
+    ) -> Entry:
+        r = self.regions[region]
+        t = r.topics[topic]
+        eid = len(t.entries)
+        entry = Entry(eid, region, t.position(eid), msgs, batched and len(msgs) > 1, self.now, data=data)
+        t.entries.append(entry)
+        for dst in self.regions:
+            if dst != region:
+                self._replicate(region, dst, topic, entry)
+        return entry
+
+    def _replicate(self, src: str, dst: str, topic: str, entry: Entry, *, extra: float = 0.0) -> None:
+        low, high = self.delay
+        delay = low + (high - low) * self.rng.random() + extra
+        if self.now < self.spike_until:
+            delay += 3.0 * self.rng.random()
+        # One replicator per (topic, destination) sends in cursor order: a copy never overtakes an older one.
+        link = (src, dst, topic)
+        due = max(self.now + delay, self._link_last.get(link, 0.0))
+        self._link_last[link] = due
+        self._n += 1
+        heapq.heappush(self._queue, (due, self._n, dst, topic, entry))
+
+    def replay_control(self, dst: str, rng: random.Random) -> None:
+        """Deliver an old control envelope published elsewhere to ``dst`` again (a replay)."""
+        old = [
+            e
+            for r in self.regions.values()
+            if r.name != dst
+            for e in r.topics[self.control].entries
+            if e.replicated_from is None
+        ]
+        if old:
+            entry = rng.choice(old)
+            self._n += 1
+            heapq.heappush(self._queue, (self.now, self._n, dst, self.control, entry))
+
+    def advance(self, until: float) -> None:
+        """Deliver every replicated entry due by ``until``."""
+        while self._queue and self._queue[0][0] <= until:
+            due, _, dst, topic, entry = heapq.heappop(self._queue)
+            self.now = max(self.now, due)
+            t = self.regions[dst].topics[topic]
+            eid = len(t.entries)
+            t.entries.append(
+                Entry(
+                    eid,
+                    entry.origin,
+                    entry.source,
+                    entry.msgs,
+                    entry.batched,
+                    self.now,
+                    replicated_from=entry.origin,
+                    data=entry.data,
+                )
+            )
+        self.now = max(self.now, until)
+
+    def pump_readers(self) -> None:
+        for region in self.regions.values():
+            for reader in region.readers:
+                if not reader.open:
+                    continue
+                t = region.topics[reader.topic]
+                while reader.open and reader.next_eid < len(t.entries):
+                    e = t.entries[reader.next_eid]
+                    reader.next_eid += 1
+                    reader.on_message(e, t)
+
+    # -- cursors ------------------------------------------------------------------------------------
+
+    def idents(self, topic: Topic, pairs: list[tuple[int, int]]) -> list[Ident]:
+        return [topic.entries[e].ident(i) for e, i in pairs]
+
+    def acked(self, region: str, topic: str, sub: str, pairs: list[tuple[int, int]], cause: str) -> None:
+        if pairs:
+            t = self.regions[region].topics[topic]
+            self.on_acked(self.now, region, topic, sub, idents=self.idents(t, pairs), cause=cause)
+
+    def create_subscription(
+        self, region: str, topic: str, sub: str, kind: str, *, latest: bool, cause: str
+    ) -> bool:
+        r = self.regions[region]
+        if (topic, sub) in r.subs:
+            return False
+        t = r.topics[topic]
+        s = r.subs[(topic, sub)] = Subscription(sub, kind, Cursor())
+        if latest:
+            # At Latest the cursor starts at the last entry: everything before counts as deleted.
+            self.acked(region, topic, sub, s.cursor.ack_through(t, t.last), cause)
+        s.next_read = s.cursor.md + 1
+        where = "Latest" if latest else "Earliest"
+        self.trace(f"{region}: {topic.rsplit('/', 1)[-1]}/{sub} created at {where} ({cause})")
+        return True
+
+    def delete_subscription(self, region: str, topic: str, sub: str) -> None:
+        if self.regions[region].subs.pop((topic, sub), None) is not None:
+            self.on_rewind(self.now, region, topic, sub, "deleted", idents=[])
+            self.trace(f"{region}: {topic.rsplit('/', 1)[-1]}/{sub} deleted")
+
+    def clear_backlog(self, region: str, topic: str, sub: str) -> None:
+        s = self.regions[region].subs.get((topic, sub))
+        if s is not None:
+            t = self.regions[region].topics[topic]
+            self.acked(region, topic, sub, s.cursor.ack_through(t, t.last), "admin:clear-backlog")
+
+    def skip(self, region: str, topic: str, sub: str, n: int) -> None:
+        s = self.regions[region].subs.get((topic, sub))
+        if s is None:
+            return
+        t = self.regions[region].topics[topic]
+        e, left = s.cursor.md, n
+        while left > 0 and e < t.last:
+            e += 1
+            if not s.cursor.entry_done(e):
+                left -= 1
+        self.acked(region, topic, sub, s.cursor.ack_through(t, e), "admin:skip")
+
+    def expire_ttl(self, region: str, topic: str, sub: str, ttl: float) -> None:
+        s = self.regions[region].subs.get((topic, sub))
+        if s is None:
+            return
+        t = self.regions[region].topics[topic]
+        e = -1
+        while e + 1 <= t.last and t.entries[e + 1].at <= self.now - ttl:
+            e += 1
+        self.acked(region, topic, sub, s.cursor.ack_through(t, e), "admin:ttl")
+
+    def reset_cursor(self, region: str, topic: str, sub: str, md: int, cause: str) -> None:
+        r = self.regions[region]
+        s = r.subs.get((topic, sub))
+        if s is None:
+            return
+        before = s.cursor
+        t = r.topics[topic]
+        after = Cursor()
+        newly = after.ack_through(t, md)
+        if any(not before.has(e, i) for e, i in newly):
+            self.acked(region, topic, sub, [(e, i) for e, i in newly if not before.has(e, i)], cause)
+        back = [
+            e.ident(i)
+            for e in t.entries
+            for i in range(len(e.msgs))
+            if before.has(e.eid, i) and not after.has(e.eid, i)
+        ]
+        short = topic.rsplit("/", 1)[-1]
+        self.trace(f"{region}: {short}/{sub} reset to {md} by {cause}: {len(back)} messages unacknowledged")
+        if back:
+            self.on_rewind(self.now, region, topic, sub, cause, idents=back)
+        s.cursor = after
+        s.next_read = after.md + 1
