@@ -45,6 +45,9 @@ class SimAdmin:
         self.world = world
         self.r: Region = world.regions[region]
         self.calls: list[str] = []
+        self.tamper: Callable[[list[pluginapi.AckItem]], list[pluginapi.AckItem]] | None = None
+        """Rewrites the agent's cursor writes before the broker sees them: a broken agent, for the checker's
+        own tests (the simulation must be able to fail)."""
 
     def _topic(self, topic: str) -> Topic:
         t = self.r.topics.get(topic)
@@ -201,6 +204,8 @@ class SimAdmin:
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
         self._need_plugin()
         self.calls.append("plugin_write")
+        if self.tamper is not None:
+            items = self.tamper(items)
         out = []
         for item in items:
             key = (item.topic, item.subscription)

@@ -67,14 +67,15 @@ class InlineExecutor(Executor):
         return future
 
 
-AgentHook = Callable[[Agent, str], None]
-"""Called on each agent after it is built (tests use it to break an agent on purpose)."""
+AgentHook = Callable[["Life"], None]
+"""Called on each agent's life as it starts (the checker's tests use it to break an agent on purpose)."""
 
 
 @dataclass
 class Life:
     """One region's agent, while it runs."""
 
+    region: str
     agent: Agent
     messaging: SimMessaging
     admin: SimAdmin
@@ -199,9 +200,10 @@ class Simulation:
         effector.on_sent = agent.on_sent
         if restore and region in self.checkpoints:
             agent.restore(self.checkpoints[region], now)
+        life = Life(region, agent, messaging, admin, phase, next_round=t + phase, next_discovery=t)
         if self.hook is not None:
-            self.hook(agent, region)
-        return Life(agent, messaging, admin, phase, next_round=t + phase, next_discovery=t)
+            self.hook(life)
+        return life
 
     def _discover(self, life: Life, t: float) -> None:
         mono = MONO0 + t

@@ -1,0 +1,105 @@
+"""Issue 45's paths to loss as scripted schedules in the simulation of regions, each a regression test.
+
+One schedule shape for all: three regions; region a publishes an entry every 0.3 s and its Shared consumers
+acknowledge as they go, except one message they hold unacknowledged from 9 s to 29 s (a hole in a's cursor);
+at 12 s something happens in the passive region b. Whatever b's cursor does, a message a's consumers hold
+must not be acknowledged in a or c: that is the loss the issue describes. A test marked ``xfail(strict=True)``
+reproduces a path that is real on today's code (it fails, so the mark keeps CI green) and flips to a failure
+of the mark the day someone closes the path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from geosync_sim import running
+from geosync_sim.schedules import Schedule, Step
+
+LOSS = {"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"}
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def scripted(*events: Step, plugin_b: bool = True) -> running.Result:
+    steps = [Step(round(0.3 * k, 2), "produce", ("a", 0, 1, False)) for k in range(130)]
+    steps += [Step(9.0, "hole", (0, 20.0)), *events]
+    steps.sort(key=lambda s: s.at)
+    schedule = Schedule(
+        45, ("a", "b", "c"), 1, ("Shared",), (True, plugin_b, True), 40.0, tuple(steps), ("a",)
+    )
+    return running.run(schedule, trace=True)
+
+
+def assert_nothing_lost(result: running.Result) -> None:
+    found = [v for v in result.violations if v.kind in LOSS]
+    assert not found, "\n".join(map(str, found))
+
+
+@pytest.mark.parametrize("plugin_b", [True, False], ids=["plugin", "admin-api"])
+def test_case1_a_subscription_deleted_in_a_passive_region_is_not_recreated_at_latest(plugin_b: bool) -> None:
+    """Case 1 as the issue states it: b's copy is deleted while a consumes with holes; b plans holes only, the
+    plugin answers ``no_subscription`` (or there is no plugin), and the admin fallback's shadow consumer must
+    not re-create the subscription at Latest. Closed by a1d4002 (the effector checks the subscription before
+    the shadow consumer joins, and the shadow subscribes at Earliest): the simulation holds it closed."""
+    result = scripted(Step(12.0, "admin", ("b", 0, "delete", 0)), plugin_b=plugin_b)
+    assert_nothing_lost(result)
+    assert not any("created at Latest" in line for line in result.trace)
+
+
+JUMP = "issue 45: a cursor jump no consumer made in b is replicated as acknowledgements to a and c"
+
+
+@pytest.mark.xfail(strict=True, reason=f"{JUMP} (case 1, re-created at Latest by an operator)")
+def test_case1_a_subscription_recreated_at_latest_by_an_operator_acknowledges_nothing_elsewhere() -> None:
+    result = scripted(
+        Step(12.0, "admin", ("b", 0, "delete", 0)), Step(12.5, "admin", ("b", 0, "create-latest", 0))
+    )
+    assert_nothing_lost(result)
+
+
+@pytest.mark.xfail(strict=True, reason=f"{JUMP} (clear-backlog)")
+def test_clear_backlog_in_a_passive_region_acknowledges_nothing_elsewhere() -> None:
+    assert_nothing_lost(scripted(Step(12.0, "admin", ("b", 0, "clear-backlog", 0))))
+
+
+@pytest.mark.xfail(strict=True, reason=f"{JUMP} (skip)")
+def test_skip_in_a_passive_region_acknowledges_nothing_elsewhere() -> None:
+    assert_nothing_lost(scripted(Step(12.0, "admin", ("b", 0, "skip", 3))))
+
+
+@pytest.mark.xfail(strict=True, reason=f"{JUMP} (TTL expiry)")
+def test_ttl_expiry_in_a_passive_region_acknowledges_nothing_elsewhere() -> None:
+    assert_nothing_lost(scripted(Step(12.0, "admin", ("b", 0, "ttl", 1.0))))
+
+
+@pytest.mark.xfail(strict=True, reason=f"{JUMP} (clear-backlog, b without the plugin: polled cursors)")
+def test_clear_backlog_in_a_passive_region_without_the_plugin_acknowledges_nothing_elsewhere() -> None:
+    assert_nothing_lost(scripted(Step(12.0, "admin", ("b", 0, "clear-backlog", 0)), plugin_b=False))
+
+
+def test_a_reset_in_a_passive_region_moves_no_cursor_elsewhere() -> None:
+    """b's cursor goes back to the earliest message: b's agent applies the claims again (b catches up), and
+    no other region moves."""
+    result = scripted(Step(12.0, "admin", ("b", 0, "reset", 0)))
+    assert_nothing_lost(result)
+    assert not any(
+        line.split("s ", 1)[1].startswith(("a:", "c:")) and "reset" in line for line in result.trace
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="DESIGN invariant 7 says a reset is never replicated implicitly, but core.generations makes the "
+    "other regions follow a rewind made where the subscription is consumed: b and c rewind after a's reset "
+    "(no message is lost, they are delivered again; which rule holds is the maintainers' call)",
+)
+def test_a_reset_in_the_consuming_region_moves_no_cursor_elsewhere() -> None:
+    assert_nothing_lost(scripted(Step(12.0, "admin", ("a", 0, "reset", 0))))
