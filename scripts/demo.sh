@@ -12,5 +12,5 @@ bash scripts/setup.sh --for demo
 .venv/bin/geoctl lab up --regions a,b,c --dir lab
 .venv/bin/geoctl lab status --dir lab
 .venv/bin/geoctl demo failover --dir lab "$@"
-echo "demo: done in $((SECONDS - started)) s; the lab keeps running in ./lab" \
-  "(stop it with '.venv/bin/geoctl lab down --dir lab')"
+echo "demo: done in $((SECONDS - started)) s; the lab keeps running in ./lab"
+echo "  stop it with '.venv/bin/geoctl lab down --dir lab'"

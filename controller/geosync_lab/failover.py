@@ -133,7 +133,7 @@ def run(
         consumer.close()
         report(
             f"[{mode}] consumer in {source} received {receive}, acknowledged {len(acked)} "
-            f"({receive - len(acked)} holes, {messages - receive} never received); failing over to {target}"
+            f"({receive - len(acked)} holes, {messages - receive} unread); failing over to {target}"
         )
         expected_backlog = messages - len(acked)
         dst_admin = AdminClient(dst.admin_url)
