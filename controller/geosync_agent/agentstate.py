@@ -124,6 +124,7 @@ class AgentState:
         collections: Collections | None = None,
         incarnation: Incarnation | None = None,
         broker_calls: CallTimes | None = None,
+        checkpoint_writer: checkpointing.Writer | None = None,
     ) -> None:
         self.config = config
         self.incarnation = incarnation
@@ -243,10 +244,11 @@ class AgentState:
         self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
         self.checkpoint_at = 0.0
         self.checkpoint_info: dict[str, Any] = {}
-        self.checkpoint_writer: threading.Thread | None = None
-        """The thread writing the last checkpoint a round took (None before the first)."""
+        self.checkpoint_writer = checkpoint_writer or checkpointing.Writer()
+        """Writes the checkpoints rounds take: the composition root's ``checkpoint-writer`` task runs it;
+        where none does (the unit tests' harness), ``drain`` does the waiting write."""
         self.checkpoint_taken_s = 0.0
-        """Seconds the last checkpoint took the loop (taking the state; the writing is the thread's)."""
+        """Seconds the last checkpoint took the loop (taking the state; the writing is the writer's)."""
         self.checkpoint_seen: tuple[Any, list[object], float] | None = None
         """The last checkpoint written: its fingerprint, the objects whose identities it holds (kept alive, so
         that no new object takes one of their ids) and when it was taken (monotonic)."""

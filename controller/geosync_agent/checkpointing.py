@@ -28,6 +28,11 @@ Invariants:
 * ``load`` never returns a state whose bytes differ from what ``save`` wrote: any change to the file is
   refused (``CheckpointError``), as is a checkpoint of another region or format version;
 * a crash during ``save`` leaves the previous checkpoint whole (the new one replaces it by rename).
+
+Who writes it: the loop takes the state and hands the writing (encoding, compressing, ``save``) to a
+``Writer``, whose ``run`` is the ``checkpoint-writer`` task of the composition root (``supervising``).
+Where no task runs it (the unit tests' harness, a simulator), ``drain`` writes on the caller's thread, when
+the caller chooses: deterministically.
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ import hashlib
 import json
 import os
 import pathlib
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 FORMAT = "geosync-agent-checkpoint"
@@ -155,3 +161,80 @@ def load(path: pathlib.Path, *, region: str) -> dict[str, Any] | None:
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: body is not an object")
     return state
+
+
+class Writer:
+    """One checkpoint write at a time, off the loop's thread.
+
+    Invariants: at most one write is waiting and at most one is being written, never both (``offer`` refuses
+    while ``busy``: the loop then skips that checkpoint, and the next interval's is newer); a write offered
+    is done exactly once, by the task (``run``) or, where none runs, by ``drain`` or ``wait``."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._waiting: Callable[[], None] | None = None
+        self._writing = False
+        self._served = False
+
+    def busy(self) -> bool:
+        """A write is waiting or being written."""
+        with self._changed:
+            return self._waiting is not None or self._writing
+
+    def offer(self, write: Callable[[], None]) -> bool:
+        """Hand ``write`` over, unless ``busy`` (False: not taken)."""
+        with self._changed:
+            if self._waiting is not None or self._writing:
+                return False
+            self._waiting = write
+            self._changed.notify_all()
+            return True
+
+    def _take(self) -> Callable[[], None] | None:
+        with self._changed:
+            write, self._waiting = self._waiting, None
+            self._writing = write is not None
+            return write
+
+    def _done(self) -> None:
+        with self._changed:
+            self._writing = False
+            self._changed.notify_all()
+
+    def drain(self) -> None:
+        """Do the waiting write (if any) on the caller's thread: where no task runs this writer."""
+        write = self._take()
+        if write is not None:
+            try:
+                write()
+            finally:
+                self._done()
+
+    def wait(self) -> None:
+        """Until nothing is waiting or being written; a write waiting with no task to run it is done here."""
+        while True:
+            with self._changed:
+                if self._waiting is None and not self._writing:
+                    return
+                served = self._served
+                if served:
+                    self._changed.wait(0.1)
+            if not served:
+                self.drain()
+
+    def run(self, stop: threading.Event) -> None:
+        """The ``checkpoint-writer`` task's body: do each write offered, until ``stop`` (a write still
+        waiting then is done by whoever waits for it: the agent's last checkpoint at shutdown)."""
+        with self._changed:
+            self._served = True
+        try:
+            while not stop.is_set():
+                with self._changed:
+                    if self._waiting is None:
+                        self._changed.wait(0.5)
+                        continue
+                self.drain()
+        finally:
+            with self._changed:
+                self._served = False
+                self._changed.notify_all()

@@ -8,7 +8,6 @@ round. The wire forms of its parts are ``core.checkpoint``'s and the tails' own.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,19 +42,19 @@ class Saving(Writing):
     def save_checkpoint(self, *, background: bool = False, at: float | None = None) -> None:
         """Write the checkpoint now (a failure is logged and counted; the next one tries again). The state
         is taken on the loop's thread (the only one that reads it); with ``background`` it is encoded,
-        compressed and written on a thread of its own (a second or more at 10,000 subscriptions on a busy
-        machine, which the rounds no longer wait for), and skipped while the previous one is still being
-        written (the next interval writes a newer one). Without, it waits for that one and writes now. A
-        periodic one (``background``; ``at`` the round's monotonic time) is skipped while the state looks
-        unchanged, for at most tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S."""
+        compressed and written by the checkpoint writer (``checkpointing.Writer``; a second or more at 10,000
+        subscriptions on a busy machine, which the rounds no longer wait for), and skipped while the previous
+        one is still waiting or being written (the next interval writes a newer one). Without, it waits for
+        that one and writes now. A periodic one (``background``; ``at`` the round's monotonic time) is skipped
+        while the state looks unchanged, for at most tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S."""
         if self.checkpoint_path is None:
             return
         writer = self.checkpoint_writer
-        if writer is not None and writer.is_alive():
+        if writer.busy():
             if background:
                 self.stats.inc("checkpoints_skipped")
                 return
-            writer.join()
+            writer.wait()
         started = time.monotonic()
         at = started if at is None else at
         fingerprint, held = self.checkpoint_fingerprint()
@@ -77,10 +76,7 @@ class Saving(Writing):
             return
         taken = self.checkpoint_taken_s = time.monotonic() - started
         if background:
-            self.checkpoint_writer = threading.Thread(
-                target=self._write_checkpoint, args=(state, started, taken), name="checkpoint", daemon=True
-            )
-            self.checkpoint_writer.start()
+            writer.offer(lambda: self._write_checkpoint(state, started, taken))  # not busy: checked above
         else:
             self._write_checkpoint(state, started, taken)
 
@@ -93,7 +89,8 @@ class Saving(Writing):
         return wire
 
     def _write_checkpoint(self, state: Callable[[], dict[str, Any]], started: float, taken: float) -> None:
-        """Encode and write ``state`` (on the checkpoint thread or the loop's: it only counts and assigns)."""
+        """Encode and write ``state`` (by the checkpoint writer or on the loop's thread: it only counts and
+        assigns)."""
         assert self.checkpoint_path is not None
         try:
             size = checkpointing.save(self.checkpoint_path, region=self.config.region, state=state())

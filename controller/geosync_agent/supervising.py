@@ -1,8 +1,9 @@
 """The agent process's composition root: it builds every part, starts every task by name, supervises them,
 and shuts down in order.
 
-Tasks: ``discovery`` (admin scans into a mailbox), ``sync-loop`` (the agent's rounds), ``policy-mirror``
-(where configured), ``http`` (metrics, probes, state) and ``watchdog``. Nothing else starts a thread of ours,
+Tasks: ``discovery`` (admin scans into a mailbox), ``sync-loop`` (the agent's rounds), ``checkpoint-writer``
+(the checkpoints the rounds take, encoded and written: ``checkpointing.Writer``), ``policy-mirror`` (where
+configured), ``http`` (metrics, probes, state) and ``watchdog``. Nothing else starts a thread of ours,
 except the policy mirror's event reader during a leadership term. A task that raises is restarted with
 backoff; one that keeps failing (``MAX_RESTARTS`` in a row) stops the process with a non-zero status, so the
 sidecar is restarted by Kubernetes instead of looking alive while doing nothing. A task that neither fails
@@ -10,7 +11,8 @@ nor gets on (the sync loop or the mirror blocked in a call for ``stuck_after_s``
 fails /healthz and ends the process (``geosync_agent.watching``).
 
 Shutdown, in order: stop and join the sync loop and discovery, then the mirror, then the HTTP endpoint;
-then close readers, producers, the admin pool and the Pulsar client.
+then the agent's last checkpoint (after any its writer was still writing) and the writer; then close readers,
+producers, the admin pool and the Pulsar client.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     discovered: discovering.Latest[discovering.Discovered] = discovering.Latest()
     rediscover, wake = threading.Event(), threading.Event()
     calls = CallTimes()
+    checkpoints = checkpointing.Writer()
     watchdog = watching.Watchdog(config.stuck_after_s)
     # Every call of the sync loop (its own or its pool's) is progress when it ends, answered or not.
     sync = watching.Heartbeat()
@@ -155,6 +158,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         collections=collections,
         incarnation=_incarnation(config),
         broker_calls=calls,
+        checkpoint_writer=checkpoints,
     )
     effector.on_sent = agent.on_sent
     resume(agent)
@@ -177,6 +181,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
 
     supervisor.spawn("discovery", discover)
     supervisor.spawn("sync-loop", lambda: agent.run(stop, progress=watchdog.watch("sync-loop", sync).beat))
+    supervisor.spawn("checkpoint-writer", lambda: checkpoints.run(stop))
     if mirror is not None:
         mirror.progress = watchdog.watch("policy-mirror").beat
         supervisor.spawn("policy-mirror", mirror.run)
@@ -197,6 +202,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
             server.shutdown()
             server.server_close()
         agent.close()
+        supervisor.join("checkpoint-writer")
         effector.close()
         pool.shutdown(wait=True, cancel_futures=True)
         messaging.close()
