@@ -42,6 +42,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import record
+
 from geosync_adapters import signing
 from geosync_adapters.admin import AdminClient, AdminError, AdminNotFound
 from geosync_agent.config import AgentConfig
@@ -125,6 +127,7 @@ def main() -> None:
     parser.add_argument("--region", help=argparse.SUPPRESS)
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--state", help=argparse.SUPPRESS)
+    record.add_argument(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.child:
@@ -174,6 +177,36 @@ def main() -> None:
                 _print_round(results[-1])
         snapshots = mirrors.snapshots() if mirrors is not None else []
     _summary(results, snapshots)
+    record.write(args.record, _record(results, args))
+
+
+def _record(results: list[Round], args: argparse.Namespace) -> dict[str, Any]:
+    """This run's row: GeoSync's mirror against Pulsar's synchronizer where it ran too."""
+
+    def cell(mechanisms: tuple[str, ...]) -> str:
+        mine = [r for r in results if r.mechanism in mechanisms]
+        if not mine:
+            return "-"
+        times = sorted(t for r in mine for t in r.latencies)
+        asked = sum(r.asked for r in mine)
+        p99 = times[min(len(times) - 1, int(len(times) * 0.99))] if times else None
+        spread = f", p99 {p99 * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms" if p99 is not None else ""
+        return f"{len(times):,} of {asked:,} converged{spread}"
+
+    figures = {
+        "rounds": [
+            {"mechanism": r.mechanism, "asked": r.asked, "latencies_s": r.latencies, "misses": r.misses}
+            for r in results
+        ]
+    }
+    row: dict[str, Any] = record.make(
+        f"Policy mirror, {args.edits:,} edits a round, {args.rounds} round(s), mechanisms {args.mechanisms}",
+        cell(("geosync",)),
+        # the column of Pulsar's own mechanism: here PIP-136's synchronizer
+        "PIP-136: " + cell(("pip136", "pip136-created")) if "pip136" in args.mechanisms else "-",
+        figures=figures,
+    )
+    return row
 
 
 class _Mirrors:
