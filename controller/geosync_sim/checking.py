@@ -17,9 +17,10 @@ Invariants (DESIGN.md numbering):
    operator's rewind (``rewind``); following an operator's rewind made in another region, over messages no
    consumer acknowledged since, is ``rewind-replicated`` (invariant 7: a reset is never replicated
    implicitly);
-6. Key_Shared order: a message is never delivered in a region whose cursor already holds a later message of
-   the same key and origin that a consumer acknowledged (that later message will not come again after it:
-   ``key-order``).
+6. Key_Shared order: a message given to consumers for the first time is never given in a region whose
+   cursor already holds a later message of the same key and origin that a consumer acknowledged (that later
+   message will not come again after it: ``key-order``). A message given before and not acknowledged is
+   given again on a reconnect in any region, as Pulsar does without GeoSync: not a violation.
 
 Every duplicate (a delivery of a message a consumer of the subscription had acknowledged before) is classified
 by cause: ``in-flight`` (acknowledged less than ``settle_s`` before the failover), ``agent-down``
@@ -72,6 +73,8 @@ class Checker:
     no_plugin: set[str] = field(default_factory=set)
     by_key: dict[tuple[str, str, str], list[Ident]] = field(default_factory=dict)
     """Key_Shared: (topic, key, origin) -> identities in origin order, as delivered."""
+    first_by_key: dict[tuple[str, str], dict[Ident, None]] = field(default_factory=dict)
+    """Key_Shared: (topic, key) -> identities of any origin in the order they were first delivered."""
     violations: list[Violation] = field(default_factory=list)
     duplicates: Counter[str] = field(default_factory=Counter)
     deliveries: int = 0
@@ -157,7 +160,10 @@ class Checker:
     ) -> None:
         self.deliveries += 1
         if kind == "Key_Shared":
-            self._key_order(at, region, topic, sub, ident=ident, msg=msg)
+            first = self.first_by_key.setdefault((topic, msg.key), {})
+            if ident not in first:  # a message given before is given again as Pulsar does on a reconnect
+                first[ident] = None
+                self._key_order(at, region, topic, sub, ident=ident, msg=msg)
         acked = self.consumer_acked.get((topic, sub, ident))
         if acked is None:
             return
@@ -173,14 +179,18 @@ class Checker:
         for later in reversed(seen):
             if later <= ident:
                 break
-            if (topic, sub, later) in self.consumer_acked and self.cursor_has(region, topic, sub, later):
+            got = self.consumer_acked.get((topic, sub, later))
+            if got is not None and self.cursor_has(region, topic, sub, later):
+                mine = self.consumer_acked.get((topic, sub, ident))
+                was = "never acknowledged" if mine is None else f"acknowledged in {mine[1]} at {mine[0]:.2f}s"
                 self._violate(
                     "key-order",
                     at,
                     region,
                     topic,
                     sub,
-                    detail=f"{fmt(ident)} key {msg.key} after {fmt(later)} was acknowledged and is held",
+                    detail=f"{fmt(ident)} ({was}) key {msg.key} after {fmt(later)} (acknowledged in {got[1]} "
+                    f"at {got[0]:.2f}s) is held here",
                 )
                 return
 
@@ -215,8 +225,10 @@ class Checker:
         if region in self.no_plugin or ack_region in self.no_plugin:
             return "admin-path"
         if kind == "Key_Shared":
-            for earlier in self.by_key.get((topic, msg.key, ident[0]), []):
-                if earlier >= ident:
+            # The per-key minimum: a message of the key (from any origin) given to consumers before this one
+            # and not acknowledged by the failover holds this one back.
+            for earlier in self.first_by_key.get((topic, msg.key), {}):
+                if earlier == ident:
                     break
                 got = self.consumer_acked.get((topic, sub, earlier))
                 if got is None or got[0] > failed_over:
