@@ -5,7 +5,8 @@ A bench takes ``--record FILE`` (``add_argument``) and, at its end, calls ``writ
 reproducible: the command as typed, the commit measured (``+dirty`` when the tree differed from it), the
 machine and the date. ``python bench/report.py`` then rebuilds the table from ``bench/results/*.json``, one
 row per file in file-name order: a new row is a new file there (copy the run's record in, name it
-``NN-slug.json`` where NN places it) and one run of the report.
+``NN-slug.json`` where NN places it) and one run of the report. A bench whose run gives several rows
+(``scale.py``: one per subscription step) writes one file each with ``write_each``.
 
 A record's keys:
 
@@ -94,6 +95,14 @@ def make(
     if figures is not None:
         record["figures"] = figures
     return record
+
+
+def write_each(path: pathlib.Path | None, records: dict[str, dict[str, Any]]) -> None:
+    """A bench whose run gives several rows: one file each, ``FILE`` named ``STEM-KEY.json`` per key."""
+    if path is None:
+        return
+    for key, one in records.items():
+        write(path.with_name(f"{path.stem}-{key}{path.suffix or '.json'}"), one)
 
 
 def write(path: pathlib.Path | None, record: dict[str, Any]) -> None:

@@ -62,6 +62,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import failover
 import fresh_topic
+import record
 import restart
 
 from geosync_core import topology as topo
@@ -440,6 +441,40 @@ def s(values: list[float], q: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def lag_records(results: list[Step], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """One row of BENCHMARKS.md per subscription step: lag p99 of GeoSync and of PIP-33 in the same run."""
+    rows: dict[str, dict[str, Any]] = {}
+    for subs in dict.fromkeys(step.subs for step in results):
+        mine = [step for step in results if step.subs == subs]
+
+        def p99(mode: str, mine: list[Step] = mine) -> str:
+            values = [percentile(st.run.lags, 0.99) for st in mine if st.mode == mode]
+            return ", ".join(f"p99 {v:.2f} s" for v in values if v is not None) or "-"
+
+        figures = [
+            {
+                "mode": st.mode,
+                "acks_per_s": st.run.acked / args.duration,
+                "lag_p50_s": percentile(st.run.lags, 0.5),
+                "lag_p99_s": percentile(st.run.lags, 0.99),
+                "lag_max_s": max(st.run.lags, default=None),
+                "probes": len(st.run.lags),
+                "not_synced_in_10_s": st.run.timeouts,
+                "agent_cpu_s": st.cpu,
+                "agent_rss_mib": st.rss,
+                "load": st.load,
+            }
+            for st in mine
+        ]
+        rows[str(subs)] = record.make(
+            f"Sync lag, {subs:,} subscriptions, {args.rate:,.0f} acks/s",
+            p99("geosync"),
+            p99("builtin"),
+            figures={"steps": figures},
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", type=pathlib.Path, help="use this running lab instead of booting one")
@@ -479,6 +514,7 @@ def main() -> None:
     parser.add_argument(
         "--py-spy", type=pathlib.Path, help="record both agents with py-spy into this directory"
     )
+    record.add_argument(parser)
     args = parser.parse_args()
     args.shape = failover.load_shape(parser, args)
     outage = Outage.parse(args.restart_under_load)
@@ -603,6 +639,7 @@ def main() -> None:
         for n, mode, why in not_measured:
             table.add_row(f"{n:,}", "GeoSync" if mode == "geosync" else "PIP-33", "-", "-", "-", "-", why)
         console.print(table)
+        record.write_each(args.record, lag_records(results, args))
 
         burst = Table(
             "burst on a fresh topic",

@@ -83,3 +83,20 @@ def test_a_record_without_a_cell_is_refused(tmp_path: pathlib.Path) -> None:
     (tmp_path / "010-bad.json").write_text(json.dumps({"scenario": "x", "command": "y"}))
     with pytest.raises(REPORT.RecordError, match=r"010-bad\.json: no geosync"):
         REPORT.records(tmp_path)
+
+
+def test_a_bench_of_several_rows_writes_one_record_each(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "bench" / "scale.py"), "--steps", "100,1000"])
+    rows = {
+        str(n): RECORD.make(f"Sync lag, {n} subscriptions", "p99 0.5 s", "p99 1.1 s") for n in (100, 1000)
+    }
+
+    RECORD.write_each(tmp_path / "scale.json", rows)
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scale-100.json", "scale-1000.json"]
+    assert [r["scenario"] for _, r in REPORT.records(tmp_path)] == [
+        "Sync lag, 100 subscriptions",
+        "Sync lag, 1000 subscriptions",
+    ]
