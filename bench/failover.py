@@ -734,6 +734,13 @@ def failover_record(
             cells["builtin"],
             figures=figures,
         )
+        # the scenarios' table too: this record is also a section table (bench/results/tables/)
+        names = {"builtin": "PIP-33", "geosync": "GeoSync exact", "snapshot": "GeoSync snapshot"}
+        row["columns"] = ["scenario", "mechanism", "acked in a", "duplicates", "lost"]
+        row["rows"] = [
+            [o["scenario"], names.get(o["mode"], o["mode"]), o["acked"], o["duplicates"], o["lost"]]
+            for o in outcomes
+        ]
         return row
 
     def p99(mode: str) -> str:

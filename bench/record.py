@@ -6,7 +6,9 @@ reproducible: the command as typed, the commit measured (``+dirty`` when the tre
 machine and the date. ``python bench/report.py`` then rebuilds the table from ``bench/results/*.json``, one
 row per file in file-name order: a new row is a new file there (copy the run's record in, name it
 ``NN-slug.json`` where NN places it) and one run of the report. A bench whose run gives several rows
-(``scale.py``: one per subscription step) writes one file each with ``write_each``.
+(``scale.py``: one per subscription step) writes one file each with ``write_each``. A record that also has
+``columns`` and ``rows`` (``failover.py``'s, of its scenarios) can be a section's table as well, as
+``bench/results/tables/NAME.json`` (see ``bench/report.py``).
 
 A record's keys:
 

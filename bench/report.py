@@ -1,7 +1,10 @@
-"""Rebuilds BENCHMARKS.md's "At a glance" table from the recorded runs, ``bench/results/*.json``.
+"""Rebuilds BENCHMARKS.md's tables from the recorded runs: "At a glance" from ``bench/results/*.json``, and
+each section's table from ``bench/results/tables/NAME.json``.
 
-One record (see ``bench/record.py``) is one row, in file-name order. To add or replace a row: put the
-record a bench wrote with ``--record FILE`` into ``bench/results/`` (``NN-slug.json``; NN places it), then
+One record (see ``bench/record.py``) is one row of "At a glance", in file-name order. To add or replace a
+row: put the record a bench wrote with ``--record FILE`` into ``bench/results/`` (``NN-slug.json``; NN
+places it). A section's table is one file, ``{"columns": [...], "rows": [[...], ...]}`` with the same
+command, commit, machine, date and source as a record, shown where BENCHMARKS.md has its markers. Then
 
     python bench/report.py            # rewrites the table between its markers in BENCHMARKS.md
     python bench/report.py --check    # exits 1 when BENCHMARKS.md is not what the records give
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import re
 import sys
 import textwrap
 from typing import Any
@@ -34,6 +38,13 @@ COLUMNS = (
     ("commit", "commit"),
 )
 REQUIRED = ("scenario", "command", "geosync", "pip33", "machine", "date", "commit", "source")
+TABLES = RESULTS / "tables"
+TABLE_REQUIRED = ("command", "machine", "date", "commit", "source")
+TABLE_START = (
+    "<!-- from bench/results/tables/{name}.json by " + COMMAND + ": do not edit until the end marker -->"
+)
+TABLE_END = "<!-- end of the generated table {name} -->"
+TABLE_NAME = re.compile(re.escape(TABLE_START).replace(r"\{name\}", r"([a-z0-9-]+)"))
 
 
 class RecordError(ValueError):
@@ -79,13 +90,51 @@ def table(found: list[tuple[pathlib.Path, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(page: str, found: list[tuple[pathlib.Path, dict[str, Any]]]) -> str:
-    """``page`` with the text between the markers replaced by the table of ``found``."""
-    head, start, rest = page.partition(START + "\n")
-    _, end, tail = rest.partition(END)
-    if not start or not end:
-        raise RecordError(f"{PAGE.name}: the markers {START!r} and {END!r} are not both there")
-    return head + start + "\n" + table(found) + "\n" + end + tail
+def section_table(path: pathlib.Path) -> str:
+    """A section's table from its file, then where its figures come from."""
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise RecordError(f"tables/{path.name}: {e}") from e
+    missing = [k for k in TABLE_REQUIRED if not isinstance(spec.get(k), str) or not spec[k].strip()]
+    columns, rows = spec.get("columns"), spec.get("rows")
+    if missing or not columns or not isinstance(rows, list) or any(len(r) != len(columns) for r in rows):
+        raise RecordError(f"tables/{path.name}: needs columns, rows of as many cells, and {TABLE_REQUIRED}")
+    lines = [
+        "| " + " | ".join(_cell(str(c)) for c in columns) + " |",
+        "| " + " | ".join("---" for _ in columns) + " |",
+        *("| " + " | ".join(_cell(str(c)) for c in row) + " |" for row in rows),
+        "",
+        *textwrap.wrap(
+            "Recorded " + ", ".join(_cell(spec[k]) for k in ("date", "commit", "machine", "source")) + ".",
+            width=110,
+            break_on_hyphens=False,
+            break_long_words=False,
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _replace(page: str, start: str, end: str, body: str) -> str:
+    head, found_start, rest = page.partition(start + "\n")
+    _, found_end, tail = rest.partition(end)
+    if not found_start or not found_end:
+        raise RecordError(f"{PAGE.name}: the markers {start!r} and {end!r} are not both there")
+    return head + found_start + "\n" + body + "\n" + found_end + tail
+
+
+def table_names(page: str) -> list[str]:
+    """The section tables ``page`` has markers for."""
+    return TABLE_NAME.findall(page)
+
+
+def render(page: str, found: list[tuple[pathlib.Path, dict[str, Any]]], tables: pathlib.Path = TABLES) -> str:
+    """``page`` with the text between each pair of markers replaced by the table the records give."""
+    page = _replace(page, START, END, table(found))
+    for name in table_names(page):
+        body = section_table(tables / f"{name}.json")
+        page = _replace(page, TABLE_START.format(name=name), TABLE_END.format(name=name), body)
+    return page
 
 
 def main() -> int:

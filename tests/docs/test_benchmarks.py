@@ -100,3 +100,37 @@ def test_a_bench_of_several_rows_writes_one_record_each(
         "Sync lag, 100 subscriptions",
         "Sync lag, 1000 subscriptions",
     ]
+
+
+def test_every_section_table_is_on_the_page_and_every_marker_has_its_table() -> None:
+    named = set(REPORT.table_names(REPORT.PAGE.read_text()))
+    files = {p.stem for p in REPORT.TABLES.glob("*.json")}
+    assert named == files, (
+        f"tables without markers: {files - named}; markers without a table: {named - files}"
+    )
+    assert named, "BENCHMARKS.md has no generated section table"
+
+
+def test_a_section_table_is_rendered_between_its_markers(tmp_path: pathlib.Path) -> None:
+    spec = {
+        "columns": ["mechanism", "lag p99"],
+        "rows": [["GeoSync", "**0.6 s**"], ["PIP-33", "1.1 s"]],
+        "command": "`python bench/scale.py`",
+        "machine": "2 cores, 24 GiB",
+        "date": "2026-11-29",
+        "commit": "abc1234",
+        "source": "written by bench/scale.py (bench/record.py)",
+    }
+    (tmp_path / "lag.json").write_text(json.dumps(spec))
+    start, end = REPORT.TABLE_START.format(name="lag"), REPORT.TABLE_END.format(name="lag")
+    page = f"{REPORT.START}\n{REPORT.END}\n\n## Lag\n\n{start}\nold\n{end}\n\nafter\n"
+
+    rendered = REPORT.render(page, [], tmp_path)
+
+    assert "| GeoSync | **0.6 s** |" in rendered
+    assert "Recorded 2026-11-29, abc1234, 2 cores, 24 GiB, written by bench/scale.py" in rendered
+    assert "old" not in rendered
+    assert REPORT.render(rendered, [], tmp_path) == rendered
+    (tmp_path / "lag.json").write_text(json.dumps({**spec, "rows": [["GeoSync"]]}))
+    with pytest.raises(REPORT.RecordError, match="as many cells"):
+        REPORT.render(page, [], tmp_path)
