@@ -11,12 +11,14 @@ builds a new one, restored from the last checkpoint or not.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
+import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +55,36 @@ def keys_for(regions: tuple[str, ...]) -> dict[str, envelopes.Keys]:
     if regions not in _KEYS:
         _KEYS[regions] = signing.in_memory(regions)
     return _KEYS[regions]
+
+
+class _NoCpu:
+    """The ``time`` module as the agent's modules see it during a run, but for ``thread_time``, which stays at
+    zero: the agent times its plans and publishes in CPU seconds and pauses subscriptions whose last one took
+    ``tuning.HEAVY_PLAN_S`` (1 ms) or more: a decision on the machine's load that no replay repeats."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def thread_time() -> float:
+        return 0.0
+
+
+@contextlib.contextmanager
+def cpu_time_frozen() -> Iterator[None]:
+    """Every loaded ``geosync_agent`` module that imported ``time`` sees ``_NoCpu`` until the block ends."""
+    patched = [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("geosync_agent") and getattr(m, "time", None) is time
+    ]
+    for m in patched:
+        m.time = _NoCpu()  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for m in patched:
+            m.time = time  # type: ignore[attr-defined]
 
 
 class InlineExecutor(Executor):
@@ -359,7 +391,8 @@ class Simulation:
 
 
 def run(schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = None) -> Result:
-    return Simulation(schedule, trace=trace, hook=hook).run()
+    with cpu_time_frozen():
+        return Simulation(schedule, trace=trace, hook=hook).run()
 
 
 def shrink(result: Result, *, budget: int = 80, hook: AgentHook | None = None) -> Result:
