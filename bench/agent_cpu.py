@@ -41,7 +41,7 @@ from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import FakeRegion, Harness, message
-from tests.agent.test_runtime import NS, carry  # the control topic carried by hand
+from tests.agent.pairs import NS, carry  # the control topic carried by hand
 
 ENTRIES = 400
 STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"

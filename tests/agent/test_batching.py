@@ -13,7 +13,7 @@ from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import KEYRING, FakeRegion, Harness, message
-from tests.agent.test_runtime import CONTROL, NS, SUB, TOPIC, carry
+from tests.agent.pairs import CONTROL, NS, SUB, TOPIC, carry
 
 A_LOG = [Position(5, e) for e in range(3)]
 B_LOG = [Position(9, e) for e in range(3)]

@@ -20,7 +20,7 @@ from geosync_agent.runtime import Now
 from geosync_core import envelopes, pacing
 from geosync_core.positions import Position
 from tests.agent.fakes import Harness, message
-from tests.agent.test_runtime import A_LOG, B_LOG, SUB, TOPIC, carry, pair
+from tests.agent.pairs import A_LOG, B_LOG, SUB, TOPIC, carry, pair
 
 STATE = {"topics": {"t": {"last": [1, 2]}}, "n": [1, 2.5, None, "x"]}
 

@@ -15,7 +15,7 @@ from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import KEYS, FakeRegion, Harness, message
-from tests.agent.test_runtime import A_LOG, B_LOG, CONTROL, NS, SUB, TOPIC, carry, deliver_b_copies
+from tests.agent.pairs import A_LOG, B_LOG, CONTROL, NS, SUB, TOPIC, carry, deliver_b_copies
 
 OLD_A = Incarnation(1_000, "old")
 NEW_A = Incarnation(2_000, "new")
@@ -39,7 +39,7 @@ def start(r: FakeRegion, incarnation: Incarnation | None, *, clock: float = 1000
 
 
 def pair(a_inc: Incarnation | None, b_inc: Incarnation | None) -> tuple[Harness, Harness]:
-    """As ``test_runtime.pair``, each region with its own incarnation; a's consumer has acknowledged
+    """As ``pairs.pair``, each region with its own incarnation; a's consumer has acknowledged
     5:0..5:2 and b applied it."""
     a, b = region("a", A_LOG), region("b", B_LOG)
     a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
@@ -149,32 +149,57 @@ def test_the_rebuilt_region_refuses_claims_made_before_the_rebuild() -> None:
 
 def test_a_peer_that_speaks_of_incarnations_but_not_of_a_region_has_its_claims_about_it_refused() -> None:
     """A sender that knows no incarnation of a holds claims made before it heard from a (a restart without
-    its checkpoint, say): a receiver that knows a's refuses those, and takes the rest."""
-    _, hb = pair(OLD_A, B)
+    its checkpoint, say): a receiver that knows a's refuses those, and takes the rest. A sender from before
+    incarnations (no tags at all) is taken at its word."""
     claims = OriginAcks.of({"a": [Span(5, 0, 4)], "b": [Span(9, 0, 0)]})
     state = envelopes.AckStateMessage(TOPIC, SUB, "c", claims)
-    taken = hb.agent._of_known_incarnations(state, {"c": Incarnation(7, "cee"), "b": B})
-    assert taken.acks == OriginAcks.of({"b": [Span(9, 0, 0)]})
-    untagged = hb.agent._of_known_incarnations(state, None)  # an agent from before incarnations
-    assert untagged.acks == claims
+    for tags, taken in (
+        ({"c": Incarnation(7, "cee"), "b": B}, (Span(5, 0, 2),)),  # a's own claim only
+        (None, (Span(5, 0, 4),)),
+    ):
+        _, hb = pair(OLD_A, B)
+        data = envelopes.seal(
+            KEYS["c"].signer,
+            envelopes.Envelope(
+                kind=envelopes.ACK_STATES,
+                region="c",
+                seq=2**61,
+                sent_at_ms=0,
+                payload=envelopes.encode_ack_states([state], region="c", incarnations=tags),
+            ),
+        )
+        hb.messaging.deliver(CONTROL, message(CONTROL, Position(79, 0), data=data))
+        hb.step()
+        assert hb.agent.subs[(TOPIC, SUB)].received.spans("a") == taken, tags
 
 
 def test_a_region_speaks_only_for_its_own_incarnation() -> None:
     """Issue 47: what c says of a's incarnation changes nothing in b; what a says of itself does."""
     _, hb = pair(OLD_A, B)
-    now = Now(hb.clock, hb.clock)
-    hb.agent._learn_incarnations("c", {"c": Incarnation(7, "cee"), "a": NEW_A}, now)
+    say(hb, "c", {"c": Incarnation(7, "cee"), "a": NEW_A})
     assert hb.agent.incarnations.get("a") == OLD_A
     assert hb.agent.incarnations.get("c") == Incarnation(7, "cee")
-    hb.agent._learn_incarnations("a", {"a": NEW_A}, now)
+    say(hb, "a", {"a": NEW_A})
     assert hb.agent.incarnations.get("a") == NEW_A
     assert hb.agent.stats.counters["incarnations_changed"] == 1
     # An older one changes nothing, and this region's own is never taken from a peer.
-    hb.agent._learn_incarnations("a", {"a": OLD_A, "b": Incarnation(9_999, "forged")}, now)
-    hb.agent._learn_incarnations("b", {"b": Incarnation(9_999, "forged")}, now)
+    say(hb, "a", {"a": OLD_A, "b": Incarnation(9_999, "forged")})
+    say(hb, "b", {"b": Incarnation(9_999, "forged")})
     assert hb.agent.incarnations.get("a") == NEW_A
     assert hb.agent.incarnations.get("b") == B
     assert hb.agent.stats.counters["incarnations_changed"] == 1
+
+
+SAID = iter(range(1, 1_000))
+
+
+def say(h: Harness, sender: str, tags: dict[str, Incarnation]) -> None:
+    """``sender``'s agent names the regions' lives ``tags`` in an envelope with no news, and ``h`` reads it
+    (each a sequence number and a control-topic entry above the last)."""
+    n = next(SAID)
+    data = _claim_from(sender, tags, OriginAcks.of({}), seq=2**61 + n)
+    h.messaging.deliver(CONTROL, message(CONTROL, Position(80, n), data=data))
+    h.step()
 
 
 def _claim_from(sender: str, tags: dict[str, Incarnation], acks: OriginAcks, *, seq: int) -> bytes:
@@ -220,7 +245,7 @@ def test_a_validly_signed_envelope_announcing_a_new_incarnation_of_another_regio
 
 def test_a_checkpoint_of_another_incarnation_of_this_region_is_refused_and_one_of_this_one_restored() -> None:
     _, hb = pair(OLD_A, B)
-    hb.agent._learn_incarnations("a", {"a": NEW_A}, Now(hb.clock, hb.clock))
+    say(hb, "a", {"a": NEW_A})
     state = hb.agent.checkpoint()
     again = start(region("b", B_LOG), B)
     again.agent.restore(state, Now(again.clock, again.clock))
@@ -233,7 +258,7 @@ def test_a_checkpoint_of_another_incarnation_of_this_region_is_refused_and_one_o
 
 def test_a_topic_read_again_keeps_the_old_incarnations_messages_retired() -> None:
     _, hb = pair(OLD_A, B)
-    hb.agent._learn_incarnations("a", {"a": NEW_A}, Now(hb.clock, hb.clock))
+    say(hb, "a", {"a": NEW_A})
     ts = hb.agent.topics[TOPIC]
     ts.tail.stale, ts.tail.stale_reason = True, "test: read again"
     hb.step()

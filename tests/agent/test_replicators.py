@@ -11,7 +11,7 @@ from geosync_adapters import admin as adm
 from geosync_agent import serving
 from geosync_core.positions import Position
 from tests.agent.fakes import Harness
-from tests.agent.test_runtime import CONTROL, TOPIC, pair
+from tests.agent.pairs import CONTROL, TOPIC, pair
 
 
 def _link(backlog: int, sent: int) -> dict[str, object]:

@@ -11,7 +11,7 @@ import pytest
 
 from geosync_agent import discovering
 from tests.agent.fakes import AdminView
-from tests.agent.test_runtime import NS, pair
+from tests.agent.pairs import NS, pair
 
 
 @pytest.mark.parametrize(

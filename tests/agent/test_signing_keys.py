@@ -13,7 +13,7 @@ from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 from tests.agent.fakes import message
-from tests.agent.test_runtime import A_LOG, B_LOG, CONTROL, SUB, TOPIC, carry, pair
+from tests.agent.pairs import A_LOG, B_LOG, CONTROL, SUB, TOPIC, carry, pair
 
 SIGNERS = {r: signing.generate(f"{r}-1") for r in "abc"}
 RING = envelopes.Keyring.of(

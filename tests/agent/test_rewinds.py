@@ -1,0 +1,186 @@
+"""Rewinds through the agents' rounds (fake ports): followed from the active region, not propagated from a
+passive one, and never undone by a report from before them."""
+
+from __future__ import annotations
+
+from geosync_core import envelopes, pacing, pluginapi
+from geosync_core.indexing import OriginRun
+from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
+from tests.agent.fakes import message
+from tests.agent.pairs import (
+    A_LOG,
+    B_LOG,
+    CONTROL,
+    SUB,
+    TOPIC,
+    carry,
+    deliver_b_copies,
+    pair,
+    sealed,
+)
+
+
+def test_a_rewind_in_the_active_region_is_followed_and_older_claims_are_dropped() -> None:
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[2], A_LOG[4]])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2]).ack(B_LOG[4])
+    old_claims = b.agent.subs[(TOPIC, SUB)].received
+    # A user resets a's cursor to just after 5:0 (reset-cursor), and a consumer acknowledges 5:3 after it.
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[0])
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[3]])
+    a.step()
+    assert a.agent.stats.counters["rewinds"] == 1
+    generation = a.agent.subs[(TOPIC, SUB)].generation
+    assert generation > 0
+    # a had forgotten the entries below 5:2 (every subscription had acknowledged them): it reads them again
+    # before it claims from the rewound cursor.
+    a.step()
+    for p in A_LOG:
+        a.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.step()
+    assert a.agent.stats.counters["topics_reread"] == 1
+    carry(a, b)
+    b.step()  # b follows: its cursor acknowledges more than the new claims, so it is rewound
+    assert ("reset", TOPIC, SUB, (B_LOG[0].ledger, B_LOG[0].entry)) in b.region.calls
+    b.step()
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0]).ack(B_LOG[3])
+    assert b.agent.subs[(TOPIC, SUB)].generation == generation
+    # b's agent rewound its copy itself: no new generation from b, and b's resync (the new claims) and an
+    # envelope of the earlier generation change nothing in a.
+    b.step(60.0)
+    assert b.agent.stats.counters["rewinds"] == 0
+    carry(b, a)
+    stale = envelopes.AckStateMessage(TOPIC, SUB, "b", old_claims)
+    a.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=sealed("b", [stale], seq=2**61)))
+    for _ in range(3):
+        a.step()
+    assert a.agent.stats.counters["claims_superseded"] >= 1
+    assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[0]).ack(A_LOG[3])
+
+
+def test_a_rewind_in_a_passive_region_is_not_propagated() -> None:
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
+    b.region.cursors[(TOPIC, SUB)] = AckState.of(Position(9, -1))  # someone resets b's copy
+    b.step(60.0)  # a resync polls it
+    assert b.agent.stats.counters["rewinds_passive"] == 1
+    assert b.agent.stats.counters["rewinds"] == 0
+    carry(b, a)
+    a.step()
+    assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[2])
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])  # a's claims move the copy forward again
+
+
+def test_what_a_consumer_acknowledged_before_the_tail_read_it_is_claimed_not_forgotten() -> None:
+    """A consumer quicker than its agent: a acknowledges entries its tail has not read yet. The tail must not
+    forget them (every subscription is past them) before they are claimed, or b never acknowledges them and
+    a failover there delivers them again (found by the lab's exact-sync tests, one run in three)."""
+    ha, hb = pair(a_reads=False)
+    a, b = ha.region, hb.region
+    a.consumer_acks(TOPIC, SUB, [*A_LOG[:3], A_LOG[4]])
+    ha.step()  # a's tail has read nothing yet: nothing can be claimed
+    for p in A_LOG[:4]:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.feed.append(a.report(TOPIC, SUB))  # the feed names the cursor again, unchanged
+    ha.step()
+    for p in A_LOG[4:]:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    ha.step()
+    carry(ha, hb)
+    hb.step()
+    hb.step()
+    assert b.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2]).ack(B_LOG[4])
+    # once claimed, a forgets them (its only subscription is past them), at its next look at the cursors:
+    # the feed names this one unchanged (a repeat, passed over), so the safety poll
+    a.feed.append(a.report(TOPIC, SUB))
+    ha.step(pacing.FEED_SAFETY_POLL_S)
+    assert ha.agent.topics[TOPIC].tail.index.first == A_LOG[3]
+
+
+def test_a_rewind_that_moves_the_mark_delete_forward_reads_forgotten_entries_again_before_claiming() -> None:
+    """A reset-cursor in a to just after 5:2, where a's cursor stood at 5:1 with 5:3 and 5:4 acknowledged:
+    the mark-delete moves forward but 5:3 and 5:4 are taken back (a rewind). The new claims are the cursor's
+    whole translation, so a reads again the entries it forgot (up to 5:1) before claiming: b ends with
+    exactly 5:0-5:2 acknowledged (found by the lab's rewind test, one run in two)."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[3], A_LOG[4]])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1]).ack(B_LOG[3], B_LOG[4])
+    a.region.feed.append(a.region.report(TOPIC, SUB))
+    a.step()
+    assert a.agent.topics[TOPIC].tail.index.first == A_LOG[2]  # a forgot what every subscription acknowledged
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[2])
+    a.region.consumer_acks(TOPIC, SUB, [])
+    a.step()
+    assert a.agent.stats.counters["rewinds"] == 1
+    assert carry(a, b) == 0  # nothing claimed from the forgotten tail
+    a.step()
+    for p in A_LOG:
+        a.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.step()
+    assert a.agent.stats.counters["topics_reread"] == 1
+    carry(a, b)
+    for _ in range(3):
+        b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
+
+
+def test_a_feed_report_from_before_the_agents_own_rewind_is_not_taken_after_it() -> None:
+    """A report the feed gave before b's agent rewound its copy waits for the tail (it names a batch not read
+    yet); taken after the rewind, it would show the cursor as it was, and b would claim again, under the new
+    generation, what a's user took back."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:5])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[4])
+    b.region.feed.append(b.region.report(TOPIC, SUB))  # the feed has spoken once (a read from 0 is special)
+    b.step()
+    # b's cursor as the feed reports it now, naming a batch at 9:7 that b's reader has not reached.
+    ahead = (pluginapi.BatchState(Position(9, 7), (1,)),)
+    pending = pluginapi.CursorReport(TOPIC, SUB, B_LOG[4], "[]", ahead)
+    b.region.feed.append(pending)
+    b.step()
+    assert (TOPIC, SUB) in b.agent.unobserved
+    # a's user rewinds a to its first entry; b follows.
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[0])
+    a.region.consumer_acks(TOPIC, SUB, [])
+    a.step()
+    assert a.agent.stats.counters["rewinds"] == 1
+    a.step()
+    for p in A_LOG:
+        a.messaging.deliver(TOPIC, message(TOPIC, p))
+    a.step()
+    carry(a, b)
+    b.step()
+    b.step()  # b forgot the entries every subscription had acknowledged: it reads them again first
+    deliver_b_copies(b)
+    b.step()
+    b.step()
+    assert ("reset", TOPIC, SUB, (B_LOG[0].ledger, B_LOG[0].entry)) in b.region.calls
+    assert (TOPIC, SUB) not in b.agent.unobserved  # the report from before the rewind is dropped
+    # b's reader reaches 9:7 (two messages published in b).
+    b.region.topics[TOPIC] += [Position(9, 6), Position(9, 7)]
+    b.region.origin_runs[TOPIC].append(OriginRun(9, 6, 2, "b"))
+    for p in (Position(9, 6), Position(9, 7)):
+        b.messaging.deliver(TOPIC, message(TOPIC, p, batch_index=0, batch_size=2))
+        b.messaging.deliver(TOPIC, message(TOPIC, p, batch_index=1, batch_size=2))
+    for _ in range(3):
+        b.step()
+        carry(b, a)
+        a.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[0])
+    assert a.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[0])
