@@ -124,12 +124,8 @@ class Observing(Controlling):
         (a bundle moved, a broker restarted) or rolled over. Either way the batch indexes its cursors showed
         are not trusted any more: Pulsar 4.0.8 forgets those of partly acknowledged entries on a reload, and a
         poll cannot see them (a roll-over only costs writing them again)."""
-        ledgers = internal.get("ledgers") or []
-        try:
-            ledger = int(ledgers[-1]["ledgerId"]) if ledgers else None
-        except (KeyError, TypeError, ValueError):
-            return False
-        reloaded = ts.ledger is not None and ledger is not None and ledger != ts.ledger
+        ledger = reports.last_ledger(internal)
+        reloaded = reports.reloaded(ts.ledger, ledger)
         ts.ledger = ledger if ledger is not None else ts.ledger
         if reloaded:
             self.stats.inc("topics_reloaded")

@@ -3,6 +3,8 @@ the incarnations known here. One test per invariant the module states."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from geosync_agent.core import reports
 from geosync_core import envelopes, incarnations, pluginapi
 from geosync_core.incarnations import Incarnation, Known
@@ -76,3 +78,19 @@ def test_claims_about_the_newest_lives_or_from_an_agent_before_incarnations_are_
     assert reports.of_known_incarnations(MESSAGE, {"b": NEW}, KNOWN) is MESSAGE
     assert reports.of_known_incarnations(MESSAGE, None, KNOWN) is MESSAGE
     assert reports.of_known_incarnations(MESSAGE, {"b": OLD}, Known({})) is MESSAGE  # nothing known of b
+
+
+def test_a_topic_is_reloaded_only_when_two_readable_polls_name_different_ledgers() -> None:
+    def stats(*ledgers: object) -> dict[str, object]:
+        return {"ledgers": [{"ledgerId": ledger} for ledger in ledgers]}
+
+    assert reports.last_ledger(stats(3, 7)) == 7
+    assert reports.last_ledger(stats("8")) == 8
+    unreadable: list[dict[str, Any]] = [{}, {"ledgers": None}, stats("x"), {"ledgers": [{}]}]
+    unreadable.append({"ledgers": [7]})
+    for internal in unreadable:
+        assert reports.last_ledger(internal) is None
+    assert reports.reloaded(7, 8)
+    assert not reports.reloaded(7, 7)
+    assert not reports.reloaded(None, 8)  # the first poll
+    assert not reports.reloaded(7, None)  # not readable this time

@@ -1,4 +1,5 @@
-"""What peers and brokers report, read as the core's values: cursors from the plugin, claims from peers.
+"""What peers and brokers report, read as the core's values: cursors from the plugin, claims from peers, the
+ledger a topic writes to from its internal stats.
 
 Two readings that must be exact, because a claim can never be taken back. A cursor the broker plugin
 reports lists the batch indexes still unacknowledged; the batch's size is needed to know which ones were
@@ -9,13 +10,13 @@ Invariants (tests in ``tests/agent/test_core_reports.py``): a cursor read from a
 acknowledged batch indexes than the batch has (a size not known yet is taken as small as the report allows);
 claims about a region the sender knows in an older life are renamed to that life's retired name, and those
 about a region whose life the sender cannot tell are dropped; claims already about the newest lives are the
-very message they came in.
+very message they came in; a topic counts as reloaded only when two readable polls name different ledgers.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from geosync_core import envelopes, incarnations, pluginapi
 from geosync_core.batches import BatchAcks
@@ -77,3 +78,18 @@ def waiting_on_incarnations(
     if not waiting:
         return message, waiting
     return replace(message, acks=message.acks.without(r for r, _ in waiting)), waiting
+
+
+def last_ledger(internal: dict[str, Any]) -> int | None:
+    """The ledger a topic writes to, from its ``internalStats`` (None: it lists none, or not readably)."""
+    ledgers = internal.get("ledgers") or []
+    try:
+        return int(ledgers[-1]["ledgerId"]) if ledgers else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def reloaded(before: int | None, ledger: int | None) -> bool:
+    """Whether a topic that wrote to ledger ``before`` at the last poll and to ``ledger`` now was loaded
+    again (a bundle moved, a broker restarted) or rolled over; an unknown ledger on either side says no."""
+    return before is not None and ledger is not None and ledger != before
