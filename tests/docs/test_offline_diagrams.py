@@ -1,11 +1,13 @@
-"""The docs site draws its diagrams with no CDN: mkdocs.yml loads the pinned mermaid that scripts/setup.sh
-puts into docs/assets/javascripts/ (Material for MkDocs fetches it from unpkg.com only when a page lacks it),
-and the README's picture is a mermaid block, which GitHub draws itself."""
+"""The docs site needs no CDN when read: no fonts from Google (``theme.font: false``), and its diagrams drawn
+by the pinned mermaid that scripts/setup.sh puts into docs/assets/javascripts/ and mkdocs.yml loads
+(Material for MkDocs fetches mermaid from unpkg.com only when a page lacks it). The README's picture is a
+mermaid block, which GitHub draws itself."""
 
 from __future__ import annotations
 
 import pathlib
 import re
+from typing import Any
 
 import material
 import yaml
@@ -19,14 +21,18 @@ def _pinned() -> str:
     return found.group(1)
 
 
-def _extra_javascript() -> list[str]:
+def _config() -> dict[str, Any]:
     # mkdocs.yml holds a !!python/name tag: read it with a loader that leaves tags alone
     class Loader(yaml.SafeLoader):
         pass
 
     Loader.add_multi_constructor("", lambda _loader, _suffix, _node: None)
-    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
-    return list(config.get("extra_javascript") or [])
+    config: dict[str, Any] = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
+    return config
+
+
+def _extra_javascript() -> list[str]:
+    return list(_config().get("extra_javascript") or [])
 
 
 def test_the_site_loads_the_pinned_mermaid_from_its_own_assets() -> None:
@@ -55,3 +61,7 @@ def test_the_readme_picture_is_a_block_github_draws() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "```mermaid\n" in readme
     assert "unpkg.com" not in readme
+
+
+def test_the_site_loads_no_fonts_from_google() -> None:
+    assert _config()["theme"].get("font") is False
