@@ -26,8 +26,9 @@ Every duplicate (a delivery of a message a consumer of the subscription had ackn
 by cause: ``in-flight`` (acknowledged less than ``settle_s`` before the failover), ``agent-down``
 (an agent of either region crashed meanwhile), ``control-fault``, ``admin-path`` (a region without the plugin
 applies holes only while no consumer is connected), ``key-order-held`` (Key_Shared: an earlier message of the
-key was still unacknowledged, so the per-key minimum held it back), ``rewound`` (an operator moved the cursor
-back or re-created the subscription); anything else is ``unexplained``, a violation.
+key was still unacknowledged, so the per-key minimum held it back), ``recreated`` (an operator deleted the
+subscription in this region: what was acknowledged before the application subscribed again was never applied
+to it), ``rewound`` (an operator moved the cursor back); anything else is ``unexplained``, a violation.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class Checker:
     failover_at: dict[tuple[str, str], float] = field(default_factory=dict)
     rewound: dict[tuple[str, str, str], float] = field(default_factory=dict)
     operator_rewound: dict[tuple[str, str], float] = field(default_factory=dict)
+    deleted_at: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    created_at: dict[tuple[str, str, str], float] = field(default_factory=dict)
     """The last time an operator moved the subscription's cursor back in some region."""
     disturbed: list[tuple[float, float, str]] = field(default_factory=list)
     """(from, to, cause) windows an agent was down or control was faulted."""
@@ -135,6 +138,8 @@ class Checker:
         self, at: float, region: str, topic: str, sub: str, cause: str, *, idents: list[Ident]
     ) -> None:
         self.rewound[(region, topic, sub)] = at
+        if cause == "deleted":
+            self.deleted_at[(region, topic, sub)] = at
         if not cause.startswith("agent:"):
             self.operator_rewound[(topic, sub)] = at
             return
@@ -148,6 +153,9 @@ class Checker:
         else:
             detail = f"an operator's rewind elsewhere followed: {len(idents)} messages ({cause})"
             self._violate("rewind-replicated", at, region, topic, sub, detail=detail)
+
+    def created(self, at: float, region: str, topic: str, sub: str) -> None:
+        self.created_at[(region, topic, sub)] = at
 
     def failover(self, at: float, topic: str, sub: str) -> None:
         self.failover_at[(topic, sub)] = at
@@ -210,6 +218,11 @@ class Checker:
         rewound = self.rewound.get((region, topic, sub))
         if rewound is not None and rewound >= ack_at:
             return "rewound"
+        deleted = self.deleted_at.get((region, topic, sub))
+        if deleted is not None and ack_at <= self.created_at.get((region, topic, sub), at) + self.settle_s:
+            # An operator deleted the subscription here: what was acknowledged before it exists again is not
+            # applied to it (a subscription deleted on purpose is not created again from claims).
+            return "recreated"
         if ack_region == region:
             return (
                 "rewound"

@@ -151,6 +151,7 @@ class Simulation:
         self.checker = Checker(settle_s=schedule.settle_s, cursor_has=self._cursor_has)
         self.world.on_acked = self._on_acked
         self.world.on_rewind = self.checker.rewind
+        self.world.on_created = self.checker.created
         self.apps = Apps(
             self.world, random.Random(schedule.seed * 7919 + 1), on_delivered=self.checker.delivered
         )
@@ -395,10 +396,13 @@ def run(schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = Non
         return Simulation(schedule, trace=trace, hook=hook).run()
 
 
-def shrink(result: Result, *, budget: int = 80, hook: AgentHook | None = None) -> Result:
-    """A smaller schedule that still fails with one of the same violation kinds: drop chunks of steps, halving
-    the chunk size down to one step (ddmin's complement pass), while ``budget`` runs last."""
-    want = result.kinds()
+def shrink(
+    result: Result, *, budget: int = 80, hook: AgentHook | None = None, kinds: set[str] | None = None
+) -> Result:
+    """A smaller schedule that still fails with one of ``kinds`` (default: the same violation kinds): drop
+    chunks of steps, halving the chunk size down to one step (ddmin's complement pass), while ``budget`` runs
+    last."""
+    want = kinds or result.kinds()
     best = result
     chunk = max(1, len(best.schedule.steps) // 2)
     runs = 0

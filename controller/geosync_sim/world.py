@@ -219,6 +219,7 @@ class World:
         self._link_last: dict[tuple[str, str, str], float] = {}
         self.on_acked: AckHook = lambda *_, **__: None
         self.on_rewind: Callable[..., None] = lambda *_, **__: None
+        self.on_created: Callable[[float, str, str, str], None] = lambda *_: None
         self.trace: Callable[[str], None] = lambda _line: None
         for region in self.regions.values():
             self._add_topic(region, self.control)
@@ -328,6 +329,7 @@ class World:
             # At Latest the cursor starts at the last entry: everything before counts as deleted.
             self.acked(region, topic, sub, s.cursor.ack_through(t, t.last), cause)
         s.next_read = s.cursor.md + 1
+        self.on_created(self.now, region, topic, sub)
         where = "Latest" if latest else "Earliest"
         self.trace(f"{region}: {topic.rsplit('/', 1)[-1]}/{sub} created at {where} ({cause})")
         return True

@@ -103,3 +103,25 @@ def test_a_reset_in_a_passive_region_moves_no_cursor_elsewhere() -> None:
 )
 def test_a_reset_in_the_consuming_region_moves_no_cursor_elsewhere() -> None:
     assert_nothing_lost(scripted(Step(12.0, "admin", ("a", 0, "reset", 0))))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by the simulator (seed 11 of the jumps profile, shrunk): an operator's reset where an "
+    "Exclusive subscription is consumed (b) starts a new generation; after a failover to c, c's agent "
+    "follows it and resets c's cursor over a message c's own consumers acknowledged after the failover",
+)
+def test_following_a_reset_never_takes_back_what_the_new_regions_consumers_acknowledged() -> None:
+    steps = (
+        Step(11.26, "failover", (0, "b", 1.73)),
+        Step(12.48, "produce", ("b", 0, 2, True)),
+        Step(21.31, "hole", (0, 11.2)),
+        Step(24.62, "produce", ("b", 0, 1, False)),
+        Step(24.66, "admin", ("b", 0, "reset", 0)),
+        Step(29.0, "failover", (0, "c", 0.76)),
+    )
+    kinds = ("Exclusive", "Exclusive", "Exclusive", "Key_Shared")
+    schedule = Schedule(11, ("a", "b", "c"), 4, kinds, (True, True, True), 60.0, steps, ("a", "a", "b", "b"))
+    result = running.run(schedule)
+    found = [v for v in result.violations if v.kind == "rewind"]
+    assert not found, "\n".join(map(str, found))
