@@ -71,12 +71,19 @@ def machine() -> str:
 
 
 def command(argv: list[str] | None = None) -> str:
-    """The command as typed: ``python bench/NAME.py ARGS``."""
+    """The command as typed, ``python bench/NAME.py ARGS``, but for ``--record FILE`` (where it went)."""
     argv = sys.argv if argv is None else argv
     script = pathlib.Path(argv[0])
     with contextlib.suppress(ValueError):
         script = script.resolve().relative_to(ROOT)
-    return shlex.join(["python", str(script), *argv[1:]])
+    args: list[str] = []
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg == "--record":
+            next(rest, None)
+        elif not arg.startswith("--record="):
+            args.append(arg)
+    return shlex.join(["python", str(script), *args])
 
 
 def make(

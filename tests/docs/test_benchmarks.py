@@ -52,7 +52,9 @@ def test_a_bench_record_dropped_into_results_becomes_a_row(
     RECORD.add_argument(parser)
     out = tmp_path / "run.json"
     args = parser.parse_args(["--record", str(out)])
-    monkeypatch.setattr(sys, "argv", [str(ROOT / "bench" / "signing.py"), "--rounds", "5"])
+    monkeypatch.setattr(
+        sys, "argv", [str(ROOT / "bench" / "signing.py"), "--rounds", "5", "--record", str(out)]
+    )
     RECORD.write(
         args.record,
         RECORD.make("Signing, a test row", "seal **1 ms** | open 2 ms", figures={"seal_us": 1000.0}),
