@@ -183,15 +183,15 @@ class Observing(Controlling):
         self.stats.inc("feed_reads")
         if feed.cursors:
             self.feed.busy_until = now.mono + pacing.ACTIVE_FEED_S
-        for report in feed.cursors:
-            if namespace_of(report.topic) in self.namespaces and synced(
-                self.config, report.topic, report.subscription
-            ):
-                self.unobserved.pop((report.topic, report.subscription), None)  # newest last (LRU order)
-                self.unobserved[(report.topic, report.subscription)] = report
-        while len(self.unobserved) > tuning.MAX_UNOBSERVED:
-            del self.unobserved[next(iter(self.unobserved))]
-            self.stats.inc("feed_reports_dropped")
+        namespaces, config = self.namespaces, self.config
+        dropped = reports.hold(
+            self.unobserved,
+            feed.cursors,
+            in_scope=lambda topic, name: namespace_of(topic) in namespaces and synced(config, topic, name),
+            cap=tuning.MAX_UNOBSERVED,
+        )
+        if dropped:
+            self.stats.inc("feed_reports_dropped", dropped)
         out: dict[str, dict[str, AckState]] = {}
         unknown = False
         for key, report in list(self.unobserved.items()):
@@ -216,14 +216,7 @@ class Observing(Controlling):
             if report.batches and not tracked.tail.has_read(max(b.position for b in report.batches)):
                 continue  # the batch sizes are not known yet: the report waits for the tail
             del self.unobserved[key]
-            fed: tuple[object, ...] = (
-                report.mark_delete,
-                report.individually_deleted,
-                report.batches,
-                report.batches_truncated,
-            )
-            if report.batches:
-                fed += tuple(tracked.tail.size_of(b.position) for b in report.batches)
+            fed = reports.as_read(report, tracked.tail)
             if state.fed is not None and state.fed[0] == fed and state.cursor == state.fed[1]:
                 # The plugin's repeat within its settle time (at 10,000 subscriptions more than half of what
                 # the feed reported): the same cursor read the same way again, and its topic looked at again.

@@ -193,15 +193,9 @@ class Writing(Observing):
             state.planned_nothing = plan.is_empty and plan.complete and plan.blocked_by is None
             state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
-                # Batch indexes cannot be written here (admin API only, or brokers without batch-index
-                # acknowledgements): those messages stay unacknowledged, counted (a failover here delivers
-                # them again), not retried every round.
-                state.unapplied_batches = len(plan.batch_acks)
-                state.unapplied_batch_messages = sum(
-                    len(acks.indexes()) - len(state.cursor.acked_indexes(p, acks.size).indexes())
-                    for p, acks in plan.batch_acks
-                )
-                plan = replace(plan, batch_acks=())
+                # Batch indexes cannot be written here: counted, not retried every round.
+                plan, batches, messages = applying.without_batch_indexes(plan, state.cursor)
+                state.unapplied_batches, state.unapplied_batch_messages = batches, messages
             if plan.is_empty:
                 state.pending_holes = 0
                 state.pending_move = None

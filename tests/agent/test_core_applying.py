@@ -11,6 +11,7 @@ from geosync_agent.core import applying, tuning
 from geosync_agent.core.effects import AdminMove
 from geosync_agent.core.subscriptions import BEFORE_ALL, Subscription
 from geosync_core import pacing, syncing
+from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
@@ -198,3 +199,17 @@ def test_what_a_cursor_claimed_stops_below_entries_not_read_or_not_named_yet() -
     assert applying.claimed_to(cursor, log) == Position(9, 2)
     assert applying.claimed_to(AckState.of(Position(9, 1)), log) == Position(9, 1)
     assert applying.claimed_to(cursor, FakeLog(0)) == BEFORE_ALL
+
+
+def test_a_plan_without_its_batch_indexes_counts_what_the_cursor_has_not_acknowledged_of_them() -> None:
+    cursor = AckState.of(Position(5, 2), batches={Position(5, 4): BatchAcks.of(4, [0])})
+    plan = syncing.ApplyPlan(
+        Position(5, 3),
+        (),
+        batch_acks=((Position(5, 4), BatchAcks.of(4, [0, 1, 2])), (Position(5, 6), BatchAcks.of(3, [1]))),
+    )
+    left, batches, messages = applying.without_batch_indexes(plan, cursor)
+    assert left == syncing.ApplyPlan(Position(5, 3), ())
+    assert (batches, messages) == (2, 2 + 1)  # 5:4's index 0 was acknowledged already
+    nothing = syncing.ApplyPlan(Position(5, 3), ())
+    assert applying.without_batch_indexes(nothing, cursor) == (nothing, 0, 0)

@@ -3,6 +3,7 @@ the incarnations known here. One test per invariant the module states."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from geosync_agent.core import reports
@@ -94,3 +95,25 @@ def test_a_topic_is_reloaded_only_when_two_readable_polls_name_different_ledgers
     assert not reports.reloaded(7, 7)
     assert not reports.reloaded(None, 8)  # the first poll
     assert not reports.reloaded(7, None)  # not readable this time
+
+
+def test_the_feeds_reports_wait_one_per_subscription_newest_last_and_the_oldest_go_over_the_cap() -> None:
+    def at(name: str, entry: int) -> pluginapi.CursorReport:
+        return pluginapi.CursorReport(TOPIC, name, Position(5, entry), "[]")
+
+    waiting: dict[tuple[str, str], pluginapi.CursorReport] = {}
+    in_scope = lambda topic, name: name != "excluded"  # noqa: E731
+    assert reports.hold(waiting, [at("s1", 1), at("s2", 1), at("excluded", 1)], in_scope=in_scope, cap=3) == 0
+    assert list(waiting) == [(TOPIC, "s1"), (TOPIC, "s2")]
+    assert reports.hold(waiting, [at("s1", 2), at("s3", 1), at("s4", 1)], in_scope=in_scope, cap=3) == 1
+    assert list(waiting) == [(TOPIC, "s1"), (TOPIC, "s3"), (TOPIC, "s4")]  # s2, the oldest, dropped
+    assert waiting[(TOPIC, "s1")].mark_delete == Position(5, 2)  # the newest report
+
+
+def test_a_report_read_again_is_the_same_only_with_the_same_batch_sizes() -> None:
+    batched = report(pluginapi.BatchState(Position(5, 5), (0, 1)))
+    known = Sizes({Position(5, 5): 4})
+    assert reports.as_read(batched, known) == reports.as_read(batched, Sizes({Position(5, 5): 4}))
+    assert reports.as_read(batched, known) != reports.as_read(batched, Sizes({}))
+    holes_gone = replace(report(), individually_deleted="[]")
+    assert reports.as_read(report(), known) != reports.as_read(holes_gone, known)

@@ -9,16 +9,21 @@ Most subscriptions need no new plan in a round (every topic grows all the time):
 claims and the cursor it was made from are the ones held and the entries appended since are ones the claims
 do not name. Those checks are here too, over the tail's log as ``Log`` describes it.
 
+Where batch indexes cannot be written (the admin API only, or brokers without batch-index acknowledgements)
+a plan's batch indexes are left out and counted, not retried every round.
+
 Invariants (tests in ``tests/agent/test_core_applying.py``): a mark-delete moves only through the gate
 (``pacing.may_move``); a plan with nothing to move and no holes asks for nothing; a write settles a plan
 only when the plan was whole (not cut short by its budget, not stopped at an entry not indexed yet) and the
 cursor it answered holds what the plan was made from and what it wrote; a plan is kept for appended entries
 only when the claims name none of them, and never when more than ``tuning.APPENDED_CHECK_MAX`` were
-appended or entries already indexed changed.
+appended or entries already indexed changed; a plan without its batch indexes counts as unapplied exactly
+the messages of those batches the cursor has not acknowledged.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from geosync_agent.core import tuning
@@ -203,3 +208,15 @@ def claimed_to(cursor: AckState, log: Log) -> Position:
         first = log.unresolved[0]
         return Position(first.ledger, first.entry - 1)
     return reached
+
+
+def without_batch_indexes(plan: syncing.ApplyPlan, cursor: AckState) -> tuple[syncing.ApplyPlan, int, int]:
+    """``plan`` without its batch-index acknowledgements, where they cannot be written, and what stays
+    unacknowledged for that: the batches, and their messages ``cursor`` has not acknowledged (a failover
+    here delivers those again)."""
+    if not plan.batch_acks:
+        return plan, 0, 0
+    messages = sum(
+        len(acks.indexes()) - len(cursor.acked_indexes(p, acks.size).indexes()) for p, acks in plan.batch_acks
+    )
+    return replace(plan, batch_acks=()), len(plan.batch_acks), messages

@@ -1,5 +1,6 @@
-"""What peers and brokers report, read as the core's values: cursors from the plugin, claims from peers, the
-ledger a topic writes to from its internal stats.
+"""What peers and brokers report, read as the core's values: cursors from the plugin (and which of its feed's
+reports wait, or repeat one already read), claims from peers, the ledger a topic writes to from its internal
+stats.
 
 Two readings that must be exact, because a claim can never be taken back. A cursor the broker plugin
 reports lists the batch indexes still unacknowledged; the batch's size is needed to know which ones were
@@ -10,11 +11,13 @@ Invariants (tests in ``tests/agent/test_core_reports.py``): a cursor read from a
 acknowledged batch indexes than the batch has (a size not known yet is taken as small as the report allows);
 claims about a region the sender knows in an older life are renamed to that life's retired name, and those
 about a region whose life the sender cannot tell are dropped; claims already about the newest lives are the
-very message they came in; a topic counts as reloaded only when two readable polls name different ledgers.
+very message they came in; a topic counts as reloaded only when two readable polls name different ledgers;
+the feed's reports waiting are at most ``cap``, one per subscription (its newest), the oldest dropped first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -93,3 +96,42 @@ def reloaded(before: int | None, ledger: int | None) -> bool:
     """Whether a topic that wrote to ledger ``before`` at the last poll and to ``ledger`` now was loaded
     again (a bundle moved, a broker restarted) or rolled over; an unknown ledger on either side says no."""
     return before is not None and ledger is not None and ledger != before
+
+
+SubKey = tuple[str, str]
+
+
+def hold(
+    waiting: dict[SubKey, pluginapi.CursorReport],
+    reports: Iterable[pluginapi.CursorReport],
+    *,
+    in_scope: Callable[[str, str], bool],
+    cap: int,
+) -> int:
+    """Add the feed's ``reports`` of subscriptions ``in_scope`` (topic, name) to those ``waiting`` for their
+    topic and subscription to be tracked and read: one per subscription, its newest, kept last (the dict's
+    order is oldest first); over ``cap`` the oldest are dropped. How many were dropped."""
+    for report in reports:
+        key = (report.topic, report.subscription)
+        if in_scope(*key):
+            waiting.pop(key, None)
+            waiting[key] = report
+    dropped = 0
+    while len(waiting) > cap:
+        del waiting[next(iter(waiting))]
+        dropped += 1
+    return dropped
+
+
+def as_read(report: pluginapi.CursorReport, sizes: Sizes) -> tuple[object, ...]:
+    """What ``report`` says, with the sizes of the batches it names as known now: the same again, while no
+    write or poll set another cursor since, is the plugin's repeat within its settle time (read unchanged)."""
+    read: tuple[object, ...] = (
+        report.mark_delete,
+        report.individually_deleted,
+        report.batches,
+        report.batches_truncated,
+    )
+    if report.batches:
+        read += tuple(sizes.size_of(b.position) for b in report.batches)
+    return read
