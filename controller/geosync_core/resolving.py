@@ -23,6 +23,16 @@ other region's entry at that position, so acknowledging the application's messag
 unrelated message elsewhere. An entry the broker recorded as published here is local whatever it carries
 (counted as ``spoofed``); a replicated one takes the broker's region (and source position, when recorded).
 
+Without that record (no interceptor, its capability unknown, or its index refused: the 403 a remote agent
+gets), a stamp is still never trusted alone (issue 45, case 3). Two forgeries defeat the stamp plus a
+producer name: an application publishing here under a producer name the resolver verified for another
+region (``a-0-5``), with a stamp naming another producer's later message there; and an application in
+the other region stamping its own message, whose copy then carries two stamps, of which clients keep the
+application's (the first). So where the caller gives ``source`` (the broker's own view of the entry: the
+admin API's headers, whose entry properties keep the broker's stamp, the last), a stamped entry takes
+the origin ``source`` names, and is ``Unresolved`` when it cannot tell; a stamp that disagrees with it is
+counted as ``spoofed``. Only callers without ``source`` still trust the stamp and the rules below.
+
 Message properties are untrusted input (anyone with produce permission sets them): a stamp that is not a
 position is a value (``Malformed``), never an exception, and the entry is left unindexed (so no cursor
 moves past it on a guess).
@@ -34,7 +44,9 @@ Invariants:
 * the lookup is called at most once per entry and, for a verified broker-generated producer, never again;
 * a producer name is remembered only when its broker-generated name claims the region the lookup named;
 * a batched entry without a visible stamp is local only if its producer name claims this region or
-  ``source`` says so, and replicated only with the origin position ``source`` gave.
+  ``source`` says so, and replicated only with the origin position ``source`` gave;
+* UNTRUSTED STAMPS: with ``source`` and without a broker record, a stamped entry is named exactly as
+  ``source`` names it (or ``Unresolved``): no stamp or producer name makes it another message.
 """
 
 from __future__ import annotations
@@ -142,10 +154,23 @@ class OriginResolver:
                 self.spoofed += 1
                 return Origin(self.local, local)
             return Origin(region_recorded, source if source is not None else stamp)
+        if self.source is not None:
+            return self._untrusted_stamp(topic, local, stamp)
         region = self.region_of(topic, local, producer=producer)
         if region is None:
             return Unresolved(local)
         return Origin(region, stamp)
+
+    def _untrusted_stamp(self, topic: str, local: Position, stamp: Position) -> Origin | Unresolved:
+        """A stamped entry without the broker's record: named by ``source`` (the broker's own view of the
+        entry), never by the stamp and producer name alone, which an application chooses."""
+        self.source_lookups += 1
+        found = self.source(topic, local) if self.source is not None else None
+        if found is None:
+            return Unresolved(local)
+        if found.region == self.local or found.position != stamp:
+            self.spoofed += 1
+        return found
 
     def _batched(self, topic: str, local: Position, producer: str) -> Origin | Unresolved:
         if drift.producer_cluster(producer) == self.local:
