@@ -729,7 +729,8 @@ def failover_record(
                 f"{spread} duplicates, {sum(o['lost'] for o in mine)} lost in {len(mine)}" if mine else "-"
             )
         row = record.make(
-            f"Quiescent failover, {len({o['scenario'] for o in outcomes})} scenarios",
+            f"Quiescent failover, {len({o['scenario'] for o in outcomes})} cases: "
+            + "; ".join(dict.fromkeys(o["scenario"] for o in outcomes)),
             cells["geosync"],
             cells["builtin"],
             figures=figures,

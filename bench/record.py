@@ -39,6 +39,7 @@ KEYS = ("scenario", "command", "geosync", "pip33", "date", "commit", "machine", 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
     """``--record FILE``: where the bench writes its record (see this module)."""
+    commit_at_start()
     parser.add_argument(
         "--record",
         type=pathlib.Path,
@@ -58,6 +59,17 @@ def commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
+
+
+_AT_START: dict[str, str] = {}
+
+
+def commit_at_start() -> str:
+    """``commit()`` as it was when this module was first asked, at the bench's start: the code measured
+    (in a tree others commit to, HEAD may have moved by the end of a long run)."""
+    if "commit" not in _AT_START:
+        _AT_START["commit"] = commit()
+    return _AT_START["commit"]
 
 
 def machine() -> str:
@@ -96,7 +108,7 @@ def make(
         "geosync": geosync,
         "pip33": pip33,
         "date": datetime.date.today().isoformat(),
-        "commit": commit(),
+        "commit": commit_at_start(),
         "machine": machine(),
         "source": f"written by bench/{pathlib.Path(sys.argv[0]).name} (bench/record.py)",
         **cells,
