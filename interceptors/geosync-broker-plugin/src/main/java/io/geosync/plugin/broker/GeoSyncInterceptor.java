@@ -36,6 +36,7 @@ import org.apache.pulsar.broker.service.persistent.PersistentSubscription;
 import org.apache.pulsar.common.api.proto.BaseCommand;
 import org.apache.pulsar.common.api.proto.CommandAck;
 import org.apache.pulsar.common.api.proto.KeyValue;
+import org.apache.pulsar.common.api.proto.MessageIdData;
 import org.apache.pulsar.common.api.proto.MessageMetadata;
 import org.apache.pulsar.common.protocol.Commands;
 import org.slf4j.Logger;
@@ -74,7 +75,11 @@ import org.slf4j.LoggerFactory;
  * /admin/v2/geosync/cursors?since=N} answers the cursor state of the subscriptions acknowledged since the
  * feed's sequence number {@code N} (plus those acknowledged within the last {@code
  * geosyncAckFeedSettleMillis}), with the feed's {@code epoch} (new at each broker start) and current {@code
- * seq}: one cheap call per agent round instead of polling every topic's internal stats. Each cursor state
+ * seq}: one cheap call per agent round instead of polling every topic's internal stats. Beside the cursor
+ * states, the answer carries what consumers acknowledged ({@code acked}, {@code acked_version} 1: ranges,
+ * batch indexes and the highest cumulative position per subscription, recorded from each acknowledgement
+ * command; see {@link PluginApi#feed(String, long, List, List, long)}), handed over again in every answer
+ * until a read's {@code since} (and {@code epoch}, when given) names an answer that carried it. Each cursor state
  * includes its partly acknowledged batch entries ({@code batches}: position and the indexes still
  * unacknowledged) when the broker runs with {@code acknowledgmentAtBatchIndexLevelEnabled=true}, at most
  * {@link CursorDesk#MAX_REPORTED_BATCHES} per answer ({@code "batches_truncated": true} beyond): {@code GET
@@ -94,7 +99,10 @@ import org.slf4j.LoggerFactory;
  * <p>standalone.conf / broker.conf keys (all optional): {@code geosyncOriginIndexMaxTopics} (1000),
  * {@code geosyncOriginIndexMaxRunsPerTopic} (1024), {@code geosyncOriginIndexAllowRemoteReads} (false, also
  * governs the cursor feed and status; never the writes), {@code geosyncAckFeedMaxSubscriptions} (100000),
- * {@code geosyncAckFeedSettleMillis} (500), {@code geosyncAllowCursorWrites} (false), {@code
+ * {@code geosyncAckFeedSettleMillis} (500), {@code geosyncAckedMaxItemsPerSubscription} (10000: ranges plus
+ * partly acknowledged batches one subscription's acknowledged set holds before it is marked
+ * {@code overflowed}), {@code geosyncAckedMaxItems} (4000000, the same over all subscriptions), {@code
+ * geosyncAllowCursorWrites} (false), {@code
  * geosyncAdminRoles} (none: superusers only, where the broker authenticates).
  */
 public class GeoSyncInterceptor implements BrokerInterceptor {
@@ -126,6 +134,9 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     private final AtomicLong requestsServed = new AtomicLong();
     private final AtomicLong requestsRefused = new AtomicLong();
     private final AtomicLong errors = new AtomicLong();
+    private final AtomicLong transactionalAcksSkipped = new AtomicLong();
+    private final AtomicLong acksBeyondLastEntry = new AtomicLong();
+    private volatile boolean batchIndexAcks;
     private volatile long lastErrorLogMillis;
 
     @Override
@@ -137,7 +148,10 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             allowRemoteReads = Boolean.parseBoolean(props.getProperty("geosyncOriginIndexAllowRemoteReads", "false")
                     .trim());
             index = new OriginIndex(maxTopics, maxRuns);
-            feed = new AckFeed(intProperty(props, "geosyncAckFeedMaxSubscriptions", 100_000));
+            feed = new AckFeed(intProperty(props, "geosyncAckFeedMaxSubscriptions", 100_000),
+                    intProperty(props, "geosyncAckedMaxItemsPerSubscription", 10_000),
+                    intProperty(props, "geosyncAckedMaxItems", 4_000_000));
+            batchIndexAcks = pulsar.getConfiguration().isAcknowledgmentAtBatchIndexLevelEnabled();
             settleNanos = intProperty(props, "geosyncAckFeedSettleMillis", 500) * 1_000_000L;
             allowCursorWrites = Boolean.parseBoolean(props.getProperty("geosyncAllowCursorWrites", "false").trim());
             desk = new CursorDesk(pulsar);
@@ -234,16 +248,75 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
 
     @Override
     public void messageAcked(ServerCnx cnx, Consumer consumer, CommandAck ackCmd) {
-        // Called once the acknowledgement was applied to the cursor. ackCmd is the connection's reusable
-        // command object: not read here.
+        // Pulsar 4.0 (ServerCnx.handleAck) calls this once Consumer.messageAcked's future completed without
+        // error, with a copy of the command made before it was handed on (new CommandAck().copyFrom(ack)
+        // when an interceptor is configured): ackCmd is ours to read, not the connection's reusable object.
         try {
             if (consumer != null && consumer.getSubscription() instanceof PersistentSubscription ps
                     && ps.getCursor().isDurable()) {
-                feed.record(ps.getTopicName(), ps.getName(), System.nanoTime());
+                String topic = ps.getTopicName();
+                String name = ps.getName();
+                feed.record(topic, name, System.nanoTime());
+                recordAcked(topic, name, ps, ackCmd);
             }
         } catch (Throwable t) {
             error("messageAcked", t);
         }
+    }
+
+    /**
+     * What the consumer acknowledged, into the subscription's {@link io.geosync.plugin.common.AckedPositions}:
+     * never a transactional acknowledgement (it counts only once its transaction commits, which no hook
+     * shows: re-delivery, never loss), never a position above the topic's last entry (the cursor ignores
+     * those; a cumulative one is clamped to it), and batch indexes only where the broker keeps them
+     * ({@code acknowledgmentAtBatchIndexLevelEnabled}; otherwise the cursor ignores a partial ack set too).
+     */
+    private void recordAcked(String topic, String name, PersistentSubscription ps, CommandAck ack) {
+        if (ack == null || ack.getMessageIdsCount() == 0) {
+            return;
+        }
+        if (ack.hasTxnidMostBits() || ack.hasTxnidLeastBits()) {
+            transactionalAcksSkipped.incrementAndGet();
+            return;
+        }
+        org.apache.bookkeeper.mledger.Position lac = ps.getCursor().getManagedLedger().getLastConfirmedEntry();
+        if (lac == null) {
+            return;
+        }
+        long lacLedger = lac.getLedgerId();
+        long lacEntry = lac.getEntryId();
+        boolean cumulative = ack.getAckType() == CommandAck.AckType.Cumulative;
+        boolean batchIndexes = batchIndexAcks;
+        feed.withAcked(topic, name, acked -> {
+            int n = cumulative ? 1 : ack.getMessageIdsCount();
+            for (int i = 0; i < n; i++) {
+                MessageIdData id = ack.getMessageIdAt(i);
+                long ledger = id.getLedgerId();
+                long entry = id.getEntryId();
+                boolean beyond = ledger > lacLedger || (ledger == lacLedger && entry > lacEntry);
+                long[] ackSet = null;
+                if (id.getAckSetsCount() > 0 && batchIndexes) {
+                    ackSet = new long[id.getAckSetsCount()];
+                    for (int w = 0; w < ackSet.length; w++) {
+                        ackSet[w] = id.getAckSetAt(w);
+                    }
+                }
+                if (cumulative) {
+                    if (beyond) {
+                        acked.cumulative(lacLedger, lacEntry, null);
+                    } else {
+                        acked.cumulative(ledger, entry, ackSet);
+                    }
+                } else if (beyond) {
+                    acksBeyondLastEntry.incrementAndGet();
+                } else if (ackSet != null) {
+                    acked.batch(ledger, entry, ackSet);
+                } else if (id.getAckSetsCount() == 0) {
+                    acked.entry(ledger, entry);
+                }
+                // else: a partial ack set on a broker that keeps no batch indexes: the cursor ignored it.
+            }
+        });
     }
 
     // -- serving the index --------------------------------------------------------------------------------
@@ -298,7 +371,8 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                         return;
                     }
                 }
-                reply(response, 200, cursors(since));
+                String epochGiven = request.getParameter("epoch");
+                reply(response, 200, cursors(since, epochGiven == null || epoch.equals(epochGiven)));
             }
             case "cursor" -> {
                 String topic = request.getParameter("topic");
@@ -381,8 +455,17 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
         }
     }
 
-    Map<String, Object> cursors(long since) {
+    /**
+     * The feed's answer: cursor states of the subscriptions acknowledged since {@code since}, and what
+     * consumers acknowledged ({@code acked}, handed over until a read with {@code since} at or past the
+     * answer that carried it confirms it; {@code sameEpoch}: the reader's {@code epoch} parameter names this
+     * broker's run, or it gave none).
+     */
+    Map<String, Object> cursors(long since, boolean sameEpoch) {
         long seq = feed.seq();
+        // The acknowledged sets are taken after seq is read: an acknowledgement recorded in between is in
+        // this answer, and a read naming this seq confirms it, which is right: the answer carried it.
+        List<Map<String, Object>> acked = feed.takeAcked(since, seq, sameEpoch);
         List<Map<String, Object>> out = new ArrayList<>();
         CursorDesk d = desk;
         if (d != null) {
@@ -393,7 +476,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
                 }
             }
         }
-        return PluginApi.feed(epoch, seq, out);
+        return PluginApi.feed(epoch, seq, out, acked, feed.ackedLost());
     }
 
     private void acks(HttpServletRequest request, HttpServletResponse response) throws Exception {
@@ -444,8 +527,18 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
         out.put("requests_served", BigInteger.valueOf(requestsServed.get()));
         out.put("requests_refused", BigInteger.valueOf(requestsRefused.get()));
         out.put("errors", BigInteger.valueOf(errors.get()));
-        out.put("ack_feed", Map.of("seq", BigInteger.valueOf(feed.seq()), "tracked", BigInteger.valueOf(feed.tracked()),
-                "recorded", BigInteger.valueOf(feed.recorded()), "forgotten", BigInteger.valueOf(feed.forgotten())));
+        Map<String, Object> ackFeed = new HashMap<>();
+        ackFeed.put("seq", BigInteger.valueOf(feed.seq()));
+        ackFeed.put("tracked", BigInteger.valueOf(feed.tracked()));
+        ackFeed.put("recorded", BigInteger.valueOf(feed.recorded()));
+        ackFeed.put("forgotten", BigInteger.valueOf(feed.forgotten()));
+        ackFeed.put("acked_version", BigInteger.valueOf(io.geosync.plugin.common.AckedPositions.WIRE_VERSION));
+        ackFeed.put("acked_tracked", BigInteger.valueOf(feed.ackedTracked()));
+        ackFeed.put("acked_items", BigInteger.valueOf(feed.ackedItems()));
+        ackFeed.put("acked_lost", BigInteger.valueOf(feed.ackedLost()));
+        ackFeed.put("transactional_acks_skipped", BigInteger.valueOf(transactionalAcksSkipped.get()));
+        ackFeed.put("acks_beyond_last_entry", BigInteger.valueOf(acksBeyondLastEntry.get()));
+        out.put("ack_feed", ackFeed);
         out.put("cursor_writes", BigInteger.valueOf(cursorWrites.get()));
         return out;
     }

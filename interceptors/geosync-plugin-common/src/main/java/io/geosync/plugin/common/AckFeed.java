@@ -2,9 +2,12 @@ package io.geosync.plugin.common;
 
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Consumer;
 
 /**
  * Which subscriptions consumers acknowledged on, and when: the change feed an agent reads instead of
@@ -26,6 +29,13 @@ import java.util.concurrent.atomic.AtomicLong;
  *       pace.
  * </ul>
  * Thread-safe; the recording path takes no lock.
+ *
+ * <p>Beside which subscriptions were acknowledged, it keeps what consumers acknowledged on each ({@link
+ * AckedPositions}, through {@link #withAcked}): ranges, batch indexes and the highest cumulative position,
+ * handed over by {@link #takeAcked} until a read confirms them. At most {@code maxTracked} subscriptions
+ * hold such records; past it, records are dropped and {@link #ackedLost()} counts those that held
+ * acknowledgements not yet confirmed delivered (a reader that sees it grow knows its acknowledged sets
+ * since its previous read may be incomplete). Recording there holds the subscription's record monitor.
  */
 public final class AckFeed {
     /** One subscription's latest acknowledgement: its sequence number and {@code System.nanoTime()}. */
@@ -38,11 +48,106 @@ public final class AckFeed {
     private final AtomicLong recorded = new AtomicLong();
     private final AtomicLong forgotten = new AtomicLong();
 
+    private final ConcurrentHashMap<String, AckedPositions> acked = new ConcurrentHashMap<>();
+    private final int maxItemsPerSubscription;
+    private final AckedPositions.Budget budget;
+    private final AtomicLong ackedLost = new AtomicLong();
+
     public AckFeed(int maxTracked) {
-        if (maxTracked < 1) {
-            throw new IllegalArgumentException("maxTracked must be positive");
+        this(maxTracked, 10_000, 4_000_000L);
+    }
+
+    /**
+     * {@code maxItemsPerSubscription}: ranges plus partly acknowledged batches one subscription's record
+     * holds before it overflows; {@code maxItems}: the same over every subscription.
+     */
+    public AckFeed(int maxTracked, int maxItemsPerSubscription, long maxItems) {
+        if (maxTracked < 1 || maxItemsPerSubscription < 1 || maxItems < 1) {
+            throw new IllegalArgumentException("maxTracked, maxItemsPerSubscription and maxItems must be positive");
         }
         this.maxTracked = maxTracked;
+        this.maxItemsPerSubscription = maxItemsPerSubscription;
+        this.budget = new AckedPositions.Budget(maxItems);
+    }
+
+    /**
+     * Run {@code record} on the subscription's acknowledged positions, holding their monitor (so one
+     * acknowledgement command's positions land in one record, never half in a record being retired).
+     */
+    public void withAcked(String topic, String subscription, Consumer<AckedPositions> record) {
+        String key = topic + '\u0000' + subscription;
+        for (;;) {
+            AckedPositions p = acked.get(key);
+            if (p == null) {
+                p = acked.computeIfAbsent(key, k -> new AckedPositions(topic, subscription, maxItemsPerSubscription,
+                        budget));
+            }
+            synchronized (p) {
+                if (!p.retired()) {
+                    record.accept(p);
+                    break;
+                }
+            }
+            acked.remove(key, p);
+        }
+        if (acked.size() > maxTracked) {
+            trimAcked();
+        }
+    }
+
+    private synchronized void trimAcked() {
+        int excess = acked.size() - maxTracked;
+        if (excess <= 0) {
+            return;
+        }
+        int drop = Math.max(excess, maxTracked / 10);
+        Iterator<Map.Entry<String, AckedPositions>> it = acked.entrySet().iterator();
+        while (drop > 0 && it.hasNext()) {
+            AckedPositions p = it.next().getValue();
+            it.remove();
+            if (p.evict()) {
+                ackedLost.incrementAndGet();
+            }
+            drop--;
+        }
+    }
+
+    /**
+     * The acknowledged sets to hand over in the answer with sequence number {@code seq}. {@code confirmed}:
+     * the reader's {@code since} names an answer of this broker's run (its epoch), so what that answer
+     * carried is dropped; pass false when the reader's epoch is not this one (then {@code since} means
+     * nothing here and everything held is handed over again).
+     */
+    public List<Map<String, Object>> takeAcked(long since, long seq, boolean confirmed) {
+        List<Map<String, Object>> out = new ArrayList<>();
+        boolean valid = confirmed && since >= 0 && since <= seq;
+        for (Map.Entry<String, AckedPositions> e : acked.entrySet()) {
+            AckedPositions p = e.getValue();
+            Map<String, Object> block = p.take(since, seq, valid);
+            if (block != null) {
+                out.add(block);
+            } else if (p.retired()) {
+                acked.remove(e.getKey(), p);
+            }
+        }
+        out.sort(Comparator.comparing((Map<String, Object> m) -> (String) m.get("topic"))
+                .thenComparing(m -> (String) m.get("subscription")));
+        return out;
+    }
+
+    /** Records dropped (past {@code maxTracked}) while holding acknowledgements not confirmed delivered. */
+    public long ackedLost() {
+        return ackedLost.get();
+    }
+
+    /** Subscriptions with a record of acknowledged positions. */
+    public int ackedTracked() {
+        return acked.size();
+    }
+
+    /** Ranges plus partly acknowledged batches held over every subscription. */
+    public long ackedItems() {
+        return budget.used();
     }
 
     public void record(String topic, String subscription, long nanos) {

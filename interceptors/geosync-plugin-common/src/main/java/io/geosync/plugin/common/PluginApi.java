@@ -333,12 +333,29 @@ public final class PluginApi {
         return out;
     }
 
-    /** The body of {@code GET /admin/v2/geosync/cursors}. */
+    /** The body of {@code GET /admin/v2/geosync/cursors} from a plugin without acknowledged sets. */
     public static Map<String, Object> feed(String epoch, long seq, List<Map<String, Object>> reports) {
         Map<String, Object> body = new HashMap<>();
         body.put("epoch", epoch);
         body.put("seq", BigInteger.valueOf(seq));
         body.put("cursors", new ArrayList<Object>(reports));
+        return body;
+    }
+
+    /**
+     * The body of {@code GET /admin/v2/geosync/cursors} with what consumers acknowledged ({@code acked},
+     * version {@code acked_version}): per subscription {@code {"topic", "subscription", "ranges":
+     * "[(L:E..L:E],...]", "cumulative": "L:E" or null, "batches": [{"position": "L:E", "unacked": [i]}],
+     * "overflowed": bool}} (built by {@link AckedPositions}), and {@code acked_lost}, how many records were
+     * dropped holding undelivered acknowledgements since the broker started. A reader tells a plugin without
+     * them by the absence of {@code acked_version}.
+     */
+    public static Map<String, Object> feed(String epoch, long seq, List<Map<String, Object>> reports,
+                                           List<Map<String, Object>> acked, long ackedLost) {
+        Map<String, Object> body = feed(epoch, seq, reports);
+        body.put("acked_version", BigInteger.valueOf(AckedPositions.WIRE_VERSION));
+        body.put("acked", new ArrayList<Object>(acked));
+        body.put("acked_lost", BigInteger.valueOf(ackedLost));
         return body;
     }
 }
