@@ -728,9 +728,13 @@ def failover_record(
             cells[mode] = (
                 f"{spread} duplicates, {sum(o['lost'] for o in mine)} lost in {len(mine)}" if mine else "-"
             )
+        # "Shared, 10% holes, batched" and "..., unbatched" are one case, batched and not
+        cases = dict.fromkeys(
+            o["scenario"].removesuffix(", batched").removesuffix(", unbatched") for o in outcomes
+        )
         row = record.make(
-            f"Quiescent failover, {len({o['scenario'] for o in outcomes})} cases: "
-            + "; ".join(dict.fromkeys(o["scenario"] for o in outcomes)),
+            f"Quiescent failover, {len({o['scenario'] for o in outcomes})} cases, batched and not: "
+            + "; ".join(cases),
             cells["geosync"],
             cells["builtin"],
             figures=figures,
