@@ -16,7 +16,17 @@ Shapes (version 1):
 * write item: ``{"topic", "subscription", "mark_delete": "L:E" | null, "positions": ["L:E"], "batches":
   [{"position": "L:E", "size": n, "acked": [i, ...]}]}``;
 * write result: a report plus ``"acknowledged"`` (count), or ``{"status", "error"?}`` with topic and
-  subscription when known.
+  subscription when known;
+* what consumers acknowledged (``acked_version`` 1, beside ``cursors`` in the feed; absent from plugins
+  that do not record it): ``"acked": [{"topic", "subscription", "ranges": "[(L:E..L:E]]", "cumulative":
+  "L:E" | null, "batches": [{"position": "L:E", "unacked": [i, ...]}], "overflowed": bool}]`` and
+  ``"acked_lost": n``. Each block is what consumers acknowledged on the subscription since what the reader
+  confirmed (its ``since``, the ``seq`` of an answer it received, with ``epoch``), handed over again in
+  each answer until confirmed: entries acknowledged whole (``ranges``), batch indexes (a batch's
+  ``unacked`` are the indexes not acknowledged, every other index below the batch's size was), and
+  everything at or below ``cumulative``. Never a cursor move no consumer made (creation, expiry,
+  clear-backlog, skip, reset). ``overflowed``: the plugin kept only part of it (a subset, never more);
+  ``acked_lost`` grows when the plugin dropped whole blocks it had not handed over (docs: decision 0015).
 
 Invariants (each a test in ``tests/core/test_pluginapi.py``):
 
@@ -40,8 +50,11 @@ from typing import Any
 
 from geosync_core.errors import PermanentError
 from geosync_core.positions import Position
+from geosync_core.rangesets import RangeSet
 
 VERSION = 1
+ACKED_VERSION = 1
+"""The version of the feed's ``acked`` blocks this reader knows (another: read without them)."""
 MAX_BATCH_SIZE = 1 << 20
 """The largest batch an item may describe (Pulsar clients default to 1000 messages per batch)."""
 
@@ -322,15 +335,119 @@ class CursorReport:
 
 
 @dataclass(frozen=True, slots=True)
+class AckedSet:
+    """What consumers acknowledged on one subscription, as the feed hands it over (``acked``)."""
+
+    topic: str
+    subscription: str
+    ranges: RangeSet = field(default_factory=RangeSet)
+    """Entries acknowledged whole."""
+    cumulative: Position | None = None
+    """Every entry at or below it was acknowledged cumulatively."""
+    batches: tuple[BatchState, ...] = ()
+    """Batch entries with some indexes acknowledged: those not in ``unacked`` (below the batch's size)."""
+    overflowed: bool = False
+    """The plugin kept only part of what was acknowledged: a subset, never more."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "subscription": self.subscription,
+            "ranges": str(self.ranges),
+            "cumulative": None if self.cumulative is None else str(self.cumulative),
+            "batches": [b.to_wire() for b in self.batches],
+            "overflowed": self.overflowed,
+        }
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> AckedSet:
+        if not isinstance(obj, dict):
+            raise PluginApiError(f"an acked block must be an object, not {obj!r}")
+        topic, subscription = obj.get("topic"), obj.get("subscription")
+        if not isinstance(topic, str) or not topic:
+            raise PluginApiError(f"an acked block's 'topic' must be a non-empty string, not {topic!r}")
+        if not isinstance(subscription, str) or not subscription:
+            raise PluginApiError(
+                f"an acked block's 'subscription' must be a non-empty string, not {subscription!r}"
+            )
+        ranges = obj.get("ranges")
+        if not isinstance(ranges, str):
+            raise PluginApiError(f"'ranges' must be a string of ranges, not {ranges!r}")
+        try:
+            parsed = RangeSet.parse(ranges)
+        except ValueError as e:
+            raise PluginApiError(f"'ranges' is not a range set: {e}") from e
+        cumulative = obj.get("cumulative")
+        at: Position | None = None
+        if cumulative is not None:
+            if not isinstance(cumulative, str):
+                raise PluginApiError(f"'cumulative' must be a position L:E or null, not {cumulative!r}")
+            try:
+                at = Position.parse(cumulative)
+            except ValueError as e:
+                raise PluginApiError(f"'cumulative' must be a position L:E or null: {e}") from e
+            if at.ledger < 0:
+                raise PluginApiError(f"'cumulative' must be a position L:E or null, not {cumulative!r}")
+        overflowed = obj.get("overflowed")
+        if not isinstance(overflowed, bool):
+            raise PluginApiError(f"'overflowed' must be true or false, not {overflowed!r}")
+        batches = obj.get("batches")
+        if not isinstance(batches, list):
+            raise PluginApiError(f"'batches' must be a list, not {batches!r}")
+        states = tuple(_acked_batch(b) for b in batches)
+        if len({b.position for b in states}) != len(states):
+            raise PluginApiError("an acked block lists a batch entry twice")
+        return cls(
+            topic, subscription, parsed, at, tuple(sorted(states, key=lambda b: b.position)), overflowed
+        )
+
+
+def _acked_batch(obj: Any) -> BatchState:
+    """A batch of an acked block: at an entry (``L, E >= 0``), with at least one index not acknowledged
+    (an entry with none is acknowledged whole, in ``ranges``), indexes ascending, below ``MAX_BATCH_SIZE``."""
+    state = BatchState.from_wire(obj)
+    if state.position.ledger < 0 or state.position.entry < 0:
+        raise PluginApiError(f"a batch's position must be an entry L:E with L, E >= 0, not {state.position}")
+    if not state.unacked:
+        raise PluginApiError(
+            f"batch {state.position}: 'unacked' is empty (an entry acknowledged whole is a range)"
+        )
+    if any(isinstance(i, bool) for i in obj["unacked"]):
+        raise PluginApiError(f"batch {state.position}: 'unacked' indexes must be integers, not booleans")
+    if list(state.unacked) != sorted(set(state.unacked)) or state.unacked[-1] >= MAX_BATCH_SIZE:
+        raise PluginApiError(
+            f"batch {state.position}: 'unacked' must be ascending distinct indexes below {MAX_BATCH_SIZE}"
+        )
+    return state
+
+
+@dataclass(frozen=True, slots=True)
 class Feed:
-    """An answer of the acknowledgement feed: ``epoch`` changes at each broker start."""
+    """An answer of the acknowledgement feed: ``epoch`` changes at each broker start.
+
+    ``acked`` is what consumers acknowledged, per subscription, or None where the plugin does not record it
+    (an older plugin, or an ``acked_version`` this reader does not know): then nothing in the answer tells
+    a consumer's acknowledgement from any other cursor move. ``acked_lost`` counts the blocks the plugin
+    dropped before handing them over, since it started: when it grows, any subscription's acknowledgements
+    since the previous read may be missing (a subset: re-delivery, never loss)."""
 
     epoch: str
     seq: int
     cursors: tuple[CursorReport, ...] = ()
+    acked: tuple[AckedSet, ...] | None = None
+    acked_lost: int = 0
 
     def to_wire(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "seq": self.seq, "cursors": [c.to_wire() for c in self.cursors]}
+        out: dict[str, Any] = {
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "cursors": [c.to_wire() for c in self.cursors],
+        }
+        if self.acked is not None:
+            out["acked_version"] = ACKED_VERSION
+            out["acked"] = [a.to_wire() for a in self.acked]
+            out["acked_lost"] = self.acked_lost
+        return out
 
     @classmethod
     def from_wire(cls, obj: Any) -> Feed:
@@ -339,10 +456,30 @@ class Feed:
         seq = _int(obj.get("seq", 0))
         if seq is None:
             raise PluginApiError(f"'seq' must be an integer, not {obj.get('seq')!r}")
+        acked: tuple[AckedSet, ...] | None = None
+        lost = 0
+        version = obj.get("acked_version")
+        if version is not None and _int(version) is None:
+            raise PluginApiError(f"'acked_version' must be an integer, not {version!r}")
+        if version == ACKED_VERSION:
+            blocks = obj.get("acked")
+            if not isinstance(blocks, list):
+                raise PluginApiError(f"'acked' must be a list, not {blocks!r}")
+            acked = tuple(AckedSet.from_wire(b) for b in blocks)
+            if len({(a.topic, a.subscription) for a in acked}) != len(acked):
+                raise PluginApiError("'acked' lists a subscription twice")
+            given = _int(obj.get("acked_lost"))
+            if given is None or given < 0:
+                raise PluginApiError(
+                    f"'acked_lost' must be a non-negative integer, not {obj.get('acked_lost')!r}"
+                )
+            lost = given
         return cls(
             epoch=str(obj.get("epoch", "")),
             seq=seq,
             cursors=tuple(CursorReport.from_wire(c) for c in obj.get("cursors", [])),
+            acked=acked,
+            acked_lost=lost,
         )
 
 
