@@ -43,10 +43,12 @@ def _consume_some(
     return acked, held
 
 
-def _drain(service_url: str, topic: str, sub: str) -> list[str]:
+def _drain(
+    service_url: str, topic: str, sub: str, *, consumer_type: pulsar.ConsumerType = pulsar.ConsumerType.Shared
+) -> list[str]:
     got = []
     with messaging.client(service_url) as c:
-        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        consumer = c.subscribe(topic, sub, consumer_type=consumer_type)
         try:
             while True:
                 try:
@@ -92,6 +94,50 @@ def test_status_and_failover_check_follow_a_subscription_with_holes(lab: Lab, un
     assert row["regions"]["b"]["duplicates_from"] == {"a": 0}
     assert row["regions"]["b"]["holes"] == 3  # the holes travelled too
     assert len(acked) == 16
+
+
+def test_failover_check_judges_key_shared_with_holes_safe_at_the_per_key_minimum(
+    lab: Lab, unique: str
+) -> None:
+    """Issue 45: ``failover check`` never judged a Key_Shared subscription with holes safe. Keys k0..k3, one
+    message each in turn; a acknowledges all but m4 (key k0) of the first 20: k0's m8, m12 and m16 are
+    acknowledged after k0's hole, never carried (invariant 6), so the move is safe with exactly those 3
+    duplicates, and b delivers k0's messages from m4 on plus the 10 never acknowledged."""
+    topic, sub = f"persistent://geo/ab/ks-{unique}", f"ks-{unique}"
+    with messaging.client(lab.service_url("a")) as c:
+        c.subscribe(
+            topic,
+            sub,
+            consumer_type=pulsar.ConsumerType.KeyShared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        ).close()
+    produce(lab.service_url("a"), topic, [f"m{i}".encode() for i in range(30)], key=lambda i: f"k{i % 4}")
+    assert len(read_all(lab.service_url("b"), topic, expect=30)) == 30
+    acked: list[str] = []
+    with messaging.client(lab.service_url("a")) as c:
+        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.KeyShared)
+        try:
+            got = [consumer.receive(timeout_millis=20_000) for _ in range(30)]
+            for msg in got:
+                i = int(msg.data().decode()[1:])
+                if i < 20 and i != 4:
+                    consumer.acknowledge(msg)
+                    acked.append(msg.data().decode())
+        finally:
+            consumer.close()
+    assert len(acked) == 19
+    code, out = run(
+        "failover", "check", "--topology", str(lab.dir), "--from", "a", "--to", "b", "--namespace", "geo/ab",
+        "--subscription", sub, "--wait", "--timeout", "60", "--interval", "1", "-o", "json",
+    )  # fmt: skip
+    verdict = json.loads(out)
+    assert (code, verdict["verdict"]) == (0, "safe"), out
+    assert (verdict["duplicates"], verdict["key_order_duplicates"]) == (3, 3), out
+    delivered = sorted(
+        _drain(lab.service_url("b"), topic, sub, consumer_type=pulsar.ConsumerType.KeyShared),
+        key=lambda m: int(m[1:]),
+    )
+    assert delivered == ["m4", "m8", "m12", "m16", *(f"m{i}" for i in range(20, 30))]
 
 
 def test_failover_check_reports_the_cost_of_an_unsynced_subscription(lab: Lab, unique: str) -> None:
