@@ -24,19 +24,18 @@ acknowledgement but the later loads run beside the earlier ones' idle subscripti
 share the machine's two cores with everything else: their CPU is printed, and where the asked rate is not
 reached the phase says so (its figures are then the machine's ceiling, not the mechanism's).
 
-``--out`` writes every phase as JSON; ``--plot`` draws lag p99 against acknowledgements a second, one line
-per mechanism, subscription count and hole share.
+``--record FILE`` writes the run's rows of BENCHMARKS.md (``bench/record.py``: one per subscription count and
+hole share, GeoSync's ceiling beside PIP-33's from the same run, every phase's figures inside) and
+``FILE-table.json``, the section's table of every phase (for ``bench/results/tables/``); ``--plot`` draws lag
+p99 against acknowledgements a second, one line per mechanism, subscription count and hole share.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import platform
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -49,6 +48,7 @@ from rich.table import Table
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import failover
+import record
 import scale
 
 from geosync_lab import labs
@@ -188,54 +188,84 @@ def s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-def table(phases: list[Phase], limit: float) -> Table:
-    out = Table(
-        "mechanism",
-        "subs",
-        "holes",
-        "acks/s asked",
-        "acks/s made",
-        "lag p50",
-        "lag p99",
-        "lag max",
-        "probes (not in 10 s)",
-        "agents CPU-s / 1,000 acks",
-        "CPU-s: agents a+b / regions a+b / bench",
-    )
+COLUMNS = (
+    "mechanism",
+    "subs",
+    "holes",
+    "acks/s asked",
+    "acks/s made",
+    "lag p50",
+    "lag p99",
+    "lag max",
+    "probes (not in 10 s)",
+    "agents CPU-s / 1,000 acks",
+    "CPU-s: agents a+b / regions a+b / bench",
+)
+
+
+def rows(phases: list[Phase], limit: float) -> list[list[str]]:
+    out = []
     for ph in phases:
         reached = ph.rate >= 0.8 * ph.asked
-        out.add_row(
-            "GeoSync" if ph.mode == "geosync" else "PIP-33",
-            f"{ph.subs:,}",
-            f"{ph.holes:.0%}",
-            f"{ph.asked:,.0f}",
-            f"{ph.rate:,.0f}" + ("" if reached else " (short)"),
-            s(ph.p(0.5)),
-            s(ph.p(0.99)) + (" broke" if ph.broken(limit) else ""),
-            s(ph.p(None)),
-            f"{len(ph.lags)} ({ph.timeouts})",
-            f"{ph.agents_per_k():.3f}",
-            " / ".join(
-                f"{ph.cpu.get(f'{k} a', 0.0) + ph.cpu.get(f'{k} b', 0.0):.1f}" for k in ("agent", "region")
-            )
-            + f" / {ph.cpu.get('bench', 0.0):.1f}",
+        out.append(
+            [
+                "GeoSync" if ph.mode == "geosync" else "PIP-33",
+                f"{ph.subs:,}",
+                f"{ph.holes:.0%}",
+                f"{ph.asked:,.0f}",
+                f"{ph.rate:,.0f}" + ("" if reached else " (short)"),
+                s(ph.p(0.5)),
+                s(ph.p(0.99)) + (" broke" if ph.broken(limit) else ""),
+                s(ph.p(None)),
+                f"{len(ph.lags)} ({ph.timeouts})",
+                f"{ph.agents_per_k():.3f}",
+                " / ".join(
+                    f"{ph.cpu.get(f'{k} a', 0.0) + ph.cpu.get(f'{k} b', 0.0):.1f}"
+                    for k in ("agent", "region")
+                )
+                + f" / {ph.cpu.get('bench', 0.0):.1f}",
+            ]
         )
     return out
+
+
+def table(phases: list[Phase], limit: float) -> Table:
+    out = Table(*COLUMNS)
+    for row in rows(phases, limit):
+        out.add_row(*row)
+    return out
+
+
+def ceiling(run: list[Phase], limit: float) -> str:
+    """One load's ceiling: the highest rate held before the first phase whose lag broke, and that phase."""
+    broke_at = next((i for i, ph in enumerate(run) if ph.broken(limit)), len(run))
+    top = run[broke_at - 1] if broke_at else None
+    text = f"held {top.rate:,.0f} acks/s" if top else "held no rate"
+    if broke_at < len(run):
+        broke = run[broke_at]
+        p99 = broke.p(0.99)
+        why = f"p99 {p99:.2f} s" if p99 is not None else "no probe synced"
+        text += f", broke at {broke.rate:,.0f} ({why}, {broke.timeouts} probes late)"
+    else:
+        text += f", never broke up to {run[-1].rate:,.0f}"
+    return text
+
+
+def loads_of(phases: list[Phase]) -> dict[tuple[str, int, float], list[Phase]]:
+    loads: dict[tuple[str, int, float], list[Phase]] = {}
+    for ph in phases:
+        loads.setdefault((ph.mode, ph.subs, ph.holes), []).append(ph)
+    return loads
 
 
 def ceilings(phases: list[Phase], limit: float) -> list[str]:
     """Per load, the highest rate held before the lag broke, and the sidecar CPU that rate's cost implies."""
     lines = []
-    loads: dict[tuple[str, int, float], list[Phase]] = {}
-    for ph in phases:
-        loads.setdefault((ph.mode, ph.subs, ph.holes), []).append(ph)
-    for (mode, subs, holes), run in loads.items():
-        held = [ph for ph in run if not ph.broken(limit)]
-        broke = next((ph for ph in run if ph.broken(limit)), None)
-        top = held[-1] if held else None
+    for (mode, subs, holes), run in loads_of(phases).items():
+        broke_at = next((i for i, ph in enumerate(run) if ph.broken(limit)), len(run))
+        top = run[broke_at - 1] if broke_at else None
         text = f"{'GeoSync' if mode == 'geosync' else 'PIP-33'}, {subs:,} subs, {holes:.0%} holes: "
-        text += f"held {top.rate:,.0f} acks/s" if top else "held no rate"
-        text += f", broke at {broke.rate:,.0f} acks/s (asked {broke.asked:,.0f})" if broke else ", held all"
+        text += ceiling(run, limit)
         if mode == "geosync" and top is not None:
             per_ack = top.agents_per_k() / 1000 / 2  # one agent's share: a sidecar follows its own broker
             text += "; one sidecar at " + ", ".join(
@@ -253,10 +283,7 @@ def plot(phases: list[Phase], path: pathlib.Path, limit: float) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    loads: dict[tuple[str, int, float], list[Phase]] = {}
-    for ph in phases:
-        loads.setdefault((ph.mode, ph.subs, ph.holes), []).append(ph)
-    for (mode, subs, holes), run in loads.items():
+    for (mode, subs, holes), run in loads_of(phases).items():
         points = [(ph.rate, p99) for ph in run if (p99 := ph.p(0.99)) is not None]
         name = "GeoSync" if mode == "geosync" else "PIP-33"
         ax.plot(
@@ -276,18 +303,34 @@ def plot(phases: list[Phase], path: pathlib.Path, limit: float) -> None:
     fig.savefig(path, dpi=110)
 
 
+def write_records(path: pathlib.Path | None, phases: list[Phase], limit: float) -> None:
+    """The run's rows of BENCHMARKS.md (one per subscription count and hole share, both mechanisms side by
+    side) and its section table (``FILE-table.json``)."""
+    if path is None:
+        return
+    loads = loads_of(phases)
+    rows_by: dict[str, dict[str, object]] = {}
+    for subs, holes in dict.fromkeys((k[1], k[2]) for k in loads):
+        ours, theirs = loads.get(("geosync", subs, holes)), loads.get(("builtin", subs, holes))
+        rows_by[f"{subs}-subs-{round(holes * 100)}-holes"] = record.make(
+            f"Ceiling: acks/s held with lag p99 under {limit:g} s, {subs:,} subscriptions, {holes:.0%} holes",
+            ceiling(ours, limit) if ours else "not in this run",
+            ceiling(theirs, limit) if theirs else "not in this run",
+            figures={"phases": [ph.record() for ph in [*(ours or []), *(theirs or [])]]},
+        )
+    record.write_each(path, rows_by)
+    table_record = record.make("Ceiling sweep, every phase", "-")
+    for key in ("scenario", "geosync", "pip33"):
+        table_record.pop(key)
+    record.write(
+        path.with_name(f"{path.stem}-table{path.suffix or '.json'}"),
+        {"columns": list(COLUMNS), "rows": rows(phases, limit), **table_record},
+    )
+
+
 def interrupted(signum: int, _frame: object) -> None:
     """A SIGTERM (a CI timeout, a closed terminal) unwinds like Ctrl-C: the lab booted for the sweep stops."""
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> None:
@@ -302,7 +345,7 @@ def main() -> None:
     parser.add_argument("--phase", type=float, default=20.0, help="seconds per rate")
     parser.add_argument("--break", dest="limit", type=float, default=1.0, help="lag p99 (s) that breaks")
     parser.add_argument("--b-share", type=float, default=0.5, help="share of the messages published in b")
-    parser.add_argument("--out", type=pathlib.Path, help="write every phase as JSON here")
+    record.add_argument(parser)
     parser.add_argument("--plot", type=pathlib.Path, help="draw lag p99 against rate into this PNG")
     args = parser.parse_args()
     try:
@@ -337,22 +380,7 @@ def main() -> None:
     console.print(table(phases, args.limit))
     for line in ceilings(phases, args.limit):
         console.print(line)
-    if args.out:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "bench": "ceiling",
-                    "command": "python " + " ".join(sys.argv),
-                    "commit": commit(),
-                    "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-                    "date": time.strftime("%Y-%m-%d"),
-                    "phases": [ph.record() for ph in phases],
-                    "ceilings": ceilings(phases, args.limit),
-                },
-                indent=1,
-            )
-            + "\n"
-        )
+    write_records(args.record, phases, args.limit)
     if args.plot:
         plot(phases, args.plot, args.limit)
 
