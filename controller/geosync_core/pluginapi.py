@@ -363,13 +363,7 @@ class AckedSet:
     def from_wire(cls, obj: Any) -> AckedSet:
         if not isinstance(obj, dict):
             raise PluginApiError(f"an acked block must be an object, not {obj!r}")
-        topic, subscription = obj.get("topic"), obj.get("subscription")
-        if not isinstance(topic, str) or not topic:
-            raise PluginApiError(f"an acked block's 'topic' must be a non-empty string, not {topic!r}")
-        if not isinstance(subscription, str) or not subscription:
-            raise PluginApiError(
-                f"an acked block's 'subscription' must be a non-empty string, not {subscription!r}"
-            )
+        topic, subscription = _name(obj, "topic"), _name(obj, "subscription")
         ranges = obj.get("ranges")
         if not isinstance(ranges, str):
             raise PluginApiError(f"'ranges' must be a string of ranges, not {ranges!r}")
@@ -378,16 +372,7 @@ class AckedSet:
         except ValueError as e:
             raise PluginApiError(f"'ranges' is not a range set: {e}") from e
         cumulative = obj.get("cumulative")
-        at: Position | None = None
-        if cumulative is not None:
-            if not isinstance(cumulative, str):
-                raise PluginApiError(f"'cumulative' must be a position L:E or null, not {cumulative!r}")
-            try:
-                at = Position.parse(cumulative)
-            except ValueError as e:
-                raise PluginApiError(f"'cumulative' must be a position L:E or null: {e}") from e
-            if at.ledger < 0:
-                raise PluginApiError(f"'cumulative' must be a position L:E or null, not {cumulative!r}")
+        at = None if cumulative is None else _cumulative(cumulative)
         overflowed = obj.get("overflowed")
         if not isinstance(overflowed, bool):
             raise PluginApiError(f"'overflowed' must be true or false, not {overflowed!r}")
@@ -400,6 +385,24 @@ class AckedSet:
         return cls(
             topic, subscription, parsed, at, tuple(sorted(states, key=lambda b: b.position)), overflowed
         )
+
+
+def _name(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise PluginApiError(f"an acked block's {key!r} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _cumulative(text: Any) -> Position:
+    """A cumulative position ``L:E`` with ``L >= 0`` (``E == -1``: before the ledger's first entry)."""
+    try:
+        at = Position.parse(text) if isinstance(text, str) else None
+    except ValueError:
+        at = None
+    if at is None or at.ledger < 0:
+        raise PluginApiError(f"'cumulative' must be a position L:E or null, not {text!r}")
+    return at
 
 
 def _acked_batch(obj: Any) -> BatchState:

@@ -101,7 +101,7 @@ import org.slf4j.LoggerFactory;
  * governs the cursor feed and status; never the writes), {@code geosyncAckFeedMaxSubscriptions} (100000),
  * {@code geosyncAckFeedSettleMillis} (500), {@code geosyncAckedMaxItemsPerSubscription} (10000: ranges plus
  * partly acknowledged batches one subscription's acknowledged set holds before it is marked
- * {@code overflowed}), {@code geosyncAckedMaxItems} (4000000, the same over all subscriptions), {@code
+ * {@code overflowed}), {@code geosyncAckedMaxItems} (1000000, the same over all subscriptions: about 90 bytes of heap each), {@code
  * geosyncAllowCursorWrites} (false), {@code
  * geosyncAdminRoles} (none: superusers only, where the broker authenticates).
  */
@@ -150,7 +150,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             index = new OriginIndex(maxTopics, maxRuns);
             feed = new AckFeed(intProperty(props, "geosyncAckFeedMaxSubscriptions", 100_000),
                     intProperty(props, "geosyncAckedMaxItemsPerSubscription", 10_000),
-                    intProperty(props, "geosyncAckedMaxItems", 4_000_000));
+                    intProperty(props, "geosyncAckedMaxItems", 1_000_000));
             batchIndexAcks = pulsar.getConfiguration().isAcknowledgmentAtBatchIndexLevelEnabled();
             settleNanos = intProperty(props, "geosyncAckFeedSettleMillis", 500) * 1_000_000L;
             allowCursorWrites = Boolean.parseBoolean(props.getProperty("geosyncAllowCursorWrites", "false").trim());

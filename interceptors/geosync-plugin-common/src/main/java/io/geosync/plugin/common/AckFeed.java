@@ -54,7 +54,7 @@ public final class AckFeed {
     private final AtomicLong ackedLost = new AtomicLong();
 
     public AckFeed(int maxTracked) {
-        this(maxTracked, 10_000, 4_000_000L);
+        this(maxTracked, 10_000, 1_000_000L);
     }
 
     /**
