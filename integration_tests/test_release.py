@@ -25,7 +25,16 @@ from geosync_lab import regions
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-PACKAGES = {"geosync_core", "geosync_adapters", "geosync_agent", "geosync_lab", "geoctl", "geosync_audit"}
+# geosync_sim ships too: the deterministic simulation of regions that runs the agent (bench/sim.py drives it)
+PACKAGES = {
+    "geosync_core",
+    "geosync_adapters",
+    "geosync_agent",
+    "geosync_lab",
+    "geoctl",
+    "geosync_audit",
+    "geosync_sim",
+}
 
 
 def run(*cmd: str | pathlib.Path, cwd: pathlib.Path | None = None, timeout: float = 300) -> str:
