@@ -40,7 +40,7 @@ class Indexing(Tracking):
         self.origin_lookups.prefetch(ts.tail for ts in self.topics.values())
         for topic, ts in self.topics.items():
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
-            drained = ts.tail.drain(self.resolver, now=now.mono)
+            drained = ts.tail.drain(self.resolver, now=now.mono, keyring=self.keys.keyring)
             if ts.tail.stale:
                 self._rebuild(ts, now)
                 continue

@@ -36,8 +36,9 @@ from typing import Any
 
 from geosync_adapters.messaging import Received
 from geosync_agent.ports import Messaging, Reader
-from geosync_core import resolving, syncing
+from geosync_core import markers, resolving, syncing
 from geosync_core.details import EntryDetails
+from geosync_core.envelopes import Keyring
 from geosync_core.indexing import OriginIndex
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.positions import Position
@@ -168,8 +169,13 @@ class Tail:
         *,
         limit: int = 5000,
         now: float = 0.0,
+        keyring: Keyring | None = None,
     ) -> int:
-        """Index up to ``limit`` queued messages; return how many entries were appended."""
+        """Index up to ``limit`` queued messages; return how many entries were appended. A message is taken
+        for a snapshot marker only if it is one as the broker's entry filter judges before hiding it: not in
+        a batch, and signed by an agent of ``keyring`` (``markers.is_genuine``). Any other message carrying
+        the marker property is an application's, which the filter delivers: indexed like every message (were
+        it left out of the log, a cursor move planned over the log would acknowledge it unseen)."""
         appended = 0
         for _ in range(limit):
             try:
@@ -189,7 +195,12 @@ class Tail:
                 continue  # else a redelivery after a reconnect
             self.last = position
             self.sizing = position if msg.batch_index >= 0 and msg.batch_size is None else None
-            if MARKER_PROPERTY in msg.properties:
+            if (
+                MARKER_PROPERTY in msg.properties
+                and msg.batch_index < 0
+                and keyring is not None
+                and markers.is_genuine(keyring, msg.properties, msg.data)
+            ):
                 # Snapshot markers are never dispatched to applications (the entry filter acknowledges them):
                 # not indexed, not in any log a plan walks; handed to snapshot mode instead.
                 self.markers.append((position, dict(msg.properties), msg.data))

@@ -10,10 +10,11 @@ from geosync_agent import tailing
 from geosync_agent.tailing import Tail
 from geosync_core import resolving
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
+from geosync_core.markers import SnapshotRequest, encode_marker
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
-from .fakes import message
+from .fakes import KEYRING, KEYS, message
 
 TOPIC = "persistent://geo/ab/t"
 STAMP = resolving.REPL_SOURCE_POSITION
@@ -249,3 +250,29 @@ def test_the_stretches_above_a_floor_are_every_position_above_it() -> None:
             {p for p in [*entries, Position(9, 0)] if p > floor}
         )
     assert Position(9, 0) in list(tail.stretches_above(Position(8, 6)))
+
+
+def test_only_a_marker_an_agent_signed_and_did_not_batch_is_held_out_of_the_log() -> None:
+    """The entry filter hides (acknowledges) a message carrying the marker property only if an agent of the
+    keyring signed it and it is not in a batch; every other such message reaches applications, so the tail
+    indexes it like any message. Left out of the log, a cursor move planned over the log passed it: a region
+    acknowledged an application's message nobody consumed (issue 45, case 4)."""
+    request = SnapshotRequest(snapshot_id="s1", source_region="a", round=1)
+    properties, payload = encode_marker(KEYS["a"].signer, request, topic=TOPIC, seq=1, sent_at_ms=0)
+    resolver = resolving.OriginResolver(local="a", lookup=FlakyHeaders(failures=0, region="a"))
+    tail = Tail(TOPIC, -1)
+    tail.inbox.put(message(TOPIC, Position(7, 0), data=payload, properties=properties))  # genuine
+    tail.inbox.put(message(TOPIC, Position(7, 1), data=b"app", properties={MARKER_PROPERTY: "snapshot"}))
+    forged = {MARKER_PROPERTY: "update"}  # a genuine envelope, but of another kind than the property says
+    tail.inbox.put(message(TOPIC, Position(7, 2), data=payload, properties=forged))
+    for i in range(2):  # a genuine marker inside a batch: the filter delivers whole batches
+        tail.inbox.put(message(TOPIC, Position(7, 3), data=payload, properties=properties, batch_index=i))
+    tail.drain(resolver, now=0.0, keyring=KEYRING)
+    assert [p for p, _, _ in tail.markers] == [Position(7, 0)]
+    assert tail.positions_above(Position(-1, -1)) == [Position(7, 1), Position(7, 2), Position(7, 3)]
+
+    without = Tail(TOPIC, -1)  # no keyring: the filter hides nothing, so nothing is a marker
+    without.inbox.put(message(TOPIC, Position(7, 0), data=payload, properties=properties))
+    without.drain(resolver, now=0.0)
+    assert without.markers == []
+    assert without.positions_above(Position(-1, -1)) == [Position(7, 0)]
