@@ -356,6 +356,7 @@ def _gone(effect: AdminMove, moved_to: Position | None, busy: bool) -> AdminMove
         len(effect.holes),
         0,
         error=f"subscription {name!r} no longer exists on {topic}: holes not applied, nothing created",
+        gone=True,
     )
 
 

@@ -392,6 +392,13 @@ class Writing(Observing):
             ts.poll = replace(ts.poll, next_at=0.0)
 
     def _fold_admin_move(self, state: Subscription, outcome: fx.AdminMoved, now: Now) -> None:
+        if outcome.gone:
+            # Deleted here since discovery listed it: as a discovery pass that no longer finds it (not
+            # created again from claims; synced again once it exists), not an error to retry every round.
+            log.info("%s", outcome.error)
+            state.planned = None
+            self._absent(state, now.mono)
+            return
         if outcome.error:
             self.stats.inc("apply_errors")
             log.warning("applying failed, will retry: %s", outcome.error)

@@ -550,3 +550,19 @@ def test_a_copy_read_after_the_claim_that_names_it_is_applied_at_once_even_while
     b.step(0.1)  # the write's outcome lands
     assert b.clock < state.plan_after
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(copy)
+
+
+def test_holes_for_a_subscription_deleted_here_since_discovery_take_it_as_deleted_not_as_an_error() -> None:
+    """b's copy is deleted after discovery listed it and before the admin move of a's hole lands: the
+    effector finds it gone and applies nothing (issue 45, case 1); the round takes it as deleted here, as a
+    discovery pass would, instead of an apply error planned and retried every round."""
+    a, b = pair(plugin_cursors=False)
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[1]])  # a hole at A_LOG[0]
+    a.step()
+    carry(a, b)
+    del b.region.cursors[(TOPIC, SUB)]  # an operator (or expiry) deletes b's copy
+    for _ in range(3):
+        b.step()
+    assert b.agent.stats.counters.get("subscriptions_deleted_here") == 1
+    assert b.agent.stats.counters.get("apply_errors", 0) == 0
+    assert (TOPIC, SUB) not in b.region.cursors  # nothing created it again

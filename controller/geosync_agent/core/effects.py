@@ -124,6 +124,9 @@ class AdminMoved:
     held_back: int
     consumers: int
     error: str = ""
+    gone: bool = False
+    """The subscription no longer exists here (checked by the effector right before a consumer would have
+    re-created it): nothing was applied; it is taken as deleted here, not retried."""
 
 
 @dataclass(frozen=True, slots=True)
