@@ -358,3 +358,23 @@ def test_unloading_stuck_replicators_is_opt_in(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "agent.yaml"
     path.write_text(yaml.safe_dump({**chosen, "admin_url": "http://b:8080", "service_url": "pulsar://b:6650"}))
     assert cfg.load(path).replicator_unload_after_s == 900.0
+
+
+@pytest.mark.parametrize("mode", ["deployment", "sidecar"])
+def test_brokers_get_the_keyring_the_entry_filter_verifies_markers_against(mode: str) -> None:
+    """Without the keyring the entry filter hides no snapshot marker (an application's message carrying the
+    marker property must be delivered): the chart renders the volume, its mount and the JVM option."""
+    docs = render({"mode": mode, "agent": {"region": "a"}})
+    parts = plugin_parts(docs)
+    volume, mount = parts["plugins-keyring-volume.yaml"], parts["plugins-keyring-mount.yaml"]
+    assert mount == {"name": volume["name"], "mountPath": "/pulsar/geosync-keyring", "readOnly": True}
+    config_map = by_kind(docs, "ConfigMap")[0]
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    assert volume["configMap"]["items"] == [{"key": "keyring.yaml", "path": "keyring.yaml"}]
+    assert yaml.safe_load(config_map["data"]["keyring.yaml"]) == SIGNING["keyring"]
+    opts = parts["plugins-broker-config.yaml"]["PULSAR_EXTRA_OPTS"]
+    assert opts == "-Dgeosync.keyringFile=/pulsar/geosync-keyring/keyring.yaml"
+    broker = {"name": "broker", "image": "apachepulsar/pulsar:4.0.8", "volumeMounts": [mount]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "broker-0"},
+           "spec": {"containers": [broker], "volumes": [volume]}}  # fmt: skip
+    kv.validate(pod, KUBE, strict=True)

@@ -127,6 +127,9 @@ PULSAR_PREFIX_geosyncAdminRoles: {{ . | quote }}
 {{- with .Values.plugins.replicatorMaxBackoffSeconds }}
 PULSAR_PREFIX_brokerClient_maxBackoffIntervalNanos: {{ mul (int .) 1000000000 | toString | quote }}
 {{- end }}
+# the entry filter hides a snapshot marker only if it verifies against the regions' public keys (append to
+# PULSAR_EXTRA_OPTS if your broker values already set it)
+PULSAR_EXTRA_OPTS: "-Dgeosync.keyringFile={{ .Values.plugins.keyringDirectory }}/keyring.yaml"
 {{- end -}}
 
 {{- define "geosync-agent.failoverProviderLabels" -}}
