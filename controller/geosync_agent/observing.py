@@ -17,7 +17,7 @@ from geosync_adapters import admin as adm
 from geosync_agent import calls
 from geosync_agent.agentstate import Now, TopicState
 from geosync_agent.controlling import Controlling
-from geosync_agent.core import generations, reports, tuning
+from geosync_agent.core import acknowledged, generations, reports, tuning
 from geosync_agent.core.applying import claimed_to
 from geosync_agent.core.pauses import note_heavy, publish_pause
 from geosync_agent.core.subscriptions import (
@@ -176,7 +176,10 @@ class Observing(Controlling):
                 for ts in self.topics.values():
                     ts.poll = replace(ts.poll, next_at=0.0)
             self.feed.epoch = feed.epoch
+            self.feed.acked_lost = 0  # counted since the broker started
             for sub in self.subs.values():
+                # What consumers were seen acknowledging (``acked``) is kept: it happened. What the broker
+                # held unread when it stopped is gone: re-delivered after a failover, never lost.
                 sub.seen_feed = sub.seen_any = sub.fed = None
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
         self.feed.seq = feed.seq
@@ -228,9 +231,46 @@ class Observing(Controlling):
             cursor = reports.cursor_of(report, tracked.tail)  # batch sizes from the tail
             state.fed = (fed, cursor)
             out.setdefault(topic, {})[name] = cursor
+        if feed.acked is not None and self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS:
+            self._take_acked(feed.acked, feed.acked_lost, out)
         if unknown:
             self._rediscover_soon(now, "rediscover_for_feed")
         return out
+
+    def _take_acked(
+        self, blocks: tuple[pluginapi.AckedSet, ...], lost: int, out: dict[str, dict[str, AckState]]
+    ) -> None:
+        """Add the answer's ``acked`` blocks to what consumers were seen acknowledging, per subscription
+        (``core.acknowledged``), and have those whose set grew published again (into ``out``, with the cursor
+        held). Whatever cannot be taken makes the claims smaller, never larger: a block for a subscription not
+        tracked here (out of scope, not owned), a batch whose size the tail does not know yet, an
+        ``overflowed`` block (a subset), a grown ``acked_lost`` (whole blocks the plugin dropped). Each is
+        counted in the stats: re-delivery is possible after a failover."""
+        self.feed.acked = True
+        if lost > self.feed.acked_lost:
+            self.stats.inc("acked_blocks_lost", lost - self.feed.acked_lost)
+            log.warning(
+                "the plugin dropped %d acknowledged blocks: those acknowledgements are not claimed "
+                "(re-delivery possible after a failover)",
+                lost - self.feed.acked_lost,
+            )
+        self.feed.acked_lost = lost
+        for block in blocks:
+            key = (block.topic, block.subscription)
+            state = self.subs.get(key)
+            ts = self.topics.get(block.topic)
+            if state is None or not state.exists or ts is None or not self.owns(block.topic):
+                self.stats.inc("acked_blocks_dropped")
+                continue
+            if block.overflowed:
+                self.stats.inc("acked_blocks_overflowed")
+            grown, left_out = acknowledged.absorb(state.acked, block, ts.tail.size_of)
+            if left_out:
+                self.stats.inc("acked_batches_left_out", left_out)
+            if grown != state.acked:
+                state.acked = grown
+                if state.cursor is not None:
+                    out.setdefault(block.topic, {}).setdefault(block.subscription, state.cursor)
 
     def _observe(
         self,
@@ -261,6 +301,8 @@ class Observing(Controlling):
                 )
             )
             rewound = rewind is not None and self._took_rewind(state, rewind, cursor)
+            if rewound:
+                state.acked = None  # acknowledged before the rewind: maybe delivered again, not claimed
             if (
                 polled
                 and not rewound  # a rewind cleared the batch indexes acknowledged before it
@@ -330,6 +372,10 @@ class Observing(Controlling):
         if ts is None or state.cursor is None or state.follow:
             return  # following a rewind: this cursor may acknowledge what the newer claims do not
         tail, cursor = ts.tail, state.cursor
+        # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what
+        # consumers acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
+        exact = self.feed.acked and self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS
+        own = acknowledged.own_part(cursor, state.acked) if exact else cursor
         if tail.stale or self._behind_forgotten(ts, state, cursor):
             return  # the tail is read again first (next round): claims made now could leave entries out
         if not force and now.mono < state.publish_after:
@@ -349,7 +395,7 @@ class Observing(Controlling):
         key_order = None
         if state.key_shared:
             key_order = claiming.KeyOrder(
-                tail.positions_above(cursor.mark_delete),
+                tail.positions_above(own.mark_delete),
                 tail.key_of,
                 size_of=tail.size_of,
                 key_of_message=tail.key_of_message,
@@ -359,7 +405,7 @@ class Observing(Controlling):
         started = time.thread_time()
         claim = claiming.decide(
             tail.index,
-            cursor,
+            own,
             received=state.received,
             published=state.published,
             last_translated=state.translated,
@@ -367,13 +413,15 @@ class Observing(Controlling):
             key_order=key_order,
             index_grew=state.incomplete_at is not None and state.incomplete_at != tail.version,
             local=self.config.region,
-            claimed_to=state.claimed_to,
+            # Translated whole each time: what is claimed_to below the cursor's mark-delete need not be
+            # in the claims (a jump moved it), and consumers' acknowledgements may arrive after the move.
+            claimed_to=None if exact else state.claimed_to,
         )
         if claim is None:
             return
         if not state.active and claim.news:
             state.active = True  # acknowledged here first (messages, not forms): consumed here
-        state.translated = cursor
+        state.translated = own
         state.incomplete_at = None if claim.complete else tail.version
         if not claim.send:
             # Nothing beyond what others told us (typically: our cursor just caught up with their claims).

@@ -153,6 +153,7 @@ class Saving(Writing):
                     s.generation,
                     s.follow,
                     s.active,
+                    s.acked,
                     s.received,  # compared as values where not the same object (a resync makes equal ones)
                     s.published,
                 )

@@ -69,6 +69,7 @@ def subscription_fields(s: Subscription) -> dict[str, Any]:
         "generation": s.generation,
         "follow": s.follow,
         "active": s.active,
+        "acked": None if s.acked is None else cursor_to_wire(s.acked),
     }
 
 
@@ -86,6 +87,10 @@ def subscription_from_wire(item: Any) -> Subscription:
     # Absent in checkpoints of agents before generations: 0, the generation of their claims.
     sub.generation, sub.follow = int(item.get("generation", 0)), bool(item.get("follow", False))
     sub.active = bool(item.get("active", False))
+    # What consumers were seen acknowledging (claims_from: acknowledgements); absent in checkpoints of
+    # agents before it: nothing seen, so nothing claimed but what consumers acknowledge from now on.
+    if item.get("acked") is not None:
+        sub.acked = cursor_from_wire(item["acked"])
     # Absent in checkpoints of agents before cursors were kept: read by the first round's polls.
     if sub.exists and item.get("cursor") is not None:
         sub.cursor = cursor_from_wire(item["cursor"])

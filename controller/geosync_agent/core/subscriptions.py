@@ -126,6 +126,11 @@ class Subscription:
     """Monotonic time before which its claims are not translated and published again unless forced (see
     ``pauses.publish_pause``): claims with tens of thousands of spans are sent in proportion to their size."""
 
+    acked: AckState | None = None
+    """What consumers were seen acknowledging on it (the plugin feed's ``acked`` blocks, with
+    ``claims_from: acknowledgements``; ``core.acknowledged``): its claims are the cursor limited to it. None:
+    nothing seen yet (or dropped by a rewind)."""
+
     def known(self) -> OriginAcks:
         """Every claim held about it: received from other regions and published by this one."""
         return self.received if self.published is None else self.received.merge(self.published)
@@ -241,6 +246,10 @@ class Feed:
     epoch: str = ""
     seq: int = 0
     busy_until: float = 0.0
+    acked: bool = False
+    """Its answers carry what consumers acknowledged (``acked``): claims can be made from it."""
+    acked_lost: int = 0
+    """The plugin's ``acked_lost`` at the last answer (it counts since the broker started)."""
 
 
 def claim_size(acks: OriginAcks | None) -> int:
