@@ -31,6 +31,7 @@ from geosync_core import (
     envelopes,
     pacing,
     pluginapi,
+    syncing,
 )
 from geosync_core.capabilities import Capability
 from geosync_core.rangesets import AckState
@@ -395,11 +396,26 @@ class Observing(Controlling):
         key_order = None
         if state.key_shared:
             key_order = claiming.KeyOrder(
-                tail.positions_above(own.mark_delete),
+                tail.positions_above(cursor.mark_delete),
                 tail.key_of,
                 size_of=tail.size_of,
                 key_of_message=tail.key_of_message,
             )
+            if exact:
+                # Per-key order is the cursor's (as in cursor mode), then limited to what consumers
+                # acknowledged: entries others' claims moved here are no consumer's, and must not hold back
+                # the keys' later messages (they are in the claims received already).
+                own = acknowledged.own_part(
+                    syncing.key_ordered(
+                        cursor,
+                        key_order.log,
+                        key_order.key_of,
+                        size_of=key_order.size_of,
+                        key_of_message=key_order.key_of_message,
+                    ),
+                    state.acked,
+                )
+                key_order = None
         # The cost is the loop thread's CPU, not the wall time: on a saturated machine a GIL switch alone
         # (5 ms) made any publish or plan look heavy, and the pauses grew with every one counted so.
         started = time.thread_time()
