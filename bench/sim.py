@@ -18,6 +18,7 @@ Not a ``geoctl`` command: the CLI never imports the agent (an import-linter cont
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import pathlib
@@ -49,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=60.0, help="virtual seconds of traffic")
     p.add_argument("--profile", choices=schedules.PROFILES, default="faults")
     p.add_argument("--json", type=pathlib.Path, help="write the figures here")
+    p.add_argument(
+        "--claims-from",
+        choices=("cursor", "acknowledgements"),
+        default="cursor",
+        help="the agents' claims_from: their whole cursor (today's default) or what consumers acknowledged",
+    )
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)  # the agents' warnings about faults the schedule injects on purpose
 
@@ -63,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         schedule = schedules.draw(
             seed, regions=args.regions, topics=args.topics, duration=args.duration, profile=args.profile
         )
+        schedule = dataclasses.replace(schedule, claims_from=args.claims_from)
         result = running.run(schedule, trace=args.trace)
         if args.trace:
             print("\n".join(result.trace))

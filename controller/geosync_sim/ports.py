@@ -20,7 +20,7 @@ from geosync_adapters.messaging import Received, TopicMissing
 from geosync_core import pluginapi
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState
+from geosync_core.rangesets import AckState, Range, RangeSet
 from geosync_sim.world import STAMP, Entry, Region, SimReaderState, Subscription, Topic, World
 
 
@@ -36,6 +36,22 @@ def report(t: Topic, s: Subscription) -> pluginapi.CursorReport:
         for e, part in sorted(s.cursor.partial.items())
     )
     return pluginapi.CursorReport(t.name, s.name, state.mark_delete, str(state.ranges), batches)
+
+
+def acked_block(t: Topic, sub: str, pairs: set[tuple[int, int]]) -> pluginapi.AckedSet:
+    """What consumers acknowledged since the last read, as the plugin's ``acked`` block: whole entries as
+    ranges, partly acknowledged batches with their indexes not acknowledged (in this read's acks)."""
+    indexes: dict[int, set[int]] = {}
+    for e, i in pairs:
+        indexes.setdefault(e, set()).add(i)
+    whole = [e for e, got in indexes.items() if len(got) >= len(t.entries[e].msgs)]
+    batches = tuple(
+        pluginapi.BatchState(t.position(e), tuple(i for i in range(len(t.entries[e].msgs)) if i not in got))
+        for e, got in sorted(indexes.items())
+        if e not in whole
+    )
+    ranges = RangeSet.of(Range.single(t.position(e)) for e in whole)
+    return pluginapi.AckedSet(t.name, sub, ranges, None, batches)
 
 
 class SimAdmin:
@@ -199,7 +215,13 @@ class SimAdmin:
             report(self.r.topics[t], self.r.subs[(t, s)]) for t, s in changed if (t, s) in self.r.subs
         )
         self.r.feed_seq += len(reports) + 1
-        return pluginapi.Feed(f"{self.r.name}-epoch", self.r.feed_seq, reports)
+        acked = tuple(
+            acked_block(self.r.topics[t], s, got)
+            for (t, s), got in self.r.acked.items()
+            if t in self.r.topics
+        )
+        self.r.acked.clear()
+        return pluginapi.Feed(f"{self.r.name}-epoch", self.r.feed_seq, reports, acked)
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
         self._need_plugin()

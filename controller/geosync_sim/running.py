@@ -212,6 +212,7 @@ class Simulation:
             service_url=f"pulsar://{region}-broker:6650",
             namespaces=(NAMESPACE,),
             mirror_policies=False,
+            claims_from=self.schedule.claims_from,
         )
         messaging = SimMessaging(self.world, region)
         admin = SimAdmin(self.world, region)

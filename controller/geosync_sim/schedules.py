@@ -52,6 +52,8 @@ class Schedule:
     start: tuple[str, ...] = ()
     """Per topic, the region its consumers start in (default: the first)."""
     settle_s: float = 10.0
+    claims_from: str = "cursor"
+    """The agents' ``claims_from`` (``cursor`` or ``acknowledgements``: decision 0015)."""
 
     def without(self, drop: set[int]) -> Schedule:
         return replace(self, steps=tuple(s for i, s in enumerate(self.steps) if i not in drop))

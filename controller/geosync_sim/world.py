@@ -179,6 +179,8 @@ class Region:
     subs: dict[tuple[str, str], Subscription] = field(default_factory=dict)
     feed: list[tuple[str, str]] = field(default_factory=list)
     """(topic, subscription) each time a consumer acknowledged (the plugin's ``AckFeed``)."""
+    acked: dict[tuple[str, str], set[tuple[int, int]]] = field(default_factory=dict)
+    """(entry, index) pairs consumers acknowledged since the plugin's feed was last read (its ``acked``)."""
     feed_seq: int = 0
     readers: list[SimReaderState] = field(default_factory=list)
     produced: int = 0
@@ -190,6 +192,11 @@ class SimReaderState:
     on_message: Callable[[Entry, Topic], None]
     next_eid: int
     open: bool = True
+
+
+CONSUMER_ACKS = frozenset({"consumer", "agent:shadow"})
+"""Causes of acknowledgements a consumer sent (the agent's shadow consumer is one): the plugin records
+them."""
 
 
 AckHook = Callable[..., None]
@@ -313,6 +320,8 @@ class World:
         return [topic.entries[e].ident(i) for e, i in pairs]
 
     def acked(self, region: str, topic: str, sub: str, pairs: list[tuple[int, int]], cause: str) -> None:
+        if pairs and cause in CONSUMER_ACKS:  # what the plugin's messageAcked sees (decision 0015)
+            self.regions[region].acked.setdefault((topic, sub), set()).update(pairs)
         if pairs:
             t = self.regions[region].topics[topic]
             self.on_acked(self.now, region, topic, sub, idents=self.idents(t, pairs), cause=cause)

@@ -28,12 +28,20 @@ def _quiet() -> Iterator[None]:
     logging.disable(logging.NOTSET)
 
 
-def scripted(*events: Step, plugin_b: bool = True) -> running.Result:
+def scripted(*events: Step, plugin_b: bool = True, claims_from: str = "cursor") -> running.Result:
     steps = [Step(round(0.3 * k, 2), "produce", ("a", 0, 1, False)) for k in range(130)]
     steps += [Step(9.0, "hole", (0, 20.0)), *events]
     steps.sort(key=lambda s: s.at)
     schedule = Schedule(
-        45, ("a", "b", "c"), 1, ("Shared",), (True, plugin_b, True), 40.0, tuple(steps), ("a",)
+        45,
+        ("a", "b", "c"),
+        1,
+        ("Shared",),
+        (True, plugin_b, True),
+        40.0,
+        tuple(steps),
+        ("a",),
+        claims_from=claims_from,
     )
     return running.run(schedule, trace=True)
 

@@ -1,0 +1,53 @@
+"""Issue 45's cursor jumps with the agents' ``claims_from: acknowledgements`` (decision 0015): the claims are
+what consumers acknowledged (the plugin feed's ``acked``), so a jump no consumer made in b (re-created at
+Latest, clear-backlog, skip, TTL expiry) acknowledges nothing in a or c. The same schedules in cursor mode
+(the default) are the strict-xfail tests of ``test_issue45_cases``; without the plugin in b the claims stay
+the cursor's (no ``acked`` to tell a jump from an acknowledgement), and the jump is still replicated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from geosync_sim.schedules import Step
+from tests.sim.test_issue45_cases import JUMP, assert_nothing_lost, scripted
+
+ACKS = "acknowledgements"
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        (Step(12.0, "admin", ("b", 0, "delete", 0)), Step(12.5, "admin", ("b", 0, "create-latest", 0))),
+        (Step(12.0, "admin", ("b", 0, "clear-backlog", 0)),),
+        (Step(12.0, "admin", ("b", 0, "skip", 3)),),
+        (Step(12.0, "admin", ("b", 0, "ttl", 1.0)),),
+    ],
+    ids=["recreated-at-latest", "clear-backlog", "skip", "ttl-expiry"],
+)
+def test_a_jump_in_a_passive_region_acknowledges_nothing_elsewhere(events: tuple[Step, ...]) -> None:
+    assert_nothing_lost(scripted(*events, claims_from=ACKS))
+
+
+@pytest.mark.xfail(
+    strict=True, reason=f"{JUMP} (b without the plugin: no acked feed, claims from the cursor)"
+)
+def test_without_the_plugin_a_jump_is_still_replicated() -> None:
+    assert_nothing_lost(
+        scripted(Step(12.0, "admin", ("b", 0, "clear-backlog", 0)), plugin_b=False, claims_from=ACKS)
+    )
+
+
+def test_a_reset_in_a_passive_region_moves_no_cursor_elsewhere() -> None:
+    result = scripted(Step(12.0, "admin", ("b", 0, "reset", 0)), claims_from=ACKS)
+    assert_nothing_lost(result)
