@@ -243,8 +243,9 @@ class Observing(Controlling):
     ) -> None:
         """Add the answer's ``acked`` blocks to what consumers were seen acknowledging, per subscription
         (``core.acknowledged``), and have those whose set grew published again (into ``out``, with the cursor
-        held). Whatever cannot be taken makes the claims smaller, never larger: a block for a subscription not
-        tracked here (out of scope, not owned), a batch whose size the tail does not know yet, an
+        held). A batch whose entry the tail has not read yet (its size unknown) waits for a later read.
+        Whatever cannot be taken makes the claims smaller, never larger: a block for a subscription not
+        tracked here (out of scope, not owned), a batch whose size the tail cannot tell once read, an
         ``overflowed`` block (a subset), a grown ``acked_lost`` (whole blocks the plugin dropped). Each is
         counted in the stats: re-delivery is possible after a failover."""
         self.feed.acked = True
@@ -256,7 +257,9 @@ class Observing(Controlling):
                 lost - self.feed.acked_lost,
             )
         self.feed.acked_lost = lost
-        for block in blocks:
+        waiting, self.feed.waiting = self.feed.waiting, {}
+        again = tuple(pluginapi.AckedSet(t, n, batches=tuple(b)) for (t, n), b in waiting.items())
+        for block in (*blocks, *again):
             key = (block.topic, block.subscription)
             state = self.subs.get(key)
             ts = self.topics.get(block.topic)
@@ -266,8 +269,12 @@ class Observing(Controlling):
             if block.overflowed:
                 self.stats.inc("acked_blocks_overflowed")
             grown, left_out = acknowledged.absorb(state.acked, block, ts.tail.size_of)
-            if left_out:
-                self.stats.inc("acked_batches_left_out", left_out)
+            tail = ts.tail
+            wait = tuple(b for b in left_out if not tail.has_read(b.position))
+            if wait:
+                self.feed.waiting[key] = (*self.feed.waiting.get(key, ()), *wait)
+            if len(wait) < len(left_out):
+                self.stats.inc("acked_batches_left_out", len(left_out) - len(wait))
             if grown != state.acked:
                 state.acked = grown
                 if state.cursor is not None:

@@ -20,8 +20,9 @@ What is claimed when:
   those messages again (re-delivery, never loss): an ``overflowed`` block (a subset: absorbed as it is,
   never completed from the cursor), a grown ``acked_lost`` (whole blocks dropped by the plugin), a new feed
   epoch (a broker restart: what it held unread is gone; the set is kept, collection goes on), a batch whose
-  size the tail does not know yet (``absorb`` leaves its indexes out and counts them), a rewind (the set is
-  dropped: what consumers acknowledged before it may be delivered again);
+  size the tail does not know yet (``absorb`` leaves it out; the agent keeps it, not checkpointed, until the
+  tail has read its entry), a rewind (the set is dropped: what consumers acknowledged before it may be
+  delivered again);
 * the claims already published stay (claims only grow): a smaller own part never takes them back.
 
 Invariants (``tests/agent/test_acknowledged.py``): ``own_part(c, a)`` acknowledges exactly the messages both
@@ -34,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
-from geosync_core.pluginapi import AckedSet
+from geosync_core.pluginapi import AckedSet, BatchState
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range
 
@@ -50,22 +51,24 @@ NOTHING = AckState(BEFORE_ALL)
 
 def absorb(
     acked: AckState | None, block: AckedSet, size_of: Callable[[Position], int | None]
-) -> tuple[AckState, int]:
-    """``acked`` (None: nothing yet) with what ``block`` says consumers acknowledged, and how many of the
-    block's batches were left out because ``size_of`` (the tail's batch sizes) does not know their size yet:
-    their indexes are not claimed (re-delivery, never loss). An ``overflowed`` block is absorbed as it is
-    (a subset); the caller counts it."""
+) -> tuple[AckState, tuple[BatchState, ...]]:
+    """``acked`` (None: nothing yet) with what ``block`` says consumers acknowledged, and the block's batches
+    left out because ``size_of`` (the tail's batch sizes) does not know their size yet: the caller keeps them
+    until the tail has read their entries, and drops (counts) them after; dropped, their indexes are not
+    claimed (re-delivery, never loss). An ``overflowed`` block is absorbed as it is (a subset); the caller
+    counts it."""
     base = NOTHING if acked is None else acked
     batches: list[tuple[Position, BatchAcks]] = []
-    left_out = 0
+    left_out: list[BatchState] = []
     for b in block.batches:
         size = size_of(b.position)
         if size is None or not 1 <= size <= MAX_BATCH_SIZE:
-            left_out += 1
+            left_out.append(b)
             continue
         batches.append((b.position, BatchAcks.from_unacked(size, [i for i in b.unacked if i < size])))
     mark_delete = base.mark_delete if block.cumulative is None else max(base.mark_delete, block.cumulative)
-    return AckState.of(mark_delete, base.ranges.union(block.ranges), (*base.batches, *batches)), left_out
+    grown = AckState.of(mark_delete, base.ranges.union(block.ranges), (*base.batches, *batches))
+    return grown, tuple(left_out)
 
 
 def _whole(state: AckState) -> list[Range]:

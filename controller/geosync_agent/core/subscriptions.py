@@ -250,6 +250,9 @@ class Feed:
     """Its answers carry what consumers acknowledged (``acked``): claims can be made from it."""
     acked_lost: int = 0
     """The plugin's ``acked_lost`` at the last answer (it counts since the broker started)."""
+    waiting: dict[SubKey, tuple[Any, ...]] = field(default_factory=dict)
+    """``acked`` batches whose entries the tail had not read yet (their size unknown): absorbed at a later
+    read (``pluginapi.BatchState``; ``core.acknowledged.absorb``)."""
 
 
 def claim_size(acks: OriginAcks | None) -> int:
