@@ -55,6 +55,8 @@ from geosync_lab import labs
 from geosync_lab.probes import percentile
 
 console = Console(width=160)
+BENCH = "bench (its clients)"
+"""This process's CPU in ``scale.machine_cpu``."""
 EXTRAPOLATE = (10_000, 50_000)
 """Acknowledgements a second at which the sidecar's CPU is extrapolated."""
 
@@ -71,7 +73,8 @@ class Phase:
     lags: list[float] = field(default_factory=list)
     timeouts: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
-    """CPU-seconds over the phase: agent a, agent b, region a, region b, bench."""
+    """CPU-seconds over the phase: agent a, agent b, region a, region b, bench (its clients)
+    (``scale.machine_cpu``)."""
 
     @property
     def rate(self) -> float:
@@ -113,14 +116,6 @@ class Sampler:
         self.thread: threading.Thread | None = None
         self.began = 0.0
 
-    def cpu(self) -> dict[str, float]:
-        mine = os.times()
-        return {
-            **{f"agent {n}": scale.cpu_seconds(p) if p else 0.0 for n, p in self.agent_pids.items()},
-            **{f"region {n}": sum(scale.cpu_seconds(p) for p in ps) for n, ps in self.region_pids.items()},
-            "bench": mine.user + mine.system,
-        }
-
     def __call__(self, started: bool) -> None:
         if started:
             self.began = time.monotonic()
@@ -134,11 +129,11 @@ class Sampler:
     def _sample(self) -> None:
         at = self.began
         for phase in self.phases:
-            cpu, acked = self.cpu(), self.run.acked
+            cpu, acked = scale.machine_cpu(self.agent_pids, self.region_pids), self.run.acked
             at += phase.seconds
             if self.stop.wait(max(0.0, at - time.monotonic())):
                 return
-            after = self.cpu()
+            after = scale.machine_cpu(self.agent_pids, self.region_pids)
             phase.cpu = {k: round(after[k] - cpu[k], 2) for k in after}
             phase.acked = self.run.acked - acked
 
@@ -154,8 +149,7 @@ def one_load(
     starts = [i * args.phase for i in range(len(phases))]
 
     def rate_at(elapsed: float) -> float:
-        current = max(i for i, s in enumerate(starts) if s <= elapsed) if elapsed >= 0 else 0
-        return float(args.rates[current])
+        return float(args.rates[min(max(0, int(elapsed // args.phase)), len(phases) - 1)])
 
     failover.load_run(
         labs.load(lab_dir),
@@ -223,7 +217,7 @@ def rows(phases: list[Phase], limit: float) -> list[list[str]]:
                     f"{ph.cpu.get(f'{k} a', 0.0) + ph.cpu.get(f'{k} b', 0.0):.1f}"
                     for k in ("agent", "region")
                 )
-                + f" / {ph.cpu.get('bench', 0.0):.1f}",
+                + f" / {ph.cpu.get(BENCH, 0.0):.1f}",
             ]
         )
     return out
@@ -236,13 +230,17 @@ def table(phases: list[Phase], limit: float) -> Table:
     return out
 
 
+def held_and_broke(run: list[Phase], limit: float) -> tuple[Phase | None, Phase | None]:
+    """One load's last phase before the first whose lag broke, and that phase (None: no such phase)."""
+    broke_at = next((i for i, ph in enumerate(run) if ph.broken(limit)), len(run))
+    return (run[broke_at - 1] if broke_at else None), (run[broke_at] if broke_at < len(run) else None)
+
+
 def ceiling(run: list[Phase], limit: float) -> str:
     """One load's ceiling: the highest rate held before the first phase whose lag broke, and that phase."""
-    broke_at = next((i for i, ph in enumerate(run) if ph.broken(limit)), len(run))
-    top = run[broke_at - 1] if broke_at else None
+    top, broke = held_and_broke(run, limit)
     text = f"held {top.rate:,.0f} acks/s" if top else "held no rate"
-    if broke_at < len(run):
-        broke = run[broke_at]
+    if broke is not None:
         p99 = broke.p(0.99)
         why = f"p99 {p99:.2f} s" if p99 is not None else "no probe synced"
         text += f", broke at {broke.rate:,.0f} ({why}, {broke.timeouts} probes late)"
@@ -262,8 +260,7 @@ def ceilings(phases: list[Phase], limit: float) -> list[str]:
     """Per load, the highest rate held before the lag broke, and the sidecar CPU that rate's cost implies."""
     lines = []
     for (mode, subs, holes), run in loads_of(phases).items():
-        broke_at = next((i for i, ph in enumerate(run) if ph.broken(limit)), len(run))
-        top = run[broke_at - 1] if broke_at else None
+        top, _ = held_and_broke(run, limit)
         text = f"{'GeoSync' if mode == 'geosync' else 'PIP-33'}, {subs:,} subs, {holes:.0%} holes: "
         text += ceiling(run, limit)
         if mode == "geosync" and top is not None:

@@ -101,6 +101,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def machine_cpu(agent_pids: dict[str, int], region_pids: dict[str, tuple[int, ...]]) -> dict[str, float]:
+    """CPU-seconds so far of what shares the machine: each agent, each region's JVMs, and this process (the
+    bench's clients; not py-spy's, its children)."""
+    mine = os.times()
+    return {
+        **{f"agent {n}": cpu_seconds(pid) if pid else 0.0 for n, pid in agent_pids.items()},
+        **{f"region {n}": sum(cpu_seconds(p) for p in pids) for n, pids in region_pids.items()},
+        "bench (its clients)": mine.user + mine.system,
+    }
+
+
 def rss_mib(pid: int) -> float:
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -194,12 +205,7 @@ class Monitor:
             self._spy(name, self.pids[name], suffix="-restarted")
 
     def _machine(self) -> dict[str, float]:
-        mine = os.times()  # this process alone (not py-spy's, its children)
-        return {
-            **{f"agent {n}": cpu_seconds(pid) if pid else 0.0 for n, pid in self.pids.items()},
-            **{f"region {n}": sum(cpu_seconds(p) for p in pids) for n, pids in self.region_pids.items()},
-            "bench (its clients)": mine.user + mine.system,
-        }
+        return machine_cpu(self.pids, self.region_pids)
 
     def _profile(self) -> None:
         if self.profile is None:

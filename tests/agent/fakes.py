@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,22 +22,11 @@ from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
+from geosync_sim.running import InlineExecutor  # runs effects on the round's thread
 
 KEYS = signing.in_memory(("a", "b", "c"))
 """Each test region's signing key, and one keyring that lists them all."""
 KEYRING = KEYS["a"].keyring
-
-
-class InlineExecutor(Executor):
-    """Runs submitted work at once on the caller's thread (deterministic tests)."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as e:
-            future.set_exception(e)
-        return future
 
 
 @dataclass
