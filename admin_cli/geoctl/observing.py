@@ -256,13 +256,20 @@ def _claims(log: Log, cursor: AckState) -> OriginAcks:
 
 def key_ordered(log: Log, cursor: AckState) -> AckState:
     """What a Key_Shared subscription's agent claims of ``cursor`` (``syncing.key_ordered``, by the keys
-    read from ``log``): the per-key prefixes, never an acknowledgement after a key's hole."""
+    and origins read from ``log``): the per-key prefixes of each origin, never an acknowledgement after a
+    hole of the same key and origin."""
+
+    def origin_of(p: Position) -> str | None:
+        origin = log.index.origin_of(p)
+        return None if origin is None else origin.region
+
     return syncing.key_ordered(
         cursor,
         log.positions,
         lambda p: log.keys.get((p, 0)),
         size_of=lambda p: log.sizes.get(p, 1),
         key_of_message=lambda p, i: log.keys.get((p, i)),
+        origin_of=origin_of,
     )
 
 

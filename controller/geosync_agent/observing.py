@@ -407,6 +407,7 @@ class Observing(Controlling):
                 tail.key_of,
                 size_of=tail.size_of,
                 key_of_message=tail.key_of_message,
+                origin_of=tail.origin_region_of,
             )
             if exact:
                 # Per-key order is the cursor's (as in cursor mode), then limited to what consumers
@@ -419,6 +420,7 @@ class Observing(Controlling):
                         key_order.key_of,
                         size_of=key_order.size_of,
                         key_of_message=key_order.key_of_message,
+                        origin_of=key_order.origin_of,
                     ),
                     state.acked,
                 )

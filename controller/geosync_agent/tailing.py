@@ -364,6 +364,11 @@ class Tail:
         """The key of message ``index`` of entry ``position`` (None: the entry was not read)."""
         return self.details.key_of_message(position, index)
 
+    def origin_region_of(self, position: Position) -> str | None:
+        """The region entry ``position`` was first published in (None: not indexed yet, or forgotten)."""
+        origin = self.index.origin_of(position)
+        return None if origin is None else origin.region
+
     def forget_up_to(self, floor: Position) -> None:
         """Drop details, origins and unresolved entries at or below ``floor`` (every tracked subscription
         acknowledged them): what an agent keeps per topic follows its slowest subscription, not retention."""

@@ -32,13 +32,14 @@ from geosync_core.rangesets import AckState
 
 @dataclass(frozen=True, slots=True)
 class KeyOrder:
-    """For a Key_Shared subscription: the local entries above the mark-delete, each one's key, and for
-    batched entries their sizes and each message's key (see ``syncing.key_ordered``)."""
+    """For a Key_Shared subscription: the local entries above the mark-delete, each one's key and origin
+    region, and for batched entries their sizes and each message's key (see ``syncing.key_ordered``)."""
 
     log: Sequence[Position]
     key_of: Callable[[Position], str | None]
     size_of: Callable[[Position], int | None] | None = None
     key_of_message: Callable[[Position, int], str | None] | None = None
+    origin_of: Callable[[Position], str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ def decide(
             key_order.key_of,
             size_of=key_order.size_of,
             key_of_message=key_order.key_of_message,
+            origin_of=key_order.origin_of,
         )
     above = claimed_to if published is not None else None
     translated = syncing.to_origin_acks(index, own_cursor, local=local, above=above)

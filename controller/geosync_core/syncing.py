@@ -31,9 +31,9 @@ Invariants:
 * IDEMPOTENT: planning again after ``applied`` yields an empty plan;
 * no skip on a guess: an entry of ``log`` that is not indexed (and not acknowledged locally) is never
   acknowledged and the mark-delete never passes it;
-* PER-KEY ORDER: ``key_ordered`` keeps a subset of the cursor's messages in which, for every key, the
-  acknowledged messages above the mark-delete are a prefix of that key's messages in log order (entry,
-  then batch index).
+* PER-KEY ORDER: ``key_ordered`` keeps a subset of the cursor's messages in which, for every key and
+  origin region, the acknowledged messages above the mark-delete are a prefix of that key's messages of
+  that origin in log order (entry, then batch index).
 """
 
 from __future__ import annotations
@@ -440,44 +440,96 @@ def key_ordered(
     *,
     size_of: Callable[[Position], int | None] | None = None,
     key_of_message: Callable[[Position, int], str | None] | None = None,
+    origin_of: Callable[[Position], str | None] | None = None,
 ) -> AckState:
     """What a Key_Shared subscription may claim without breaking per-key order after a failover.
 
-    Above the mark-delete, an acknowledged message is kept only if no earlier message of the same key
-    (an earlier entry of ``log``, or a lower batch index of the same entry) is unacknowledged: otherwise
-    the region taking over would deliver the earlier message after the later one had been acknowledged.
-    Dropping such acknowledgements trades duplicates for order. Entries that are not in ``log`` are not
-    claimed either (a subset is always safe to claim). A key that is not known (``None``) could be any
-    key: an unacknowledged message with an unknown key blocks every later message, and an acknowledged one
-    is kept only while no key is blocked (if it is dropped, it is unacknowledged in the claim and blocks
-    every later message too: the claim itself keeps per-key order, so ``key_ordered`` is idempotent).
+    Above the mark-delete, an acknowledged message is kept only if no earlier message of the same key and
+    origin region (an earlier entry of ``log``, or a lower batch index of the same entry) is unacknowledged:
+    otherwise the region taking over would deliver the earlier message after the later one had been
+    acknowledged. Dropping such acknowledgements trades duplicates for order. Entries that are not in
+    ``log`` are not claimed either (a subset is always safe to claim).
+
+    Why per origin: geo-replication keeps each origin's order in every region's log, but interleaves the
+    origins as their copies arrive, so two messages of one key from two origins can sit in opposite orders
+    in two regions (decision 0016). Only the order within an origin is the same wherever consumers move; a
+    rule over all origins made two regions' claims hold each other back (each region's consumers left the
+    other origin's message unacknowledged) and redelivered messages consumers had acknowledged.
+
+    A key or an origin that is not known (``None``) could be any: an unacknowledged message with an unknown
+    key blocks every later message of its origin (of any origin when that is unknown too), and an
+    acknowledged one is kept only while nothing it could be is blocked (if it is dropped, it is
+    unacknowledged in the claim and blocks the same messages: the claim itself keeps per-key order, so
+    ``key_ordered`` is idempotent). Without ``origin_of`` every entry counts as one origin.
 
     Batched entries: ``size_of(p)`` gives entry ``p``'s number of messages (as for ``plan_apply``) and
     ``key_of_message(p, i)`` the key of its message ``i`` (default: ``key_of(p)`` for every message).
     Without sizes an entry is one message of key ``key_of(p)``, as before batches were tracked; a batch
     whose messages have different keys then needs ``size_of`` and ``key_of_message`` to be judged right.
     """
-    blocked: set[str] = set()
-    block_all = False
+    blocked = _Blocked()
     kept: list[Position] = []
     kept_batches: list[tuple[Position, BatchAcks]] = []
+    single = "" if origin_of is None else None
     for p in log:
         if p <= cursor.mark_delete:
             continue
         size = _size(p, cursor, None if size_of is None else size_of(p))
+        origin = single if origin_of is None else origin_of(p)
         bits = 0
         for i in range(size):
             key = key_of_message(p, i) if key_of_message is not None else key_of(p)
-            free = not block_all and (key not in blocked if key is not None else not blocked)
-            if free and cursor.acks_message(p, i):
+            if cursor.acks_message(p, i) and not blocked.blocks(origin, key):
                 bits |= 1 << i
-            elif key is None:  # not claimed: as unacknowledged to whoever takes over, of any key
-                block_all = True
-            else:
-                blocked.add(key)
+            else:  # not claimed: as unacknowledged to whoever takes over
+                blocked.add(origin, key)
         acks = BatchAcks(size, bits)
         if acks.is_full:
             kept.append(p)
         elif not acks.is_empty:
             kept_batches.append((p, acks))
     return AckState.of(cursor.mark_delete).ack(*kept).ack_batches(kept_batches)
+
+
+class _Blocked:
+    """The (origin, key) pairs ``key_ordered`` has left unclaimed so far; ``None`` stands for any."""
+
+    __slots__ = ("everything", "keys", "keys_of_any_origin", "origins", "origins_of_any_key", "pairs")
+
+    def __init__(self) -> None:
+        self.pairs: set[tuple[str, str]] = set()
+        self.keys_of_any_origin: set[str] = set()
+        self.origins_of_any_key: set[str] = set()
+        self.everything = False
+        self.keys: set[str] = set()
+        """Every key blocked in some origin (known or not)."""
+        self.origins: set[str] = set()
+        """Every origin in which some key (known or not) is blocked."""
+
+    def add(self, origin: str | None, key: str | None) -> None:
+        if origin is None:
+            if key is None:
+                self.everything = True
+            else:
+                self.keys_of_any_origin.add(key)
+                self.keys.add(key)
+        elif key is None:
+            self.origins_of_any_key.add(origin)
+            self.origins.add(origin)
+        else:
+            self.pairs.add((origin, key))
+            self.keys.add(key)
+            self.origins.add(origin)
+
+    def blocks(self, origin: str | None, key: str | None) -> bool:
+        if self.everything:
+            return True
+        if origin is None and key is None:
+            return bool(self.keys or self.origins)
+        if origin is None:
+            return key in self.keys or bool(self.origins_of_any_key)
+        if key is None:
+            return origin in self.origins or bool(self.keys_of_any_origin)
+        return (
+            (origin, key) in self.pairs or key in self.keys_of_any_origin or origin in self.origins_of_any_key
+        )

@@ -155,10 +155,11 @@ def _position(msg_id: object) -> tuple[int, ...] | None:
 
 
 class _KeyHoles:
-    """Key_Shared subscriptions claim only per-key prefixes (docs/agent.md, "The agent"): an acknowledgement
-    that follows an unacknowledged message of the same key is not carried to another region, so that the
-    region taking over never delivers a key's earlier message after a later one. Its duplicate is allowed
-    (``key-order``) when such an earlier message was still unacknowledged when consumers moved.
+    """Key_Shared subscriptions claim only per-key prefixes of each origin (docs/agent.md, "The agent";
+    decision 0016): an acknowledgement that follows an unacknowledged message of the same key and the same
+    origin region is not carried to another region, so that the region taking over never delivers a key's
+    earlier message after a later one. Its duplicate is allowed (``key-order``) when such an earlier message
+    was still unacknowledged when consumers moved.
 
     "Earlier" is the order of the region consumers left: the positions its consumers were given both
     messages at. A message its consumers were never given is not earlier there (a Key_Shared consumer gets
@@ -166,7 +167,9 @@ class _KeyHoles:
     elsewhere), the order of first deliveries on the subscription stands in."""
 
     def __init__(self, events: list[Event], subs: dict[str, str]) -> None:
-        self.key = {e["uid"]: e.get("key") for e in events if e.get("ev") == "send"}
+        # A key's messages are ordered within their origin only: two origins' copies interleave differently
+        # in each region's log.
+        self.key = {e["uid"]: (e.get("key"), e.get("region")) for e in events if e.get("ev") == "send"}
         self.first: dict[tuple[str, str], float] = {}
         self.pos: dict[tuple[str, str, str], tuple[int, ...]] = {}
         acked: dict[tuple[str, str], float] = {}

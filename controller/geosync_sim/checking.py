@@ -26,9 +26,10 @@ Every duplicate (a delivery of a message a consumer of the subscription had ackn
 by cause: ``in-flight`` (acknowledged less than ``settle_s`` before the failover), ``agent-down``
 (an agent of either region crashed meanwhile), ``control-fault``, ``admin-path`` (a region without the plugin
 applies holes only while no consumer is connected), ``key-order-held`` (Key_Shared: an earlier message of the
-key was still unacknowledged, so the per-key minimum held it back), ``recreated`` (an operator deleted the
-subscription in this region: what was acknowledged before the application subscribed again was never applied
-to it), ``rewound`` (an operator moved the cursor back); anything else is ``unexplained``, a violation.
+same key and origin was still unacknowledged, so the per-key minimum held it back), ``recreated`` (an operator
+deleted the subscription in this region: what was acknowledged before the application subscribed again was
+never applied to it), ``rewound`` (an operator moved the cursor back); anything else is ``unexplained``, a
+violation.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class Checker:
     no_plugin: set[str] = field(default_factory=set)
     by_key: dict[tuple[str, str, str], list[Ident]] = field(default_factory=dict)
     """Key_Shared: (topic, key, origin) -> identities in origin order, as delivered."""
-    first_by_key: dict[tuple[str, str], dict[Ident, None]] = field(default_factory=dict)
-    """Key_Shared: (topic, key) -> identities of any origin in the order they were first delivered."""
+    first_by_key: dict[tuple[str, str, str], dict[Ident, None]] = field(default_factory=dict)
+    """Key_Shared: (topic, key, origin) -> identities in the order they were first delivered."""
     violations: list[Violation] = field(default_factory=list)
     duplicates: Counter[str] = field(default_factory=Counter)
     deliveries: int = 0
@@ -168,7 +169,7 @@ class Checker:
     ) -> None:
         self.deliveries += 1
         if kind == "Key_Shared":
-            first = self.first_by_key.setdefault((topic, msg.key), {})
+            first = self.first_by_key.setdefault((topic, msg.key, ident[0]), {})
             if ident not in first:  # a message given before is given again as Pulsar does on a reconnect
                 first[ident] = None
                 self._key_order(at, region, topic, sub, ident=ident, msg=msg)
@@ -238,9 +239,10 @@ class Checker:
         if region in self.no_plugin or ack_region in self.no_plugin:
             return "admin-path"
         if kind == "Key_Shared":
-            # The per-key minimum: a message of the key (from any origin) given to consumers before this one
-            # and not acknowledged by the failover holds this one back.
-            for earlier in self.first_by_key.get((topic, msg.key), {}):
+            # The per-key minimum: a message of the key and origin given to consumers before this one and not
+            # acknowledged by the failover holds this one back (the order of two origins' messages differs
+            # between regions' logs: decision 0016).
+            for earlier in self.first_by_key.get((topic, msg.key, ident[0]), {}):
                 if earlier == ident:
                     break
                 got = self.consumer_acked.get((topic, sub, earlier))

@@ -237,6 +237,63 @@ def test_key_ordered_treats_an_unknown_key_as_any_key() -> None:
     assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0")).ack(P("3:2"), P("3:3"))
 
 
+def test_key_ordered_blocks_a_key_only_within_its_origin() -> None:
+    """Decision 0016: two origins' messages of one key sit in opposite orders in two regions' logs, so only
+    an earlier unacknowledged message of the same key and origin holds an acknowledgement back."""
+    log = [P(f"3:{e}") for e in range(1, 5)]
+    keys = dict.fromkeys(log, "k")
+    origins = {P("3:1"): "b", P("3:2"): "c", P("3:3"): "b", P("3:4"): "c"}
+    cursor = AckState.of(P("3:0")).ack(P("3:2"), P("3:3"), P("3:4"))
+    # b's 3:1 is unacknowledged: b's 3:3 is held back, c's 3:2 and 3:4 are not
+    kept = key_ordered(cursor, log, keys.__getitem__, origin_of=origins.__getitem__)
+    assert kept == AckState.of(P("3:0")).ack(P("3:2"), P("3:4"))
+    # without origins every entry is of one origin, as before
+    assert key_ordered(cursor, log, keys.__getitem__) == AckState.of(P("3:0"))
+
+
+def test_key_ordered_an_unknown_origin_or_key_could_be_any() -> None:
+    log = [P(f"3:{e}") for e in range(1, 4)]
+    keys: dict[Position, str | None] = {P("3:1"): "k", P("3:2"): "k", P("3:3"): "j"}
+    origins: dict[Position, str | None] = {P("3:1"): None, P("3:2"): "c", P("3:3"): "c"}
+    cursor = AckState.of(P("3:0")).ack(P("3:2"), P("3:3"))
+    # 3:1 of key k and unknown origin could be c's: c's 3:2 (k) is held back; 3:3 (j) is free
+    kept = key_ordered(cursor, log, keys.__getitem__, origin_of=origins.__getitem__)
+    assert kept == AckState.of(P("3:0")).ack(P("3:3"))
+    # 3:1 of origin b and unknown key blocks every key of b only
+    keys[P("3:1")], origins[P("3:1")] = None, "b"
+    kept = key_ordered(cursor, log, keys.__getitem__, origin_of=origins.__getitem__)
+    assert kept == cursor
+    origins[P("3:3")] = "b"
+    kept = key_ordered(cursor, log, keys.__getitem__, origin_of=origins.__getitem__)
+    assert kept == AckState.of(P("3:0")).ack(P("3:2"))
+
+
+@settings(fast, max_examples=80)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.sampled_from(["x", "y", None])), max_size=20),
+    st.data(),
+)
+def test_key_ordered_claims_a_prefix_per_key_and_origin(
+    shape: list[tuple[str | None, str | None]], data: st.DataObject
+) -> None:
+    log = [Position(5, e) for e in range(len(shape))]
+    origin_of = {p: o for p, (o, _) in zip(log, shape, strict=True)}.__getitem__
+    key_of = {p: k for p, (_, k) in zip(log, shape, strict=True)}.__getitem__
+    cursor = AckState.of(Position(5, -1)).ack(*(p for p in log if data.draw(st.booleans())))
+    kept = key_ordered(cursor, log, key_of, origin_of=origin_of)
+    assert all(p in cursor for p in log if p in kept)  # a subset
+
+    def same(x: str | None, y: str | None) -> bool:
+        return x is None or y is None or x == y
+
+    for n, p in enumerate(log):
+        if p in kept:  # every earlier message it could share a key and an origin with is claimed too
+            assert all(
+                e in kept for e in log[:n] if same(origin_of(e), origin_of(p)) and same(key_of(e), key_of(p))
+            )
+    assert key_ordered(kept, log, key_of, origin_of=origin_of) == kept  # idempotent
+
+
 # --- batched entries: message granularity --------------------------------------------------------------
 
 
