@@ -137,11 +137,12 @@ def test_following_a_reset_never_takes_back_what_the_new_regions_consumers_ackno
 
 def test_key_shared_claims_of_two_origins_do_not_hold_each_other_back() -> None:
     """Found by the simulator (seed 261 of the faults profile, shrunk); the lab's chaos run in CI of e8fe442
-    (seed 20261124) failed with Key_Shared duplicates of the same shape. Two messages of key k4, b's and c's, sit in opposite orders in b's and a's logs.
-    b's consumers acknowledged c's and held b's; after the move to a, a's consumers acknowledged b's and held
-    c's. With one per-key minimum over all origins each region's claim was held back by the other origin's
-    message, and c, taking over, delivered again the message b had acknowledged 11 s before. Per key and
-    origin (decision 0016) b claims c's message, and nothing is redelivered that a consumer acknowledged."""
+    (seed 20261124) failed with Key_Shared duplicates of the same shape. Two messages of key k4, b's and c's,
+    sit in opposite orders in b's and a's logs. b's consumers acknowledged c's and held b's; after the move to
+    a, a's consumers acknowledged b's and held c's. With one per-key minimum over all origins each region's
+    claim was held back by the other origin's message, and c, taking over, delivered again the message b had
+    acknowledged 11 s before. Per key and origin (decision 0016) b claims c's message, and nothing is
+    redelivered that a consumer acknowledged."""
     steps = (
         Step(18.22, "produce", ("b", 2, 2, True)),
         Step(18.28, "produce", ("a", 0, 1, False)),
