@@ -83,7 +83,9 @@ def partition_of(topic: str) -> int:
     return int(match["n"]) if match else -1
 
 
+@functools.lru_cache(maxsize=65_536)
 def namespace_of(topic: str) -> str:
+    """``tenant/namespace`` of ``topic`` (asked for each state published and each claim received)."""
     rest = topic.split("://", 1)[-1]
     tenant, ns = rest.split("/")[:2]
     return f"{tenant}/{ns}"
@@ -109,12 +111,18 @@ def synced_topic(config: AgentConfig, topic: str) -> bool:
     """Whether ``topic`` (of a synced namespace) is one whose subscriptions are synced: persistent, not a
     control topic, not the policy mirror's events topic (GeoSync's own traffic: read by the mirror, never
     consumed by applications; tailing it only cost lookups)."""
+    return _synced_topic(config.control_topic, config.mirror_events_topic, topic)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _synced_topic(control_topic: str, mirror_events_topic: str, topic: str) -> bool:
+    """``synced_topic``, remembered: asked for every claim received."""
     match = PARTITION.match(topic)
     base = match["base"] if match else topic
     return (
         topic.startswith("persistent://")
-        and topic.rsplit("/", maxsplit=1)[-1] != config.control_topic
-        and base != config.mirror_events_topic
+        and topic.rsplit("/", maxsplit=1)[-1] != control_topic
+        and base != mirror_events_topic
     )
 
 

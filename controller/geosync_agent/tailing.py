@@ -420,6 +420,9 @@ class Tail:
             if (run.local_ledger, run.local_last) > (floor.ledger, floor.entry)
         )
         unresolved = sorted((p.ledger, p.entry, p.entry) for p in self.unresolved if p > floor)
+        if not unresolved:
+            # The index's runs alone (the common case): sorted and apart already, nothing to merge.
+            return syncing.Stretches(runs)
 
         def merged() -> Iterator[tuple[int, int, int]]:
             end = (-2, -2)

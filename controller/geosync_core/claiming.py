@@ -20,6 +20,8 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +30,9 @@ from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
+
+_SPAN_END = operator.attrgetter("ledger", "last")
+_FIRST = operator.itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,7 @@ def decide(
     # region joins its own messages' spans across the copies between them, others name them run by run
     # (``tells_news``). With both regions producing, every cursor the claims moved here differed so, and was
     # sent back as news: a quarter of what the claiming region sent, at 10,000 subscriptions.
-    news = _names_news(index, claims, known)
+    news = _names_news(index, own, known)  # what ``own`` adds to ``known`` is what ``claims`` add to it
     echo_only = published is not None and not news
     return Claim(claims=claims, send=force or not echo_only, complete=complete, news=news)
 
@@ -106,10 +111,11 @@ def _gaps(spans: Sequence[Span], within: Span) -> list[tuple[int, int]]:
     """The entries of ``within`` that no span of ``spans`` (canonical, one ledger or more) covers."""
     out: list[tuple[int, int]] = []
     at = within.first
-    for s in spans:
-        if s.ledger != within.ledger or s.last < at:
-            continue
-        if s.first > within.last:
+    # From the first span that ends at or after ``within``'s start: a claim's old spans are not walked again
+    # for each new one (claims with holes kept hold thousands).
+    start = bisect.bisect_left(spans, (within.ledger, at), key=_SPAN_END)
+    for s in itertools.islice(spans, start, None):
+        if s.ledger != within.ledger or s.first > within.last:
             break
         if s.first > at:
             out.append((at, s.first - 1))
@@ -134,30 +140,35 @@ def tells_news(index: OriginIndex, acks: OriginAcks, known: OriginAcks) -> bool:
     undone). Messages this region has not read (or forgot, every subscription having acknowledged them) are
     no news either: where that is wrong (consumers acknowledging in two regions at once), a rewind here is
     followed there, which costs duplicates, never a loss."""
-    return _names_news(index, known.merge(acks), known)
+    return _names_news(index, acks, known)
 
 
-def _names_news(index: OriginIndex, merged: OriginAcks, known: OriginAcks) -> bool:
-    """``tells_news`` for acknowledgements that, merged into ``known``, gave ``merged``."""
-    if merged == known:
+def _names_news(index: OriginIndex, acks: OriginAcks, known: OriginAcks) -> bool:
+    """``tells_news``. What ``acks`` add to ``known`` is looked for in ``acks`` itself, not in the merge of
+    both: the merge holds every claim known (all of a subscription's history), ``acks`` a translation's
+    news mostly."""
+    if not acks or acks == known:
         return False
     wanted: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for region, spans in merged.by_region:
+    for region, spans in acks.by_region:
         had = known.spans(region)
         for span in spans:
             for first, last in _gaps(had, span):
                 wanted.setdefault((region, span.ledger), []).append((first, last))
-    for region, batches in merged.partials:
+    for region, batches in acks.partials:
         for position, batch in batches:
             origin = Origin(region, position)
-            if origin not in known and known.batch(origin) != batch:
+            if origin in known:
+                continue
+            held = known.batch(origin)
+            if held is None or held.union(batch) != held:  # as the merge would unite them
                 wanted.setdefault((region, position.ledger), []).append((position.entry, position.entry))
     if not wanted:
         return False
-    lowest: dict[str, Position] = {}
+    lowest: dict[str, tuple[int, int]] = {}  # positions as integers, compared for every run looked at
     for (region, ledger), gaps in wanted.items():
         gaps.sort()
-        start = Position(ledger, gaps[0][0])
+        start = (ledger, gaps[0][0])
         lowest[region] = min(lowest.get(region, start), start)
     # Newest entries first: new acknowledgements are mostly recent ones. Replication keeps each region's
     # order, so once a region's run lies wholly below its lowest gap, its earlier runs do too (a replicator's
@@ -166,7 +177,8 @@ def _names_news(index: OriginIndex, merged: OriginAcks, known: OriginAcks) -> bo
         bottom = lowest.get(run.region)
         if bottom is None:
             continue
-        if Position(run.origin_ledger, run.origin_last) < bottom:
+        last = run.origin_last
+        if (run.origin_ledger, last) < bottom:
             del lowest[run.region]
             if not lowest:
                 return False
@@ -176,7 +188,7 @@ def _names_news(index: OriginIndex, merged: OriginAcks, known: OriginAcks) -> bo
             continue
         # The last gap starting at or below the run's end overlaps the run iff it ends at or after the run's
         # start (they are disjoint and sorted: none before it reaches further).
-        i = bisect.bisect_right(found, run.origin_last, key=lambda gap: gap[0]) - 1
+        i = bisect.bisect_right(found, last, key=_FIRST) - 1
         if i >= 0 and found[i][1] >= run.origin_first:
             return True
     return False

@@ -149,6 +149,15 @@ class OriginAcks:
         )
 
     @classmethod
+    def of_spans(cls, spans: Iterable[tuple[str, Span]]) -> OriginAcks:
+        """``of`` for ``(region, span)`` pairs and no partials, sorting a region's spans only when they do not
+        come canonical already (a translation names each region's spans in log order: mostly they do)."""
+        gathered: dict[str, list[Span]] = {}
+        for region, span in spans:
+            gathered.setdefault(region, []).append(span)
+        return cls._trusted(tuple((r, _canonical_or_same(s)) for r, s in sorted(gathered.items())), ())
+
+    @classmethod
     def decoded(
         cls,
         spans: Mapping[str, list[Span]],

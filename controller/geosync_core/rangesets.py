@@ -104,6 +104,18 @@ def _upper_key(r: Range) -> tuple[int, int]:
     return (r.upper.ledger, r.upper.entry)
 
 
+def _canonical(ranges: list[Range]) -> bool:
+    """Whether ``ranges`` are sorted, apart and not touching, as brokers print them: then they are the set's
+    canonical form already, and a cursor read at every acknowledgement need not be sorted and joined again."""
+    top: tuple[int, int] | None = None
+    for r in ranges:
+        lower = (r.lower.ledger, r.lower.entry)
+        if top is not None and lower <= top:
+            return False
+        top = (r.upper.ledger, r.upper.entry)
+    return True
+
+
 def _range(lower: Position, upper: Position) -> Range:
     """A range its caller checked non-empty, without checking it again."""
     made = object.__new__(Range)
@@ -161,7 +173,7 @@ class RangeSet:
             return cls()
         plain = _plain_ranges(body)
         if plain is not None:
-            return cls.of(plain)
+            return cls._trusted(tuple(plain)) if _canonical(plain) else cls.of(plain)
         ranges = []
         for part in body.split(","):
             match = _RANGE.fullmatch(part)
@@ -191,6 +203,8 @@ class RangeSet:
 
     def above(self, floor: Position) -> RangeSet:
         """The part of this set strictly above ``floor``."""
+        if not self.ranges:
+            return self
         at = (floor.ledger, floor.entry)
         first = bisect.bisect_right(self.ranges, at, key=_upper_key)  # the first range ending above it
         if first == len(self.ranges):
@@ -199,6 +213,11 @@ class RangeSet:
         if (head.lower.ledger, head.lower.entry) >= at:
             return self if first == 0 else RangeSet._trusted(self.ranges[first:])
         return RangeSet._trusted((Range(floor, head.upper), *self.ranges[first + 1 :]))
+
+
+_PARSED: dict[tuple[str, str], AckState] = {}
+"""Cursors as ``internalStats`` prints them -> the state (a pure function of the text, as ``_SEEN``)."""
+PARSED_MAX = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,15 +246,22 @@ class AckState:
     ) -> AckState:
         """The normalized state: ranges starting at or below the mark-delete advance it, full batches
         become whole-entry ranges, partial batches already acknowledged whole are dropped."""
-        partial = gather(batches)
+        # No batches (most cursors): nothing to gather, sort or drop (one cursor read per acknowledgement).
+        partial = gather(batches) if not isinstance(batches, tuple | list) or batches else {}
         whole = [Range.single(p) for p, acks in partial.items() if acks.is_full]
         # A RangeSet is canonical already: only ranges added to it need sorting in.
         canonical = ranges if isinstance(ranges, RangeSet) and not whole else RangeSet.of((*ranges, *whole))
         rest = canonical.above(mark_delete)
         if rest and rest.ranges[0].lower == mark_delete:
             mark_delete, rest = rest.ranges[0].upper, RangeSet._trusted(rest.ranges[1:])
-        kept = sorted(
-            (p, acks) for p, acks in partial.items() if acks.is_partial and p > mark_delete and p not in rest
+        kept = (
+            sorted(
+                (p, acks)
+                for p, acks in partial.items()
+                if acks.is_partial and p > mark_delete and p not in rest
+            )
+            if partial
+            else ()
         )
         # Normalized by construction (the checks of __post_init__ cost as much again; tests run them).
         state = object.__new__(cls)
@@ -254,6 +280,16 @@ class AckState:
         """Build from ``internalStats`` cursor fields ``markDeletePosition`` and
         ``individuallyDeletedMessages``, plus the partly acknowledged entries if the broker tracks batch
         indexes (``BatchAcks.from_unacked`` or ``from_ack_set`` read its convention)."""
+        if isinstance(batches, tuple | list) and not batches:
+            # A poll reads every cursor of its topic again, mostly as it was: the same text, the same value.
+            key = (mark_delete, individually_deleted)
+            found = _PARSED.get(key)
+            if found is None:
+                if len(_PARSED) >= PARSED_MAX:
+                    _PARSED.clear()
+                found = cls.of(Position.parse(mark_delete), RangeSet.parse(individually_deleted))
+                _PARSED[key] = found
+            return found
         return cls.of(Position.parse(mark_delete), RangeSet.parse(individually_deleted), batches)
 
     def __contains__(self, position: Position) -> bool:

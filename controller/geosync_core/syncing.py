@@ -49,7 +49,7 @@ from geosync_core.batches import BatchAcks, Batches
 from geosync_core.indexing import OriginIndex, Run
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState, Range, RangeSet
+from geosync_core.rangesets import AckState, Range
 
 _BEFORE_ALL = Position(-1, -1)
 
@@ -88,8 +88,7 @@ def to_origin_acks(
     if first is None or last is None:
         return Untranslatable(Reason.NOT_INDEXED)
     above = _BEFORE_ALL if above is None else above
-    prefix = (Range(_BEFORE_ALL, cursor.mark_delete),) if cursor.mark_delete > _BEFORE_ALL else ()
-    acked = RangeSet.of((*prefix, *cursor.ranges)).above(above).ranges
+    acked = _acked_above(cursor, above)
     reach = cursor.reach
     runs = itertools.takewhile(
         lambda run: (run.local_ledger, run.local_first) <= (reach.ledger, reach.entry),
@@ -99,12 +98,24 @@ def to_origin_acks(
         spans = [(run.region, span) for run in runs for span in _acked_spans(run, acked)]
     else:
         spans = _joined_spans(runs, acked, local, above=above)
+    if not cursor.batches:
+        return Translation(OriginAcks.of_spans(spans), first, last)
     partials = []
     for p, acks in cursor.batches:
         origin = index.origin_of(p)
         if origin is not None:
             partials.append((origin.region, [(origin.position, acks)]))
     return Translation(OriginAcks.of(((region, [span]) for region, span in spans), partials), first, last)
+
+
+def _acked_above(cursor: AckState, above: Position) -> tuple[Range, ...]:
+    """The cursor's whole entries above ``above`` as a canonical range set's ranges, the mark-delete's prefix
+    included. A cursor is normalized (its ranges lie above the mark-delete, apart from it), so that prefix
+    and its ranges are canonical as they are: nothing to sort or join."""
+    mark_delete = cursor.mark_delete
+    if (mark_delete.ledger, mark_delete.entry) <= (above.ledger, above.entry):
+        return cursor.ranges.above(above).ranges
+    return (Range(above, mark_delete), *cursor.ranges.ranges)
 
 
 def _joined_spans(

@@ -275,11 +275,20 @@ def forgettable(state: Subscription, *, claims: bool) -> Position | None:
 
 def forgettable_floor(states: list[Subscription], *, claims: bool) -> Position | None:
     """Up to where all of ``states`` let their topic's tail forget (``forgettable``; None: not at all)."""
+    # ``forgettable`` of each, compared as integers: asked of every subscription of each topic a feed
+    # report names, at every round.
     floor: Position | None = None
+    low = (0, 0)
     for state in states:
-        f = forgettable(state, claims=claims)
-        if f is None:
+        cursor = state.cursor
+        if cursor is None:
             return None
-        if floor is None or f < floor:
-            floor = f
+        f = BEFORE_ALL if state.follow else cursor.mark_delete
+        if claims and not state.follow:
+            claimed = state.claimed_to
+            if (claimed.ledger, claimed.entry) < (f.ledger, f.entry):
+                f = claimed
+        at = (f.ledger, f.entry)
+        if floor is None or at < low:
+            floor, low = f, at
     return floor
