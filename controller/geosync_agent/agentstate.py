@@ -36,7 +36,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import applying, tuning
+from geosync_agent.core import acknowledged, applying, tuning
 from geosync_agent.core.subscriptions import (
     Feed,
     SubKey,
@@ -300,6 +300,11 @@ class AgentState:
             self.rediscover_at = now.mono + tuning.REDISCOVER_FOR_FEED_S
             self.stats.inc(counter)
             self.rediscover.set()
+
+    def _claims_acknowledgements(self) -> bool:
+        """Whether claims are made of what consumers acknowledged (``claims_from: acknowledgements`` and a
+        feed that reports it, decision 0015) rather than of the cursor."""
+        return self.feed.acked and self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS
 
     # -- seams: defined by a later part, called by earlier ones ------------------------------------
 

@@ -202,14 +202,21 @@ class Controlling(Indexing):
         ts = self.topics.get(message.topic)
         generation = state.generation
         taken = generations.take_claims(
-            state, message, index=None if ts is None else ts.tail.index, now_wall=now.wall
+            state,
+            message,
+            index=None if ts is None else ts.tail.index,
+            now_wall=now.wall,
+            follow_rewinds=not self._claims_acknowledgements(),
         )
         if taken is generations.Taken.SUPERSEDED:
             self.stats.inc("claims_superseded")  # from before a rewind: they would undo it
             return
-        if state.generation != generation:
+        if state.generation != generation and state.follow:
             self.stats.inc("rewinds_followed")
             log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
+        elif state.generation != generation:
+            self.stats.inc("rewinds_not_followed")
+            log.info("%s on %s was rewound in another region: claims start again", state.name, state.topic)
         if message.topic not in self.topics and not self.owns(message.topic):
             # Sidecar mode: another broker's agent applies them (the claims are kept for a takeover).
             if self.ownership is not None and len(self.lookups) < tuning.MAX_UNOBSERVED:

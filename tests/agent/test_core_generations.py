@@ -120,6 +120,18 @@ def test_claims_of_a_newer_generation_replace_those_held_and_have_the_cursor_fol
     assert (state.received_from, state.announced) == ({"b": 5.0}, True)
 
 
+def test_without_following_a_newer_generation_replaces_the_claims_and_what_consumers_acknowledged() -> None:
+    """claims_from: acknowledgements (invariant 7): the cursor here stays; what its consumers acknowledged
+    before belongs to the old generation and is not claimed again."""
+    state = active(generation=3)
+    state.acked = at(6)
+    taken = generations.take_claims(
+        state, claimed(4, claims("b", 1)), index=None, now_wall=5.0, follow_rewinds=False
+    )
+    assert taken is Taken.CHANGED
+    assert (state.generation, state.follow, state.received, state.acked) == (4, False, claims("b", 1), None)
+
+
 def test_claims_of_the_same_generation_merge_and_say_whether_they_told_anything_new() -> None:
     state = Subscription(TOPIC, SUB, generation=3, received=claims("b", 2))
     assert (

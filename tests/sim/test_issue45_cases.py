@@ -103,23 +103,30 @@ def test_a_reset_in_a_passive_region_moves_no_cursor_elsewhere() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DESIGN invariant 7 says a reset is never replicated implicitly, but core.generations makes the "
-    "other regions follow a rewind made where the subscription is consumed: b and c rewind after a's reset "
-    "(no message is lost, they are delivered again; which rule holds is the maintainers' call)",
+FOLLOWS = (
+    "claims_from: cursor makes the other regions follow a rewind made where the subscription is consumed "
+    "(core.generations: a passive region claims its cursor, which would claim back what the rewind undid); "
+    "invariant 7 holds with claims_from: acknowledgements only (decision 0015)"
 )
-def test_a_reset_in_the_consuming_region_moves_no_cursor_elsewhere() -> None:
-    assert_nothing_lost(scripted(Step(12.0, "admin", ("a", 0, "reset", 0))))
+CURSOR_FOLLOWS = pytest.param("cursor", marks=pytest.mark.xfail(strict=True, reason=FOLLOWS))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the simulator (seed 11 of the jumps profile, shrunk): an operator's reset where an "
-    "Exclusive subscription is consumed (b) starts a new generation; after a failover to c, c's agent "
-    "follows it and resets c's cursor over a message c's own consumers acknowledged after the failover",
-)
-def test_following_a_reset_never_takes_back_what_the_new_regions_consumers_acknowledged() -> None:
+@pytest.mark.parametrize("claims_from", [CURSOR_FOLLOWS, "acknowledgements"])
+def test_a_reset_in_the_consuming_region_moves_no_cursor_elsewhere(claims_from: str) -> None:
+    """Invariant 7: an operator's reset in a, where the subscription is consumed, starts a new generation of
+    a's claims; b and c drop the old ones and stay where they are (nothing is delivered again there)."""
+    result = scripted(Step(12.0, "admin", ("a", 0, "reset", 0)), claims_from=claims_from)
+    assert_nothing_lost(result)
+
+
+@pytest.mark.parametrize("claims_from", [CURSOR_FOLLOWS, "acknowledgements"])
+def test_following_a_reset_never_takes_back_what_the_new_regions_consumers_acknowledged(
+    claims_from: str,
+) -> None:
+    """Found by the simulator (seed 11 of the jumps profile, shrunk): an operator's reset where an Exclusive
+    subscription is consumed (b) starts a new generation; after a failover to c, c's agent followed it and
+    reset c's cursor over a message c's own consumers acknowledged after the failover. Not followed, nothing
+    is taken back."""
     steps = (
         Step(11.26, "failover", (0, "b", 1.73)),
         Step(12.48, "produce", ("b", 0, 2, True)),
@@ -129,9 +136,19 @@ def test_following_a_reset_never_takes_back_what_the_new_regions_consumers_ackno
         Step(29.0, "failover", (0, "c", 0.76)),
     )
     kinds = ("Exclusive", "Exclusive", "Exclusive", "Key_Shared")
-    schedule = Schedule(11, ("a", "b", "c"), 4, kinds, (True, True, True), 60.0, steps, ("a", "a", "b", "b"))
+    schedule = Schedule(
+        11,
+        ("a", "b", "c"),
+        4,
+        kinds,
+        (True, True, True),
+        60.0,
+        steps,
+        ("a", "a", "b", "b"),
+        claims_from=claims_from,
+    )
     result = running.run(schedule)
-    found = [v for v in result.violations if v.kind == "rewind"]
+    found = [v for v in result.violations if v.kind in LOSS]
     assert not found, "\n".join(map(str, found))
 
 

@@ -3,8 +3,12 @@
 Claims can never be taken back, so a deliberate rewind (a consumer or operator moved the cursor back, or
 the subscription was deleted and created again) starts a newer generation of them: the region where the
 subscription is consumed (``Subscription.active``) claims afresh from its cursor alone, and every other
-region, hearing of the newer generation, drops the claims it held and rewinds its own cursor to what the
-new claims acknowledge (``follow``). Claims of an older generation are dropped where a newer one is known.
+region, hearing of the newer generation, drops the claims it held. Where claims are made of the cursor
+(``claims_from: cursor``) it also rewinds its own cursor to what the new claims acknowledge (``follow``):
+its cursor would otherwise be claimed back over the rewind. Where they are made of what consumers
+acknowledged (``claims_from: acknowledgements``) its cursor stays (a reset is not replicated, invariant 7)
+and what its consumers acknowledged before is dropped with the old claims. Claims of an older generation
+are dropped where a newer one is known.
 
 Invariants (tests in ``tests/agent/test_core_generations.py``): a generation never goes back; a new one
 holds no claims and no plan; only the active region starts one from its own cursor, and never for a move
@@ -107,17 +111,30 @@ class Taken(Enum):
 
 
 def take_claims(
-    state: Subscription, message: envelopes.AckStateMessage, *, index: OriginIndex | None, now_wall: float
+    state: Subscription,
+    message: envelopes.AckStateMessage,
+    *,
+    index: OriginIndex | None,
+    now_wall: float,
+    follow_rewinds: bool = True,
 ) -> Taken:
     """Merge the claims ``message`` carries into ``state`` (the subscription it names) at wall time
-    ``now_wall``. A newer generation replaces the claims held first (``follow``: the caller tells it by
-    ``state.generation``).
+    ``now_wall``. A newer generation replaces the claims held first (the caller tells it by
+    ``state.generation``). With ``follow_rewinds`` the cursor here is then rewound to the new claims
+    (``follow``): a region that claims its cursor would otherwise claim back what the rewind undid. Without
+    it (claims made of what consumers acknowledged, decision 0015) the cursor stays where it is, and what
+    this region's consumers acknowledged before belongs to the old generation: it is not claimed again
+    (invariant 7: a reset is never replicated implicitly).
     Claims that tell of acknowledgements not made here first make this region passive: the subscription is
     consumed there now (judged against the topic's origin ``index``, or by the claims' form without one)."""
     if message.generation < state.generation:
         return Taken.SUPERSEDED
     if message.generation > state.generation:
-        follow(state, message.generation)
+        if follow_rewinds:
+            follow(state, message.generation)
+        else:
+            new_generation(state, message.generation)
+            state.acked = None
     merged = state.received.merge(message.acks)
     changed = merged != state.received
     if state.active and changed:
