@@ -125,7 +125,11 @@ class SimAdmin:
                     "markDeletePosition": str(state.mark_delete),
                     "individuallyDeletedMessages": str(state.ranges),
                 }
-        return {"cursors": cursors, "ledgers": [{"ledgerId": t.ledger}]}
+        return {
+            "cursors": cursors,
+            "ledgers": [{"ledgerId": t.ledger}],
+            "lastConfirmedEntry": str(t.position(t.last)),
+        }
 
     def unload_topic(self, topic: str) -> None:
         self._topic(topic)
@@ -221,7 +225,7 @@ class SimAdmin:
             if t in self.r.topics
         )
         self.r.acked.clear()
-        return pluginapi.Feed(f"{self.r.name}-epoch", self.r.feed_seq, reports, acked)
+        return pluginapi.Feed(f"{self.r.name}-epoch-{self.r.life}", self.r.feed_seq, reports, acked)
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
         self._need_plugin()

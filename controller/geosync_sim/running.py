@@ -6,7 +6,9 @@ does what the shell does, deterministically: it runs a discovery pass every ``DI
 asks for one), a round every ``ROUND_S`` with ``Now`` set from virtual time, delivers readers' messages
 between rounds, performs effects inline, and takes the agent's checkpoint every ``CHECKPOINT_S`` as its
 checkpoint task would. An agent crash drops the agent (no graceful close) and closes its readers; the restart
-builds a new one, restored from the last checkpoint or not.
+builds a new one, restored from the last checkpoint or not. Every agent has its region's incarnation, as one
+configured with the region's ZooKeeper has (``geosync_agent.incarnating``): created when the region's life
+began, a new one after a rebuild, whose agent starts with no checkpoint (it was kept in the wiped region).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import ROUND_ERRORS, Agent, Now
 from geosync_core import envelopes
+from geosync_core.incarnations import Incarnation
 from geosync_sim.apps import Apps
 from geosync_sim.checking import Checker, Violation
 from geosync_sim.ports import SimAdmin, SimMessaging
@@ -168,6 +171,10 @@ class Simulation:
         self.lives: dict[str, Life | None] = {}
         self.checkpoints: dict[str, dict[str, Any]] = {}
         self.restarts: list[tuple[float, str, bool]] = []
+        self.rebuilds: list[tuple[float, str, list[str]]] = []
+        """(when, region, topics whose consumers were connected there): wiped regions coming back."""
+        self.producers_at: dict[str, float] = {}
+        """When a rebuilt region's producers start again."""
         self.dup_until = 0.0
         self.failovers = 0
         self.rounds = 0
@@ -191,7 +198,7 @@ class Simulation:
         if s is None:
             return False
         for e in r.topics[topic].entries:  # small topics: a scan is cheap enough for a check
-            if (e.origin, e.source.ledger, e.source.entry) == ident[:3]:
+            if e.ident(0)[:3] == ident[:3]:
                 return s.cursor.has(e.eid, ident[3])
         return False
 
@@ -228,6 +235,7 @@ class Simulation:
             wake=threading.Event(),
             first_seq=int(now.wall * 1_000_000) + self.seq,
             rng=random.Random(self.rng.random()),
+            incarnation=self.incarnation(region),
         )
         self.seq += 1
         agent.started_ms = now.wall_ms  # read from the machine's clock; only /state's transit times use it
@@ -238,6 +246,11 @@ class Simulation:
         if self.hook is not None:
             self.hook(life)
         return life
+
+    def incarnation(self, region: str) -> Incarnation:
+        """The region's incarnation as its ZooKeeper holds it: created when its current life began."""
+        r = self.world.regions[region]
+        return Incarnation(int((WALL0 + r.born) * 1000), f"sim-{region}-{r.life}")
 
     def _discover(self, life: Life, t: float) -> None:
         mono = MONO0 + t
@@ -258,6 +271,8 @@ class Simulation:
         if step.kind == "produce":
             region, i, n, batched = a
             r = w.regions[str(region)]
+            if r.down(w.now) or w.now < self.producers_at.get(str(region), 0.0):
+                return  # its producers have no broker to send to, or are not started yet
             msgs = []
             for _ in range(int(n)):  # type: ignore[call-overload]
                 r.produced += 1
@@ -290,6 +305,48 @@ class Simulation:
                 self.lives[str(region)] = None
                 self.restarts.append((w.now + float(down), str(region), bool(checkpointed)))  # type: ignore[arg-type]
                 self.checker.disturbance(w.now, w.now + float(down) + 10.0, "agent-down")  # type: ignore[arg-type]
+        elif step.kind == "stall":
+            region, seconds = a
+            w.stall_readers(str(region), float(seconds))  # type: ignore[arg-type]
+        elif step.kind == "rebuild":
+            region, down, producers = a
+            self._wipe(str(region), float(down), float(producers))  # type: ignore[arg-type]
+
+    def _wipe(self, region: str, down: float, producers: float) -> None:
+        """The region is wiped with its agent and the agent's checkpoint; its consumers lose their broker and
+        come back to it with the region, ``down`` seconds later; its producers ``producers`` seconds after its
+        agent started (docs/limits.md: messages a rebuilt region publishes before its agent's first envelope
+        reached a peer are matched there by old claims)."""
+        w = self.world
+        if w.regions[region].down(w.now) or any(r == region for _, r, _ in self.rebuilds):
+            return
+        life = self.lives.get(region)
+        if life is not None:
+            life.messaging.close()
+        self.lives[region] = None
+        self.restarts = [x for x in self.restarts if x[1] != region]
+        self.checkpoints.pop(region, None)
+        here = [app for app in self.apps.apps.values() if app.region == region]
+        for app in here:
+            self.apps.disconnect(app)
+        w.wipe(region, down)
+        self.rebuilds.append((w.now + down, region, [app.topic for app in here]))
+        self.producers_at[region] = w.now + down + producers
+        self.checker.disturbance(w.now, w.now + down + 10.0, "rebuilt")
+
+    def _rebuilt(self, region: str, t: float, topics: list[str]) -> None:
+        """The region's new life: the operator provisions its subscriptions again (at Earliest, as at
+        setup), its agent starts with a new incarnation and no checkpoint, its consumers reconnect."""
+        w = self.world
+        w.rebuilt(region)
+        for app in self.apps.apps.values():
+            w.create_subscription(region, app.topic, app.sub, app.kind, latest=False, cause="setup")
+        n = list(self.schedule.regions).index(region)
+        self.lives[region] = self._start(region, t, restore=False, phase=n * 0.01)
+        moving = {id(app) for _, app, _ in self.pending_connects}
+        for app in self.apps.apps.values():
+            if app.topic in topics and app.region is None and id(app) not in moving:
+                self.apps.connect(app, region)
 
     def _admin(self, region: object, i: object, op: object, arg: object) -> None:
         w = self.world
@@ -340,12 +397,16 @@ class Simulation:
             while k < len(steps) and steps[k].at <= t:
                 self._step(steps[k])
                 k += 1
-            for due, app, to in [c for c in self.pending_connects if c[0] <= t]:
+            due_now = [c for c in self.pending_connects if c[0] <= t and not self.world.regions[c[2]].down(t)]
+            for due, app, to in due_now:
                 self.pending_connects.remove((due, app, to))
                 self.apps.connect(app, to)
                 self.failovers += 1
                 self.checker.failover(t, app.topic, app.sub)
                 self.trace(f"{to}: {app.topic.rsplit('/', 1)[-1]} consumers connected")
+            for due, region, topics in [x for x in self.rebuilds if x[0] <= t]:
+                self.rebuilds.remove((due, region, topics))
+                self._rebuilt(region, t, topics)
             for due, region, checkpointed in [x for x in self.restarts if x[0] <= t]:
                 self.restarts.remove((due, region, checkpointed))
                 n = list(self.schedule.regions).index(region)

@@ -14,7 +14,11 @@ Step kinds (``args``):
   ``clear-backlog``, ``skip`` (n), ``ttl`` (seconds), ``reset`` (to the earliest);
 * ``control`` (fault, region): ``dup`` (every control envelope for the next 5 s replicated twice), ``replay``
   (an old envelope delivered again to ``region``), ``spike`` (replication delays up to 3 s more for 5 s);
-* ``crash`` (region, with checkpoint, seconds down): the agent dies and restarts.
+* ``crash`` (region, with checkpoint, seconds down): the agent dies and restarts;
+* ``rebuild`` (region, seconds down, seconds): the region is wiped (topics, cursors, its agent and the agent's
+  checkpoint) and rebuilt under its name, its new ledger ids colliding with the old ones; its producers start
+  again that many seconds after its agent;
+* ``stall`` (region, seconds): the region's readers of data topics are dispatched nothing for that long.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import random
 from dataclasses import dataclass, replace
 
 KINDS = ("Shared", "Key_Shared", "Failover", "Exclusive")
-PROFILES = ("clean", "faults", "jumps")
+PROFILES = ("clean", "faults", "jumps", "rebuilds")
 """``clean``: traffic and failovers; ``faults``: and control faults and agent crashes; ``jumps``: and cursor
-jumps no consumer made (admin operations, TTL expiry)."""
+jumps no consumer made (admin operations, TTL expiry); ``rebuilds``: the faults, a region wiped and rebuilt,
+and a peer's readers stalled around it (a seed draws the same faults as in ``faults``)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ def draw(
             steps.append(Step(round(t, 2), "failover", (i, to, round(rng.uniform(0.0, 2.0), 2))))
             where[i] = to
             t += rng.uniform(8, 25)
-    if profile in ("faults", "jumps"):
+    if profile in ("faults", "jumps", "rebuilds"):
         for _ in range(rng.randint(1, 4)):
             fault = rng.choice(("dup", "replay", "spike"))
             steps.append(
@@ -122,5 +127,14 @@ def draw(
                     (rng.choice(names), rng.randrange(topics), op, arg),
                 )
             )
+    if profile == "rebuilds":
+        wiped = rng.choice(names)
+        at = round(rng.uniform(8, duration - quiet - 10), 2)
+        # Producers 5 s after the agent: its incarnation has reached the peers by then (docs/limits.md).
+        steps.append(Step(at, "rebuild", (wiped, round(rng.uniform(1.0, 6.0), 2), 5.0)))
+        if rng.random() < 0.7:
+            peer = rng.choice([n for n in names if n != wiped])
+            before = round(max(0.5, at - rng.uniform(0.0, 8.0)), 2)
+            steps.append(Step(before, "stall", (peer, round(rng.uniform(5.0, 20.0), 1))))
     steps.sort(key=lambda s: (s.at, s.kind))
     return Schedule(seed, names, topics, kinds, plugin, duration, tuple(steps), start)

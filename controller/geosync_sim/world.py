@@ -31,11 +31,28 @@ What it models, and the Pulsar class each rule follows:
   at Latest starts at the last entry, at Earliest before the first (``ManagedLedgerImpl.openCursor`` with
   ``InitialPosition``);
 * control topics are topics like the others: the agents' signed envelopes are replicated with delays, and a
-  fault can deliver one twice or replay an old one.
+  fault can deliver one twice or replay an old one;
+* a region wiped and rebuilt under its name (``wipe``, then ``rebuilt``): its topics, cursors and plugin
+  state are gone, and its new topics' ledger ids start over, colliding with the old ones (the metadata store
+  hands ledger ids out from sequential nodes under ``/ledgers/idgen``, ``PulsarLedgerIdGenerator``: a fresh
+  store counts from the start again; ``ManagedLedgerImpl`` numbers a new ledger's entries from 0), so the new
+  life's messages have the origin coordinates of the old life's. Entries the old life had replicated stay in
+  the peers' logs; copies still in flight when it was wiped land there as drawn, but before the region is
+  back (a send that reached the peer's broker is persisted there whatever becomes of the sender, and a
+  rebuild takes minutes where a copy is in flight for a second or so). What peers replicate to the wiped
+  region while it is down is sent once it is back (``PersistentReplicator.readEntries`` rewinds the
+  replicator's cursor when its producer connects, and the cursor moves only on the remote broker's
+  receipt); what the old life had received is not sent again. The checker names the new life's messages
+  apart (``c~1``); agents see only the region's name, as they would;
+* readers stalled (``stall_readers``): a region's readers of data topics are dispatched nothing for a while
+  and then catch up, while its control topic is read (a data topic's bundle unloaded or moved, its broker
+  slow: a reader is dispatched only by the broker owning its topic,
+  ``PersistentDispatcherSingleActiveConsumer`` on a non-durable cursor); an agent then learns from control
+  messages before it has read its data topics.
 
-Not modelled: partitions, ledger rollover, topic deletion, a region rebuilt, brokers dying or bundles moving,
-the plugin refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared hash ranges across
-several consumers (one consumer per region stands for the application).
+Not modelled: partitions, ledger rollover, topic deletion, brokers dying or bundles moving, the plugin
+refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared hash ranges across several
+consumers (one consumer per region stands for the application).
 """
 
 from __future__ import annotations
@@ -73,9 +90,17 @@ class Entry:
     replicated_from: str | None = None
     data: bytes = b""
     """A control envelope (control topics only)."""
+    life: int = 0
+    """Which life of its origin region published it (0: the first; a rebuild starts another)."""
 
     def ident(self, index: int) -> Ident:
-        return (self.origin, self.source.ledger, self.source.entry, index)
+        return (lived(self.origin, self.life), self.source.ledger, self.source.entry, index)
+
+
+def lived(region: str, life: int) -> str:
+    """The checker's name of ``region`` in its ``life`` (``c``, then ``c~1`` after a rebuild); agents see the
+    region's name only."""
+    return region if life == 0 else f"{region}~{life}"
 
 
 @dataclass
@@ -184,6 +209,17 @@ class Region:
     feed_seq: int = 0
     readers: list[SimReaderState] = field(default_factory=list)
     produced: int = 0
+    life: int = 0
+    """How many times the region was wiped and rebuilt."""
+    born: float = 0.0
+    """When (virtual seconds) its current life began."""
+    down_until: float = -1.0
+    """Wiped and not rebuilt yet before this time: nothing is published in it or delivered to it."""
+    stalled_until: float = -1.0
+    """Its readers of data topics are dispatched nothing before this time."""
+
+    def down(self, now: float) -> bool:
+        return now < self.down_until
 
 
 @dataclass
@@ -249,7 +285,9 @@ class World:
         r = self.regions[region]
         t = r.topics[topic]
         eid = len(t.entries)
-        entry = Entry(eid, region, t.position(eid), msgs, batched and len(msgs) > 1, self.now, data=data)
+        entry = Entry(
+            eid, region, t.position(eid), msgs, batched and len(msgs) > 1, self.now, data=data, life=r.life
+        )
         t.entries.append(entry)
         for dst in self.regions:
             if dst != region:
@@ -286,6 +324,11 @@ class World:
         """Deliver every replicated entry due by ``until``."""
         while self._queue and self._queue[0][0] <= until:
             due, _, dst, topic, entry = heapq.heappop(self._queue)
+            if self.regions[dst].down(due):
+                # Wiped: the replicator sends it again once the region is back (in order: ``_n`` grows).
+                self._n += 1
+                heapq.heappush(self._queue, (self.regions[dst].down_until, self._n, dst, topic, entry))
+                continue
             self.now = max(self.now, due)
             t = self.regions[dst].topics[topic]
             eid = len(t.entries)
@@ -299,6 +342,7 @@ class World:
                     self.now,
                     replicated_from=entry.origin,
                     data=entry.data,
+                    life=entry.life,
                 )
             )
         self.now = max(self.now, until)
@@ -308,11 +352,45 @@ class World:
             for reader in region.readers:
                 if not reader.open:
                     continue
+                if reader.topic != self.control and self.now < region.stalled_until:
+                    continue
                 t = region.topics[reader.topic]
                 while reader.open and reader.next_eid < len(t.entries):
                     e = t.entries[reader.next_eid]
                     reader.next_eid += 1
                     reader.on_message(e, t)
+
+    def wipe(self, region: str, down: float) -> None:
+        """``region`` is wiped (brokers, bookies, metadata store): every topic, cursor and plugin record gone;
+        it is rebuilt ``down`` seconds later (``rebuilt``). Copies of its entries in flight land as drawn,
+        copies sent to it meanwhile wait for it (see the module docstring)."""
+        r = self.regions[region]
+        for topic, sub in list(r.subs):
+            self.delete_subscription(region, topic, sub)
+        for reader in r.readers:
+            reader.open = False
+        names = list(r.topics)
+        r.topics, r.readers, r.feed, r.acked, r.feed_seq = {}, [], [], {}, 0
+        r.down_until = self.now + down
+        self._queue = [
+            (min(due, self.now + down / 2) if entry.origin == region else due, n, dst, topic, entry)
+            for due, n, dst, topic, entry in self._queue
+        ]
+        heapq.heapify(self._queue)
+        for topic in names:  # the same order: the new ledger ids are the old ones
+            self._add_topic(r, topic)
+        self.trace(f"{region}: wiped, rebuilt in {down:.2f}s (ledger ids start over)")
+
+    def rebuilt(self, region: str) -> None:
+        """``region``'s new life begins: its brokers serve empty topics again."""
+        r = self.regions[region]
+        r.life += 1
+        r.born = self.now
+        r.down_until = -1.0
+        self.trace(f"{region}: rebuilt (life {r.life})")
+
+    def stall_readers(self, region: str, seconds: float) -> None:
+        self.regions[region].stalled_until = self.now + seconds
 
     # -- cursors ------------------------------------------------------------------------------------
 

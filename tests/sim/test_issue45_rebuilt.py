@@ -1,0 +1,77 @@
+"""Issue 45, case 2: a region wiped and rebuilt under its name while a peer has not read all it had sent.
+
+The schedule: three regions, one Shared topic consumed in a. c publishes an entry every 0.3 s until 10 s;
+a's consumers hold one of c's messages unacknowledged from 4 s on (a hole), and acknowledge the rest. At 11 s
+c is wiped and rebuilt (3 s): its new topics' ledger ids start over, so the new c's entries have the origin
+coordinates of the old c's, and from 14.3 s the new c publishes again; a's consumers acknowledge those. b's
+readers of data topics are stalled from 2 s to 27 s (its control topic is read): when b's agent learns the new
+incarnation of c (14 s and a little), it has not read most of what the old c had sent it.
+
+The message a's consumers hold is the old c's: no region may acknowledge it. The checker names the two lives
+apart (``c`` and ``c~1``); the agents see only the name ``c``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from geosync_sim import running
+from geosync_sim.schedules import Schedule, Step
+
+LOSS = {"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"}
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def rebuilt_while_behind(*, stall: bool = True, plugin_b: bool = True) -> running.Result:
+    old = [Step(round(0.3 * k, 2), "produce", ("c", 0, 1, False)) for k in range(1, 34)]
+    new = [Step(round(15.2 + 0.3 * k, 2), "produce", ("c", 0, 1, False)) for k in range(52)]
+    steps = [*old, Step(4.0, "hole", (0, 30.0)), Step(11.0, "rebuild", ("c", 3.0, 1.0)), *new]
+    if stall:
+        steps.append(Step(2.0, "stall", ("b", 25.0)))
+    steps.sort(key=lambda s: s.at)
+    schedule = Schedule(
+        2, ("a", "b", "c"), 1, ("Shared",), (True, plugin_b, True), 40.0, tuple(steps), ("a",)
+    )
+    return running.run(schedule, trace=True)
+
+
+def lost(result: running.Result) -> list[str]:
+    return [str(v) for v in result.violations if v.kind in LOSS]
+
+
+def test_the_rebuilt_regions_messages_reuse_the_old_ones_coordinates() -> None:
+    """The model itself: the new c's entries are named apart by the checker only, and both lives' messages
+    reached a's consumers."""
+    result = rebuilt_while_behind(stall=False)
+    assert any("c: wiped" in line for line in result.trace)
+    assert any("c: rebuilt (life 1)" in line for line in result.trace)
+    assert result.acks > 60
+
+
+def test_a_peer_that_read_the_old_life_before_learning_of_the_new_one_loses_nothing() -> None:
+    """b has read everything the old c sent when the new c announces itself: the index retires all of it
+    (what the agent did before the fix already)."""
+    result = rebuilt_while_behind(stall=False)
+    assert not lost(result), "\n".join(lost(result))
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 45 case 2: b retires only the old c's entries it has read (loss in b)"
+)
+@pytest.mark.parametrize("plugin_b", [True, False], ids=["plugin", "admin-api"])
+def test_a_peer_behind_on_the_old_life_never_applies_the_new_lifes_claims_to_it(plugin_b: bool) -> None:
+    """Case 2 as the issue states it: b learns of the new c while its reader has not read the old c's last
+    entries. Before the fix b retired only what it had read, indexed the rest of the old c's entries under the
+    plain name ``c`` once its readers caught up, and applied a's claims about the new c's messages to them:
+    the old message a's consumers hold was acknowledged in b (``loss``)."""
+    result = rebuilt_while_behind(plugin_b=plugin_b)
+    assert not lost(result), "\n".join(lost(result))
