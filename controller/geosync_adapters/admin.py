@@ -584,11 +584,13 @@ class AdminClient:
         body = self.post("/admin/v2/geosync/acks", {"acks": items}) or {}
         return list(body.get("results") or [])
 
-    def plugin_feed(self, *, since: int) -> pluginapi.Feed:
+    def plugin_feed(self, *, since: int, acked: bool = True) -> pluginapi.Feed:
         """``plugin_cursors`` as typed values: each reported cursor with its partly acknowledged batch
-        entries (``CursorReport.batches``), all of them (``complete_batches``). Raises AdminNotFound where
-        the plugin is not loaded and ``PluginApiError`` for an answer that is not the documented shape."""
-        feed = pluginapi.Feed.from_wire(self.get("/admin/v2/geosync/cursors", params={"since": since}) or {})
+        entries (``CursorReport.batches``), all of them (``complete_batches``); with ``acked`` false, the
+        answer's ``acked`` blocks are not read (``Feed.from_wire``). Raises AdminNotFound where the plugin
+        is not loaded and ``PluginApiError`` for an answer that is not the documented shape."""
+        answer = self.get("/admin/v2/geosync/cursors", params={"since": since}) or {}
+        feed = pluginapi.Feed.from_wire(answer, acked=acked)
         if not any(c.batches_truncated for c in feed.cursors):
             return feed
         return dataclasses.replace(feed, cursors=tuple(self.complete_batches(c) for c in feed.cursors))

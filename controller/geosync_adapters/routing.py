@@ -251,7 +251,7 @@ class RegionAdmin(AdminClient):
             raise next((e for e in failures if isinstance(e, AdminTemporary)), failures[-1])
         return out
 
-    def plugin_feed(self, *, since: int) -> pluginapi.Feed:
+    def plugin_feed(self, *, since: int, acked: bool = True) -> pluginapi.Feed:
         """Every broker's feed, merged (see the module docstring). ``since`` 0 starts every broker's feed
         over; otherwise each broker is asked from its own last sequence number. A broker that does not
         answer is left out (its epoch shows ``down``) unless none answers; one without the plugin or with
@@ -259,7 +259,7 @@ class RegionAdmin(AdminClient):
         brokers = self.brokers()
         if len(brokers) <= 1:
             self._feeds.clear()
-            return super().plugin_feed(since=since)
+            return super().plugin_feed(since=since, acked=acked)
         if since == 0:
             self._feeds.clear()
         self._feeds = {url: pos for url, pos in self._feeds.items() if url in brokers}
@@ -269,7 +269,7 @@ class RegionAdmin(AdminClient):
         for url in brokers:
             epoch, seq = self._feeds.get(url, ("", 0))
             try:
-                feed = self.client(url).plugin_feed(since=seq)
+                feed = self.client(url).plugin_feed(since=seq, acked=acked)
             except AdminTemporary as e:
                 log.warning("acknowledgement feed of %s unavailable: %s", url, e)
                 failed, epochs[url] = e, DOWN

@@ -93,12 +93,14 @@ class PluginOrigins:
 
 @dataclass(frozen=True, slots=True)
 class PluginFeed:
-    """The broker plugin's acknowledgement feed after sequence number ``since``."""
+    """The broker plugin's acknowledgement feed after sequence number ``since``; its ``acked`` blocks read
+    only if ``acked`` (claims_from: acknowledgements: in cursor mode nothing uses them)."""
 
     since: int
+    acked: bool = True
 
     def run(self, admin: Admin) -> pluginapi.Feed:
-        return admin.plugin_feed(since=self.since)
+        return admin.plugin_feed(since=self.since, acked=self.acked)
 
 
 @dataclass(frozen=True, slots=True)

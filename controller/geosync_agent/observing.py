@@ -154,7 +154,8 @@ class Observing(Controlling):
             # then be known to no poll (a poll cannot see them) and never claimed.
             return {}
         try:
-            feed = self.effector.call(calls.PluginFeed(self.feed.seq))
+            acked = self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS
+            feed = self.effector.call(calls.PluginFeed(self.feed.seq, acked=acked))
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
             if self.caps.get(Capability.PLUGIN_FEED) is not False:
                 for ts in self.topics.values():

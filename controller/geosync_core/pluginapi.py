@@ -453,23 +453,26 @@ class Feed:
         return out
 
     @classmethod
-    def from_wire(cls, obj: Any) -> Feed:
+    def from_wire(cls, obj: Any, *, acked: bool = True) -> Feed:
+        """The answer ``obj``; with ``acked`` false its ``acked`` blocks are neither checked nor read
+        (``acked`` None): a reader that claims from cursors, the default, has no use for them, and they are
+        one block per subscription acknowledged on, as many as the cursors."""
         if not isinstance(obj, dict) or not isinstance(obj.get("cursors", []), list):
             raise PluginApiError(f"a feed answer must be {{'epoch', 'seq', 'cursors'}}, not {obj!r}")
         seq = _int(obj.get("seq", 0))
         if seq is None:
             raise PluginApiError(f"'seq' must be an integer, not {obj.get('seq')!r}")
-        acked: tuple[AckedSet, ...] | None = None
+        read: tuple[AckedSet, ...] | None = None
         lost = 0
         version = obj.get("acked_version")
         if version is not None and _int(version) is None:
             raise PluginApiError(f"'acked_version' must be an integer, not {version!r}")
-        if version == ACKED_VERSION:
+        if version == ACKED_VERSION and acked:
             blocks = obj.get("acked")
             if not isinstance(blocks, list):
                 raise PluginApiError(f"'acked' must be a list, not {blocks!r}")
-            acked = tuple(AckedSet.from_wire(b) for b in blocks)
-            if len({(a.topic, a.subscription) for a in acked}) != len(acked):
+            read = tuple(AckedSet.from_wire(b) for b in blocks)
+            if len({(a.topic, a.subscription) for a in read}) != len(read):
                 raise PluginApiError("'acked' lists a subscription twice")
             given = _int(obj.get("acked_lost"))
             if given is None or given < 0:
@@ -481,7 +484,7 @@ class Feed:
             epoch=str(obj.get("epoch", "")),
             seq=seq,
             cursors=tuple(CursorReport.from_wire(c) for c in obj.get("cursors", [])),
-            acked=acked,
+            acked=read,
             acked_lost=lost,
         )
 

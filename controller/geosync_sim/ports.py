@@ -211,7 +211,7 @@ class SimAdmin:
         self._need_plugin()
         return {t: self._stats(t) for t in self.topics(namespace)}
 
-    def plugin_feed(self, *, since: int) -> pluginapi.Feed:
+    def plugin_feed(self, *, since: int, acked: bool = True) -> pluginapi.Feed:
         self._need_plugin()
         changed = list(dict.fromkeys(self.r.feed)) if since else list(dict.fromkeys(k for k in self.r.subs))
         self.r.feed.clear()
@@ -219,13 +219,17 @@ class SimAdmin:
             report(self.r.topics[t], self.r.subs[(t, s)]) for t, s in changed if (t, s) in self.r.subs
         )
         self.r.feed_seq += len(reports) + 1
-        acked = tuple(
-            acked_block(self.r.topics[t], s, got)
-            for (t, s), got in self.r.acked.items()
-            if t in self.r.topics
+        blocks = (
+            tuple(
+                acked_block(self.r.topics[t], s, got)
+                for (t, s), got in self.r.acked.items()
+                if t in self.r.topics
+            )
+            if acked
+            else None  # handed over all the same, not read (``Feed.from_wire(acked=False)``)
         )
         self.r.acked.clear()
-        return pluginapi.Feed(f"{self.r.name}-epoch-{self.r.life}", self.r.feed_seq, reports, acked)
+        return pluginapi.Feed(f"{self.r.name}-epoch-{self.r.life}", self.r.feed_seq, reports, blocks)
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
         self._need_plugin()

@@ -61,7 +61,8 @@ def effector(log: list[tuple[str, tuple[Any, ...], dict[str, Any]]], made: list[
             ("entry_headers", (TOPIC,), {"ledger": 7, "entry": 3}),
         ),
         (calls.PluginOrigins(TOPIC, Position(7, 3)), ("plugin_origins", (TOPIC,), {"start": (7, 3)})),
-        (calls.PluginFeed(42), ("plugin_feed", (), {"since": 42})),
+        (calls.PluginFeed(42), ("plugin_feed", (), {"since": 42, "acked": True})),
+        (calls.PluginFeed(42, acked=False), ("plugin_feed", (), {"since": 42, "acked": False})),
         (calls.RuntimeConfiguration(), ("runtime_configuration", (), {})),
     ],
 )

@@ -486,11 +486,34 @@ def test_the_feeds_repeats_of_a_report_are_skipped_unread_and_a_changed_report_i
     generation = state.generation
     a.region.feed.append(a.region.report(TOPIC, SUB))
     real = a.region.plugin_feed
-    a.region.plugin_feed = lambda *, since: replace(real(since=since), epoch="epoch-2")  # type: ignore[method-assign]
+    a.region.plugin_feed = lambda *, since, acked=True: replace(  # type: ignore[method-assign]
+        real(since=since, acked=acked), epoch="epoch-2"
+    )
     a.step(0.1)
     assert a.agent.stats.counters["feed_repeats_skipped"] == 1
     assert state.fed is not None
     assert state.generation == generation
+
+
+@pytest.mark.parametrize(("claims_from", "read"), [("cursor", False), ("acknowledgements", True)])
+def test_the_feed_s_acked_blocks_are_read_only_where_claims_are_made_of_them(
+    claims_from: str, read: bool
+) -> None:
+    region = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    region.cursors[(TOPIC, SUB)] = AckState.of(Position(5, -1))
+    a = Harness.build(region, claims_from=claims_from)
+    real, asked = region.plugin_feed, []
+
+    def recording(*, since: int, acked: bool = True) -> pluginapi.Feed:
+        asked.append(acked)
+        return real(since=since, acked=acked)
+
+    region.plugin_feed = recording  # type: ignore[method-assign]
+    a.discover()
+    a.step()
+    a.step(0.1)
+    assert asked
+    assert set(asked) == {read}
 
 
 def test_a_broker_restart_has_every_topic_polled_again_but_the_agent_s_own_first_feed_read_does_not() -> None:
@@ -502,7 +525,7 @@ def test_a_broker_restart_has_every_topic_polled_again_but_the_agent_s_own_first
     a = Harness.build(region)
     real = region.plugin_feed
 
-    def failing(*, since: int) -> pluginapi.Feed:
+    def failing(*, since: int, acked: bool = True) -> pluginapi.Feed:
         raise adm.AdminError("the broker is busy")
 
     region.plugin_feed = failing  # type: ignore[method-assign]
@@ -515,7 +538,9 @@ def test_a_broker_restart_has_every_topic_polled_again_but_the_agent_s_own_first
     a.step(0.01)  # well within the poll interval (0.25 s): no topic is due by its schedule
     assert a.agent.stats.counters["feed_reads"] == 1
     assert a.agent.stats.counters["cursor_polls"] == polls
-    region.plugin_feed = lambda *, since: replace(real(since=since), epoch="epoch-2")  # type: ignore[method-assign]
+    region.plugin_feed = lambda *, since, acked=True: replace(  # type: ignore[method-assign]
+        real(since=since, acked=acked), epoch="epoch-2"
+    )
     a.step(0.01)
     assert a.agent.stats.counters["cursor_polls"] > polls
 

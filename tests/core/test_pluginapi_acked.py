@@ -76,6 +76,17 @@ def test_an_acked_version_this_reader_does_not_know_is_read_without_them() -> No
     assert Feed.from_wire(newer).acked is None
 
 
+def test_a_reader_that_claims_from_cursors_leaves_the_acked_blocks_unread() -> None:
+    wire = VECTORS["acked_feeds"][0]["wire"]
+    unread = Feed.from_wire(wire, acked=False)
+    assert unread.acked is None
+    assert unread.acked_lost == 0
+    assert unread.cursors == Feed.from_wire(wire).cursors
+    # Not read, so not refused either: what the blocks hold is no concern of such a reader.
+    bad = {**wire, "acked": [VECTORS["bad_acked"][0]["acked"]], "acked_lost": -1}
+    assert Feed.from_wire(bad, acked=False).acked is None
+
+
 @named("bad_acked")
 def test_bad_acked_blocks_are_refused(vector: dict[str, Any]) -> None:
     with pytest.raises(PluginApiError, match=vector["error_contains"]):
