@@ -164,7 +164,14 @@ class _KeyHoles:
     "Earlier" is the order of the region consumers left: the positions its consumers were given both
     messages at. A message its consumers were never given is not earlier there (a Key_Shared consumer gets
     a key's messages in log order). Without the later message's position there (it was acknowledged
-    elsewhere), the order of first deliveries on the subscription stands in."""
+    elsewhere), the order of first deliveries on the subscription stands in.
+
+    A message written twice in that region's log (a replicator resending after its broker's crash) is two
+    entries there, each acknowledged or not by itself: a copy left unacknowledged holds its key back in
+    that cursor although the other copy was acknowledged. So each copy counts as acknowledged when it was
+    acknowledged in that region (the acknowledgement that followed its delivery) or when the message was
+    acknowledged in another region, whichever came first (a message with one copy: its first
+    acknowledgement anywhere)."""
 
     def __init__(self, events: list[Event], subs: dict[str, str]) -> None:
         # A key's messages are ordered within their origin only: two origins' copies interleave differently
@@ -173,29 +180,58 @@ class _KeyHoles:
         self.first: dict[tuple[str, str], float] = {}
         self.pos: dict[tuple[str, str, str], tuple[int, ...]] = {}
         acked: dict[tuple[str, str], float] = {}
+        # Per (sub, region, uid): the first acknowledgement there, and each copy's own (the acknowledgement
+        # that followed its delivery: the history writes a delivery's ack or hole right after it).
+        acked_in: dict[tuple[str, str, str], float] = {}
+        copies: dict[tuple[str, str, str], set[tuple[int, ...]]] = defaultdict(set)
+        copy_acked: dict[tuple[str, str, tuple[int, ...]], float] = {}
+        last_copy: dict[tuple[str, str, str], tuple[int, ...]] = {}
         for e in events:
             if e.get("ev") not in {"recv", "ack"} or subs.get(e["sub"]) != "Key_Shared":
                 continue
             at = (e["sub"], e["uid"])
+            here = (e["sub"], e["region"], e["uid"])
             if e.get("ev") == "ack":
                 acked.setdefault(at, float(e["t"]))
+                acked_in.setdefault(here, float(e["t"]))
+                if here in last_copy:
+                    copy_acked.setdefault((e["sub"], e["region"], last_copy[here]), float(e["t"]))
                 continue
             where = _position(e.get("msg_id"))
             if where is not None:
-                self.pos.setdefault((e["sub"], e["region"], e["uid"]), where)
+                self.pos.setdefault(here, where)
+                copies[here].add(where)
+                last_copy[here] = where
+            else:
+                last_copy.pop(here, None)
             self.first.setdefault(at, float(e["t"]))
         never = float("inf")
+        regions_acked: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+        for (sub, region, uid), t in acked_in.items():
+            regions_acked[(sub, uid)][region] = t
+
+        def elsewhere(sub: str, region: str, uid: str) -> float:
+            times = regions_acked.get((sub, uid), {})
+            return min((t for r, t in times.items() if r != region), default=never)
+
         # Per key, messages in order (by first delivery; by position in each region), each with the
         # latest first-acknowledgement time among it and those before it: a key is blocked at time T
         # before message m when that running maximum just before m exceeds T.
         by_first: dict[tuple[str, Any], list[tuple[Any, str]]] = defaultdict(list)
         for (sub, uid), t in self.first.items():
             by_first[(sub, self.key.get(uid))].append(((t, uid), uid))
-        by_pos: dict[tuple[str, str, Any], list[tuple[tuple[int, ...], str]]] = defaultdict(list)
-        for (sub, region, uid), where in self.pos.items():
-            by_pos[(sub, region, self.key.get(uid))].append((where, uid))
         self.first_order = {k: _running(sorted(v), k[0], acked, never) for k, v in by_first.items()}
-        self.pos_order = {k: _running(sorted(v), k[0], acked, never) for k, v in by_pos.items()}
+        # Per key and region, every copy in log order, with the time it counts as acknowledged.
+        by_pos: dict[tuple[str, str, Any], list[tuple[tuple[int, ...], float]]] = defaultdict(list)
+        for (sub, region, uid), found in copies.items():
+            other = elsewhere(sub, region, uid)
+            for where in found:
+                if len(found) == 1:
+                    own = acked_in.get((sub, region, uid), never)
+                else:
+                    own = copy_acked.get((sub, region, where), never)
+                by_pos[(sub, region, self.key.get(uid))].append((where, min(own, other)))
+        self.pos_order = {k: _peaks(sorted(v)) for k, v in by_pos.items()}
 
     def blocked(self, sub: str, uid: str, source: str, moved_at: float) -> bool:
         """Whether an earlier message of ``uid``'s key was unacknowledged when consumers left ``source``
@@ -222,6 +258,17 @@ def _running(
         keys.append(order)
         peaks.append(peak)
         peak = max(peak, acked.get((sub, uid), never))
+    return keys, peaks
+
+
+def _peaks(ordered: list[tuple[tuple[int, ...], float]]) -> tuple[list[tuple[int, ...]], list[float]]:
+    """The positions in order, and for each the latest acknowledgement time of the copies strictly before
+    it."""
+    keys, peaks, peak = [], [], float("-inf")
+    for where, when in ordered:
+        keys.append(where)
+        peaks.append(peak)
+        peak = max(peak, when)
     return keys, peaks
 
 

@@ -278,6 +278,30 @@ def test_key_order_duplicates_after_a_final_move_are_at_most_the_per_key_minimum
     assert any("sync did not settle" in v for v in h.check().violations)
 
 
+def test_a_copy_written_twice_and_left_unacknowledged_holds_its_key_back() -> None:
+    """Lab seed 55491 (cd11d7c): c's broker was killed, its replicator sent c-u-182 (key k5) to b again, so
+    b's log held it twice; b's consumers acknowledged one copy and left the other a hole. b's cursor still
+    held k5 back behind that copy, so the agent rightly did not carry c-b-403's acknowledgement and c
+    delivered it again after the final move: key-order, not a duplicate no cause explains (the checker took
+    the message's other copy's acknowledgement for this one's)."""
+    h = H().send("c-u-0").send("c-b-1")
+    h.got("key-shared", "b", "c-u-0", ack=False, msg_id="(31,10,-1,-1)")
+    h.got("key-shared", "b", "c-u-0", msg_id="(31,20,-1,-1)")  # the copy written again, acknowledged
+    h.got("key-shared", "b", "c-b-1", msg_id="(31,30,-1,0)")
+    h.failover("key-shared", "b", "c", quiescent=True, settled=True)
+    h.got("key-shared", "c", "c-b-1", msg_id="(32,5,-1,0)")
+    assert h.check().duplicates == {"key-order": 1}
+    # The first copy acknowledged too (at the later delivery): nothing held the key back.
+    h = H().send("c-u-0").send("c-b-1")
+    h.got("key-shared", "b", "c-u-0", ack=False, msg_id="(31,10,-1,-1)")
+    h.got("key-shared", "b", "c-u-0", msg_id="(31,20,-1,-1)")
+    h.got("key-shared", "b", "c-u-0", msg_id="(31,10,-1,-1)")
+    h.got("key-shared", "b", "c-b-1", msg_id="(31,30,-1,0)")
+    h.failover("key-shared", "b", "c", quiescent=True, settled=True)
+    h.got("key-shared", "c", "c-b-1", msg_id="(32,5,-1,0)")
+    assert h.check().duplicates == {"unexplained": 1, "written-twice": 1}  # c-u-0's first copy again in b
+
+
 def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
     h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0")
     assert H.check(h).duplicates == {"unexplained": 1}
