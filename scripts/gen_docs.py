@@ -76,7 +76,8 @@ def _default(f: dataclasses.Field[Any]) -> str:
     return f"`{text.removesuffix('...').strip()}`"
 
 
-def _settings(cls: type, prefix: str = "") -> Iterator[str]:
+def _settings(cls: type, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """Each setting's name and its section of the page."""
     docs = _field_docs(cls)
     hints = inspect.get_annotations(cls)
     types = typing.get_type_hints(cls)
@@ -91,22 +92,43 @@ def _settings(cls: type, prefix: str = "") -> Iterator[str]:
         lines = [f"### `{prefix}{f.name}`", "", f"*{_cell(kind)}*, default {_default(f)}"]
         if env:
             lines[-1] += "; environment: " + ", ".join(f"`{e}`" for e in env)
-        yield "\n".join([*lines, "", doc.replace("``", "`"), ""])
+        yield f"{prefix}{f.name}", "\n".join([*lines, "", doc.replace("``", "`"), ""])
 
 
 def settings_page() -> str:
-    from geosync_agent import config
+    from geosync_agent import config, settings_groups
 
     intro = (
         "# Agent settings\n\n"
         "One YAML file per agent (`python -m geosync_agent --config FILE`), checked at start-up: an unknown "
-        "key, a wrong type or a missing required setting stops the agent with the key named. Settings "
-        "ending in `_s` are seconds. Secrets come from files or the environment, never the command line.\n\n"
+        "key, a wrong type, a setting in another group's section or a missing required setting stops the "
+        "agent with the key named. Settings ending in `_s` are seconds. Secrets come from files or the "
+        "environment, never the command line.\n\n"
+        "Settings come in groups. A file names each either at the top level or inside its group's section; "
+        "both read the same:\n\n"
+        "```yaml\n"
+        "region: a\n"
+        "connection: {admin_url: http://broker:8080, service_url: pulsar://broker:6650}\n"
+        "sync: {poll_interval_s: 0.5, claims_from: acknowledgements}\n"
+        "```\n\n"
     )
+    sections = dict(_settings(config.AgentConfig))
+    contents = [f"- [{g.title}](#{g.name.replace('_', '-')}) (`{g.name}`)" for g in settings_groups.GROUPS]
+    body = []
+    for group in settings_groups.GROUPS:
+        body.append(
+            f"## {group.title} {{ #{group.name.replace('_', '-')} }}\n\nSection `{group.name}`. {group.doc}\n"
+        )
+        body.extend(sections.pop(name) for name in group.settings)
+    if sections:  # not in a group: set by code, not by files
+        body.append("## Internal\n\nNot read from the file.\n")
+        body.extend(sections.values())
     return (
         HEADER.format(source="controller/geosync_agent")
         + intro
-        + "\n".join(_settings(config.AgentConfig))
+        + "\n".join(contents)
+        + "\n\n"
+        + "\n".join(body)
         + _environment()
     )
 

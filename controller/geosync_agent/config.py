@@ -24,8 +24,9 @@ import yaml
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging, routing, signing
 from geosync_adapters import zookeeper as zk
+from geosync_agent import settings_groups
+from geosync_agent.settings_groups import ConfigError
 from geosync_core import envelopes
-from geosync_core.errors import PermanentError
 
 CONTROL_TOPIC = "geosync-control"
 PER_REGION_KEYS = (
@@ -37,10 +38,6 @@ LEGACY_KEY_REFUSED = (
     "the shared HMAC key (key_file, GEOSYNC_KEY) is no longer supported: whoever held it could sign for "
     f"every region. Remove it and {PER_REGION_KEYS}"
 )
-
-
-class ConfigError(PermanentError):
-    """The agent's configuration is invalid; the message names the key and what to do."""
 
 
 @dataclass(frozen=True)
@@ -303,6 +300,7 @@ def load(path: str | pathlib.Path) -> AgentConfig:
         raise ConfigError(f"cannot read agent config {path}: {e}") from e
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    raw = settings_groups.ungrouped(raw, path)
     if "key_file" in raw:
         raise ConfigError(f"{path}: {LEGACY_KEY_REFUSED}")
     known = {f.name: f for f in fields(AgentConfig)}
@@ -365,18 +363,3 @@ def load(path: str | pathlib.Path) -> AgentConfig:
     elif values.get("broker_id"):
         raise ConfigError(f"{path}: 'broker_id' is only used with 'shard_by_ownership: true'")
     return AgentConfig(**values)
-
-
-def dump(config: AgentConfig) -> str:
-    data = {f.name: getattr(config, f.name) for f in fields(AgentConfig) if f.name != "extra"}
-    for name in (
-        "namespaces",
-        "include",
-        "exclude",
-        "mirror_tenants",
-        "mirror_exclude_tenants",
-        "snapshot_namespaces",
-        "broker_admin_urls",
-    ):
-        data[name] = list(data[name])
-    return yaml.safe_dump(data, sort_keys=True)
