@@ -25,8 +25,9 @@ from geosync_adapters import admin as adm
 from geosync_adapters import messaging, routing, signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent import settings_groups
-from geosync_agent.settings_groups import ConfigError
 from geosync_core import envelopes
+
+ConfigError = settings_groups.ConfigError
 
 CONTROL_TOPIC = "geosync-control"
 PER_REGION_KEYS = (

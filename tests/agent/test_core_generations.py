@@ -5,6 +5,8 @@ Each invariant in the module's docstring is a test here, driving its public func
 
 from __future__ import annotations
 
+import dataclasses
+
 from geosync_agent.core import generations
 from geosync_agent.core.generations import Rewind, Taken
 from geosync_agent.core.subscriptions import BEFORE_ALL, Subscription
@@ -123,8 +125,7 @@ def test_claims_of_a_newer_generation_replace_those_held_and_have_the_cursor_fol
 def test_without_following_a_newer_generation_replaces_the_claims_and_what_consumers_acknowledged() -> None:
     """claims_from: acknowledgements (invariant 7): the cursor here stays; what its consumers acknowledged
     before belongs to the old generation and is not claimed again."""
-    state = active(generation=3)
-    state.acked = at(6)
+    state = dataclasses.replace(active(generation=3), acked=at(6))
     taken = generations.take_claims(
         state, claimed(4, claims("b", 1)), index=None, now_wall=5.0, follow_rewinds=False
     )

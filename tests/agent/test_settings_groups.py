@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Mapping
 
 import pytest
 import yaml
@@ -15,7 +16,7 @@ from geosync_agent import settings_groups
 BASE = {"region": "a", "admin_url": "http://a:8080", "service_url": "pulsar://a:6650"}
 
 
-def write(tmp_path: pathlib.Path, settings: dict[str, object]) -> pathlib.Path:
+def write(tmp_path: pathlib.Path, settings: Mapping[str, object]) -> pathlib.Path:
     path = tmp_path / "agent.yaml"
     path.write_text(yaml.safe_dump(settings))
     return path
