@@ -76,6 +76,15 @@ class AgentView:
         return sum(n for n in found.values() if isinstance(n, int)) if isinstance(found, dict) else 0
 
     @property
+    def claims(self) -> str:
+        """What the agent's claims are made of: "acknowledgements" (only what consumers acknowledged
+        travels), "cursor" (a jump no consumer made travels too), or "-" (not said)."""
+        found = (self.state or {}).get("claims")
+        if not isinstance(found, dict) or "exact" not in found:
+            return "-"
+        return "acknowledgements" if found["exact"] is True else "cursor"
+
+    @property
     def stalled_replicators(self) -> list[dict[str, Any]]:
         """Pulsar's replicators out of this region that the agent saw hold a backlog and send nothing."""
         found = (self.state or {}).get("replicators_stalled") or []
@@ -101,6 +110,7 @@ class AgentView:
             "ready": self.ready,
             "error": self.error,
             "unresolved": self.unresolved,
+            "claims": self.claims,
             "replicators_stalled": self.stalled_replicators,
             "namespaces_without_retention": self.unretained,
             "held_deletions": self.held_deletions,

@@ -86,13 +86,14 @@ def status(
     def text(_d: dict[str, Any]) -> None:
         now = time.time()
         out = Console(width=200, highlight=False)
-        agents = Table("region", "agent", "alive", "ready", "note", title="agents")
+        agents = Table("region", "agent", "alive", "ready", "claims from", "note", title="agents")
         for name, view in obs.agents.items():
             agents.add_row(
                 name,
                 view.url or "-",
                 "yes" if view.alive else "NO",
                 "yes" if view.ready else "NO",
+                view.claims,
                 view.error or _unresolved_note(view.unresolved),
             )
         out.print(agents)

@@ -301,7 +301,7 @@ class AgentState:
             self.stats.inc(counter)
             self.rediscover.set()
 
-    def _claims_acknowledgements(self) -> bool:
+    def claims_acknowledgements(self) -> bool:
         """Whether claims are made of what consumers acknowledged (``claims_from: acknowledgements`` and a
         feed that reports it, decision 0015) rather than of the cursor."""
         return self.feed.acked and self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS

@@ -206,7 +206,7 @@ class Controlling(Indexing):
             message,
             index=None if ts is None else ts.tail.index,
             now_wall=now.wall,
-            follow_rewinds=not self._claims_acknowledgements(),
+            follow_rewinds=not self.claims_acknowledgements(),
         )
         if taken is generations.Taken.SUPERSEDED:
             self.stats.inc("claims_superseded")  # from before a rewind: they would undo it

@@ -383,7 +383,7 @@ class Observing(Controlling):
         tail, cursor = ts.tail, state.cursor
         # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what
         # consumers acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
-        exact = self._claims_acknowledgements()
+        exact = self.claims_acknowledgements()
         own = acknowledged.own_part(cursor, state.acked) if exact else cursor
         if tail.stale or self._behind_forgotten(ts, state, cursor):
             return  # the tail is read again first (next round): claims made now could leave entries out

@@ -31,6 +31,7 @@ def status(agent: Agent) -> dict[str, Any]:
         "ownership": None if agent.ownership is None else agent.ownership.status(time.monotonic()),
         "subscriptions": len(agent.subs),
         "capabilities": agent.caps.as_dict(),
+        "claims": claims_status(agent),
         "index_runs": sum(len(t.tail.index) for t in topics),
         "entry_details": sum(len(t.tail.details) for t in topics),
         "claim_spans": sum(
@@ -94,3 +95,17 @@ def status(agent: Agent) -> dict[str, Any]:
             if s.exists and (agent.ownership is None or s.topic in agent.topics)
         ],
     }
+
+
+def claims_status(agent: Agent) -> dict[str, Any]:
+    """What this region's claims are made of (decision 0015): ``exact`` when only what consumers
+    acknowledged travels, so a cursor jump no consumer made (skip, clear-backlog, expiry, a subscription
+    created at Latest) stays here."""
+    exact = agent.claims_acknowledgements()
+    if exact:
+        why = "what consumers acknowledged (the broker plugin's feed)"
+    elif agent.config.claims_from == "acknowledgements":
+        why = "the cursor: the broker plugin's feed reports no acknowledgements (no plugin, or an older one)"
+    else:
+        why = "the cursor (claims_from: cursor): a jump no consumer made is claimed too"
+    return {"setting": agent.config.claims_from, "exact": exact, "from": why}

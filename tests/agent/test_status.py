@@ -55,6 +55,22 @@ def test_status_reports_capabilities_and_subscriptions() -> None:
     assert a.agent.status()["synced"][0]["waiting"] == "its cursor has not been read here yet"
 
 
+def test_status_says_what_the_claims_are_made_of() -> None:
+    a, _b = pair()
+    claims = a.agent.status()["claims"]
+    assert (claims["setting"], claims["exact"]) == ("cursor", False)
+    a, _b = pair(claims_from="acknowledgements")  # the fake plugin's feed carries no ``acked``
+    claims = a.agent.status()["claims"]
+    assert (claims["setting"], claims["exact"]) == ("acknowledgements", False)
+    assert "reports no acknowledgements" in claims["from"]
+    a.agent.feed.acked = True  # as once a feed answer carried them (tests/sim runs that path end to end)
+    claims = a.agent.status()["claims"]
+    assert (claims["exact"], claims["from"]) == (
+        True,
+        "what consumers acknowledged (the broker plugin's feed)",
+    )
+
+
 def test_the_timeline_shows_long_rounds_with_their_steps_and_discovery_passes() -> None:
     a, _b = pair()
     a.agent.timeline = Timeline(at_least_s=0.0)  # every event, however short

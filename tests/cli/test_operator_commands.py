@@ -132,6 +132,29 @@ def test_status_shows_the_replicators_agents_report_stalled(
     assert data["agents"]["b"]["replicators_stalled"] == []
 
 
+def test_status_says_what_each_agents_claims_are_made_of(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from geoctl import observing
+    from geoctl.access import AgentView
+
+    agents = {
+        "a": AgentView(url="http://a", alive=True, ready=True, state={"claims": {"exact": True}}),
+        "b": AgentView(url="http://b", alive=True, ready=True, state={"claims": {"exact": False}}),
+        "c": AgentView(url="http://c", alive=True, ready=True, state={"claims": "garbage"}),
+    }
+    monkeypatch.setattr(
+        observing, "observe", lambda *_a, **_k: observing.Observation(rows=[], agents=agents, namespaces={})
+    )
+    code, out = run("status", "--topology", str(topology(tmp_path)), "-o", "json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert [data["agents"][r]["claims"] for r in "abc"] == ["acknowledgements", "cursor", "-"]
+    code, out = run("status", "--topology", str(topology(tmp_path)))
+    assert "claims from" in out
+    assert "acknowledgements" in out
+
+
 def test_status_warns_of_namespaces_that_keep_no_acknowledged_message(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
