@@ -31,6 +31,7 @@ from geosync_core import (
 )
 from geosync_core.capabilities import Capability
 from geosync_core.incarnations import Incarnation
+from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
@@ -123,9 +124,13 @@ class Controlling(Indexing):
         incarnation = tags.get(sender)
         if incarnation is None or sender == self.config.region:
             return
+        known = self.incarnations.get(sender)
+        # Asked before anything is learned: if a broker cannot answer, the round fails and the region's next
+        # envelope brings the news again.
+        ends = self._log_ends() if known is not None and incarnation > known else {}
         self.incarnations, replaced = self.incarnations.learn(sender, incarnation)
         if replaced is not None:
-            self._region_rebuilt(sender, replaced, incarnation, now)
+            self._region_rebuilt(sender, replaced, incarnation, now, ends)
         for key in [k for k in self.waiting if k[0] == sender]:
             if not self.incarnations.waits(*key, tagged=True):
                 messages = self.waiting.pop(key)
@@ -151,16 +156,35 @@ class Controlling(Indexing):
             if not self.waiting[key]:
                 del self.waiting[key]
 
-    def _region_rebuilt(self, region: str, old: Incarnation, new: Incarnation, now: Now) -> None:
+    def _log_ends(self) -> dict[str, Position | None]:
+        """The last entry each tracked topic holds now (``internalStats``; None: not known)."""
+        ends: dict[str, Position | None] = {}
+        for topic in self.topics:
+            try:
+                ends[topic] = reports.log_end(self.effector.call(calls.InternalStats(topic)))
+            except adm.AdminNotFound:
+                ends[topic] = None
+            if ends[topic] is None:
+                self.stats.inc("rebuilt_log_end_unknown")
+        return ends
+
+    def _region_rebuilt(
+        self, region: str, old: Incarnation, new: Incarnation, now: Now, ends: dict[str, Position | None]
+    ) -> None:
         """``region`` was wiped and rebuilt under its name: its new messages reuse the origin coordinates of
-        its old ones. Every claim held about its origins speaks of the old ones, and every entry indexed so
-        far with an origin there is an old one: both are renamed to the old incarnation's retired name, so
-        the old claims go on reaching the old messages (every region renames alike) and never the new ones."""
+        its old ones. Every claim held about its origins speaks of the old ones, and every entry of its
+        origins in this region's logs up to their ends now (``ends``) is an old one, read or not: the old life
+        replicated nothing after it was wiped, before the new one announced itself. Both are renamed to the
+        old incarnation's retired name, so the old claims go on reaching the old messages (every region
+        renames alike) and never the new ones. Renaming only what the tails had read let the entries a
+        stalled or restarted reader had not reached yet go by the region's plain name: claims about the new
+        life's messages then acknowledged them, and this region's claims about them reached the new life's
+        messages elsewhere (issue 45, case 2; ``tests/sim/test_issue45_rebuilt.py``)."""
         self.stats.inc("incarnations_changed")
         retired = incarnations.retired(region, old)
         runs = 0
-        for ts in self.topics.values():
-            runs += ts.tail.index.retire(region, retired)
+        for topic, ts in self.topics.items():
+            runs += ts.tail.index.retire(region, retired, upto=ends.get(topic))
             ts.tail.version += 1
             ts.tail.rewrites += 1
         for state in self.subs.values():
@@ -173,6 +197,15 @@ class Controlling(Indexing):
             if state.published is not None:
                 state.published = state.published.renamed(region, retired)
             state.translated = state.planned = None
+        # States queued before this round learned it are sealed with the incarnations known when they are
+        # sent: what they say of the region is about its old life.
+        self.outgoing = {
+            namespace: [
+                replace(m, acks=m.acks.renamed(region, retired)) if region in m.acks.origin_regions else m
+                for m in states
+            ]
+            for namespace, states in self.outgoing.items()
+        }
         log.warning(
             "region %s was rebuilt (incarnation %s, was %s): its old messages (%d index runs here) and the "
             "claims about them now go by %s, apart from its new ones",

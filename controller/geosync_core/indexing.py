@@ -22,8 +22,9 @@ Invariants:
   by origin for it doubled the index's memory); the number of runs is at most one more than the number of
   breaks in the stream (origin region switch, origin or local ledger switch, gap in origin entries);
 * ``truncate_below(p)`` forgets exactly the entries below ``p``;
-* after ``retire(r, name)`` no entry indexed so far, nor appended or filled later at or below the last
-  entry then, has an origin in region ``r``: they are named ``name`` (everything else is unchanged);
+* after ``retire(r, name, upto=u)`` no entry indexed so far, nor appended or filled later at or below the
+  greater of ``u`` and the last entry then, has an origin in region ``r``: they are named ``name``
+  (everything else is unchanged);
 * ``OriginIndex.from_wire(index.to_wire())`` answers every question as ``index`` does;
 * ``fill(p, o)`` records an entry the reader passed without indexing (its origin was named later): after
   it ``origin_of(p) == o`` and every other answer of ``origin_of`` is unchanged (the index answers as if
@@ -208,18 +209,21 @@ class OriginIndex:
         self._last = local
         self._runs = _extend(self._runs, local, origin)
 
-    def retire(self, region: str, name: str) -> int:
+    def retire(self, region: str, name: str, *, upto: Position | None = None) -> int:
         """``region`` was rebuilt under its name: every entry indexed so far with an origin there names a
         message of its old life, and goes by ``name`` from now on (also when appended again: a reader
-        replaying, a tail read again). Returns how many runs were renamed."""
-        if self._last is None:
+        replaying, a tail read again), and so does every entry of that origin appended later at or below
+        ``upto`` (the end of the local log when the rebuild was learned: entries the reader had not reached
+        yet). Returns how many runs were renamed."""
+        last = self._last if upto is None or (self._last is not None and self._last > upto) else upto
+        if last is None:
             return 0
         renamed = 0
         for i, run in enumerate(self._runs):
             if run.region == region:
                 self._runs[i] = replace(run, region=name)
                 renamed += 1
-        self._retired.append((region, self._last, name))
+        self._retired.append((region, last, name))
         return renamed
 
     def retirements(self) -> list[tuple[str, Position, str]]:

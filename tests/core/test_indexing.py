@@ -338,3 +338,23 @@ def test_a_retired_region_names_nothing_indexed_before_and_is_kept_apart_after(
     for local, origin in log:
         reread.append(local, origin)
     assert [reread.origin_of(p) for p, _ in log] == [index.origin_of(p) for p, _ in log]
+
+
+@settings(fast, max_examples=30)
+@given(local_logs(), st.sampled_from(REGIONS), st.integers(0, 200), st.integers(0, 200))
+def test_a_retirement_up_to_the_logs_end_names_what_the_reader_had_not_reached_yet(
+    log: list[tuple[Position, Origin]], region: str, read: int, end: int
+) -> None:
+    """Issue 45, case 2: the rebuild is learned when the reader has read ``read`` entries and the log holds
+    ``read + end``; every entry up to that end is the old life's, read or not."""
+    end = min(read + end, len(log))
+    index = indexed(log[:read])
+    upto = log[end - 1][0] if end else None
+    index.retire(region, f"{region}#old", upto=upto)
+    for local, origin in log[read:]:
+        index.append(local, origin)
+    for n, (local, origin) in enumerate(log):
+        old = n < max(end, read) and origin.region == region
+        assert index.origin_of(local) == (Origin(f"{region}#old", origin.position) if old else origin)
+    again = OriginIndex.from_wire(json.loads(json.dumps(index.to_wire())))
+    assert [again.origin_of(p) for p, _ in log] == [index.origin_of(p) for p, _ in log]

@@ -92,6 +92,18 @@ def last_ledger(internal: dict[str, Any]) -> int | None:
         return None
 
 
+def log_end(internal: dict[str, Any]) -> Position | None:
+    """The last entry a topic holds, from its ``internalStats`` (``lastConfirmedEntry``; ``L:-1`` for an empty
+    ledger); None where it is absent or not a position."""
+    text = internal.get("lastConfirmedEntry")
+    if not isinstance(text, str):
+        return None
+    try:
+        return Position.parse(text)
+    except ValueError:
+        return None
+
+
 def reloaded(before: int | None, ledger: int | None) -> bool:
     """Whether a topic that wrote to ledger ``before`` at the last poll and to ``ledger`` now was loaded
     again (a bundle moved, a broker restarted) or rolled over; an unknown ledger on either side says no."""
