@@ -206,6 +206,9 @@ class Controlling(Indexing):
             ]
             for namespace, states in self.outgoing.items()
         }
+        # A checkpoint at this round's end: an agent restored from an older one would learn of the rebuild
+        # again, when its logs may hold the new life's messages too (their ends have moved on).
+        self.checkpoint_at = min(self.checkpoint_at, now.mono)
         log.warning(
             "region %s was rebuilt (incarnation %s, was %s): its old messages (%d index runs here) and the "
             "claims about them now go by %s, apart from its new ones",

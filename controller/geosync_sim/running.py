@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import random
 import sys
 import threading
@@ -242,6 +243,7 @@ class Simulation:
         effector.on_sent = agent.on_sent
         if restore and region in self.checkpoints:
             agent.restore(self.checkpoints[region], now)
+        agent.checkpoint_at = math.inf  # this loop writes them (every CHECKPOINT_S, or when the agent asks)
         life = Life(region, agent, messaging, admin, phase, next_round=t + phase, next_discovery=t)
         if self.hook is not None:
             self.hook(life)
@@ -449,8 +451,10 @@ class Simulation:
         except Exception as e:  # the agent raised what a real round would crash on: a finding in itself
             self.checker.error(t, region, f"{type(e).__name__}: {e}")
             self.trace(f"{region}: agent error {traceback.format_exc(limit=3)}")
-        if int(t / CHECKPOINT_S) != int((t - ROUND_S) / CHECKPOINT_S):
+        asked = life.agent.checkpoint_at <= MONO0 + t
+        if asked or int(t / CHECKPOINT_S) != int((t - ROUND_S) / CHECKPOINT_S):
             self.checkpoints[region] = life.agent.checkpoint()
+            life.agent.checkpoint_at = math.inf
 
 
 def run(schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = None) -> Result:
