@@ -166,26 +166,29 @@ class _KeyHoles:
     a key's messages in log order). Without the later message's position there (it was acknowledged
     elsewhere), the order of first deliveries on the subscription stands in.
 
-    A message written twice in that region's log (a replicator resending after its broker's crash) is two
-    entries there, each acknowledged or not by itself: a copy left unacknowledged holds its key back in
-    that cursor although the other copy was acknowledged. So each copy counts as acknowledged when it was
-    acknowledged in that region (the acknowledgement that followed its delivery) or when the message was
-    acknowledged in another region, whichever came first (a message with one copy: its first
-    acknowledgement anywhere)."""
+    "Unacknowledged when consumers moved" is judged per entry of that region's log, at that time:
 
-    def __init__(self, events: list[Event], subs: dict[str, str]) -> None:
+    - A message written twice there (a replicator resending after its broker's crash) is two entries, each
+      acknowledged or not by itself: a copy left unacknowledged holds its key back although the other copy
+      was acknowledged.
+    - An entry is acknowledged there from the acknowledgement that followed a delivery of it until it is
+      delivered there again; an acknowledgement it was delivered again after was lost, at the first crash
+      (kill or freeze) of the region since just before it, if any (so an entry acknowledged, lost in a
+      crash, and left a hole when delivered again is unacknowledged).
+    - It also counts as acknowledged while the message is acknowledged in another region (sync carries
+      that), judged the same way there."""
+
+    def __init__(self, events: list[Event], subs: dict[str, str], windows: list[_Window]) -> None:
         # A key's messages are ordered within their origin only: two origins' copies interleave differently
         # in each region's log.
         self.key = {e["uid"]: (e.get("key"), e.get("region")) for e in events if e.get("ev") == "send"}
         self.first: dict[tuple[str, str], float] = {}
         self.pos: dict[tuple[str, str, str], tuple[int, ...]] = {}
         acked: dict[tuple[str, str], float] = {}
-        # Per (sub, region, uid): the first acknowledgement there, and each copy's own (the acknowledgement
-        # that followed its delivery: the history writes a delivery's ack or hole right after it).
-        acked_in: dict[tuple[str, str, str], float] = {}
-        copies: dict[tuple[str, str, str], set[tuple[int, ...]]] = defaultdict(set)
-        copy_acked: dict[tuple[str, str, tuple[int, ...]], float] = {}
-        last_copy: dict[tuple[str, str, str], tuple[int, ...]] = {}
+        # Each entry's deliveries in a region, in order: [delivered at, acknowledged at (None: a hole)].
+        deliveries: dict[tuple[str, str, tuple[int, ...]], list[list[Any]]] = defaultdict(list)
+        entries: dict[tuple[str, str, str], set[tuple[int, ...]]] = defaultdict(set)
+        last: dict[tuple[str, str, str], tuple[int, ...] | None] = {}
         for e in events:
             if e.get("ev") not in {"recv", "ack"} or subs.get(e["sub"]) != "Key_Shared":
                 continue
@@ -193,45 +196,77 @@ class _KeyHoles:
             here = (e["sub"], e["region"], e["uid"])
             if e.get("ev") == "ack":
                 acked.setdefault(at, float(e["t"]))
-                acked_in.setdefault(here, float(e["t"]))
-                if here in last_copy:
-                    copy_acked.setdefault((e["sub"], e["region"], last_copy[here]), float(e["t"]))
+                where = last.get(here)
+                if where is not None and deliveries[(e["sub"], e["region"], where)][-1][1] is None:
+                    deliveries[(e["sub"], e["region"], where)][-1][1] = float(e["t"])
                 continue
             where = _position(e.get("msg_id"))
+            last[here] = where
             if where is not None:
                 self.pos.setdefault(here, where)
-                copies[here].add(where)
-                last_copy[here] = where
-            else:
-                last_copy.pop(here, None)
+                entries[here].add(where)
+                deliveries[(e["sub"], e["region"], where)].append([float(e["t"]), None])
             self.first.setdefault(at, float(e["t"]))
         never = float("inf")
-        regions_acked: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-        for (sub, region, uid), t in acked_in.items():
-            regions_acked[(sub, uid)][region] = t
-
-        def elsewhere(sub: str, region: str, uid: str) -> float:
-            times = regions_acked.get((sub, uid), {})
-            return min((t for r, t in times.items() if r != region), default=never)
-
-        # Per key, messages in order (by first delivery; by position in each region), each with the
-        # latest first-acknowledgement time among it and those before it: a key is blocked at time T
-        # before message m when that running maximum just before m exceeds T.
+        crashes: dict[str, list[float]] = defaultdict(list)
+        for w in windows:
+            if w.kind in CRASH_KINDS:
+                for region in w.regions:
+                    crashes[region].append(w.start)
+        # Per (sub, region, entry): the spans of time it was acknowledged there.
+        self.spans: dict[tuple[str, str, tuple[int, ...]], list[tuple[float, float]]] = {}
+        for (sub, region, where), seen in deliveries.items():
+            spans = []
+            for i, (_, ack_t) in enumerate(seen):
+                if ack_t is None:
+                    continue
+                until = seen[i + 1][0] if i + 1 < len(seen) else never
+                lost = [c for c in crashes[region] if ack_t - CRASH_MARGIN_S <= c <= until]
+                spans.append((ack_t, min([until, *lost])))
+            self.spans[(sub, region, where)] = spans
+        self.entries = entries
+        self.regions_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for sub, region, uid in entries:
+            self.regions_of[(sub, uid)].add(region)
+        # Per (sub, region, key): the entries in log order, each with its message.
+        by_pos: dict[tuple[str, str, Any], list[tuple[tuple[int, ...], str]]] = defaultdict(list)
+        for (sub, region, uid), found in entries.items():
+            for where in found:
+                by_pos[(sub, region, self.key.get(uid))].append((where, uid))
+        self.by_pos = {k: sorted(v) for k, v in by_pos.items()}
+        self._earliest_hole: dict[tuple[str, str, Any, float], tuple[int, ...] | None] = {}
+        # Per key, messages in order of first delivery, each with the latest first-acknowledgement time among
+        # those before it: a key is blocked at time T before message m when that maximum exceeds T.
         by_first: dict[tuple[str, Any], list[tuple[Any, str]]] = defaultdict(list)
         for (sub, uid), t in self.first.items():
             by_first[(sub, self.key.get(uid))].append(((t, uid), uid))
         self.first_order = {k: _running(sorted(v), k[0], acked, never) for k, v in by_first.items()}
-        # Per key and region, every copy in log order, with the time it counts as acknowledged.
-        by_pos: dict[tuple[str, str, Any], list[tuple[tuple[int, ...], float]]] = defaultdict(list)
-        for (sub, region, uid), found in copies.items():
-            other = elsewhere(sub, region, uid)
-            for where in found:
-                if len(found) == 1:
-                    own = acked_in.get((sub, region, uid), never)
-                else:
-                    own = copy_acked.get((sub, region, where), never)
-                by_pos[(sub, region, self.key.get(uid))].append((where, min(own, other)))
-        self.pos_order = {k: _peaks(sorted(v)) for k, v in by_pos.items()}
+
+    def _acked(self, sub: str, region: str, where: tuple[int, ...], uid: str, at: float) -> bool:
+        """Whether the entry ``where`` of ``uid`` in ``region`` counted as acknowledged there at ``at``."""
+        if any(s <= at < e for s, e in self.spans.get((sub, region, where), ())):
+            return True
+        return any(
+            s <= at < e
+            for other in self.regions_of[(sub, uid)] - {region}
+            for copy in self.entries[(sub, other, uid)]
+            for s, e in self.spans.get((sub, other, copy), ())
+        )
+
+    def _hole(self, sub: str, region: str, key: Any, at: float) -> tuple[int, ...] | None:
+        """The first entry of ``key`` in ``region``'s log that was unacknowledged there at ``at``."""
+        found = self._earliest_hole.get((sub, region, key, at), ())
+        if found == ():
+            found = next(
+                (
+                    w
+                    for w, uid in self.by_pos.get((sub, region, key), ())
+                    if not self._acked(sub, region, w, uid, at)
+                ),
+                None,
+            )
+            self._earliest_hole[(sub, region, key, at)] = found
+        return found
 
     def blocked(self, sub: str, uid: str, source: str, moved_at: float) -> bool:
         """Whether an earlier message of ``uid``'s key was unacknowledged when consumers left ``source``
@@ -239,8 +274,8 @@ class _KeyHoles:
         key = self.key.get(uid)
         here = self.pos.get((sub, source, uid))
         if here is not None:
-            order, peaks = self.pos_order[(sub, source, key)]
-            return peaks[bisect.bisect_left(order, here)] > moved_at
+            hole = self._hole(sub, source, key, moved_at)
+            return hole is not None and hole < here
         mine = self.first.get((sub, uid))
         if mine is None:
             return False
@@ -258,17 +293,6 @@ def _running(
         keys.append(order)
         peaks.append(peak)
         peak = max(peak, acked.get((sub, uid), never))
-    return keys, peaks
-
-
-def _peaks(ordered: list[tuple[tuple[int, ...], float]]) -> tuple[list[tuple[int, ...]], list[float]]:
-    """The positions in order, and for each the latest acknowledgement time of the copies strictly before
-    it."""
-    keys, peaks, peak = [], [], float("-inf")
-    for where, when in ordered:
-        keys.append(where)
-        peaks.append(peak)
-        peak = max(peak, when)
     return keys, peaks
 
 
@@ -313,12 +337,14 @@ def _written_twice(events: Iterable[Event]) -> set[str]:
     return {uid for (uid, _), found in ids.items() if len(found) > 1}
 
 
-def _duplicates(events: list[Event], subs: dict[str, str], summary: Summary) -> list[tuple[str, float, str]]:
-    """Classify every duplicate; each one's (subscription, time, cause)."""
+def _duplicates(
+    events: list[Event], subs: dict[str, str], summary: Summary
+) -> list[tuple[str, float, str, str]]:
+    """Classify every duplicate; each one's (subscription, time, cause, message)."""
     failovers = [e for e in events if e.get("ev") == "failover"]
-    holes = _KeyHoles(events, subs)
-    found: list[tuple[str, float, str]] = []
     windows = _faults(events)
+    holes = _KeyHoles(events, subs, windows)
+    found: list[tuple[str, float, str, str]] = []
     twice = _written_twice(events)
     first_ack: dict[tuple[str, str], Event] = {}
     causes: Counter[str] = Counter()
@@ -339,7 +365,7 @@ def _duplicates(events: list[Event], subs: dict[str, str], summary: Summary) -> 
                 cause = "written-twice"
             cause = cause or UNEXPLAINED
             causes[cause] += 1
-            found.append((e["sub"], float(e["t"]), cause))
+            found.append((e["sub"], float(e["t"]), cause, e["uid"]))
             if cause == UNEXPLAINED and len(examples) < EXAMPLES:
                 examples.append(
                     f"{e['uid']} on {e['sub']}: acknowledged in {acked['region']} at {acked['t']:.1f} s, "
@@ -354,19 +380,33 @@ def _duplicates(events: list[Event], subs: dict[str, str], summary: Summary) -> 
 
 
 def _final_moves(
-    failovers: list[Event], subs: dict[str, str], found: list[tuple[str, float, str]], summary: Summary
+    failovers: list[Event],
+    subs: dict[str, str],
+    found: list[tuple[str, float, str, str]],
+    summary: Summary,
+    acked_in: dict[tuple[str, str, str], float],
 ) -> None:
     """Once every fault is healed and producers stopped, each final move must be judged safe. A Key_Shared
     move is judged safe once only the per-key minimum is left (``failover check``'s
-    ``key_order_duplicates``: what invariant 6 forbids carrying); its ``key-order`` duplicates after it
-    must then be no more than that minimum. A check that gave no such figure (before it judged Key_Shared
-    by it) may have left a Key_Shared move not safe by the per-key rule alone: that move passes when the
-    duplicates it caused (``key-order`` or ``failover-not-settled`` after it) are no more than the check
-    predicted, or all ``key-order``."""
+    ``key_order_duplicates``: what invariant 6 forbids carrying of what the region left acknowledged); its
+    ``key-order`` duplicates after it of messages acknowledged in that region must then be no more than that
+    minimum. Others may follow, of messages acknowledged only in a region left before and held back there
+    (an earlier move's minimum, when the region in between delivered nothing before the final move). A
+    check that gave no such figure (before it judged Key_Shared by it) may have left a Key_Shared move not
+    safe by the per-key rule alone: that move passes when the duplicates it caused (``key-order`` or
+    ``failover-not-settled`` after it) are no more than the check predicted, or all ``key-order``."""
     for f in failovers:
         if f.get("phase") != "final":
             continue
-        after = [cause for sub, t, cause in found if sub == f["sub"] and t >= f["t"]]
+        after = [cause for sub, t, cause, _ in found if sub == f["sub"] and t >= f["t"]]
+        from_source = sum(
+            1
+            for sub, t, cause, uid in found
+            if sub == f["sub"]
+            and t >= f["t"]
+            and cause == "key-order"
+            and acked_in.get((sub, f["from"], uid), float("inf")) <= float(f.get("closed_at") or f["t"])
+        )
         caused = sum(1 for c in after if c in {"key-order", "failover-not-settled"})
         check = f.get("check") or {}
         predicted = check.get("duplicates")
@@ -378,12 +418,14 @@ def _final_moves(
             "seen": len(after),
             "caused": caused,
             "key_order": key_order,
+            "key_order_from_source": from_source,
             "key_order_minimum": minimum,
         }
-        if isinstance(minimum, int) and key_order > minimum:
+        if isinstance(minimum, int) and from_source > minimum:
             summary.violations.append(
-                f"{f['sub']}: {key_order} key-order duplicate(s) after the final failover from {f['from']} "
-                f"to {f['to']}, more than the per-key minimum failover check computed ({minimum})"
+                f"{f['sub']}: {from_source} key-order duplicate(s) after the final failover from {f['from']} "
+                f"to {f['to']} of messages acknowledged in {f['from']}, more than the per-key minimum "
+                f"failover check computed ({minimum})"
             )
         if f["settled"] or (
             subs.get(f["sub"]) == "Key_Shared"
@@ -502,6 +544,10 @@ def check(events: list[Event]) -> Summary:
         summary.violations.append("the history has no end: the run did not finish its final drain")
     _losses(events, subs, summary)
     _order(events, subs, summary)
-    _final_moves(failovers, subs, _duplicates(events, subs, summary), summary)
+    acked_in: dict[tuple[str, str, str], float] = {}
+    for e in events:
+        if e.get("ev") == "ack":
+            acked_in.setdefault((e["sub"], e["region"], e["uid"]), float(e["t"]))
+    _final_moves(failovers, subs, _duplicates(events, subs, summary), summary, acked_in)
     _policies(events, summary)
     return summary

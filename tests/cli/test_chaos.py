@@ -302,6 +302,55 @@ def test_a_copy_written_twice_and_left_unacknowledged_holds_its_key_back() -> No
     assert h.check().duplicates == {"unexplained": 1, "written-twice": 1}  # c-u-0's first copy again in b
 
 
+def test_an_acknowledgement_a_crash_lost_does_not_count_against_the_key_hole_it_left() -> None:
+    """Lab seed 7194 (cd11d7c): a's broker was killed; a-u-403 (key k1), acknowledged in a before, came
+    again in a and was left a hole, so a's cursor held k1 back when consumers left a, and a-u-432's
+    acknowledgement (made after the restart) was rightly not carried. The checker took a-u-403's first
+    acknowledgement for its state when they left."""
+    h = H().send("a-u-0").send("a-u-1")
+    h.got("key-shared", "a", "a-u-0", msg_id="(45,1,-1,-1)")
+    h.fault("broker-kill", "a")
+    h.got("key-shared", "a", "a-u-0", ack=False, msg_id="(45,1,-1,-1)")  # the crash lost its acknowledgement
+    h.got("key-shared", "a", "a-u-1", msg_id="(57,2,-1,-1)")
+    h.failover("key-shared", "a", "c", quiescent=True, settled=True)
+    h.got("key-shared", "c", "a-u-1", msg_id="(55,9,-1,-1)")
+    assert h.check().duplicates == {"broker-crash": 1, "key-order": 1}
+
+
+def test_an_acknowledgement_elsewhere_a_crash_lost_does_not_fill_the_key_hole() -> None:
+    """Lab seed 66174 (cd11d7c): a-b-310 (key k4) was acknowledged in a, a's broker was killed before sync
+    carried that, and b's consumers left it a hole after the move, so b held k4 back and a-b-458's
+    acknowledgement in b was rightly not carried; a delivered both again. The checker counted a's lost
+    acknowledgement as carried to b."""
+    h = H().send("a-b-0").send("a-b-1")
+    h.got("key-shared", "a", "a-b-0", msg_id="(84,1,-1,0)")
+    h.fault("broker-kill", "a")
+    h.failover("key-shared", "a", "b", quiescent=True, settled=False)
+    h.got("key-shared", "b", "a-b-0", ack=False, msg_id="(84,2,-1,0)")
+    h.got("key-shared", "b", "a-b-1", msg_id="(84,3,-1,0)")
+    h.failover("key-shared", "b", "a", quiescent=True, settled=True)
+    h.got("key-shared", "a", "a-b-0", msg_id="(84,1,-1,0)")  # a's acknowledgement was lost
+    h.got("key-shared", "a", "a-b-1", msg_id="(97,5,-1,0)")
+    assert h.check().duplicates == {"broker-crash": 2, "key-order": 1}
+
+
+def test_the_per_key_minimum_of_a_final_move_bounds_what_the_region_left_had_acknowledged() -> None:
+    """Lab seed 53524 (cd11d7c): consumers moved a -> b at the end of the run and on to c 10 ms later, b's
+    having delivered nothing; c then delivered again what a had held back (the a -> b check's minimum) as
+    well as b's (the final check's). Only the latter is the final move's minimum."""
+    h = H().send("a-b-0").send("a-b-1")
+    h.got("key-shared", "a", "a-b-0", ack=False).got("key-shared", "a", "a-b-1")
+    h.failover("key-shared", "a", "b", quiescent=True, settled=True)
+    h.failover("key-shared", "b", "c", quiescent=True, settled=True, phase="final")
+    h.events[-1].update(verdict="safe", check={"duplicates": 0, "key_order_duplicates": 0})
+    h.got("key-shared", "c", "a-b-0").got("key-shared", "c", "a-b-1")
+    summary = h.check()
+    assert summary.duplicates == {"key-order": 1}
+    move = summary.final_moves["key-shared"]
+    assert (move["key_order"], move["key_order_from_source"], move["key_order_minimum"]) == (1, 0, 0)
+    assert not any("per-key minimum" in v for v in summary.violations), summary.violations
+
+
 def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
     h = _both(H().send("a-b-0"), "a-b-0").got("shared", "a", "a-b-0")
     assert H.check(h).duplicates == {"unexplained": 1}
