@@ -116,7 +116,7 @@ def test_a_peer_restarted_without_its_checkpoint_after_the_news_keeps_the_new_li
     """The same as above with b's checkpoint lost: b's new agent reads the control topic from its earliest
     message, learns of the old c and then of the new one, and retires every entry of c up to its logs' ends,
     the new c's messages among them; the old claims then acknowledge one a's consumers hold (``loss`` in b).
-    Found by the ``rebuilds`` profile too (seeds 17 and 54: 2 of 100 schedules)."""
+    Found by the ``rebuilds`` profile too (seed 17, 1 of 100 schedules)."""
     result = rebuilt_while_behind(
         Step(15.0, "hole", (0, 30.0)), Step(17.0, "crash", ("b", False, 2.0)), stall=False
     )
