@@ -328,13 +328,29 @@ def _crashed(windows: list[_Window], regions: set[str], acked_at: float, seen_at
     )
 
 
-def _written_twice(events: Iterable[Event]) -> set[str]:
-    """Messages seen in one region under two different message ids: two copies in the topic."""
+def _written_twice(events: list[Event]) -> set[str]:
+    """Messages stored twice in a region's topic: seen there under two message ids, or seen at a position
+    after a later message of the same producer. Geo-replication and the producer keep a producer's order in
+    every region's log, so only a second copy (a replicator's or the producer's resend after a crash) comes
+    after a later message; its first copy may never have been delivered there, being acknowledged already."""
+    sent = {e["uid"]: (e.get("producer"), e.get("seq")) for e in events if e.get("ev") == "send"}
     ids: dict[tuple[str, str], set[str]] = defaultdict(set)
+    seen_at: dict[tuple[str, Any], set[tuple[tuple[int, ...], int, str]]] = defaultdict(set)
     for e in events:
         if e.get("ev") == "recv" and e.get("msg_id"):
             ids[(str(e["uid"]), str(e["region"]))].add(str(e["msg_id"]))
-    return {uid for (uid, _), found in ids.items() if len(found) > 1}
+            producer, seq = sent.get(e["uid"], (None, None))
+            where = _position(e["msg_id"])
+            if where is not None and producer is not None and seq is not None:
+                seen_at[(str(e["region"]), producer)].add((where, int(seq), str(e["uid"])))
+    twice = {uid for (uid, _), found in ids.items() if len(found) > 1}
+    for found in seen_at.values():
+        highest = -1
+        for _, seq, uid in sorted(found):
+            if seq < highest:
+                twice.add(uid)
+            highest = max(highest, seq)
+    return twice
 
 
 def _duplicates(

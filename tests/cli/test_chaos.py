@@ -374,6 +374,25 @@ def test_a_message_written_twice_may_be_delivered_twice() -> None:
     assert h.check().duplicates == {"written-twice": 1}
 
 
+def test_a_copy_after_a_later_message_of_its_producer_was_written_twice() -> None:
+    """Lab seed 4844 (cd11d7c): c's broker was killed for 37 s; its replicator then sent b again entries b
+    already had (their first copies acknowledged there by sync, never delivered), and b's consumers got
+    the second copies, after c-u-510 of the same producer: stored twice, though seen there once."""
+    h = H().send("c-u-0").send("c-u-1")
+    h.got("shared", "a", "c-u-0").got("shared", "a", "c-u-1", ack=False)
+    h.failover("shared", "a", "b", quiescent=True, settled=True)
+    h.got("shared", "b", "c-u-1", msg_id="(184,20,-1,-1)")
+    h.got("shared", "b", "c-u-0", msg_id="(184,30,-1,-1)")
+    assert h.check().duplicates == {"written-twice": 1}
+    h = H().send("c-u-0").send("c-u-1")
+    h.got("shared", "a", "c-u-0").got("shared", "a", "c-u-1", ack=False)
+    h.failover("shared", "a", "b", quiescent=True, settled=True)
+    h.got("shared", "b", "c-u-0", msg_id="(184,10,-1,-1)").got(
+        "shared", "b", "c-u-1", msg_id="(184,20,-1,-1)"
+    )
+    assert h.check().duplicates == {"unexplained": 1}, "in its producer's order: no sign of a second copy"
+
+
 def test_key_shared_first_deliveries_keep_each_producers_key_order() -> None:
     h = H().send("a-b-0").send("a-b-1").send("b-u-0")
     for uid in ("a-b-0", "a-b-1", "b-u-0"):
