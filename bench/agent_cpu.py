@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from geosync_agent import collector
-from geosync_agent.runtime import Now
+from geosync_agent.runtime import read_now
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -70,6 +70,7 @@ def build(topics: list[str], subs: int) -> tuple[Harness, Harness]:
             b.cursors[(topic, f"s{s}")] = AckState.of(Position(500 + i, -1))
     ha, hb = Harness.build(a), Harness.build(b)
     for h in (ha, hb):
+        h.metered = True  # plans and publishes timed, and heavy ones paused, as in production
         h.discover()
         h.step()
     for i, topic in enumerate(topics):
@@ -93,7 +94,7 @@ def apply_walks(h: Harness, topics: list[str], ledgers: list[int], grown: dict[s
             h.region.topics[topic].append(p)
             h.messaging.deliver(topic, message(topic, p))
             grown[topic] += 1
-        now = Now.read()
+        now = read_now()
         agent.index(now)
         started = time.process_time()
         agent.apply(now)

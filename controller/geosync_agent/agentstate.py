@@ -12,18 +12,21 @@ Two seams go the other way and are declared here: ``_perform`` (carry out effect
 
 Only the loop's thread reads or writes this state (see ``runtime``). The decisions that need no I/O are in
 ``geosync_agent.core``; moving the rest there is the plan of ``docs/decisions/0001-sans-io-agent.md``.
+
+This module and the parts read no clock, draw no random number and start no thread (an import-linter
+contract and ``tests/agent/test_shell_only.py`` keep them so): the time comes with each round's ``Now``, the
+cost of work from its meters, the random draws from ``rng``, all given by the shell (``runtime.read_now``,
+``supervising``), so the simulator runs them as they are (``docs/simulation.md``).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from geosync_agent import (
     checkpointing,
@@ -62,21 +65,42 @@ from geosync_core.origins import OriginAcks
 log = logging.getLogger("geosync.agent")
 
 
+def _stands_still() -> float:
+    return 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Now:
     """The time a round read once: monotonic seconds for intervals, wall seconds for what people see and
-    for what travels between regions."""
+    for what travels between regions; and the shell's meters, for what the round's work costs as it goes
+    (``runtime.read_now`` gives the machine's). Without meters (tests, the simulator) no work costs
+    anything: no CPU, and no time passes within the round."""
 
     mono: float
     wall: float
+    cpu: Callable[[], float] = _stands_still
+    """The loop thread's CPU seconds (``time.thread_time``): a plan or a publish is timed with it, and a
+    subscription whose last one was heavy is paused (``core.pauses``). CPU, not wall time: on a saturated
+    machine a switch of the interpreter's lock alone (5 ms) made any plan look heavy."""
+    clock: Callable[[], float] | None = None
+    """The monotonic clock ``mono`` was read from (``time.monotonic``), for ``since``."""
 
     @property
     def wall_ms(self) -> int:
         return int(self.wall * 1000)
 
-    @classmethod
-    def read(cls) -> Now:
-        return cls(time.monotonic(), time.time())
+    def since(self) -> float:
+        """Seconds since ``mono`` on the clock (0 without one): how long the round's work has taken so far."""
+        return 0.0 if self.clock is None else self.clock() - self.mono
+
+
+class Draws(Protocol):
+    """The random draws the agent makes (pacing phases, snapshot ids): ``random.Random`` from the composition
+    root, a seeded one in the simulator."""
+
+    def random(self) -> float: ...
+
+    def getrandbits(self, k: int, /) -> int: ...
 
 
 @dataclass
@@ -119,7 +143,8 @@ class AgentState:
         rediscover: threading.Event,
         wake: threading.Event,
         first_seq: int,
-        rng: random.Random | None = None,
+        rng: Draws,
+        started_ms: int = 0,
         allocator: Allocator | None = None,
         collections: Collections | None = None,
         incarnation: Incarnation | None = None,
@@ -147,7 +172,7 @@ class AgentState:
         self.discovered = discovered
         self.rediscover = rediscover
         self.wake = wake
-        self.rng = rng or random.Random()
+        self.rng = rng
         self.seq = first_seq
         """Strictly increasing across restarts (the composition root starts it at the wall clock in µs)."""
         self.stats = Stats()
@@ -184,6 +209,7 @@ class AgentState:
             interval_s=config.snapshot_interval_s,
             timeout_s=config.snapshot_timeout_s,
             first_seq=first_seq,
+            new_id=lambda: f"{self.rng.getrandbits(128):032x}",
         )
         self.feed = Feed()
         self.rediscover_at = 0.0
@@ -240,7 +266,9 @@ class AgentState:
         what a slow acknowledgement's sync overlapped."""
         if collections is not None:
             collections.timeline = self.timeline
-        self.started_ms = int(time.time() * 1000)
+        self.started_ms = started_ms
+        """Wall milliseconds the agent started at (the composition root's clock; 0: any time): control
+        messages sent before are history read again, and their transit times are not counted."""
         self.checkpoint_path = checkpointing.path_in(config.state_dir) if config.state_dir else None
         self.checkpoint_at = 0.0
         self.checkpoint_info: dict[str, Any] = {}

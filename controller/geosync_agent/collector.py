@@ -25,7 +25,8 @@ What ``tune`` does, unless ``GEOSYNC_GC_THRESHOLD`` says otherwise (``"700,10,10
   counts what each generation found) wait for the next full collection, which bounds them.
 
 ``Collections`` counts the collections per generation, their longest pause and their total (``/state``,
-``gc``), and puts pauses long enough into the agent's timeline (``/state``, ``timeline``).
+``gc``), and puts pauses long enough into the agent's timeline (``/state``, ``timeline``). Part of the shell
+(decision 0001): it times collections on the machine's clock, and the loop calls ``after_round``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import time
 from collections import deque
 from dataclasses import replace
 
@@ -105,7 +104,7 @@ class Controlling(Indexing):
             return
         if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
             # Until now, not the round's start: a message may be taken late in the round (``receive again``).
-            self.transit_ms.add(int(time.time() * 1000) - opened.sent_at_ms)
+            self.transit_ms.add(int((now.wall + now.since()) * 1000) - opened.sent_at_ms)
         self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)
@@ -360,13 +359,14 @@ class Controlling(Indexing):
             return None
         return dict(self.incarnations.by_region)
 
-    def on_sent(self, ok: bool) -> None:
-        # On the client's thread: only count and note the time (single assignments). A lost state goes out
-        # again at the next change, or at the resync that follows once sends work again (``observe``).
+    def on_sent(self, ok: bool, at: float) -> None:
+        """A control message went out (``ok``) or was lost, at monotonic time ``at`` (the ``Effector`` tells,
+        on the client's thread: only count and note the time, single assignments). A lost state goes out
+        again at the next change, or at the resync that follows once sends work again (``poll``)."""
         if ok:
             self.publish_failing_since = None
         else:
             self.stats.inc("publish_errors")
             self.sends_lost = True
             if self.publish_failing_since is None:
-                self.publish_failing_since = time.monotonic()
+                self.publish_failing_since = at

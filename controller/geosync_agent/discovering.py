@@ -3,7 +3,9 @@
 Admin calls only (per namespace the broker plugin's list of its loaded topics where it answers, each other
 topic's stats), on its own task with its own admin client; each pass is handed to the sync loop as one
 ``Discovered`` value through a ``Latest`` mailbox (the loop takes the newest pass, older ones are dropped),
-so the loop never waits on per-topic admin calls and nothing is shared but the mailbox.
+so the loop never waits on per-topic admin calls and nothing is shared but the mailbox. The task itself, its
+clock and its waits, is the shell's (``supervising.discover``): a pass is given the time it starts at, so the
+simulator runs passes as they are.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import functools
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from geosync_adapters import admin as adm
@@ -205,11 +206,11 @@ TopicViews = Callable[[str], Mapping[str, Mapping[str, Any]]]
 class PluginTopics:
     """The broker plugin's topic lists (``Admin.plugin_topics``) as discovery reads them: one call per
     namespace instead of one stats read per topic. A broker without the endpoint (an older plugin, or none)
-    or refusing it is not asked again for REPROBE_S; any other failure answers nothing for this pass. An
-    empty answer only means every topic is read from its stats."""
+    or refusing it is not asked again for REPROBE_S (on ``clock``, monotonic seconds); any other failure
+    answers nothing for this pass. An empty answer only means every topic is read from its stats."""
 
     admin: Admin
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float]
     refused_at: float | None = None
 
     def __call__(self, namespace: str) -> Mapping[str, Mapping[str, Any]]:
@@ -237,11 +238,10 @@ def scan(
     owns: Callable[[str], bool] | None = None,
     views: TopicViews | None = None,
 ) -> Discovered:
-    """One discovery pass (see the module docstring), started at monotonic time ``now`` (default: the
-    clock's). ``owns``: sharding by ownership, only the topics it names are read and reported in ``topics``
-    (``listed`` has them all). ``views``: the plugin's topic lists (``PluginTopics``); a topic they list is
-    not read from its stats."""
-    scanned_at = time.monotonic() if now is None else now
+    """One discovery pass (see the module docstring), started at monotonic time ``now`` (None: unknown, and
+    its absences delete nothing: see ``Discovered.scanned_at``). ``owns``: sharding by ownership, only the
+    topics it names are read and reported in ``topics`` (``listed`` has them all). ``views``: the plugin's
+    topic lists (``PluginTopics``); a topic they list is not read from its stats."""
     namespaces = synced_namespaces(admin, config)
     topics: list[str] = []
     listed: list[str] = []
@@ -273,7 +273,7 @@ def scan(
         namespaces=namespaces,
         topics=tuple(topics),
         subscriptions=subscriptions,
-        scanned_at=scanned_at,
+        scanned_at=now,
         listed=None if owns is None else tuple(listed),
         replicators=links,
         unretained=unretained(admin, namespaces),
@@ -287,34 +287,6 @@ def subscriptions_of(config: AgentConfig, topic: str, stats: Mapping[str, Any]) 
         for name, sub in (stats.get("subscriptions") or {}).items()
         if sub.get("isDurable", True) and synced(config, topic, name)
     }
-
-
-def discover(
-    admin: Admin,
-    config: AgentConfig,
-    out: Latest[Discovered],
-    *,
-    stop: threading.Event,
-    again: threading.Event,
-    on_outcome: Callable[[Exception | None], None],
-    owns: Callable[[str], bool] | None = None,
-) -> None:
-    """The discovery task: a pass every ``discover_interval_s`` or when ``again`` is set, until ``stop``;
-    each pass's outcome (None: it succeeded) goes to ``on_outcome``. ``owns``: as for ``scan``. Where the
-    agent uses the broker plugin (``plugin_cursors``), its topic lists replace the stats of the topics they
-    list (``PluginTopics``)."""
-    views = PluginTopics(admin) if config.plugin_cursors else None
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            found = scan(admin, config, now=started, owns=owns, views=views)
-        except (adm.AdminError, OSError) as e:
-            on_outcome(e)
-        else:
-            out.put(replace(found, took_s=time.monotonic() - started))
-            on_outcome(None)
-        again.wait(pass_wait(config.discover_interval_s, time.monotonic() - started))
-        again.clear()
 
 
 def pass_wait(interval_s: float, took_s: float) -> float:

@@ -4,12 +4,15 @@ The runtime decides (with the core's pure functions) and describes what must hap
 ``Effector`` performs them through the ports, in parallel where they are independent (a bounded pool, one
 admin client per worker thread), and answers with outcome values. It never touches the runtime's state:
 the runtime folds outcomes back in on its own thread, so nothing the runtime owns is written concurrently.
+
+The shell: it may read the clock (``clock``, for when a send completed) and uses threads (the pool's).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
@@ -103,14 +106,17 @@ class Effector:
         admin_factory: Callable[[], Admin],
         messaging: Messaging,
         pool: Executor,
-        on_sent: Callable[[bool], None] = lambda ok: None,
+        on_sent: Callable[[bool, float], None] = lambda ok, at: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._admin_factory = admin_factory
         self._local = threading.local()
         self.messaging = messaging
         self.pool = pool
         self.on_sent = on_sent
-        """Called on the client's thread when a send completed (True) or failed."""
+        """Called on the client's thread when a send completed (True) or failed, and when (``clock``)."""
+        self.clock = clock
+        """Monotonic seconds (the simulator's virtual ones under simulation)."""
         self.producers: dict[str, Producer] = {}
 
     def call(self, call: calls.Call[T]) -> T:
@@ -190,8 +196,11 @@ class Effector:
             producer = self.messaging.producer(effect.topic)
             self.producers[effect.topic] = producer
         producer.send_async(
-            effect.data, self.on_sent, properties=effect.properties, replication_clusters=effect.replicate_to
+            effect.data, self._sent, properties=effect.properties, replication_clusters=effect.replicate_to
         )
+
+    def _sent(self, ok: bool) -> None:
+        self.on_sent(ok, self.clock())
 
     def _plugin_acks(self, batch: list[PluginAck]) -> list[Outcome]:
         try:

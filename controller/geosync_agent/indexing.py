@@ -37,6 +37,7 @@ class Indexing(Tracking):
         # cursors spare). Found absent, every topic is polled at once (``_read_feed``).
         feed = self.caps.usable(Capability.PLUGIN_FEED, now=now.mono)
         grown: list[str] = []
+        self.origin_lookups.now = now.mono  # the time of the lookups the resolver makes while draining
         self.origin_lookups.prefetch(ts.tail for ts in self.topics.values())
         for topic, ts in self.topics.items():
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed

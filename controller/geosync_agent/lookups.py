@@ -6,13 +6,13 @@ asks these lookups: first the interceptor's origin index, one call covering a wh
 (its answers kept per topic, with the first entry it still records), and otherwise the entry's own
 headers through the admin API, one call per entry. Every call goes through the ``Effector``.
 
-Only the loop's thread uses it, the pool's workers included while the loop waits on them (``prefetch``).
+Only the loop's thread uses it, the pool's workers included while the loop waits on them (``prefetch``). It
+reads no clock: the resolver's questions carry no time, so the round that drains the tails sets ``now``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 
 from geosync_adapters import admin as adm
@@ -57,6 +57,8 @@ class OriginLookups:
         """Per topic, the first entry the interceptor's index still records (learned when asked below it)."""
         self.asked: dict[str, tuple[float, Position]] = {}
         """Per topic, when the interceptor's index was last asked and from which entry."""
+        self.now = 0.0
+        """The monotonic time of the round asking (set by the index step before it drains the tails)."""
 
     def forget(self, topic: str) -> None:
         """``topic`` is no longer read here: what was asked and answered for it goes."""
@@ -121,7 +123,7 @@ class OriginLookups:
     def _plugin_run(self, topic: str, local: Position) -> OriginRun | None:
         """The broker interceptor's run covering ``local``: one call covers a whole stretch of the topic,
         where the fallback costs one admin call per entry. None where it has no record or no plugin."""
-        now = time.monotonic()
+        now = self.now
         if not self.config.plugin_index or not self.caps().usable(Capability.PLUGIN_INDEX, now=now):
             return None
         floor = self.floor.get(topic)
@@ -178,7 +180,7 @@ class OriginLookups:
         begin with a replicated batched entry its runs do not cover. Draining asks topic after topic
         otherwise, the round waiting for each answer in turn: on a busy two-core region, a third of the
         round's time (py-spy, 1,000 acks/s over 10 topics, BENCHMARKS.md)."""
-        now = time.monotonic()
+        now = self.now
         if not self.config.plugin_index or self.caps().get(Capability.PLUGIN_INDEX) is not True:
             return  # unknown yet: the first drain learns it, one call
 

@@ -9,7 +9,6 @@ claim decided (``geosync_core.claiming``) and queued when it changed, to be seal
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -426,9 +425,10 @@ class Observing(Controlling):
                     state.acked,
                 )
                 key_order = None
-        # The cost is the loop thread's CPU, not the wall time: on a saturated machine a GIL switch alone
-        # (5 ms) made any publish or plan look heavy, and the pauses grew with every one counted so.
-        started = time.thread_time()
+        # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL
+        # switch alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one
+        # counted so.
+        started = now.cpu()
         claim = claiming.decide(
             tail.index,
             own,
@@ -465,7 +465,7 @@ class Observing(Controlling):
             # that Pulsar 4.0.8's replicator then failed to read 1,000 at a time, for good.
             sent = claim.claims.news_since(state.published)
             self.stats.inc("states_sent_as_news")
-        state.publish_took = took = time.thread_time() - started
+        state.publish_took = took = now.cpu() - started
         note_heavy(self.heavy_publishes_by, state, took)
         state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
         self.outgoing.setdefault(namespace, []).append(

@@ -1,4 +1,7 @@
-"""Recent samples of a latency, summarised as percentiles for ``/state`` and the benchmarks."""
+"""Recent samples of a latency, summarised as percentiles for ``/state`` and the benchmarks.
+
+Part of the shell (decision 0001): ``PhaseTimes`` reads the machine's clock, for the loop's step timings.
+"""
 
 from __future__ import annotations
 

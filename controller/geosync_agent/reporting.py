@@ -2,7 +2,8 @@
 
 Kept apart from the agent so that the sync state and the decisions made from it say nothing about how they
 are shown. Read from the HTTP thread while the loop runs: it copies what it iterates (a list of a dict the
-loop may change meanwhile) and holds no lock the loop waits on.
+loop may change meanwhile) and holds no lock the loop waits on. Part of the shell (decision 0001): it reads
+the clock for what it shows.
 """
 
 from __future__ import annotations

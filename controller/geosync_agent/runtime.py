@@ -25,7 +25,11 @@ from here.
 Only the loop's thread reads or writes the agent's state. Reader listeners only put into queues, the
 discovery task only fills a mailbox, the effector's pool only calls ports and returns values (and opens
 readers, each worker a tail of its own while the loop waits: see ``reading``), and the HTTP endpoint only
-reads ``status()``. Time is read once per round (``Now``) and passed down.
+reads ``status()``. Time is read once per round (``read_now``) and passed down.
+
+This module is the shell's loop: ``run`` and ``read_now`` read the machine's clocks, and ``round`` times each
+step for /state. The parts below it read no clock, draw no random number and start no thread (see
+``agentstate``): what they need of time comes in the ``Now`` they are given, with its meters.
 
 The agent is being split into a pure core and this shell (``docs/decisions/0001-sans-io-agent.md``): the
 decisions that need no I/O are in ``geosync_agent.core`` (subscription state, generations of claims,
@@ -70,7 +74,7 @@ class Agent(Saving):
         ends, failed or not (the watchdog's heartbeat: ``geosync_agent.watching``)."""
         log.info("agent for region %s starting (admin %s)", self.config.region, self.config.admin_url)
         while not stop.is_set():
-            now = Now.read()
+            now = read_now()
             cpu_before = time.thread_time()
             try:
                 self.round(now)
@@ -155,7 +159,7 @@ class Agent(Saving):
         self.ready = True
         self.round_done_at = now.mono
         if self.checkpoint_path is not None and now.mono >= self.checkpoint_at:
-            self.save_checkpoint(background=True, at=now.mono)
+            self.save_checkpoint(now, background=True)
             # Taking the state is the loop's, and encoding it holds the interpreter's lock: together they
             # get at most CHECKPOINT_SHARE of the time. (At 500,000 entries a soak's checkpoints took 19-28 s
             # each, one after the other, and the loop's rounds waited 20-50 s.)
@@ -203,14 +207,14 @@ class Agent(Saving):
             parts_failing=self.parts_failing,
         )
 
-    def close(self) -> None:
+    def close(self, now: Now) -> None:
         """Write a last checkpoint and close readers (producers and the client belong to the effector and
         the composition root)."""
         try:
-            self.land_writes(Now.read())
+            self.land_writes(now)
         except Exception as e:  # the checkpoint is written all the same: those writes are planned again
             log.warning("the last cursor writes' outcomes were not read: %s", e)
-        self.save_checkpoint()
+        self.save_checkpoint(now)
         for ts in self.topics.values():
             ts.tail.close()
         for tail in self.controls.values():
@@ -223,4 +227,10 @@ class Agent(Saving):
         return reporting.status(self)
 
 
-__all__ = ["ROUND_ERRORS", "Agent", "Now", "Stats", "TopicState"]
+def read_now() -> Now:
+    """The machine's time for a round, with the meters of the thread that reads it (the loop's): its CPU
+    and the monotonic clock."""
+    return Now(time.monotonic(), time.time(), cpu=time.thread_time, clock=time.monotonic)
+
+
+__all__ = ["ROUND_ERRORS", "Agent", "Now", "Stats", "TopicState", "read_now"]

@@ -8,7 +8,6 @@ round. The wire forms of its parts are ``core.checkpoint``'s and the tails' own.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,14 +38,14 @@ class Saving(Writing):
 
     # -- checkpoint (see geosync_agent.checkpointing) ----------------------------------------------
 
-    def save_checkpoint(self, *, background: bool = False, at: float | None = None) -> None:
+    def save_checkpoint(self, now: Now, *, background: bool = False) -> None:
         """Write the checkpoint now (a failure is logged and counted; the next one tries again). The state
         is taken on the loop's thread (the only one that reads it); with ``background`` it is encoded,
         compressed and written by the checkpoint writer (``checkpointing.Writer``; a second or more at 10,000
         subscriptions on a busy machine, which the rounds no longer wait for), and skipped while the previous
         one is still waiting or being written (the next interval writes a newer one). Without, it waits for
-        that one and writes now. A periodic one (``background``; ``at`` the round's monotonic time) is skipped
-        while the state looks unchanged, for at most tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S."""
+        that one and writes now. A periodic one (``background``) is skipped while the state looks unchanged,
+        for at most tuning.CHECKPOINT_UNCHANGED_MAX_AGE_S. How long it took is measured on ``now``'s clock."""
         if self.checkpoint_path is None:
             return
         writer = self.checkpoint_writer
@@ -55,8 +54,7 @@ class Saving(Writing):
                 self.stats.inc("checkpoints_skipped")
                 return
             writer.wait()
-        started = time.monotonic()
-        at = started if at is None else at
+        started, at = now.since(), now.mono
         fingerprint, held = self.checkpoint_fingerprint()
         seen = self.checkpoint_seen
         if (
@@ -74,11 +72,13 @@ class Saving(Writing):
             self.stats.inc("checkpoint_errors")
             log.warning("cannot take the checkpoint: %s", e)
             return
-        taken = self.checkpoint_taken_s = time.monotonic() - started
+        taken = self.checkpoint_taken_s = now.since() - started
         if background:
-            writer.offer(lambda: self._write_checkpoint(state, started, taken))  # not busy: checked above
+            writer.offer(
+                lambda: self._write_checkpoint(state, now, started, taken)
+            )  # not busy: checked above
         else:
-            self._write_checkpoint(state, started, taken)
+            self._write_checkpoint(state, now, started, taken)
 
     def _acks_wire(self, acks: OriginAcks) -> dict[str, Any]:
         """``acks`` as the checkpoint writes them, encoded once for as long as they do not change (claims are
@@ -88,9 +88,11 @@ class Saving(Writing):
         self.acks_wire_next[id(acks)] = (acks, wire)
         return wire
 
-    def _write_checkpoint(self, state: Callable[[], dict[str, Any]], started: float, taken: float) -> None:
+    def _write_checkpoint(
+        self, state: Callable[[], dict[str, Any]], now: Now, started: float, taken: float
+    ) -> None:
         """Encode and write ``state`` (by the checkpoint writer or on the loop's thread: it only counts and
-        assigns)."""
+        assigns), taken ``started`` seconds after ``now``."""
         assert self.checkpoint_path is not None
         try:
             size = checkpointing.save(self.checkpoint_path, region=self.config.region, state=state())
@@ -100,15 +102,15 @@ class Saving(Writing):
             log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
             return
         self.stats.inc("checkpoints_written")
-        self.checkpoint_cost_s = time.monotonic() - started
-        self.timeline.add("checkpoint", started, self.checkpoint_cost_s, in_loop_s=round(taken, 3))
+        cost = self.checkpoint_cost_s = now.since() - started
+        self.timeline.add("checkpoint", now.mono + started, cost, in_loop_s=round(taken, 3))
         # The largest temporary buffers (the state's JSON and its compressed copy) were just freed.
         self.allocator.trim()
         self.checkpoint_info = {
             "bytes": size,
-            "seconds": round(time.monotonic() - started, 4),
+            "seconds": round(cost, 4),
             "taken_in_loop_seconds": round(taken, 4),
-            "at": time.time(),
+            "at": now.wall + started + cost,
         }
 
     def checkpoint_fingerprint(self) -> tuple[Any, list[object]]:

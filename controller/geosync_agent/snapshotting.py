@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,9 +106,12 @@ class Snapshotting:
         interval_s: float,
         timeout_s: float,
         first_seq: int,
+        new_id: Callable[[], str],
         max_cached: int = MAX_CACHED,
     ) -> None:
         self.region = region
+        self.new_id = new_id
+        """A fresh snapshot id (drawn from the agent's ``rng``: this module draws no random number)."""
         self.keys = keys
         self.namespaces = tuple(namespaces)
         self.interval_s = interval_s
@@ -257,7 +259,7 @@ class Snapshotting:
         if not remotes or now < state.next_start or version == state.last_completed_version:
             return out
         state.builder, effects = snapshots.start(
-            uuid.uuid4().hex, source=self.region, remotes=remotes, now_ms=now_ms
+            self.new_id(), source=self.region, remotes=remotes, now_ms=now_ms
         )
         state.last_started_version = version
         state.next_start = now + self.interval_s

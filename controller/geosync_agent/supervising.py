@@ -13,24 +13,31 @@ fails /healthz and ends the process (``geosync_agent.watching``).
 Shutdown, in order: stop and join the sync loop and discovery, then the mirror, then the HTTP endpoint;
 then the agent's last checkpoint (after any its writer was still writing) and the writer; then close readers,
 producers, the admin pool and the Pulsar client.
+
+Part of the shell, with ``runtime``'s loop, the ``Effector``, the checkpoint writer, serving, reporting,
+watching and the collector: only these read clocks, draw random numbers (``rng``, the agent's given here) or
+start threads. The parts (``agentstate`` and those built on it) are given what they need of them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from geosync_adapters import admin as adm
 from geosync_agent import allocator, checkpointing, collector, discovering, incarnating, serving, watching
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
+from geosync_agent.ports import Admin
 from geosync_agent.recent import CallTimes
-from geosync_agent.runtime import Agent, Now
+from geosync_agent.runtime import Agent, read_now
 from geosync_core.errors import PermanentError
 from geosync_core.incarnations import Incarnation
 
@@ -109,7 +116,7 @@ def resume(agent: Agent) -> bool:
         with building:
             state = checkpointing.load(path, region=agent.config.region)
             if state is not None:
-                agent.restore(state, Now.read())
+                agent.restore(state, read_now())
                 return True
     except (checkpointing.CheckpointError, ValueError) as e:
         agent.stats.inc("checkpoint_rejected")
@@ -154,6 +161,8 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         rediscover=rediscover,
         wake=wake,
         first_seq=time.time_ns() // 1000,
+        rng=random.Random(),
+        started_ms=time.time_ns() // 10**6,
         allocator=memory,
         collections=collections,
         incarnation=_incarnation(config),
@@ -168,8 +177,8 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         agent, mirror, liveness=lambda: supervisor.liveness(watchdog), watchdog=watchdog
     )
 
-    def discover() -> None:
-        discovering.discover(
+    def discovery() -> None:
+        discover(
             config.admin_client(timeout=10.0, on_call=calls.add),
             config,
             discovered,
@@ -179,7 +188,7 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
             owns=None if agent.ownership is None else agent.ownership.owns,
         )
 
-    supervisor.spawn("discovery", discover)
+    supervisor.spawn("discovery", discovery)
     supervisor.spawn("sync-loop", lambda: agent.run(stop, progress=watchdog.watch("sync-loop", sync).beat))
     supervisor.spawn("checkpoint-writer", lambda: checkpoints.run(stop))
     if mirror is not None:
@@ -201,12 +210,40 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
         if server is not None:
             server.shutdown()
             server.server_close()
-        agent.close()
+        agent.close(read_now())
         supervisor.join("checkpoint-writer")
         effector.close()
         pool.shutdown(wait=True, cancel_futures=True)
         messaging.close()
     return 1 if supervisor.given_up else 0
+
+
+def discover(
+    admin: Admin,
+    config: AgentConfig,
+    out: discovering.Latest[discovering.Discovered],
+    *,
+    stop: threading.Event,
+    again: threading.Event,
+    on_outcome: Callable[[Exception | None], None],
+    owns: Callable[[str], bool] | None = None,
+) -> None:
+    """The discovery task: a pass (``discovering.scan``) every ``discover_interval_s`` or when ``again`` is
+    set, until ``stop``; each pass's outcome (None: it succeeded) goes to ``on_outcome``. ``owns``: as for
+    ``scan``. Where the agent uses the broker plugin (``plugin_cursors``), its topic lists replace the stats
+    of the topics they list (``discovering.PluginTopics``)."""
+    views = discovering.PluginTopics(admin, clock=time.monotonic) if config.plugin_cursors else None
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            found = discovering.scan(admin, config, now=started, owns=owns, views=views)
+        except (adm.AdminError, OSError) as e:
+            on_outcome(e)
+        else:
+            out.put(replace(found, took_s=time.monotonic() - started))
+            on_outcome(None)
+        again.wait(discovering.pass_wait(config.discover_interval_s, time.monotonic() - started))
+        again.clear()
 
 
 def _incarnation(config: AgentConfig) -> Incarnation | None:

@@ -10,7 +10,6 @@ cursor writes (landed at the next round's start by ``land_writes``), gate admin-
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
 
 from geosync_agent import effects as fx
@@ -177,7 +176,7 @@ class Writing(Observing):
                 # nobody consumes anywhere would otherwise be planned over its whole backlog every round).
                 plan = syncing.ApplyPlan(None, ())
             else:
-                started = time.thread_time()  # its CPU, as for publishes (``_publish``)
+                started = now.cpu()  # its CPU, as for publishes (``_publish``)
                 plan = syncing.plan_apply(
                     ts.tail.index,
                     state.cursor,
@@ -187,7 +186,7 @@ class Writing(Observing):
                     budget=tailing.LOG_WINDOW,
                 )
                 self.stats.inc("plans_made")
-                state.plan_took = took = time.thread_time() - started
+                state.plan_took = took = now.cpu() - started
                 note_heavy(self.heavy_plans, state, took)
                 state.plan_after = now.mono + plan_wait(took, heavy=heavy)
             state.planned_nothing = plan.is_empty and plan.complete and plan.blocked_by is None

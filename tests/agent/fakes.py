@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -428,6 +429,9 @@ class Harness:
     messaging: FakeMessaging
     agent: Agent
     clock: float = 1000.0
+    metered: bool = False
+    """Rounds carry the machine's meters (``runtime.read_now``'s, the clock's from ``clock`` on): plans,
+    publishes and checkpoints are timed as in production. Without (the default), no work costs anything."""
 
     @classmethod
     def build(cls, region: FakeRegion, **settings: Any) -> Harness:
@@ -466,7 +470,14 @@ class Harness:
 
     def step(self, seconds: float = 1.0) -> None:
         self.clock += seconds
-        self.agent.round(Now(self.clock, self.clock))
+        self.agent.round(self.now())
+
+    def now(self) -> Now:
+        """The harness's time (see ``metered``)."""
+        if not self.metered:
+            return Now(self.clock, self.clock)
+        began = time.monotonic() - self.clock
+        return Now(self.clock, self.clock, cpu=time.thread_time, clock=lambda: time.monotonic() - began)
 
     def sent_on(self, topic: str) -> list[bytes]:
         producer = self.messaging.producers.get(topic)

@@ -94,7 +94,7 @@ def test_a_damaged_or_foreign_checkpoint_is_refused(
 
 def restarted(h: Harness, tmp_path: pathlib.Path) -> Harness:
     """``h``'s region with a new agent that resumed from the checkpoint ``h``'s agent wrote at shutdown."""
-    h.agent.close()
+    h.agent.close(h.now())
     again = Harness.build(h.region, state_dir=str(tmp_path))
     assert supervising.resume(again.agent)
     again.clock = h.clock
@@ -168,7 +168,7 @@ def test_a_checkpoint_that_no_longer_matches_its_topic_rebuilds_that_topic(tmp_p
 
 def test_a_corrupted_checkpoint_is_refused_loudly_and_the_agent_rebuilds(tmp_path: pathlib.Path) -> None:
     _, b = pair(state_dir=str(tmp_path))
-    b.agent.close()
+    b.agent.close(b.now())
     path = checkpointing.path_in(str(tmp_path))
     path.write_bytes(path.read_bytes()[:-3])
     again = Harness.build(b.region, state_dir=str(tmp_path))
@@ -205,7 +205,7 @@ def test_rounds_hand_the_checkpoint_to_the_writer(tmp_path: pathlib.Path) -> Non
     b.region.consumer_acks(TOPIC, SUB, [B_LOG[0]])
     b.step(b.config.checkpoint_interval_s + 1)  # a cursor moved: a new state, waiting
     assert writer.busy()
-    b.agent.close()
+    b.agent.close(b.now())
     assert not writer.busy()
     assert b.agent.stats.counters["checkpoints_written"] == written + 3
     assert checkpointing.load(path, region="b") == b.agent.checkpoint()
@@ -246,12 +246,12 @@ def test_claims_are_encoded_once_while_they_do_not_change(tmp_path: pathlib.Path
     carry(a, b)
     b.step()
     state = b.agent.subs[(TOPIC, SUB)]
-    b.agent.save_checkpoint()
+    b.agent.save_checkpoint(b.now())
     first = b.agent.checkpoint()["subscriptions"]
     (item,) = [s for s in first if s["name"] == SUB]
     assert item["received"] == envelopes.acks_to_json(state.received)
     assert item["received"] is b.agent.acks_wire[id(state.received)][1]  # from the last checkpoint
-    b.agent.save_checkpoint()
+    b.agent.save_checkpoint(b.now())
     assert b.agent.checkpoint()["subscriptions"] == first
     assert len(b.agent.acks_wire) <= 2 * len(b.agent.subs)  # only what the last checkpoint held
     assert checkpointing.load(checkpointing.path_in(str(tmp_path)), region="b") is not None
@@ -263,6 +263,7 @@ def test_a_checkpoint_slow_to_take_is_taken_less_often(
     """Taking the state is the loop's time: the next checkpoint waits at least 1 / CHECKPOINT_SHARE times as
     long as the last one took (at least checkpoint_interval_s)."""
     _, b = pair(state_dir=str(tmp_path), checkpoint_interval_s=0.01)
+    b.metered = True  # the loop's time, as the machine's clock tells it
     real = runtime.Agent.checkpoint_later
 
     def slow(agent: runtime.Agent) -> Callable[[], dict[str, Any]]:
@@ -277,7 +278,7 @@ def test_a_checkpoint_slow_to_take_is_taken_less_often(
     assert taken >= 0.05
     # At least: the previous checkpoint's whole cost (its encoding, on a loaded machine) may ask for longer.
     assert b.agent.checkpoint_at >= b.clock + taken / tuning.CHECKPOINT_SHARE - 1e-9
-    b.agent.close()
+    b.agent.close(b.now())
 
 
 def test_a_checkpoint_slow_to_encode_and_write_is_taken_less_often(
@@ -286,6 +287,7 @@ def test_a_checkpoint_slow_to_encode_and_write_is_taken_less_often(
     """Encoding on the checkpoint's thread holds the interpreter's lock: the loop waits on it as on its own
     work, so its whole time counts (a soak's checkpoints at 500,000 entries took 19-28 s, back to back)."""
     _, b = pair(state_dir=str(tmp_path), checkpoint_interval_s=0.01)
+    b.metered = True  # the whole cost, as the machine's clock tells it
     wait_for_writer(b)  # the pair's last checkpoint, written at full speed
     real = checkpointing.save
 
@@ -300,7 +302,7 @@ def test_a_checkpoint_slow_to_encode_and_write_is_taken_less_often(
     cost = b.agent.checkpoint_cost_s
     assert cost >= 0.2
     assert b.agent.checkpoint_at >= b.clock + cost / tuning.CHECKPOINT_SHARE - 1e-6
-    b.agent.close()
+    b.agent.close(b.now())
 
 
 def test_a_restart_keeps_what_the_budget_forgot_and_does_not_read_the_topic_again(
@@ -318,7 +320,7 @@ def test_a_restart_keeps_what_the_budget_forgot_and_does_not_read_the_topic_agai
     assert b.agent.subs[(TOPIC, SUB)].parked
     floor = b.agent.topics[TOPIC].tail.budget_floor
     assert floor is not None
-    b.agent.close()
+    b.agent.close(b.now())
     again = Harness.build(b.region, state_dir=str(tmp_path), max_tracked_entries=4)
     assert supervising.resume(again.agent)
     again.clock = b.clock
@@ -341,7 +343,7 @@ def test_close_writes_the_checkpoint_even_when_the_last_writes_outcomes_fail(tmp
     for h in (a, b):  # both agents write into tmp_path: none may be writing while b closes
         wait_for_writer(h)
     written = b.agent.stats.counters["checkpoints_written"]
-    b.agent.close()
+    b.agent.close(b.now())
     assert b.agent.writes_in_flight is None
     assert b.agent.stats.counters["checkpoints_written"] == written + 1
 

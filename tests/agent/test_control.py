@@ -3,11 +3,10 @@ misplaced), transit times, two agents of one region, claims split, paced and res
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from geosync_agent.core import tuning
+from geosync_agent.runtime import Now
 from geosync_core import envelopes
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
@@ -48,10 +47,10 @@ def test_tampered_and_replayed_control_messages_change_nothing() -> None:
 
 def test_a_control_messages_transit_is_measured_when_it_is_taken_not_when_the_round_began() -> None:
     """A message may be taken late in a round (``receive again``, after the polls): its transit is from its
-    send to when it was taken, on the wall clock (the fake's rounds run at 1,000 s: a transit measured
-    from the round's start would come out negative by decades)."""
+    send to when it was taken, the round's wall time and what its clock says has passed since (``Now``)."""
     _, b = pair()
-    sent_ms = int(time.time() * 1000) - 400
+    b.clock += 1.0
+    sent_ms = int(b.clock * 1000) - 400  # 400 ms before the round began
     b.agent.started_ms = sent_ms - 1000  # sent after the agent started: not history read again
     envelope = envelopes.Envelope(
         kind=envelopes.ACK_STATES,
@@ -63,9 +62,9 @@ def test_a_control_messages_transit_is_measured_when_it_is_taken_not_when_the_ro
     b.messaging.deliver(
         CONTROL, message(CONTROL, Position(78, 0), data=envelopes.seal(KEYS["a"].signer, envelope))
     )
-    b.step()
+    b.agent.round(Now(b.clock, b.clock, clock=lambda: b.clock + 2.5))  # taken 2.5 s into the round
     transit = b.agent.status()["control_transit_ms"]
-    assert 400 <= transit["p50"] < 60_000
+    assert transit["p50"] == 2_900
 
 
 def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_nor_guard() -> None:
@@ -230,10 +229,10 @@ def test_resyncs_stretch_with_the_subscriptions_and_come_soon_after_lost_sends(
     carry(a, b)
     a.step(a.config.resync_interval_s + 1)  # the configured period passed: no resync yet
     assert states_sent(a) == []
-    a.agent.on_sent(False)  # a send was lost (the client's thread reports it) ...
+    a.agent.on_sent(False, a.clock)  # a send was lost (the client's thread reports it) ...
     a.step(1.0)
     assert states_sent(a) == []  # ... and sending has not worked since: nothing to make good yet
-    a.agent.on_sent(True)
+    a.agent.on_sent(True, a.clock)
     a.step(0.1)
     a.step(tuning.RESYNC_AFTER_LOSS_S)
     assert [name for name, _ in states_sent(a)] == [SUB], "republished soon after the lost send"

@@ -45,7 +45,7 @@ def scan(r: FakeRegion, views: discovering.TopicViews | None) -> discovering.Dis
 def test_the_plugins_list_gives_what_the_stats_give_without_reading_them() -> None:
     by_stats, by_list = region(), region()
     expected = scan(by_stats, None)
-    found = scan(by_list, discovering.PluginTopics(AdminView(by_list)))
+    found = scan(by_list, discovering.PluginTopics(AdminView(by_list), clock=lambda: 1.0))
     assert (found.subscriptions, found.replicators, found.topics) == (
         expected.subscriptions,
         expected.replicators,
@@ -61,7 +61,7 @@ def test_the_plugins_list_gives_what_the_stats_give_without_reading_them() -> No
 def test_topics_the_list_leaves_out_are_read_from_their_stats() -> None:
     r = region()
     r.not_loaded = {TOPICS[1]}  # another broker has it
-    found = scan(r, discovering.PluginTopics(AdminView(r)))
+    found = scan(r, discovering.PluginTopics(AdminView(r), clock=lambda: 1.0))
     assert r.stats_reads == [TOPICS[1]]
     assert set(found.subscriptions) == set(TOPICS)
     assert found.subscriptions[TOPICS[1]] == {"billing": (1, "Shared"), "audit-1": (0, "Shared")}

@@ -27,6 +27,7 @@ def _snapshotting(max_cached: int = MAX_CACHED) -> Snapshotting:
         interval_s=1.0,
         timeout_s=30.0,
         first_seq=0,
+        new_id=map(str, itertools.count()).__next__,
         max_cached=max_cached,
     )
 

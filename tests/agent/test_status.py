@@ -174,10 +174,10 @@ def test_readiness_reflects_failing_publishes() -> None:
     a, _ = pair()
     started = time.monotonic()
     a.agent.round_done_at = started
-    a.agent.on_sent(False)
+    a.agent.on_sent(False, started)
     assert a.agent.readiness(started + 1)[0]
     ok, why = a.agent.readiness(started + 16)
     assert not ok
     assert "control message" in why
-    a.agent.on_sent(True)
+    a.agent.on_sent(True, started + 16)
     assert a.agent.readiness(started + 16)[0]

@@ -293,6 +293,7 @@ def test_a_costly_plan_waits_before_it_is_made_again_for_cursor_moves_but_not_fo
     monkeypatch.setattr(tuning, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
     monkeypatch.setattr(tuning, "MAX_PLAN_WAIT_S", 5.0)
     a, b = pair()
+    b.metered = True  # plans timed with the round's CPU meter
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[0]])
     a.step()
     carry(a, b)
@@ -554,6 +555,7 @@ def test_a_copy_read_after_the_claim_that_names_it_is_applied_at_once_even_while
     monkeypatch.setattr(tuning, "PLAN_WAIT_FACTOR", 1e9)  # every plan counts as costly
     monkeypatch.setattr(tuning, "MAX_PLAN_WAIT_S", 60.0)
     a, b = pair()
+    b.metered = True  # plans timed with the round's CPU meter
     newest = Position(5, 6)
     a.region.topics[TOPIC].append(newest)
     a.messaging.deliver(TOPIC, message(TOPIC, newest))

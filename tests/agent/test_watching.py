@@ -25,7 +25,7 @@ import yaml
 from geosync_adapters import admin as adm
 from geosync_adapters import signing
 from geosync_agent import serving, supervising, watching
-from geosync_agent.runtime import Now
+from geosync_agent.runtime import Now, read_now
 from tests.agent.fakes import FakeRegion, Harness
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -206,7 +206,7 @@ def _get(url: str) -> tuple[int, str]:
 def test_healthz_fails_while_a_loop_is_stuck_and_the_metrics_say_how_long() -> None:
     h = Harness.build(FakeRegion("a", {"geo/ab": ["a", "b"]}), metrics_port=_free_port())
     h.discover()
-    h.agent.round(Now.read())
+    h.agent.round(read_now())
     clock = Clock()
     dog = watching.Watchdog(limit_s=120.0, clock=clock)
     sync = dog.watch("sync-loop")
