@@ -229,7 +229,9 @@ class SimAdmin:
             else None  # handed over all the same, not read (``Feed.from_wire(acked=False)``)
         )
         self.r.acked.clear()
-        return pluginapi.Feed(f"{self.r.name}-epoch-{self.r.life}", self.r.feed_seq, reports, blocks)
+        return pluginapi.Feed(
+            f"{self.r.name}-epoch-{self.r.life}-{self.r.loads}", self.r.feed_seq, reports, blocks
+        )
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
         self._need_plugin()

@@ -174,6 +174,8 @@ class Simulation:
         self.restarts: list[tuple[float, str, bool]] = []
         self.rebuilds: list[tuple[float, str, list[str]]] = []
         """(when, region, topics whose consumers were connected there): wiped regions coming back."""
+        self.takeovers: list[tuple[float, str, list[str]]] = []
+        """(when, region, topics whose consumers were connected there): killed brokers' topics taken over."""
         self.producers_at: dict[str, float] = {}
         """When a rebuilt region's producers start again."""
         self.dup_until = 0.0
@@ -313,6 +315,38 @@ class Simulation:
         elif step.kind == "rebuild":
             region, down, producers = a
             self._wipe(str(region), float(down), float(producers))  # type: ignore[arg-type]
+        elif step.kind == "kill":
+            region, seconds = a
+            self._kill(str(region), float(seconds))  # type: ignore[arg-type]
+
+    def _kill(self, region: str, seconds: float) -> None:
+        """The broker owning the region's topics dies with its sidecar agent; ``seconds`` later (its session
+        expired, the bundle looked up) another broker loads them and its sidecar takes over: an agent with no
+        checkpoint of them (it read the control topic all along: a fresh agent reads it again from the
+        earliest). Consumers connected there reconnect to the new owner."""
+        w = self.world
+        if w.regions[region].down(w.now) or any(r == region for _, r, _ in self.takeovers):
+            return
+        life = self.lives.get(region)
+        if life is not None:
+            life.messaging.close()
+        self.lives[region] = None
+        self.restarts = [x for x in self.restarts if x[1] != region]
+        here = [app for app in self.apps.apps.values() if app.region == region]
+        for app in here:
+            self.apps.disconnect(app)
+        self.takeovers.append((w.now + seconds, region, [app.topic for app in here]))
+        self.checker.disturbance(w.now, w.now + seconds + 10.0, "agent-down")
+
+    def _take_over(self, region: str, t: float, topics: list[str]) -> None:
+        self.world.reload(region)
+        n = list(self.schedule.regions).index(region)
+        self.lives[region] = self._start(region, t, restore=False, phase=n * 0.01)
+        moving = {id(app) for _, app, _ in self.pending_connects}
+        for app in self.apps.apps.values():
+            if app.topic in topics and app.region is None and id(app) not in moving:
+                self.apps.connect(app, region)
+        self.trace(f"{region}: another broker's sidecar took the topics over")
 
     def _wipe(self, region: str, down: float, producers: float) -> None:
         """The region is wiped with its agent and the agent's checkpoint; its consumers lose their broker and
@@ -409,6 +443,9 @@ class Simulation:
             for due, region, topics in [x for x in self.rebuilds if x[0] <= t]:
                 self.rebuilds.remove((due, region, topics))
                 self._rebuilt(region, t, topics)
+            for due, region, topics in [x for x in self.takeovers if x[0] <= t]:
+                self.takeovers.remove((due, region, topics))
+                self._take_over(region, t, topics)
             for due, region, checkpointed in [x for x in self.restarts if x[0] <= t]:
                 self.restarts.remove((due, region, checkpointed))
                 n = list(self.schedule.regions).index(region)

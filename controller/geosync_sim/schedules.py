@@ -18,7 +18,10 @@ Step kinds (``args``):
 * ``rebuild`` (region, seconds down, seconds): the region is wiped (topics, cursors, its agent and the agent's
   checkpoint) and rebuilt under its name, its new ledger ids colliding with the old ones; its producers start
   again that many seconds after its agent;
-* ``stall`` (region, seconds): the region's readers of data topics are dispatched nothing for that long.
+* ``stall`` (region, seconds): the region's readers of data topics are dispatched nothing for that long;
+* ``kill`` (region, seconds): the broker owning the region's topics dies with its sidecar agent; that much
+  later another broker loads them (batch indexes of partly acknowledged entries forgotten) and its sidecar
+  takes over.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ import random
 from dataclasses import dataclass, replace
 
 KINDS = ("Shared", "Key_Shared", "Failover", "Exclusive")
-PROFILES = ("clean", "faults", "jumps", "rebuilds")
+PROFILES = ("clean", "faults", "jumps", "rebuilds", "takeovers")
 """``clean``: traffic and failovers; ``faults``: and control faults and agent crashes; ``jumps``: and cursor
 jumps no consumer made (admin operations, TTL expiry); ``rebuilds``: the faults, a region wiped and rebuilt,
-and a peer's readers stalled around it (a seed draws the same faults as in ``faults``)."""
+and a peer's readers stalled around it (a seed draws the same faults as in ``faults``); ``takeovers``: the
+faults and brokers killed, their topics taken over by another broker's sidecar."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,7 @@ def draw(
             steps.append(Step(round(t, 2), "failover", (i, to, round(rng.uniform(0.0, 2.0), 2))))
             where[i] = to
             t += rng.uniform(8, 25)
-    if profile in ("faults", "jumps", "rebuilds"):
+    if profile in ("faults", "jumps", "rebuilds", "takeovers"):
         for _ in range(rng.randint(1, 4)):
             fault = rng.choice(("dup", "replay", "spike"))
             steps.append(
@@ -136,5 +140,9 @@ def draw(
             peer = rng.choice([n for n in names if n != wiped])
             before = round(max(0.5, at - rng.uniform(0.0, 8.0)), 2)
             steps.append(Step(before, "stall", (peer, round(rng.uniform(5.0, 20.0), 1))))
+    if profile == "takeovers":
+        for _ in range(rng.randint(1, 3)):
+            at = round(rng.uniform(5, duration - quiet), 2)
+            steps.append(Step(at, "kill", (rng.choice(names), round(rng.uniform(1.0, 8.0), 2))))
     steps.sort(key=lambda s: (s.at, s.kind))
     return Schedule(seed, names, topics, kinds, plugin, duration, tuple(steps), start)

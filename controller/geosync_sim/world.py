@@ -50,9 +50,15 @@ What it models, and the Pulsar class each rule follows:
   ``PersistentDispatcherSingleActiveConsumer`` on a non-durable cursor); an agent then learns from control
   messages before it has read its data topics.
 
-Not modelled: partitions, ledger rollover, topic deletion, brokers dying or bundles moving, the plugin
-refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared hash ranges across several
-consumers (one consumer per region stands for the application).
+* a broker killed (``reload``): the region's topics are loaded again by another broker, whose cursors start
+  from what was persisted: Pulsar 4.0.8 keeps no batch indexes of partly acknowledged entries across a load
+  (docs/limits.md; ``ManagedCursorImpl`` recovers them only where ``batchDeletedIndexes`` were persisted), so
+  those messages are dispatched again; the plugin's feed is the new broker's (another epoch). One agent per
+  region stands for the sidecars: the killed broker's dies with it, and the new owner's takes over.
+
+Not modelled: partitions, ledger rollover, topic deletion, several brokers sharing a region's bundles (one
+owner at a time), the plugin refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared
+hash ranges across several consumers (one consumer per region stands for the application).
 """
 
 from __future__ import annotations
@@ -216,6 +222,8 @@ class Region:
     down_until: float = -1.0
     """Wiped and not rebuilt yet before this time: nothing is published in it or delivered to it."""
     stalled_until: float = -1.0
+    loads: int = 0
+    """How many times its topics were loaded by another broker (``reload``)."""
     """Its readers of data topics are dispatched nothing before this time."""
 
     def down(self, now: float) -> bool:
@@ -391,6 +399,24 @@ class World:
 
     def stall_readers(self, region: str, seconds: float) -> None:
         self.regions[region].stalled_until = self.now + seconds
+
+    def reload(self, region: str) -> None:
+        """The region's topics are loaded by another broker (see the module docstring): the batch indexes of
+        partly acknowledged entries are forgotten, and the plugin's feed starts another epoch."""
+        r = self.regions[region]
+        r.loads += 1
+        r.feed, r.acked = [], {}
+        forgotten = 0
+        for (topic, sub), s in r.subs.items():
+            t = r.topics[topic]
+            back = [t.entries[e].ident(i) for e, part in s.cursor.partial.items() for i in part]
+            s.cursor.partial.clear()
+            forgotten += len(back)
+            if back:
+                self.on_rewind(self.now, region, topic, sub, "broker:reload", idents=back)
+        self.trace(
+            f"{region}: topics loaded by another broker (load {r.loads}), {forgotten} batch indexes forgotten"
+        )
 
     # -- cursors ------------------------------------------------------------------------------------
 
