@@ -175,8 +175,10 @@ class _KeyHoles:
       delivered there again; an acknowledgement it was delivered again after was lost, at the first crash
       (kill or freeze) of the region since just before it, if any (so an entry acknowledged, lost in a
       crash, and left a hole when delivered again is unacknowledged).
-    - It also counts as acknowledged while the message is acknowledged in another region (sync carries
-      that), judged the same way there."""
+    - It also counts as acknowledged while the message is acknowledged in another region and that region
+      would claim it (sync carries that): not while an earlier entry of the key there is a hole there (that
+      region's agent holds its claim back too). Judged one level deep: that region's holes by its own
+      consumers' acknowledgements."""
 
     def __init__(self, events: list[Event], subs: dict[str, str], windows: list[_Window]) -> None:
         # A key's messages are ordered within their origin only: two origins' copies interleave differently
@@ -234,7 +236,7 @@ class _KeyHoles:
             for where in found:
                 by_pos[(sub, region, self.key.get(uid))].append((where, uid))
         self.by_pos = {k: sorted(v) for k, v in by_pos.items()}
-        self._earliest_hole: dict[tuple[str, str, Any, float], tuple[int, ...] | None] = {}
+        self._earliest_hole: dict[tuple[str, str, Any, float, bool], tuple[int, ...] | None] = {}
         # Per key, messages in order of first delivery, each with the latest first-acknowledgement time among
         # those before it: a key is blocked at time T before message m when that maximum exceeds T.
         by_first: dict[tuple[str, Any], list[tuple[Any, str]]] = defaultdict(list)
@@ -242,30 +244,43 @@ class _KeyHoles:
             by_first[(sub, self.key.get(uid))].append(((t, uid), uid))
         self.first_order = {k: _running(sorted(v), k[0], acked, never) for k, v in by_first.items()}
 
+    def _acked_here(self, sub: str, region: str, where: tuple[int, ...], at: float) -> bool:
+        """Whether ``region``'s consumers had the entry ``where`` acknowledged there at ``at``."""
+        return any(s <= at < e for s, e in self.spans.get((sub, region, where), ()))
+
     def _acked(self, sub: str, region: str, where: tuple[int, ...], uid: str, at: float) -> bool:
         """Whether the entry ``where`` of ``uid`` in ``region`` counted as acknowledged there at ``at``."""
-        if any(s <= at < e for s, e in self.spans.get((sub, region, where), ())):
+        if self._acked_here(sub, region, where, at):
             return True
-        return any(
-            s <= at < e
-            for other in self.regions_of[(sub, uid)] - {region}
-            for copy in self.entries[(sub, other, uid)]
-            for s, e in self.spans.get((sub, other, copy), ())
-        )
+        key = self.key.get(uid)
+        for other in self.regions_of[(sub, uid)] - {region}:
+            for copy in self.entries[(sub, other, uid)]:
+                if self._acked_here(sub, other, copy, at):
+                    hole = self._hole(sub, other, key, at, here_only=True)
+                    if hole is None or hole > copy:  # that region claims it
+                        return True
+        return False
 
-    def _hole(self, sub: str, region: str, key: Any, at: float) -> tuple[int, ...] | None:
-        """The first entry of ``key`` in ``region``'s log that was unacknowledged there at ``at``."""
-        found = self._earliest_hole.get((sub, region, key, at), ())
+    def _hole(
+        self, sub: str, region: str, key: Any, at: float, *, here_only: bool = False
+    ) -> tuple[int, ...] | None:
+        """The first entry of ``key`` in ``region``'s log that was unacknowledged there at ``at``
+        (``here_only``: by ``region``'s own consumers' acknowledgements alone)."""
+        found = self._earliest_hole.get((sub, region, key, at, here_only), ())
         if found == ():
             found = next(
                 (
                     w
                     for w, uid in self.by_pos.get((sub, region, key), ())
-                    if not self._acked(sub, region, w, uid, at)
+                    if not (
+                        self._acked_here(sub, region, w, at)
+                        if here_only
+                        else self._acked(sub, region, w, uid, at)
+                    )
                 ),
                 None,
             )
-            self._earliest_hole[(sub, region, key, at)] = found
+            self._earliest_hole[(sub, region, key, at, here_only)] = found
         return found
 
     def blocked(self, sub: str, uid: str, source: str, moved_at: float) -> bool:

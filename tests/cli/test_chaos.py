@@ -334,6 +334,23 @@ def test_an_acknowledgement_elsewhere_a_crash_lost_does_not_fill_the_key_hole() 
     assert h.check().duplicates == {"broker-crash": 2, "key-order": 1}
 
 
+def test_an_acknowledgement_elsewhere_behind_a_hole_there_does_not_fill_the_key_hole() -> None:
+    """Lab seeds 66046 and 45189 (cd11d7c): a-u-497 was a hole in a and acknowledged in c, but c's agent held
+    its claim back behind an earlier hole of the key in c, so a held the key back and a-b-502's
+    acknowledgement in a was rightly not carried; b delivered it again. The checker counted c's
+    acknowledgement as carried to a."""
+    h = H().send("a-u-0").send("a-u-1").send("a-b-2")
+    h.got("key-shared", "c", "a-u-0", ack=False, msg_id="(30,1,-1,-1)")  # c's hole
+    h.got("key-shared", "c", "a-u-1", msg_id="(30,2,-1,-1)")  # held back behind it: c does not claim it
+    h.failover("key-shared", "c", "a", quiescent=True, settled=True)
+    h.got("key-shared", "a", "a-u-0", msg_id="(40,1,-1,-1)")
+    h.got("key-shared", "a", "a-u-1", ack=False, msg_id="(40,2,-1,-1)")  # a's hole
+    h.got("key-shared", "a", "a-b-2", msg_id="(40,3,-1,0)")  # held back behind it
+    h.failover("key-shared", "a", "b", quiescent=True, settled=True)
+    h.got("key-shared", "b", "a-b-2", msg_id="(50,3,-1,0)")
+    assert h.check().duplicates == {"key-order": 2}
+
+
 def test_the_per_key_minimum_of_a_final_move_bounds_what_the_region_left_had_acknowledged() -> None:
     """Lab seed 53524 (cd11d7c): consumers moved a -> b at the end of the run and on to c 10 ms later, b's
     having delivered nothing; c then delivered again what a had held back (the a -> b check's minimum) as
