@@ -51,9 +51,11 @@ What it models, and the Pulsar class each rule follows:
   messages before it has read its data topics.
 
 * a broker killed (``reload``): the region's topics are loaded again by another broker, whose cursors start
-  from what was persisted: Pulsar 4.0.8 keeps no batch indexes of partly acknowledged entries across a load
-  (docs/limits.md; ``ManagedCursorImpl`` recovers them only where ``batchDeletedIndexes`` were persisted), so
-  those messages are dispatched again; the plugin's feed is the new broker's (another epoch). One agent per
+  from what was persisted: ``ManagedCursorImpl`` writes a cursor's mark-delete and deleted ranges to its
+  ledger at most once a second (``managedLedgerDefaultMarkDeleteRateLimit``), so a killed broker loses the
+  acknowledgements of its last second or so (a reset or a creation is written at once); and Pulsar 4.0.8
+  keeps no batch indexes of partly acknowledged entries across a load (docs/limits.md), so those messages
+  are dispatched again; the plugin's feed is the new broker's (another epoch). One agent per
   region stands for the sidecars: the killed broker's dies with it, and the new owner's takes over.
 
 Not modelled: partitions, ledger rollover, topic deletion, several brokers sharing a region's bundles (one
@@ -71,6 +73,8 @@ from dataclasses import dataclass, field
 from geosync_core.positions import Position
 
 STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
+PERSIST_S = 1.0
+"""A cursor is written to its ledger at most this often (``managedLedgerDefaultMarkDeleteRateLimit``)."""
 CONTROL_SUFFIX = "/geosync-control"
 
 Ident = tuple[str, int, int, int]
@@ -130,6 +134,9 @@ class Cursor:
     md: int = -1
     acked: set[int] = field(default_factory=set)
     partial: dict[int, set[int]] = field(default_factory=dict)
+
+    def copy(self) -> Cursor:
+        return Cursor(self.md, set(self.acked), {e: set(p) for e, p in self.partial.items()})
 
     def has(self, e: int, i: int) -> bool:
         if e <= self.md or e in self.acked:
@@ -198,6 +205,9 @@ class Subscription:
     """The next entry the region's consumer is dispatched (a new consumer starts at the mark-delete)."""
     consumers: int = 0
     """Application consumers connected."""
+    persisted: Cursor | None = None
+    """The cursor as its broker last wrote it to the cursor ledger (what a broker killed leaves)."""
+    persisted_at: float = -1e9
 
 
 @dataclass
@@ -409,13 +419,20 @@ class World:
         forgotten = 0
         for (topic, sub), s in r.subs.items():
             t = r.topics[topic]
-            back = [t.entries[e].ident(i) for e, part in s.cursor.partial.items() for i in part]
-            s.cursor.partial.clear()
+            loaded = s.persisted.copy() if s.persisted is not None else s.cursor.copy()
+            loaded.partial.clear()
+            back = [
+                e.ident(i)
+                for e in t.entries
+                for i in range(len(e.msgs))
+                if s.cursor.has(e.eid, i) and not loaded.has(e.eid, i)
+            ]
+            s.cursor, s.persisted, s.persisted_at = loaded, loaded.copy(), self.now
             forgotten += len(back)
             if back:
                 self.on_rewind(self.now, region, topic, sub, "broker:reload", idents=back)
         self.trace(
-            f"{region}: topics loaded by another broker (load {r.loads}), {forgotten} batch indexes forgotten"
+            f"{region}: topics loaded by another broker (load {r.loads}), {forgotten} acknowledgements lost"
         )
 
     # -- cursors ------------------------------------------------------------------------------------
@@ -427,6 +444,9 @@ class World:
         if pairs and cause in CONSUMER_ACKS:  # what the plugin's messageAcked sees (decision 0015)
             self.regions[region].acked.setdefault((topic, sub), set()).update(pairs)
         if pairs:
+            s = self.regions[region].subs.get((topic, sub))
+            if s is not None and self.now - s.persisted_at >= PERSIST_S:
+                s.persisted, s.persisted_at = s.cursor.copy(), self.now
             t = self.regions[region].topics[topic]
             self.on_acked(self.now, region, topic, sub, idents=self.idents(t, pairs), cause=cause)
 
@@ -437,7 +457,9 @@ class World:
         if (topic, sub) in r.subs:
             return False
         t = r.topics[topic]
-        s = r.subs[(topic, sub)] = Subscription(sub, kind, Cursor())
+        s = r.subs[(topic, sub)] = Subscription(
+            sub, kind, Cursor(), persisted=Cursor(), persisted_at=self.now
+        )
         if latest:
             # At Latest the cursor starts at the last entry: everything before counts as deleted.
             self.acked(region, topic, sub, s.cursor.ack_through(t, t.last), cause)
@@ -502,4 +524,5 @@ class World:
         if back:
             self.on_rewind(self.now, region, topic, sub, cause, idents=back)
         s.cursor = after
+        s.persisted, s.persisted_at = after.copy(), self.now
         s.next_read = after.md + 1

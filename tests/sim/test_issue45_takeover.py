@@ -4,9 +4,10 @@ The lab's case: after a broker kill with sidecars, b once failed to deliver thre
 produced before the kill. The schedule: three regions, one Shared topic consumed in a; a publishes a batch of
 five messages every 0.5 s, and a's consumers hold one message of the batch published at 11.8 s (a hole inside
 a partly acknowledged batch). At 12 s the broker owning the topic in one region dies with its sidecar; four
-seconds later another broker loads the topic (Pulsar 4.0.8 forgets the batch indexes of partly acknowledged
-entries) and its sidecar takes over. At 25 s the consumers fail over to b: b must deliver the held message
-(no region acknowledges it: ``loss`` otherwise) and everything else a's consumers left unacknowledged.
+seconds later another broker loads the topic (without the batch indexes of partly acknowledged entries, which
+Pulsar 4.0.8 forgets, nor the acknowledgements of the dead broker's last second) and its sidecar takes over.
+At 25 s the consumers fail over to b: b must deliver the held message (no region acknowledges it: ``loss``
+otherwise) and everything else a's consumers left unacknowledged.
 
 The simulator stands for the sidecars with one agent per region (the killed broker's dies, a new one takes
 over with no checkpoint): it has not found the lab's loss, here or in the ``takeovers`` profile's schedules.
