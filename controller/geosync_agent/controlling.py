@@ -156,15 +156,20 @@ class Controlling(Indexing):
                 del self.waiting[key]
 
     def _log_ends(self) -> dict[str, Position | None]:
-        """The last entry each tracked topic holds now (``internalStats``; None: not known)."""
-        ends: dict[str, Position | None] = {}
-        for topic in self.topics:
+        """The last entry each tracked topic holds now (``internalStats``, asked in parallel as the polls
+        are; None: not known). A rebuild is rare; then one call per topic, once."""
+
+        def end(topic: str) -> Position | None:
             try:
-                ends[topic] = reports.log_end(self.effector.call(calls.InternalStats(topic)))
+                return reports.log_end(self.effector.call(calls.InternalStats(topic)))
             except adm.AdminNotFound:
-                ends[topic] = None
-            if ends[topic] is None:
-                self.stats.inc("rebuilt_log_end_unknown")
+                return None
+
+        topics = list(self.topics)
+        ends = dict(zip(topics, self.effector.map(end, topics), strict=True))
+        unknown = sum(1 for e in ends.values() if e is None)
+        if unknown:
+            self.stats.inc("rebuilt_log_end_unknown", unknown)
         return ends
 
     def _region_rebuilt(
