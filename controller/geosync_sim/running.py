@@ -3,25 +3,25 @@ time.
 
 Why here and not in the agent's shell: the shell reads clocks and starts threads (``supervising``); this loop
 does what the shell does, deterministically: it runs a discovery pass every ``DISCOVER_S`` (or when the agent
-asks for one), a round every ``ROUND_S`` with ``Now`` set from virtual time, delivers readers' messages
-between rounds, performs effects inline, and takes the agent's checkpoint every ``CHECKPOINT_S`` as its
-checkpoint task would. An agent crash drops the agent (no graceful close) and closes its readers; the restart
-builds a new one, restored from the last checkpoint or not. Every agent has its region's incarnation, as one
-configured with the region's ZooKeeper has (``geosync_agent.incarnating``): created when the region's life
-began, a new one after a rebuild, whose agent starts with no checkpoint (it was kept in the wiped region).
+asks for one), a round every ``ROUND_S`` with ``Now`` set from virtual time (without meters: no work costs
+CPU or time, so no plan or publish is ever heavy; the agent's parts read no clock of their own), delivers
+readers' messages between rounds, performs effects inline (the ``Effector`` tells sends' outcomes at virtual
+time), and takes the agent's checkpoint every ``CHECKPOINT_S`` as its checkpoint task would. An agent crash
+drops the agent (no graceful close) and closes its readers; the restart builds a new one, restored from the
+last checkpoint or not. Every agent has its region's incarnation, as one configured with the region's
+ZooKeeper has (``geosync_agent.incarnating``): created when the region's life began, a new one after a
+rebuild, whose agent starts with no checkpoint (it was kept in the wiped region).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import random
-import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,36 +59,6 @@ def keys_for(regions: tuple[str, ...]) -> dict[str, envelopes.Keys]:
     if regions not in _KEYS:
         _KEYS[regions] = signing.in_memory(regions)
     return _KEYS[regions]
-
-
-class _NoCpu:
-    """The ``time`` module as the agent's modules see it during a run, but for ``thread_time``, which stays at
-    zero: the agent times its plans and publishes in CPU seconds and pauses subscriptions whose last one took
-    ``tuning.HEAVY_PLAN_S`` (1 ms) or more: a decision on the machine's load that no replay repeats."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    @staticmethod
-    def thread_time() -> float:
-        return 0.0
-
-
-@contextlib.contextmanager
-def cpu_time_frozen() -> Iterator[None]:
-    """Every loaded ``geosync_agent`` module that imported ``time`` sees ``_NoCpu`` until the block ends."""
-    patched = [
-        m
-        for name, m in list(sys.modules.items())
-        if name.startswith("geosync_agent") and getattr(m, "time", None) is time
-    ]
-    for m in patched:
-        m.time = _NoCpu()  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for m in patched:
-            m.time = time  # type: ignore[attr-defined]
 
 
 class InlineExecutor(Executor):
@@ -226,7 +196,12 @@ class Simulation:
         )
         messaging = SimMessaging(self.world, region)
         admin = SimAdmin(self.world, region)
-        effector = fx.Effector(admin_factory=lambda: admin, messaging=messaging, pool=InlineExecutor())
+        effector = fx.Effector(
+            admin_factory=lambda: admin,
+            messaging=messaging,
+            pool=InlineExecutor(),
+            clock=lambda: MONO0 + self.world.now,
+        )
         now = self.now(t)
         agent = Agent(
             config,
@@ -238,10 +213,10 @@ class Simulation:
             wake=threading.Event(),
             first_seq=int(now.wall * 1_000_000) + self.seq,
             rng=random.Random(self.rng.random()),
+            started_ms=now.wall_ms,
             incarnation=self.incarnation(region),
         )
         self.seq += 1
-        agent.started_ms = now.wall_ms  # read from the machine's clock; only /state's transit times use it
         effector.on_sent = agent.on_sent
         if restore and region in self.checkpoints:
             agent.restore(self.checkpoints[region], now)
@@ -495,8 +470,7 @@ class Simulation:
 
 
 def run(schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = None) -> Result:
-    with cpu_time_frozen():
-        return Simulation(schedule, trace=trace, hook=hook).run()
+    return Simulation(schedule, trace=trace, hook=hook).run()
 
 
 def shrink(
