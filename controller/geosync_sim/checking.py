@@ -42,6 +42,8 @@ from geosync_sim.world import Ident, Msg
 
 AllowedCause = ("consumer", "setup")
 JUMPS = ("admin:clear-backlog", "admin:skip", "admin:ttl", "admin:create-latest", "agent:shadow-latest")
+LOSS = frozenset({"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"})
+"""The violations that take from consumers a message they did not acknowledge (invariants 1, 2 and 7)."""
 
 
 @dataclass(frozen=True)

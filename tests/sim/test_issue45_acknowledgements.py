@@ -7,22 +7,12 @@ the cursor's (no ``acked`` to tell a jump from an acknowledgement), and the jump
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from geosync_sim.schedules import Step
 from tests.sim.test_issue45_cases import JUMP, assert_nothing_lost, scripted
 
 ACKS = "acknowledgements"
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 @pytest.mark.parametrize(

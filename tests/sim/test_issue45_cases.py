@@ -10,22 +10,11 @@ of the mark the day someone closes the path.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from geosync_sim import running
+from geosync_sim.checking import LOSS
 from geosync_sim.schedules import Schedule, Step
-
-LOSS = {"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"}
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def scripted(*events: Step, plugin_b: bool = True, claims_from: str = "cursor") -> running.Result:

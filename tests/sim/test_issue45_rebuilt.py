@@ -13,22 +13,11 @@ apart (``c`` and ``c~1``); the agents see only the name ``c``.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from geosync_sim import running
+from geosync_sim.checking import LOSS
 from geosync_sim.schedules import Schedule, Step
-
-LOSS = {"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"}
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def rebuilt_while_behind(*events: Step, stall: bool = True, plugin_b: bool = True) -> running.Result:

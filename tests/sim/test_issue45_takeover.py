@@ -15,22 +15,11 @@ over with no checkpoint): it has not found the lab's loss, here or in the ``take
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from geosync_sim import running
+from geosync_sim.checking import LOSS
 from geosync_sim.schedules import Schedule, Step
-
-LOSS = {"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"}
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def killed(region: str, *, plugin_b: bool) -> running.Result:

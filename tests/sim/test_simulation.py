@@ -4,8 +4,6 @@ broken on purpose, so a green simulation means something."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -18,14 +16,6 @@ from geosync_sim.world import Ident, Msg
 
 SEEDS = range(1, 9)
 SMALL = {"regions": 3, "topics": 3, "duration": 40.0}
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # The agents warn about the faults the schedules inject on purpose.
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
