@@ -33,7 +33,7 @@ from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import ROUND_ERRORS, Agent, Now
 from geosync_core import envelopes
 from geosync_core.incarnations import Incarnation
-from geosync_sim.apps import Apps
+from geosync_sim.apps import App, Apps
 from geosync_sim.checking import Checker, Violation
 from geosync_sim.ports import SimAdmin, SimMessaging
 from geosync_sim.schedules import Schedule, Step
@@ -302,6 +302,13 @@ class Simulation:
         w = self.world
         if w.regions[region].down(w.now) or any(r == region for _, r, _ in self.takeovers):
             return
+        here = self._drop_agent(region)
+        self.takeovers.append((w.now + seconds, region, [app.topic for app in here]))
+        self.checker.disturbance(w.now, w.now + seconds + 10.0, "agent-down")
+
+    def _drop_agent(self, region: str) -> list[App]:
+        """The region's agent goes with no goodbye (no restart pending) and the consumers connected there lose
+        their broker; those consumers."""
         life = self.lives.get(region)
         if life is not None:
             life.messaging.close()
@@ -310,8 +317,7 @@ class Simulation:
         here = [app for app in self.apps.apps.values() if app.region == region]
         for app in here:
             self.apps.disconnect(app)
-        self.takeovers.append((w.now + seconds, region, [app.topic for app in here]))
-        self.checker.disturbance(w.now, w.now + seconds + 10.0, "agent-down")
+        return here
 
     def _take_over(self, region: str, t: float, topics: list[str]) -> None:
         self.world.reload(region)
@@ -331,15 +337,8 @@ class Simulation:
         w = self.world
         if w.regions[region].down(w.now) or any(r == region for _, r, _ in self.rebuilds):
             return
-        life = self.lives.get(region)
-        if life is not None:
-            life.messaging.close()
-        self.lives[region] = None
-        self.restarts = [x for x in self.restarts if x[1] != region]
         self.checkpoints.pop(region, None)
-        here = [app for app in self.apps.apps.values() if app.region == region]
-        for app in here:
-            self.apps.disconnect(app)
+        here = self._drop_agent(region)
         w.wipe(region, down)
         self.rebuilds.append((w.now + down, region, [app.topic for app in here]))
         self.producers_at[region] = w.now + down + producers
