@@ -4,6 +4,9 @@ Each event read from the topic is checked (``core.receive``), judged against the
 (``core.judge``) and carried out: written, parked while it cannot apply here (PIP-321, a namespace taken away
 from the region, a parent missing), or held while it would destroy this region's data
 (``geosync_agent.mirrorholds``). Parked and held records are looked at again at every recheck.
+
+One of the mirror's parts (see ``mirrorlocal``): the time comes from the shell's ``wall_ms``, and the event
+reader's thread is the shell's (``mirroring``), which hands each message over with when it was read.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import pulsar
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds, watching
 from geosync_agent.core import mirror as core
-from geosync_agent.mirrorlocal import LocalMirror, SessionLost, now_ms
+from geosync_agent.mirrorlocal import LocalMirror, SessionLost
 from geosync_core import clocks, envelopes, policies
 from geosync_core.policies import Record
 
@@ -54,13 +57,13 @@ class ApplyingMirror(LocalMirror):
             self._count(received.counter)
             return
         assert isinstance(opened, envelopes.Envelope)
-        taken_ms = now_ms()
+        taken_ms = self.wall_ms()
         read_ms = taken_ms if read_ms is None else read_ms
         outcome = self._apply(received.record, bootstrap=bootstrap)
         if outcome == "applied" and opened.sent_at_ms >= self._started_ms and opened.region != self.region:
             self.timings["transit_ms"].add(read_ms - opened.sent_at_ms)
             self.timings["queued_ms"].add(taken_ms - read_ms)
-            self.timings["apply_ms"].add(now_ms() - taken_ms)
+            self.timings["apply_ms"].add(self.wall_ms() - taken_ms)
 
     def _apply(self, event: Record, *, bootstrap: bool = False) -> str:
         """Fold ``event`` into the replica and the store (compare-and-set); the outcome, for counting."""
@@ -114,7 +117,7 @@ class ApplyingMirror(LocalMirror):
             self.cp.replica = dict(replica)
             self.cp.parked.pop(event.path, None)
             self.holds.pop(event.path, None)
-        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=now_ms())
+        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=self.wall_ms())
         self._dirty = True
         self._count("applied")
 
@@ -124,7 +127,7 @@ class ApplyingMirror(LocalMirror):
             self.cp.replica = dict(replica)
             self.cp.parked[event.path] = event
             self.holds[event.path] = "not yet checked"
-        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=now_ms())
+        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=self.wall_ms())
         self._dirty = True
 
     def _release(self, path: str) -> str:
@@ -211,7 +214,7 @@ class ApplyingMirror(LocalMirror):
             self.cp.replica,
             seen=self.cp.seen,
             peers=peers,
-            now_ms=now_ms(),
+            now_ms=self.wall_ms(),
             ttl_ms=int(self.config.mirror_tombstone_ttl_s * 1000),
             keep=self.cp.parked,
         )

@@ -24,6 +24,9 @@ never brings a namespace back everywhere that its owners deleted; a newer docume
 namespace created again) replaces the region's own and ends the hold. The hold ends on its own once the
 region has drained (its topics deleted, by its users, by Pulsar's inactive-topic deletion, or by ``geoctl
 policies release``, which says what it deletes).
+
+One of the mirror's parts (see ``mirrorlocal``): it reads no clock, draws no random number and starts no
+thread.
 """
 
 from __future__ import annotations

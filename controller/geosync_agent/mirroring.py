@@ -2,18 +2,19 @@
 
 Pulsar's own synchronizer cannot run where the configuration store is the local store (every ZooKeeper
 standalone, the lab), sees no direct ZooKeeper writes and keeps no tombstones; the rules that replace it
-are in ``geosync_core.policies``. The mirror's decisions are values in ``geosync_agent.core.mirror``; its
-shell is three rooms: this module (leadership terms and the loop), ``mirrorapplying`` (other regions' events
-applied) and ``mirrorlocal`` (its state, the store walk, local changes published). Together:
+are in ``geosync_core.policies``. The mirror's decisions are values in ``geosync_agent.core.mirror``;
+around them, three rooms: this module (the shell: leadership terms and the loop), ``mirrorapplying`` (other
+regions' events applied) and ``mirrorlocal`` (its state, the store walk, local changes published). Together:
 
 * **Leadership.** Every agent of a region may run a ``Mirror``; one leads, by a kazoo ``Lock`` on the
   region's own ZooKeeper (``{mirror_root}/leader``). A standby takes over once the leader's session
   expires (``mirror_session_timeout_s``). Every store write of the leader is fenced by its lock node in
   the same ZooKeeper transaction, so a leader that lost its session cannot write any more.
 * **One loop.** ZooKeeper watch callbacks (kazoo's thread), session state changes and the event-topic
-  reader (own thread) only put items on one queue; a single thread takes them in order and does all the
-  work, so the replica, the clock and the store are only touched there. When a watch fires the loop
-  reads the node's *current* bytes (re-arming the watch) and reports them with ``local_change``.
+  reader (a task of the term, started through ``spawn``) only put items on one queue; a single thread takes
+  them in order and does all the work, so the replica, the clock and the store are only touched there.
+  When a watch fires the loop reads the node's *current* bytes (re-arming the watch) and reports them with
+  ``local_change``.
 * **Events.** A local change becomes a signed envelope (kind ``policy-event``, payload
   ``policies.event_to_payload``) published on ``mirror_events_topic``, one topic in a namespace
   replicated to every region (the lab's ``geo/abc``): one topic for all tenants keeps a region's events in
@@ -43,6 +44,14 @@ start set to, an ACL that lets no other client write or delete them, so nobody b
 fence the leader off, forge its checkpoint or take its lock. Policy nodes it creates stay world-open, as
 Pulsar's own are where ZooKeeper has no authentication (brokers must keep managing them).
 
+The mirror's shell (decision 0001): this module holds the ZooKeeper session and its watches, the event
+topic's client, producer and reader, the queue and the loop's recheck schedule (the monotonic clock). Its
+parts (``mirrorlocal``, ``mirrorapplying``, ``mirrorstate``, ``mirrorholds``, ``core.mirror``) read no clock,
+draw no random number and start no thread: ``Mirror`` gives them the wall clock and fresh ids, and starts the
+term's reader (and, run on its own, itself) through ``spawn``. Under the agent the composition root gives all
+three (``supervising``: the ``policy-mirror`` task and its ``policy-mirror-reader``); a ``Mirror`` made
+without them (the tests, the benchmarks) uses this module's ``wall_ms``, ``new_id`` and ``own_thread``.
+
 Scope: only ``/admin/policies/{tenant}`` and ``/admin/policies/{tenant}/{ns}`` of tenants matching
 ``mirror_tenants`` and not ``mirror_exclude_tenants`` (by default ``public`` and ``pulsar``, which every
 cluster creates for itself). Events outside the scope are counted and ignored.
@@ -55,31 +64,67 @@ import logging
 import queue
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
 
 from geosync_adapters import zookeeper as zk
+from geosync_agent.config import AgentConfig
 from geosync_agent.mirrorapplying import ApplyingMirror
-from geosync_agent.mirrorlocal import SessionLost, now_ms
+from geosync_agent.mirrorlocal import SessionLost
 from geosync_agent.mirrorstate import StateNodes
+from geosync_core import envelopes
 from geosync_core.errors import TemporaryError
 
 log = logging.getLogger("geosync.mirror")
 
 _QUEUE_HIGH_WATER = 10_000
 
+Spawn = Callable[[str, Callable[[], None]], threading.Thread]
+"""Starts ``body`` as the task ``name`` and returns its thread (``Supervisor.scoped``, ``own_thread``)."""
+
+
+def wall_ms() -> int:
+    """The wall clock in milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def new_id() -> str:
+    """A fresh, unique hex id."""
+    return uuid.uuid4().hex
+
+
+def own_thread(name: str, body: Callable[[], None]) -> threading.Thread:
+    """A thread named ``name`` running ``body``: how a mirror run outside the agent starts its tasks."""
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.start()
+    return thread
+
 
 class Mirror(ApplyingMirror):
     """The policy mirror of ``config.region``. ``start()`` runs it on its own threads; ``stop()`` ends it."""
 
+    def __init__(
+        self,
+        config: AgentConfig,
+        keys: envelopes.Keys,
+        *,
+        wall_ms: Callable[[], int] = wall_ms,
+        new_id: Callable[[], str] = new_id,
+        spawn: Spawn = own_thread,
+    ) -> None:
+        super().__init__(config, keys, wall_ms=wall_ms, new_id=new_id)
+        self.spawn = spawn
+        self._thread: threading.Thread | None = None
+
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Run on a thread of its own (tests and the mirror benchmark; the agent's composition root runs
+        """Run as a task of its own (tests and the mirror benchmark; the agent's composition root runs
         ``run`` as its supervised ``policy-mirror`` task instead)."""
-        self._thread = threading.Thread(target=self.run, name=f"policy-mirror-{self.region}", daemon=True)
-        self._thread.start()
+        self._thread = self.spawn(f"policy-mirror-{self.region}", self.run)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         self._stop.set()
@@ -139,7 +184,11 @@ class Mirror(ApplyingMirror):
             self._store = store
             self._fence = (f"{lock.path}/{lock.node}", 0)
             self._state_nodes = StateNodes(
-                store, root, budget=self.config.mirror_checkpoint_part_bytes, fence=self._fence
+                store,
+                root,
+                budget=self.config.mirror_checkpoint_part_bytes,
+                fence=self._fence,
+                new_id=self.new_id,
             )
             self.terms += 1
             log.info("policy mirror %s: leading (%s)", self.region, self.identifier)
@@ -166,13 +215,9 @@ class Mirror(ApplyingMirror):
             self._rescan()
             with self._lock:
                 self.leader = True
-            reader_thread = threading.Thread(
-                target=self._read_events,
-                args=(reader, reader_stop),
-                name=f"policy-mirror-reader-{self.region}",
-                daemon=True,
+            reader_thread = self.spawn(
+                f"policy-mirror-reader-{self.region}", lambda: self._read_events(reader, reader_stop)
             )
-            reader_thread.start()
             self._loop()
         finally:
             with self._lock:
@@ -217,7 +262,7 @@ class Mirror(ApplyingMirror):
             except Exception as e:  # the loop notices a dead reader through this item
                 q.put(("reader-failed", e))
                 return
-            q.put(("event", (msg, now_ms())))
+            q.put(("event", (msg, self.wall_ms())))
 
     def _loop(self) -> None:
         interval = self.config.mirror_recheck_interval_s

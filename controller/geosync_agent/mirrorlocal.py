@@ -4,6 +4,14 @@
 turns changes found in the region's own store into policy events (``geosync_agent.core.mirror`` decides
 which). ``geosync_agent.mirrorapplying`` adds other regions' events applied here, and
 ``geosync_agent.mirroring`` the leadership terms and the loop around both; see its docstring for the whole.
+
+One of the mirror's parts, with ``mirrorapplying``, ``mirrorstate``, ``mirrorholds`` and the pure
+``geosync_agent.core.mirror`` (decision 0001): it reads no clock, draws no random number and starts no thread.
+The shell (``mirroring``, built by the composition root) gives it the wall clock (``wall_ms``: the hybrid
+logical clock's physical input, the events' sequence numbers and send times, tombstones' ages, the timings)
+and fresh ids (``new_id``: the mirror's identifier, the checkpoint parts' generations). The clock is read
+where the time is used, not once per loop item, because one item (a store walk) may publish many changes and
+each is stamped when found; a fixed clock makes every stamp, sequence number and id a replay can check.
 """
 
 from __future__ import annotations
@@ -12,8 +20,6 @@ import fnmatch
 import logging
 import queue
 import threading
-import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -39,22 +45,27 @@ class SessionLost(TemporaryError):
     """The ZooKeeper session (and with it leadership and every watch) is gone: start a new term."""
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class LocalMirror:
     """A region's policy mirror: its state, and its store's changes published."""
 
-    def __init__(self, config: AgentConfig, keys: envelopes.Keys) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        keys: envelopes.Keys,
+        *,
+        wall_ms: Callable[[], int],
+        new_id: Callable[[], str],
+    ) -> None:
+        """``wall_ms``: the wall clock in milliseconds; ``new_id``: a fresh, unique hex id (the shell's)."""
         if not config.zookeeper:
             raise ValueError("the policy mirror needs the region's zookeeper (setting 'zookeeper')")
         self.config = config
         self.keys = keys
         self.region = config.region
-        self.identifier = f"{config.region}-{uuid.uuid4().hex[:8]}"
+        self.wall_ms = wall_ms
+        self.new_id = new_id
+        self.identifier = f"{config.region}-{new_id()[:8]}"
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
         self.counters: Counter[str] = Counter()
@@ -71,7 +82,7 @@ class LocalMirror:
         self._state_node: zk.Node | None = None
         self._state_nodes: StateNodes | None = None
         self._have_checkpoint = False
-        self._started_ms = now_ms()
+        self._started_ms = wall_ms()
         # Destroying changes held (``mirrorholds``): path -> why. Each is parked and is the replica's record.
         self.holds: dict[str, str] = {}
         self._brokers: mirrorholds.Listing | None = None  # the region's admin API, made when first needed
@@ -193,7 +204,7 @@ class LocalMirror:
         self._dirty = True
 
     def _tick(self) -> clocks.Hlc:
-        self.cp.clock, stamp = clocks.tick(self._clock(), now_ms=now_ms())
+        self.cp.clock, stamp = clocks.tick(self._clock(), now_ms=self.wall_ms())
         return stamp
 
     def _clock(self) -> clocks.Hlc:
@@ -202,12 +213,13 @@ class LocalMirror:
         return self.cp.clock
 
     def _publish(self, event: Record) -> None:
-        seq = max(self.cp.seq + 1, now_ms() * 1000)
+        now = self.wall_ms()
+        seq = max(self.cp.seq + 1, now * 1000)
         envelope = envelopes.Envelope(
             kind=EVENT_KIND,
             region=self.region,
             seq=seq,
-            sent_at_ms=now_ms(),
+            sent_at_ms=now,
             payload=policies.event_to_payload(event),
         )
         if self._producer is None:
@@ -230,7 +242,7 @@ class LocalMirror:
             held,
             self._clock(),
             found={p: (n.value, n.mtime_ms) for p, n in found.items()},
-            now_ms=now_ms(),
+            now_ms=self.wall_ms(),
         )
         for event in events:
             self._publish(event)

@@ -16,6 +16,11 @@ leaves the new one whole. Every write is fenced by the leader's lock node, like 
 so a deposed leader cannot switch the pointer or delete the parts its successor reads. A reader verifies
 the part count, size and digest, so parts that do not make the checkpoint the pointer names are refused
 (the mirror then starts afresh, as for any unreadable checkpoint).
+
+One of the mirror's parts (see ``mirrorlocal``): it draws no random number. A generation's name comes from
+the ``new_id`` it is given (the mirror's, a fresh hex id from the shell); a ``StateNodes`` given none (tools,
+benchmarks) names a generation after those already under ``parts/``, unique because only the fenced leader
+writes there.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from geosync_adapters import zookeeper as zk
@@ -89,8 +94,10 @@ class StateNodes:
         *,
         budget: int = DEFAULT_PART_BYTES,
         fence: tuple[str, int] | None = None,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
+        self.new_id = new_id
         self.root = root.rstrip("/")
         self.budget = budget
         self.fence = fence
@@ -127,7 +134,7 @@ class StateNodes:
         if len(data) <= self.budget:
             value = data
         else:
-            generation = uuid.uuid4().hex
+            generation = self._fresh_generation()
             parts = split(data, self.budget)
             self._write_parts(generation, parts)
             digest = hashlib.sha256(data).hexdigest()
@@ -138,6 +145,12 @@ class StateNodes:
             raise zk.ZkStale("mirror checkpoint deleted right after its write", path=self.state_path)
         self.sweep(keep=generation)
         return written
+
+    def _fresh_generation(self) -> str:
+        if self.new_id is not None:
+            return self.new_id()
+        taken = set(self.store.children(self.parts_root))
+        return next(g for g in (f"g{n}" for n in range(len(taken) + 1)) if g not in taken)
 
     def _write_parts(self, generation: str, parts: list[bytes]) -> None:
         # One transaction per part: a transaction is bounded by jute.maxbuffer as a node is.

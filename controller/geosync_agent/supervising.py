@@ -3,8 +3,9 @@ and shuts down in order.
 
 Tasks: ``discovery`` (admin scans into a mailbox), ``sync-loop`` (the agent's rounds), ``checkpoint-writer``
 (the checkpoints the rounds take, encoded and written: ``checkpointing.Writer``), ``policy-mirror`` (where
-configured), ``http`` (metrics, probes, state) and ``watchdog``. Nothing else starts a thread of ours,
-except the policy mirror's event reader during a leadership term. A task that raises is restarted with
+configured, with ``policy-mirror-reader``, the event reader of each of its leadership terms, a task its term
+starts and ends: ``Supervisor.scoped``), ``http`` (metrics, probes, state) and ``watchdog``. Nothing else
+starts a thread of ours. A task that raises is restarted with
 backoff; one that keeps failing (``MAX_RESTARTS`` in a row) stops the process with a non-zero status, so the
 sidecar is restarted by Kubernetes instead of looking alive while doing nothing. A task that neither fails
 nor gets on (the sync loop or the mirror blocked in a call for ``stuck_after_s``) is the watchdog's: it
@@ -15,8 +16,9 @@ then the agent's last checkpoint (after any its writer was still writing) and th
 producers, the admin pool and the Pulsar client.
 
 Part of the shell, with ``runtime``'s loop, the ``Effector``, the checkpoint writer, serving, reporting,
-watching and the collector: only these read clocks, draw random numbers (``rng``, the agent's given here) or
-start threads. The parts (``agentstate`` and those built on it) are given what they need of them.
+watching and the collector, and the policy mirror's ``mirroring``: only these read clocks, draw random
+numbers (``rng``, the agent's given here; the mirror's ids) or start threads. The parts (``agentstate`` and
+those built on it; the mirror's ``mirrorlocal`` and those built on it) are given what they need of them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -63,6 +66,13 @@ class Supervisor:
         self.threads[name] = thread
         self.restarts[name] = 0
         thread.start()
+
+    def scoped(self, name: str, body: Callable[[], None]) -> threading.Thread:
+        """Start ``body`` as the task ``name`` whose owner bounds its life (the policy mirror's event reader,
+        one per leadership term): not restarted, not counted by ``alive``; the owner stops and joins it."""
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        return thread
 
     def _keep(self, name: str, body: Callable[[], None]) -> None:
         failures = 0
@@ -171,8 +181,16 @@ def run(config: AgentConfig, stop: threading.Event) -> int:
     )
     effector.on_sent = agent.on_sent
     resume(agent)
-    mirror = Mirror(config, keys) if config.zookeeper and config.mirror_policies else None
     supervisor = Supervisor(stop)
+    mirror = None
+    if config.zookeeper and config.mirror_policies:
+        mirror = Mirror(
+            config,
+            keys,
+            wall_ms=lambda: time.time_ns() // 10**6,
+            new_id=lambda: uuid.uuid4().hex,
+            spawn=supervisor.scoped,
+        )
     server = serving.endpoint(
         agent, mirror, liveness=lambda: supervisor.liveness(watchdog), watchdog=watchdog
     )

@@ -31,11 +31,17 @@ PARTS = (
     "owning",
     "calls",
     "ports",
+    "mirrorlocal",
+    "mirrorapplying",
+    "mirrorstate",
+    "mirrorholds",
+    "core/mirror",
 )
-"""The parts and the modules they decide with. The shell: ``runtime`` (the loop), ``effects`` (the
-``Effector``), ``supervising``, ``serving``, ``reporting``, ``watching``, ``checkpointing`` (the writer task),
-``collector``, ``allocator``, ``recent``, ``incarnating``, ``config``, ``jsonlog``, ``__main__``, and the
-policy mirror (``mirror*``), not split yet."""
+"""The parts and the modules they decide with, the policy mirror's among them. The shell: ``runtime`` (the
+loop), ``effects`` (the ``Effector``), ``supervising``, ``serving``, ``reporting``, ``watching``,
+``checkpointing`` (the writer task), ``collector``, ``allocator``, ``recent``, ``incarnating``, ``config``,
+``jsonlog``, ``__main__``, and the policy mirror's ``mirroring`` (its ZooKeeper session and watches, its event
+topic's client and reader, its loop)."""
 FORBIDDEN_CALLS = frozenset(
     {"Thread", "Timer", "ThreadPoolExecutor", "ProcessPoolExecutor", "start_new_thread"}
 )
@@ -65,8 +71,9 @@ def offences(source: str) -> list[str]:
 @pytest.mark.parametrize("part", PARTS)
 def test_a_part_starts_no_thread_and_reads_no_clock_or_randomness(part: str) -> None:
     assert offences((AGENT / f"{part}.py").read_text()) == [], (
-        f"geosync_agent.{part} is one of the agent's parts: take the time from the Now the round is given, "
-        "random draws from the agent's rng, and leave threads to the shell (supervising)"
+        f"geosync_agent.{part.replace('/', '.')} is one of the agent's parts: take the time from the Now the "
+        "round is given (the mirror's: its wall_ms), random draws from the agent's rng (the mirror's: its "
+        "new_id), and leave threads to the shell (supervising)"
     )
 
 
