@@ -13,9 +13,8 @@ import logging
 from dataclasses import replace
 
 from geosync_agent import effects as fx
-from geosync_agent import tailing
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import applying, generations, reports, tuning
+from geosync_agent.core import applying, generations, logview, reports, tuning
 from geosync_agent.core.applying import (
     appended_above,
     claims_name_appended,
@@ -183,7 +182,7 @@ class Writing(Observing):
                     remote=state.received,
                     log=ts.tail.stretches_above(state.cursor.mark_delete),
                     size_of=ts.tail.size_of,
-                    budget=tailing.LOG_WINDOW,
+                    budget=logview.LOG_WINDOW,
                 )
                 self.stats.inc("plans_made")
                 state.plan_took = took = now.cpu() - started

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from geosync_adapters import admin as adm
-from geosync_agent import tailing
-from geosync_agent.core import tuning
+from geosync_agent.core import logview, tuning
 from geosync_core import pluginapi, syncing
 from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
@@ -157,7 +156,7 @@ def test_a_cursor_read_again_unchanged_keeps_its_object_and_is_not_planned_again
 def test_a_backlog_longer_than_the_planning_window_is_applied_over_several_rounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tailing, "LOG_WINDOW", 2)
+    monkeypatch.setattr(logview, "LOG_WINDOW", 2)
     a, b = pair()
     a.region.consumer_acks(TOPIC, SUB, [*A_LOG[:4], A_LOG[5]])
     a.step()
@@ -177,7 +176,7 @@ def test_entries_beyond_the_planning_window_above_a_hole_kept_for_good_are_appli
     it in both regions. A window of the first LOG_WINDOW entries above the mark-delete never moved, and b
     stopped applying 50,000 entries above its first hole; the budget counts only the entries the cursor
     does not hold, so each plan goes past what the last one applied."""
-    monkeypatch.setattr(tailing, "LOG_WINDOW", 2)
+    monkeypatch.setattr(logview, "LOG_WINDOW", 2)
     a, b = pair()
     a.region.consumer_acks(TOPIC, SUB, A_LOG[1:])
     a.step()

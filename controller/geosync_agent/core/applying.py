@@ -37,7 +37,7 @@ from geosync_core.rangesets import AckState
 
 
 class Log(Protocol):
-    """What the apply step reads of a topic's log as this region's tail has read it (``tailing.Tail``)."""
+    """What the apply step reads of a topic's log as this region's tail has read it (``logview.LogView``)."""
 
     topic: str
     index: OriginIndex
