@@ -134,6 +134,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
     private final AtomicLong requestsServed = new AtomicLong();
     private final AtomicLong requestsRefused = new AtomicLong();
     private final AtomicLong errors = new AtomicLong();
+    private final AtomicLong repliesAbandoned = new AtomicLong();
     private final AtomicLong transactionalAcksSkipped = new AtomicLong();
     private final AtomicLong acksBeyondLastEntry = new AtomicLong();
     private volatile boolean batchIndexAcks;
@@ -331,6 +332,11 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
             if (ours) {
                 serve((HttpServletRequest) request, (HttpServletResponse) response);
             }
+        } catch (IOException e) {
+            // The client went away while its request or our reply was in transit (an agent stopped or
+            // restarted mid-call): nothing is lost (the feed hands items over again until a read confirms
+            // them) and nothing here failed, so it is counted apart from the plugin's own errors.
+            repliesAbandoned.incrementAndGet();
         } catch (Throwable t) {
             error("serving " + PREFIX, t);
             if (ours && !response.isCommitted()) {
@@ -527,6 +533,7 @@ public class GeoSyncInterceptor implements BrokerInterceptor {
         out.put("requests_served", BigInteger.valueOf(requestsServed.get()));
         out.put("requests_refused", BigInteger.valueOf(requestsRefused.get()));
         out.put("errors", BigInteger.valueOf(errors.get()));
+        out.put("replies_abandoned", BigInteger.valueOf(repliesAbandoned.get()));
         Map<String, Object> ackFeed = new HashMap<>();
         ackFeed.put("seq", BigInteger.valueOf(feed.seq()));
         ackFeed.put("tracked", BigInteger.valueOf(feed.tracked()));
