@@ -321,13 +321,18 @@ class Simulation:
 
     def _take_over(self, region: str, t: float, topics: list[str]) -> None:
         self.world.reload(region)
+        self._fresh_agent(region, t, topics)
+        self.trace(f"{region}: another broker's sidecar took the topics over")
+
+    def _fresh_agent(self, region: str, t: float, topics: list[str]) -> None:
+        """An agent with no checkpoint starts in ``region``, and the consumers of ``topics`` that lost their
+        broker there (and are not moving elsewhere) reconnect to it."""
         n = list(self.schedule.regions).index(region)
         self.lives[region] = self._start(region, t, restore=False, phase=n * 0.01)
         moving = {id(app) for _, app, _ in self.pending_connects}
         for app in self.apps.apps.values():
             if app.topic in topics and app.region is None and id(app) not in moving:
                 self.apps.connect(app, region)
-        self.trace(f"{region}: another broker's sidecar took the topics over")
 
     def _wipe(self, region: str, down: float, producers: float) -> None:
         """The region is wiped with its agent and the agent's checkpoint; its consumers lose their broker and
@@ -351,12 +356,7 @@ class Simulation:
         w.rebuilt(region)
         for app in self.apps.apps.values():
             w.create_subscription(region, app.topic, app.sub, app.kind, latest=False, cause="setup")
-        n = list(self.schedule.regions).index(region)
-        self.lives[region] = self._start(region, t, restore=False, phase=n * 0.01)
-        moving = {id(app) for _, app, _ in self.pending_connects}
-        for app in self.apps.apps.values():
-            if app.topic in topics and app.region is None and id(app) not in moving:
-                self.apps.connect(app, region)
+        self._fresh_agent(region, t, topics)
 
     def _admin(self, region: object, i: object, op: object, arg: object) -> None:
         w = self.world

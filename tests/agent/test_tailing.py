@@ -14,22 +14,10 @@ from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.positions import Position
 
 from .fakes import message
+from .test_core_logview import FlakyHeaders
 
 TOPIC = "persistent://geo/ab/t"
 STAMP = resolving.REPL_SOURCE_POSITION
-
-
-class FlakyHeaders:
-    """The brokers' answer for an entry's origin region: none for the first ``failures`` questions."""
-
-    def __init__(self, failures: int, region: str = "b") -> None:
-        self.failures = failures
-        self.region = region
-        self.asked = 0
-
-    def __call__(self, topic: str, local: Position) -> str | None:
-        self.asked += 1
-        return None if self.asked <= self.failures else self.region
 
 
 def test_a_full_inbox_holds_the_listener_back_until_the_runtime_drains_it(
