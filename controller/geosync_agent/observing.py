@@ -30,7 +30,6 @@ from geosync_core import (
     envelopes,
     pacing,
     pluginapi,
-    syncing,
 )
 from geosync_core.capabilities import Capability
 from geosync_core.rangesets import AckState
@@ -413,17 +412,7 @@ class Observing(Controlling):
                 # Per-key order is the cursor's (as in cursor mode), then limited to what consumers
                 # acknowledged: entries others' claims moved here are no consumer's, and must not hold back
                 # the keys' later messages (they are in the claims received already).
-                own = acknowledged.own_part(
-                    syncing.key_ordered(
-                        cursor,
-                        key_order.log,
-                        key_order.key_of,
-                        size_of=key_order.size_of,
-                        key_of_message=key_order.key_of_message,
-                        origin_of=key_order.origin_of,
-                    ),
-                    state.acked,
-                )
+                own = acknowledged.own_part(key_order.ordered(cursor), state.acked)
                 key_order = None
         # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL
         # switch alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one

@@ -46,6 +46,17 @@ class KeyOrder:
     key_of_message: Callable[[Position, int], str | None] | None = None
     origin_of: Callable[[Position], str | None] | None = None
 
+    def ordered(self, cursor: AckState) -> AckState:
+        """What of ``cursor`` may be claimed keeping per-key order (``syncing.key_ordered``)."""
+        return syncing.key_ordered(
+            cursor,
+            self.log,
+            self.key_of,
+            size_of=self.size_of,
+            key_of_message=self.key_of_message,
+            origin_of=self.origin_of,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:
@@ -82,16 +93,7 @@ def decide(
     (the claims only grow, so the rest is in them already)."""
     if cursor == last_translated and published is not None and not force and not index_grew:
         return None
-    own_cursor = cursor
-    if key_order is not None:
-        own_cursor = syncing.key_ordered(
-            cursor,
-            key_order.log,
-            key_order.key_of,
-            size_of=key_order.size_of,
-            key_of_message=key_order.key_of_message,
-            origin_of=key_order.origin_of,
-        )
+    own_cursor = cursor if key_order is None else key_order.ordered(cursor)
     above = claimed_to if published is not None else None
     translated = syncing.to_origin_acks(index, own_cursor, local=local, above=above)
     own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
