@@ -117,9 +117,12 @@ class Outcome:
     order_in_b: int
     order_anywhere: int
     examples: list[str]
+    deliveries: list[list[object]] = field(default_factory=list, repr=False)
+    """Every message given, in order: seconds from the move, region, consumer, producer, key, sequence number,
+    message id, redelivery count (``--json``: for finding where an order broke)."""
 
     def as_dict(self) -> dict[str, object]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "deliveries"}
 
 
 def _parse(data: bytes) -> tuple[str, str, int] | None:
@@ -177,6 +180,17 @@ def judge(run: Run) -> Outcome:
         order_in_b=b_only,
         order_anywhere=anywhere,
         examples=examples,
+        deliveries=[
+            [
+                round(d.at - run.moved_at, 3),
+                d.region,
+                d.consumer,
+                *run.sent.get(d.uid, ("?", "?", -1)),
+                d.msg_id,
+                d.redelivery,
+            ]
+            for d in run.deliveries
+        ],
     )
 
 
@@ -482,7 +496,9 @@ def main() -> None:
         "confirmed sends no consumer was given"
     )
     if args.json:
-        args.json.write_text(json.dumps([o.as_dict() for o in outcomes], indent=1) + "\n")
+        args.json.write_text(
+            json.dumps([o.as_dict() | {"deliveries": o.deliveries} for o in outcomes]) + "\n"
+        )
     record.write(args.record, key_order_record(outcomes, modes, shape))
 
 
