@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--claims-from",
         choices=("cursor", "acknowledgements"),
-        default="cursor",
-        help="the agents' claims_from: their whole cursor (today's default) or what consumers acknowledged",
+        default="acknowledgements",
+        help="the agents' claims_from: what consumers acknowledged (the default) or their whole cursor",
     )
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)  # the agents' warnings about faults the schedule injects on purpose

@@ -1,11 +1,12 @@
 """A cursor jump no consumer made in a passive region acknowledges nothing elsewhere (issue 45, invariant 7).
 
 Region a consumes with holes; in b, where no consumer is connected, an operator skips the backlog, clears it
-or expires it, and b's cursor jumps to the end. With ``claims_from: acknowledgements`` (decision 0015) b's
-agent claims only what b's consumers acknowledged, read from the broker plugin's feed, so a's unacknowledged
-messages stay unacknowledged in a. The first test is the control: with the lab's default ``claims_from:
-cursor`` b claims its cursor, and the jump takes a's backlog with it (the loss the issue describes; a limit
-the docs state). It also shows that this order of events reaches the path on a real region."""
+or expires it, and b's cursor jumps to the end. With ``claims_from: acknowledgements``, the default (decision
+0015), b's agent claims only what b's consumers acknowledged, read from the broker plugin's feed, so a's
+unacknowledged messages stay unacknowledged in a. The first test is the control: with ``claims_from: cursor``
+(what an agent without the plugin does) b claims its cursor, and the jump takes a's backlog with it (the loss
+the issue describes; a limit the docs state). It also shows that this order of events reaches the path on a
+real region."""
 
 from __future__ import annotations
 
@@ -53,10 +54,10 @@ def _restart(lab: Lab, settings: dict[str, object]) -> None:
         wait_for(functools.partial(_agent_ready, lab, region), timeout_s=120, what=f"agent {region} ready")
 
 
-@pytest.fixture(scope="module")
-def acknowledgements_mode(lab: Lab) -> Iterator[None]:
-    """a's and b's agents with ``claims_from: acknowledgements``, the lab's own settings again after."""
-    _restart(lab, {"claims_from": "acknowledgements"})
+@pytest.fixture
+def cursor_mode(lab: Lab) -> Iterator[None]:
+    """a's and b's agents with ``claims_from: cursor``, the lab's own settings (the default) again after."""
+    _restart(lab, {"claims_from": "cursor"})
     try:
         yield
     finally:
@@ -87,7 +88,9 @@ def _with_holes_then_jump(lab: Lab, unique: str, op: str) -> tuple[str, str, lis
     return topic, sub, expected
 
 
-def test_control_in_cursor_mode_the_jump_is_acknowledged_in_the_other_region(lab: Lab, unique: str) -> None:
+def test_control_in_cursor_mode_the_jump_is_acknowledged_in_the_other_region(
+    lab: Lab, unique: str, cursor_mode: None
+) -> None:
     topic, sub, _held = _with_holes_then_jump(lab, unique, "clear-backlog")
     wait_for(
         lambda: backlog(lab, "a", topic, sub) == 0,
@@ -98,7 +101,7 @@ def test_control_in_cursor_mode_the_jump_is_acknowledged_in_the_other_region(lab
 
 @pytest.mark.parametrize("op", sorted(JUMPS))
 def test_a_jump_in_the_passive_region_acknowledges_nothing_in_the_consuming_one(
-    lab: Lab, unique: str, op: str, acknowledgements_mode: None
+    lab: Lab, unique: str, op: str
 ) -> None:
     topic, sub, expected = _with_holes_then_jump(lab, unique, op)
     deadline = time.monotonic() + SETTLE_S

@@ -1,14 +1,18 @@
 """Rewinds in the region where consumers run (issue 17.3), on the shared lab.
 
-Semantics (README, "Deletions and rewinds"): a subscription moved backwards on purpose (reset-cursor, a
-client's seek) or deleted and created again under its name starts a new generation of its claims; the
-other regions rewind their copy to what the new generation claims, and nobody re-applies the claims of an
-earlier generation (before, a's agent undid a's own rewind with the claims b echoed back, and b stayed ahead).
+Semantics (docs/agent.md, "Deletions and rewinds"; decision 0015; invariant 7): a subscription moved
+backwards on purpose (reset-cursor, a client's seek) or deleted and created again under its name starts a new
+generation of its claims; nobody re-applies the claims of an earlier generation (before, a's agent undid a's
+own rewind with the claims b echoed back). With the agents' default ``claims_from: acknowledgements`` the
+other regions do not follow the rewind (a reset is never replicated): their cursors stay, and what a's
+consumers acknowledge in the new generation reaches them as before. A topic deleted and created again is
+synced afresh.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 from geosync_core.positions import Position
@@ -96,35 +100,60 @@ def _followed(lab: Lab, topic: str, sub: str, total: int, unacked: set[str]) -> 
     wait_for(in_step, timeout_s=90, what=how_it_stood)
 
 
-def test_a_reset_cursor_in_a_rewinds_b(lab: Lab, unique: str) -> None:
+def _held(
+    lab: Lab, topic: str, sub: str, total: int, unacked: dict[str, set[str]], *, hold_s: float = 6.0
+) -> None:
+    """Wait until each region's cursor acknowledges exactly the entries holding none of its ``unacked``, then
+    see it stay so for ``hold_s`` (a's agent re-applies no claim of the old generation, b follows no
+    rewind)."""
+    logs = {region: _entries(lab, region, topic, total) for region in unacked}
+
+    def in_step() -> bool:
+        return all(_acknowledges(lab, r, topic, sub, log=logs[r], unacked=u) for r, u in unacked.items())
+
+    def how_it_stood() -> str:
+        return f"cursors { ({r: cursor(lab.admin(r), topic, sub) for r in unacked}) }"
+
+    wait_for(in_step, timeout_s=60, what=lambda: f"each region's cursor as expected; {how_it_stood()}")
+    deadline = time.monotonic() + hold_s
+    while time.monotonic() < deadline:
+        assert in_step(), f"a cursor moved after the rewind: {how_it_stood()}"
+        time.sleep(1.0)
+
+
+def test_a_reset_cursor_in_a_is_kept_there_and_not_replicated(lab: Lab, unique: str) -> None:
     topic, sub = f"persistent://geo/ab/rewind-{unique}", f"rewind-{unique}"
-    payloads, _acked = _traffic(lab, topic, sub, unique)
+    payloads, acked = _traffic(lab, topic, sub, unique)
     log = read_all(lab.service_url("a"), topic, expect=len(payloads))
     entries = sorted({m.position for m in log})
     target = entries[len(entries) // 3]
     expected = {m.data.decode() for m in log if m.position >= target}
+    holes_below = {m.data.decode() for m in log if m.position < target} - acked
     admin = lab.admin("a")
     admin.post(
         f"/admin/v2/{admin.topic_path(topic)}/subscription/{sub}/resetcursor",
         {"ledgerId": target.ledger, "entryId": target.entry, "isExcluded": False},
     )
-    # The rewind holds in a (its agent does not re-apply the old claims) and b follows it.
-    _followed(lab, topic, sub, len(payloads), expected)
+    # The rewind holds in a (its agent does not re-apply the old claims); b does not follow it.
+    _held(lab, topic, sub, len(payloads), {"a": expected, "b": set(payloads) - acked})
     assert _state(lab, "a")["counters"].get("rewinds", 0) >= 1
-    # A consumer failing over to b receives exactly what one in a would.
-    assert sorted(consume_all(lab.service_url("b"), topic, sub)) == sorted(expected)
+    # a's consumers receive the rewound messages again; what they acknowledge now is claimed as ever, and
+    # b keeps only the holes the reset skipped over in a (a jump no consumer made acknowledges nothing).
+    assert sorted(consume_all(lab.service_url("a"), topic, sub)) == sorted(expected)
+    _held(lab, topic, sub, len(payloads), {"a": set(), "b": holes_below}, hold_s=0)
 
 
-def test_a_subscription_created_again_in_a_is_followed_by_b(lab: Lab, unique: str) -> None:
+def test_a_subscription_created_again_in_a_starts_over_there_only(lab: Lab, unique: str) -> None:
     topic, sub = f"persistent://geo/ab/recreated-{unique}", f"recreated-{unique}"
-    payloads, _acked = _traffic(lab, topic, sub, unique)
+    payloads, acked = _traffic(lab, topic, sub, unique)
     admin = lab.admin("a")
     admin.delete(f"/admin/v2/{admin.topic_path(topic)}/subscription/{sub}")
     label = f"{topic} / {sub}"
     wait_for(lambda: label in _state(lab, "a")["deleted_here"], timeout_s=30, what="a's agent to see it gone")
     admin.create_subscription(topic, sub)  # the same name, at the earliest message: everything again
-    _followed(lab, topic, sub, len(payloads), set(payloads))
-    assert sorted(consume_all(lab.service_url("b"), topic, sub)) == sorted(payloads)
+    _held(lab, topic, sub, len(payloads), {"a": set(payloads), "b": set(payloads) - acked})
+    assert sorted(consume_all(lab.service_url("a"), topic, sub)) == sorted(payloads)
+    _held(lab, topic, sub, len(payloads), {"a": set(), "b": set()}, hold_s=0)
 
 
 def test_a_topic_deleted_and_created_again_is_synced_afresh(lab: Lab, unique: str) -> None:

@@ -584,12 +584,17 @@ class AdminClient:
         body = self.post("/admin/v2/geosync/acks", {"acks": items}) or {}
         return list(body.get("results") or [])
 
-    def plugin_feed(self, *, since: int, acked: bool = True) -> pluginapi.Feed:
+    def plugin_feed(self, *, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
         """``plugin_cursors`` as typed values: each reported cursor with its partly acknowledged batch
         entries (``CursorReport.batches``), all of them (``complete_batches``); with ``acked`` false, the
         answer's ``acked`` blocks are not read (``Feed.from_wire``). Raises AdminNotFound where the plugin
-        is not loaded and ``PluginApiError`` for an answer that is not the documented shape."""
-        answer = self.get("/admin/v2/geosync/cursors", params={"since": since}) or {}
+        is not loaded and ``PluginApiError`` for an answer that is not the documented shape. ``epoch``: the
+        run of the broker ``since`` counts in (the previous answer's); a broker that restarted since then
+        confirms nothing by it (decision 0015), and "" confirms by ``since`` alone."""
+        params: dict[str, Any] = {"since": since}
+        if epoch:
+            params["epoch"] = epoch
+        answer = self.get("/admin/v2/geosync/cursors", params=params) or {}
         feed = pluginapi.Feed.from_wire(answer, acked=acked)
         if not any(c.batches_truncated for c in feed.cursors):
             return feed

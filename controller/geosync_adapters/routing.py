@@ -85,6 +85,7 @@ class RegionAdmin(AdminClient):
     _preferred: str = field(init=False, default="")
     _owners: dict[str, str] = field(init=False, default_factory=dict)
     _feeds: dict[str, tuple[str, int]] = field(init=False, default_factory=dict)
+    _acked_lost: dict[str, int] = field(init=False, default_factory=dict)
     _clients: dict[str, AdminClient] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -251,7 +252,7 @@ class RegionAdmin(AdminClient):
             raise next((e for e in failures if isinstance(e, AdminTemporary)), failures[-1])
         return out
 
-    def plugin_feed(self, *, since: int, acked: bool = True) -> pluginapi.Feed:
+    def plugin_feed(self, *, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
         """Every broker's feed, merged (see the module docstring). ``since`` 0 starts every broker's feed
         over; otherwise each broker is asked from its own last sequence number. A broker that does not
         answer is left out (its epoch shows ``down``) unless none answers; one without the plugin or with
@@ -259,27 +260,42 @@ class RegionAdmin(AdminClient):
         brokers = self.brokers()
         if len(brokers) <= 1:
             self._feeds.clear()
-            return super().plugin_feed(since=since, acked=acked)
+            return super().plugin_feed(since=since, epoch=epoch, acked=acked)
         if since == 0:
             self._feeds.clear()
         self._feeds = {url: pos for url, pos in self._feeds.items() if url in brokers}
+        self._acked_lost = {url: n for url, n in self._acked_lost.items() if url in brokers}
         epochs: dict[str, str] = {}
         cursors: list[pluginapi.CursorReport] = []
+        blocks: list[pluginapi.AckedSet] | None = [] if acked else None
         failed: AdminTemporary | None = None
         for url in brokers:
-            epoch, seq = self._feeds.get(url, ("", 0))
+            run, seq = self._feeds.get(url, ("", 0))
             try:
-                feed = self.client(url).plugin_feed(since=seq, acked=acked)
+                feed = self.client(url).plugin_feed(since=seq, epoch=run, acked=acked)
             except AdminTemporary as e:
                 log.warning("acknowledgement feed of %s unavailable: %s", url, e)
                 failed, epochs[url] = e, DOWN
                 continue
-            if epoch and feed.epoch != epoch:
-                log.info("broker %s restarted (feed epoch %s -> %s)", url, epoch, feed.epoch)
+            if run and feed.epoch != run:
+                log.info("broker %s restarted (feed epoch %s -> %s)", url, run, feed.epoch)
             self._feeds[url] = (feed.epoch, feed.seq)
             epochs[url] = feed.epoch
             cursors.extend(feed.cursors)
+            if feed.acked is None:
+                blocks = None  # one broker that records no acknowledgements: none are (an older plugin)
+            elif blocks is not None:
+                blocks.extend(feed.acked)
+                self._acked_lost[url] = feed.acked_lost
         if failed is not None and all(e == DOWN for e in epochs.values()):
             raise failed
         seq = sum(seq for _, seq in self._feeds.values())
-        return pluginapi.Feed(epoch=merged_epoch(epochs), seq=seq, cursors=tuple(cursors))
+        return pluginapi.Feed(
+            epoch=merged_epoch(epochs),
+            seq=seq,
+            cursors=tuple(cursors),
+            acked=None if blocks is None else tuple(blocks),
+            # Each broker's count as it last answered: one that does not answer this time neither lowers the
+            # sum nor makes it grow again at its next answer (a grown count makes the agent claim less).
+            acked_lost=sum(self._acked_lost.get(url, 0) for url in brokers) if blocks is not None else 0,
+        )

@@ -97,10 +97,13 @@ class PluginFeed:
     only if ``acked`` (claims_from: acknowledgements: in cursor mode nothing uses them)."""
 
     since: int
+    epoch: str = ""
+    """The broker run ``since`` counts in (the previous answer's ``epoch``): a restarted broker then
+    confirms nothing by a sequence number of its earlier run."""
     acked: bool = True
 
     def run(self, admin: Admin) -> pluginapi.Feed:
-        return admin.plugin_feed(since=self.since, acked=self.acked)
+        return admin.plugin_feed(since=self.since, epoch=self.epoch, acked=self.acked)
 
 
 @dataclass(frozen=True, slots=True)

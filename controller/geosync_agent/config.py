@@ -152,15 +152,16 @@ class AgentConfig:
     """fnmatch patterns of namespaces synced in snapshot mode (PIP-33 markers; mark-delete only), for
     brokers that do not stamp __MSG_PROP_REPL_SOURCE_POSITION (before 3.0.11 / 3.3.6 / 4.0.4).
     Needs the broker plugins' entry filter."""
-    claims_from: str = "cursor"
+    claims_from: str = "acknowledgements"
     """What this region's claims are made of (decision 0015; ``geosync_agent.core.acknowledged``).
-    ``cursor`` (the default, today's behaviour): each subscription's whole cursor state, so a cursor move no
-    consumer made (created at Latest, clear-backlog, skip, TTL expiry, a forward reset) is acknowledged in the
-    other regions too (issue 45). ``acknowledgements``: only what consumers acknowledged, as the broker
-    plugin's feed reports it (``acked``): the claim is the cursor's state limited to it, a subscription first
-    seen claims nothing it did not see acknowledged, and whatever the feed misses (``overflowed``,
-    ``acked_lost``, a broker restart) is re-delivered after a failover, never lost. Where the plugin's feed
-    carries no ``acked`` (no plugin, an older one) the claims stay the cursor's. Not proven in the lab yet."""
+    ``acknowledgements`` (the default): only what consumers acknowledged, as the broker plugin's feed
+    reports it (``acked``): the claim is the cursor's state limited to it, so a cursor move no consumer made
+    (created at Latest, clear-backlog, skip, TTL expiry, a forward reset) is acknowledged nowhere else; a
+    subscription first seen claims nothing it did not see acknowledged, and whatever the feed misses
+    (``overflowed``, ``acked_lost``, a broker restart) is re-delivered after a failover, never lost. Where the
+    plugin's feed carries no ``acked`` (no plugin, an older one) the claims are the cursor's whatever this
+    says. ``cursor``: each subscription's whole cursor state, whoever moved it (the behaviour before
+    decision 0015: a jump in one region is acknowledged in the others too)."""
     snapshot_interval_s: float = 1.0
     """How often a snapshot of a topic with new data is started (PIP-33's default frequency)."""
     snapshot_timeout_s: float = 30.0
@@ -335,7 +336,7 @@ def load(path: str | pathlib.Path) -> AgentConfig:
             raise ConfigError(f"{path}: '{name}' must be true or false, not {value!r}")
         else:
             values[name] = value
-    if values.get("claims_from", "cursor") not in ("cursor", "acknowledgements"):
+    if values.get("claims_from", "acknowledgements") not in ("cursor", "acknowledgements"):
         raise ConfigError(
             f"{path}: 'claims_from' must be 'cursor' or 'acknowledgements', not {values['claims_from']!r}"
         )

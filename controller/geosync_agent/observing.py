@@ -153,7 +153,7 @@ class Observing(Controlling):
             return {}
         try:
             acked = self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS
-            feed = self.effector.call(calls.PluginFeed(self.feed.seq, acked=acked))
+            feed = self.effector.call(calls.PluginFeed(self.feed.seq, self.feed.epoch, acked=acked))
         except (adm.AdminNotFound, adm.AdminForbidden) as e:
             if self.caps.get(Capability.PLUGIN_FEED) is not False:
                 for ts in self.topics.values():

@@ -211,7 +211,7 @@ class SimAdmin:
         self._need_plugin()
         return {t: self._stats(t) for t in self.topics(namespace)}
 
-    def plugin_feed(self, *, since: int, acked: bool = True) -> pluginapi.Feed:
+    def plugin_feed(self, *, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
         self._need_plugin()
         changed = list(dict.fromkeys(self.r.feed)) if since else list(dict.fromkeys(k for k in self.r.subs))
         self.r.feed.clear()

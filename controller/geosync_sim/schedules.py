@@ -61,7 +61,7 @@ class Schedule:
     start: tuple[str, ...] = ()
     """Per topic, the region its consumers start in (default: the first)."""
     settle_s: float = 10.0
-    claims_from: str = "cursor"
+    claims_from: str = "acknowledgements"
     """The agents' ``claims_from`` (``cursor`` or ``acknowledgements``: decision 0015)."""
 
     def without(self, drop: set[int]) -> Schedule:

@@ -231,6 +231,9 @@ def test_plugin_feed_and_writes_are_read_and_sent_as_documented(server: tuple[st
     assert json.loads(handler.seen[-1][3]) == {"acks": [item]}
     with pytest.raises(adm.AdminForbidden):
         client.plugin_acks([item])
+    # A read names the broker run its sequence number counts in: a restarted broker confirms nothing by it.
+    handler.routes["GET /admin/v2/geosync/cursors?since=9&epoch=e1"] = [(200, {}, {"epoch": "e2", "seq": 1})]
+    assert client.plugin_feed(since=9, epoch="e1").epoch == "e2"
 
 
 def _report(md: str, batches: list[str], *, truncated: bool, **extra: Any) -> dict[str, Any]:

@@ -41,6 +41,10 @@ class Broker:
     epoch: str = "e1"
     seq: int = 0
     feed: list[dict[str, Any]] = field(default_factory=list)
+    acked: list[dict[str, Any]] | None = None
+    """The plugin's ``acked`` blocks, handed over until a read confirms them; None: an older plugin."""
+    acked_lost: int = 0
+    epochs_asked: list[str] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     lists: bool = True
     """Whether the plugin lists topics (``/admin/v2/geosync/subscriptions``)."""
@@ -58,8 +62,12 @@ class Broker:
             return 200, {"brokerUrl": "pulsar://x:6650", "httpUrl": url}
         if path == "/admin/v2/geosync/cursors":
             since = int(query.get("since", "0"))
+            self.epochs_asked.append(query.get("epoch", ""))
             cursors = [c for c in self.feed if c["seq"] > since]
-            return 200, {"epoch": self.epoch, "seq": self.seq, "cursors": cursors}
+            out: dict[str, Any] = {"epoch": self.epoch, "seq": self.seq, "cursors": cursors}
+            if self.acked is not None:
+                out |= {"acked_version": 1, "acked": self.acked, "acked_lost": self.acked_lost}
+            return 200, out
         if path == "/admin/v2/geosync/origins":
             if self.region.owners.get(query["topic"]) != self.index:
                 return 200, {"runs": []}
@@ -193,6 +201,44 @@ def test_one_brokers_restart_changes_the_merged_epoch(region: Any) -> None:
     assert f"{shared.urls[1]}=e2" in second.epoch
     assert f"{shared.urls[0]}=e1" in second.epoch
     assert [str(c.mark_delete) for c in second.cursors] == ["9:0"]
+
+
+def test_every_brokers_acknowledged_blocks_are_merged_and_each_read_names_its_brokers_run(
+    region: Any,
+) -> None:
+    shared, brokers, servers = region
+    admin = _admin(shared.urls[0])
+    brokers[0].acked = [
+        {"topic": T1, "subscription": "s", "ranges": "[(7:1..7:3]]", "overflowed": False, "batches": []}
+    ]
+    brokers[1].acked = [
+        {"topic": T2, "subscription": "s", "ranges": "[(8:0..8:2]]", "overflowed": False, "batches": []}
+    ]
+    brokers[0].acked_lost, brokers[1].acked_lost = 2, 3
+    brokers[0].report(T1, "7:3")
+    first = admin.plugin_feed(since=0)
+    assert first.acked is not None
+    assert sorted(b.topic for b in first.acked) == [T1, T2]
+    assert first.acked_lost == 5
+    assert [b.epochs_asked for b in brokers] == [[""], [""]]
+    admin.plugin_feed(since=first.seq)
+    assert [b.epochs_asked[-1] for b in brokers] == ["e1", "e1"]  # each broker's own run, as it answered
+    _stop(servers[1])
+    down = admin.plugin_feed(since=first.seq)
+    assert down.acked is not None
+    assert [b.topic for b in down.acked] == [T1]
+    assert down.acked_lost == 5  # the silent broker's count as it last answered: no spurious growth later
+
+
+def test_one_broker_without_acknowledged_blocks_makes_the_merged_feed_carry_none(region: Any) -> None:
+    shared, brokers, _ = region
+    brokers[0].acked = [
+        {"topic": T1, "subscription": "s", "ranges": "[(7:1..7:3]]", "overflowed": False, "batches": []}
+    ]
+    feed = _admin(shared.urls[0]).plugin_feed(since=0)
+    assert (
+        feed.acked is None
+    )  # an older plugin on one broker: nothing tells consumers' acknowledgements there
 
 
 def test_a_broker_whose_feed_is_down_is_left_out_and_named_in_the_epoch(region: Any) -> None:

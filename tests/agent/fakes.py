@@ -217,7 +217,7 @@ class FakeRegion:
         self.calls.append(("plugin_topics", namespace))
         return {t: self._stats(t) for t in self.topic_list(namespace) if t not in self.not_loaded}
 
-    def plugin_feed(self, *, since: int, acked: bool = True) -> pluginapi.Feed:
+    def plugin_feed(self, *, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
         self._need_plugin()
         if self.feed_error is not None:
             raise self.feed_error

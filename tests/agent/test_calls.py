@@ -61,8 +61,11 @@ def effector(log: list[tuple[str, tuple[Any, ...], dict[str, Any]]], made: list[
             ("entry_headers", (TOPIC,), {"ledger": 7, "entry": 3}),
         ),
         (calls.PluginOrigins(TOPIC, Position(7, 3)), ("plugin_origins", (TOPIC,), {"start": (7, 3)})),
-        (calls.PluginFeed(42), ("plugin_feed", (), {"since": 42, "acked": True})),
-        (calls.PluginFeed(42, acked=False), ("plugin_feed", (), {"since": 42, "acked": False})),
+        (calls.PluginFeed(42), ("plugin_feed", (), {"since": 42, "epoch": "", "acked": True})),
+        (
+            calls.PluginFeed(42, "e1", acked=False),
+            ("plugin_feed", (), {"since": 42, "epoch": "e1", "acked": False}),
+        ),
         (calls.RuntimeConfiguration(), ("runtime_configuration", (), {})),
     ],
 )

@@ -56,10 +56,11 @@ def test_status_reports_capabilities_and_subscriptions() -> None:
 
 
 def test_status_says_what_the_claims_are_made_of() -> None:
-    a, _b = pair()
+    a, _b = pair(claims_from="cursor")
     claims = a.agent.status()["claims"]
     assert (claims["setting"], claims["exact"]) == ("cursor", False)
-    a, _b = pair(claims_from="acknowledgements")  # the fake plugin's feed carries no ``acked``
+    assert "a jump no consumer made is claimed too" in claims["from"]
+    a, _b = pair()  # the default; the fake plugin's feed carries no ``acked``
     claims = a.agent.status()["claims"]
     assert (claims["setting"], claims["exact"]) == ("acknowledgements", False)
     assert "reports no acknowledgements" in claims["from"]

@@ -486,8 +486,8 @@ def test_the_feeds_repeats_of_a_report_are_skipped_unread_and_a_changed_report_i
     generation = state.generation
     a.region.feed.append(a.region.report(TOPIC, SUB))
     real = a.region.plugin_feed
-    a.region.plugin_feed = lambda *, since, acked=True: replace(  # type: ignore[method-assign]
-        real(since=since, acked=acked), epoch="epoch-2"
+    a.region.plugin_feed = lambda *, since, epoch="", acked=True: replace(  # type: ignore[method-assign]
+        real(since=since, epoch=epoch, acked=acked), epoch="epoch-2"
     )
     a.step(0.1)
     assert a.agent.stats.counters["feed_repeats_skipped"] == 1
@@ -504,9 +504,9 @@ def test_the_feed_s_acked_blocks_are_read_only_where_claims_are_made_of_them(
     a = Harness.build(region, claims_from=claims_from)
     real, asked = region.plugin_feed, []
 
-    def recording(*, since: int, acked: bool = True) -> pluginapi.Feed:
+    def recording(*, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
         asked.append(acked)
-        return real(since=since, acked=acked)
+        return real(since=since, epoch=epoch, acked=acked)
 
     region.plugin_feed = recording  # type: ignore[method-assign]
     a.discover()
@@ -525,7 +525,7 @@ def test_a_broker_restart_has_every_topic_polled_again_but_the_agent_s_own_first
     a = Harness.build(region)
     real = region.plugin_feed
 
-    def failing(*, since: int, acked: bool = True) -> pluginapi.Feed:
+    def failing(*, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
         raise adm.AdminError("the broker is busy")
 
     region.plugin_feed = failing  # type: ignore[method-assign]
@@ -538,11 +538,18 @@ def test_a_broker_restart_has_every_topic_polled_again_but_the_agent_s_own_first
     a.step(0.01)  # well within the poll interval (0.25 s): no topic is due by its schedule
     assert a.agent.stats.counters["feed_reads"] == 1
     assert a.agent.stats.counters["cursor_polls"] == polls
-    region.plugin_feed = lambda *, since, acked=True: replace(  # type: ignore[method-assign]
-        real(since=since, acked=acked), epoch="epoch-2"
-    )
+    runs: list[str] = []
+
+    def restarted(*, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
+        runs.append(epoch)
+        return replace(real(since=since, epoch=epoch, acked=acked), epoch="epoch-2")
+
+    region.plugin_feed = restarted  # type: ignore[method-assign]
     a.step(0.01)
     assert a.agent.stats.counters["cursor_polls"] > polls
+    a.step(0.01)
+    # Each read names the broker run its ``since`` counts in: the first run's, then the restarted one's.
+    assert runs == ["epoch-1", "epoch-2"]
 
 
 def test_a_copy_read_after_the_claim_that_names_it_is_applied_at_once_even_while_a_costly_plan_waits(
