@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from geosync_sim.world import Entry, World
+from geosync_sim.world import Entry, Ident, Subscription, Topic, World
 
 CUMULATIVE = ("Failover", "Exclusive")
 
@@ -34,6 +34,10 @@ class App:
     """Seconds the next message delivered is held unacknowledged (0: none asked): a hole on purpose."""
     held: dict[tuple[int, int], float] = field(default_factory=dict)
     """Messages held, and until when."""
+    script: Callable[[Ident], bool] | None = None
+    """Scripted acknowledgements (a trace run on the lab as well, ``integration_tests/test_sim_vs_lab.py``):
+    the group acknowledges exactly the messages given that this accepts, with no random draw: Shared and
+    Key_Shared each one at once, Failover and Exclusive cumulatively up to the last one it accepts."""
 
 
 class Apps:
@@ -99,7 +103,9 @@ class Apps:
         if not app.pending:
             return
         held = {p for p, until in app.held.items() if until > w.now}
-        if app.kind in CUMULATIVE:
+        if app.script is not None:
+            self._scripted(app, app.script, s, t, held)
+        elif app.kind in CUMULATIVE:
             if self.rng.random() < ack_p:
                 free = next((n for n, p in enumerate(app.pending) if p in held), len(app.pending))
                 if free == 0:
@@ -117,6 +123,24 @@ class Apps:
                     batched = t.entries[eid].batched
                     newly += s.cursor.ack_index(t, eid, idx) if batched else s.cursor.ack_entry(t, eid)
             self._acked(app, t.entries, newly)
+
+    def _scripted(
+        self, app: App, script: Callable[[Ident], bool], s: Subscription, t: Topic, held: set[tuple[int, int]]
+    ) -> None:
+        entries = t.entries
+        wanted = [(e, i) for e, i in app.pending if (e, i) not in held and script(entries[e].ident(i))]
+        newly: list[tuple[int, int]] = []
+        if app.kind in CUMULATIVE and wanted:
+            eid, idx = wanted[-1]
+            newly = s.cursor.ack_through(t, eid - 1)
+            for j in range(idx + 1):
+                newly += s.cursor.ack_index(t, eid, j)
+        elif app.kind not in CUMULATIVE:
+            for eid, idx in wanted:
+                newly += (
+                    s.cursor.ack_index(t, eid, idx) if entries[eid].batched else s.cursor.ack_entry(t, eid)
+                )
+        self._acked(app, entries, newly)
 
     def _acked(self, app: App, entries: list[Entry], newly: list[tuple[int, int]]) -> None:
         if not newly or app.region is None:
