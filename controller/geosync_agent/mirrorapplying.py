@@ -1,9 +1,12 @@
-"""Other regions' policy events applied to this region's store, compare-and-set, last writer wins.
+"""The policy mirror's effects carried out: a term's reads, writes, publishes and checkpoints, each answer fed
+back to it.
 
-Each event read from the topic is checked (``core.receive``), judged against the store's current bytes
-(``core.judge``) and carried out: written, parked while it cannot apply here (PIP-321, a namespace taken away
-from the region, a parent missing), or held while it would destroy this region's data
-(``geosync_agent.mirrorholds``). Parked and held records are looked at again at every recheck.
+The term (``geosync_agent.core.mirroring``) decides everything: which events it takes, what a remote record
+does to the store, when a held deletion may go, what it publishes. ``ApplyingMirror._feed`` gives it one event
+and carries out the effects it returns, in order, through the region's ZooKeeper (``zk.Store``, every write
+fenced by the leadership), its brokers (``mirrorholds``: what the region holds under a path) and the event
+topic's producer and reader; the answer of each is the next event fed. A failure that ends the term (a publish
+or a checkpoint write that fails, ``StepDown``) raises, and ``mirroring`` starts the next term.
 
 One of the mirror's parts (see ``mirrorlocal``): the time comes from the shell's ``wall_ms``, and the event
 reader's thread is the shell's (``mirroring``), which hands each message over with when it was read.
@@ -18,152 +21,122 @@ import pulsar
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds, watching
-from geosync_agent.core import mirror as core
-from geosync_agent.mirrorlocal import LocalMirror, SessionLost
-from geosync_core import clocks, envelopes, policies
-from geosync_core.policies import Record
+from geosync_agent.core import mirrorevents as ev
+from geosync_agent.core import mirroring as machine
+from geosync_agent.core.mirror import EVENT_KIND
+from geosync_agent.mirrorlocal import LocalMirror, SessionLost, node_of
+from geosync_core import envelopes, policies
+from geosync_core.errors import TemporaryError
 
 log = logging.getLogger("geosync.mirror")
 
-_MAX_ATTEMPTS = 5
+_FAILURES = (
+    (zk.ZkFenced, ev.Failure.FENCED),
+    (zk.ZkStale, ev.Failure.STALE),
+    (zk.ZkNoParent, ev.Failure.NO_PARENT),
+    (zk.ZkNotEmpty, ev.Failure.NOT_EMPTY),
+    (zk.ZkError, ev.Failure.OTHER),
+)
 
 
 class ApplyingMirror(LocalMirror):
-    """A policy mirror that also applies other regions' events."""
+    """A policy mirror whose term's effects are carried out here."""
 
-    # -- remote events -----------------------------------------------------------------------------
+    def _begin(self, data: bytes | None) -> None:
+        """Start a term from the checkpoint's bytes and carry out its first effects (up to ``Lead``)."""
+        with self._lock:
+            self.term, effects = machine.begin(self.settings, data, self.wall_ms(), counters=self.counters)
+        self._pump(self._carry_out(effects))
 
-    def _drain(self, reader: Any) -> None:
-        """No checkpoint: apply the topic's history before scanning, so the scan finds only our changes."""
-        drained = 0
-        while reader.has_message_available():
-            try:
-                msg = reader.read_next(timeout_millis=5000)
-            except pulsar.Timeout:
-                break
-            self._on_message(msg, bootstrap=True)
-            drained += 1
+    def _feed(self, event: ev.Event) -> None:
+        """Give the term ``event``, then each answer of the effects it asks for, until it asks for none."""
+        self._pump([event])
+
+    def _pump(self, pending: list[ev.Event]) -> None:
+        while pending:
+            with self._lock:
+                _, effects = machine.step(self.term, pending.pop(0), self.wall_ms())
+            pending += self._carry_out(effects)
+
+    def _carry_out(self, effects: list[ev.Effect]) -> list[ev.Event]:
+        answers = []
+        for effect in effects:
+            answer = self._perform(effect)
             self.progress()
-        self._count("drained", drained)
-        self._dirty = True
+            if answer is not None:
+                answers.append(answer)
+        return answers
 
-    def _on_message(self, msg: Any, *, bootstrap: bool = False, read_ms: int | None = None) -> None:
-        """One event from the topic; ``read_ms``: when the reader thread got it (for the timings)."""
-        opened = envelopes.open_envelope(self.keys.keyring, msg.data())
-        self.cp.reader = msg.message_id().serialize()
-        self._dirty = True
-        received = core.receive(self.cp, opened, in_scope=self.in_scope)
-        if isinstance(received, core.Dropped):
-            self._count(received.counter)
-            return
-        assert isinstance(opened, envelopes.Envelope)
-        taken_ms = self.wall_ms()
-        read_ms = taken_ms if read_ms is None else read_ms
-        outcome = self._apply(received.record, bootstrap=bootstrap)
-        if outcome == "applied" and opened.sent_at_ms >= self._started_ms and opened.region != self.region:
-            self.timings["transit_ms"].add(read_ms - opened.sent_at_ms)
-            self.timings["queued_ms"].add(taken_ms - read_ms)
-            self.timings["apply_ms"].add(self.wall_ms() - taken_ms)
-
-    def _apply(self, event: Record, *, bootstrap: bool = False) -> str:
-        """Fold ``event`` into the replica and the store (compare-and-set); the outcome, for counting."""
+    def _perform(self, effect: ev.Effect) -> ev.Event | None:
         store = self._need_store()
-        for _attempt in range(_MAX_ATTEMPTS):
-            node = store.read(event.path, watch=True)
-            current = None if node is None else node.value
-            verdict = core.judge(
-                self.cp,
-                event,
-                current=current,
-                held=event.path in self.holds,
-                local_region=self.region,
-                registered=self.registered,
+        if isinstance(effect, ev.ReadNode):
+            return ev.NodeRead(effect.path, node_of(store.read(effect.path, watch=True)))
+        if isinstance(effect, ev.ListChildren):
+            return ev.ChildrenListed(effect.path, tuple(store.children(effect.path, watch=True)))
+        if isinstance(effect, ev.WriteNode):
+            return self._write(effect)
+        if isinstance(effect, ev.ListContents):
+            return self._contents(effect.path)
+        if isinstance(effect, ev.Walk):
+            return ev.Walked(self._walk(effect.scope))
+        if isinstance(effect, ev.ReadClusters):
+            return ev.ClustersRead(self._clusters())
+        if isinstance(effect, ev.Publish):
+            self._publish(effect)
+        elif isinstance(effect, ev.SaveCheckpoint):
+            self._save_checkpoint(effect.data)
+        elif isinstance(effect, ev.Drain):
+            self._drain()
+            return ev.CaughtUp()
+        elif isinstance(effect, ev.OpenReader):
+            self._open_reader(effect.position)
+        elif isinstance(effect, ev.Lead):
+            self._lead()
+        elif isinstance(effect, ev.StepDown):
+            raise SessionLost(effect.reason)
+        elif isinstance(effect, ev.Note):
+            log.log(
+                logging.WARNING if effect.level == "warning" else logging.INFO,
+                "policy mirror %s: %s",
+                self.region,
+                effect.text,
             )
-            if isinstance(verdict, core.Ignore):
-                self._unpark_if_beaten(event)
-                self._count(verdict.decision.value)
-                return str(verdict.decision.value)
-            if isinstance(verdict, core.Refuse):
-                self._park(event, verdict.reason)
-                return "parked"
-            if isinstance(verdict, core.ReportFirst):
-                # A change found while bootstrapping is dated by mtime, like a scan.
-                if bootstrap and node is not None:
-                    self._found(event.path, node)
-                else:
-                    self._observe(event.path, node, reread=False)
-                continue
-            if isinstance(verdict, core.Hold):
-                self._hold(event, verdict.replica)
-                return self._release(event.path)
-            if current != event.value:
-                try:
-                    store.write(event.path, event.value, expected=node, fence=self._fence, public=True)
-                except zk.ZkFenced as e:
-                    raise SessionLost(f"no longer the leader: {e}") from e
-                except zk.ZkStale:
-                    self._count("cas_conflicts")
-                    continue
-                except (zk.ZkNoParent, zk.ZkNotEmpty) as e:
-                    self._park(event, str(e))
-                    return "parked"
-            self._applied(event, verdict.replica)
-            return "applied"
-        self._park(event, f"store kept changing ({_MAX_ATTEMPTS} attempts)")
-        return "parked"
+        return None
 
-    def _applied(self, event: Record, replica: policies.Replica) -> None:
-        with self._lock:
-            self.cp.replica = dict(replica)
-            self.cp.parked.pop(event.path, None)
-            self.holds.pop(event.path, None)
-        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=self.wall_ms())
-        self._dirty = True
-        self._count("applied")
+    def _open_reader(self, position: bytes | None) -> None:
+        """The term's event reader (``mirroring`` makes it; tests on a fake store have none)."""
 
-    def _hold(self, event: Record, replica: policies.Replica) -> None:
-        """Take a destroying change as the policy, not yet written here (``mirrorholds``)."""
-        with self._lock:
-            self.cp.replica = dict(replica)
-            self.cp.parked[event.path] = event
-            self.holds[event.path] = "not yet checked"
-        self.cp.clock = clocks.receive(self._clock(), event.stamp, now_ms=self.wall_ms())
-        self._dirty = True
+    def _lead(self) -> None:
+        """Caught up: ``mirroring`` starts reading the topic."""
 
-    def _release(self, path: str) -> str:
-        """Apply the change held for ``path`` if the region now holds nothing it would destroy."""
-        event = self.cp.parked[path]
-        store = self._need_store()
+    def _write(self, effect: ev.WriteNode) -> ev.Event:
+        expected = (
+            None if effect.expected is None else zk.Node(effect.expected.value, effect.expected.version, 0)
+        )
         try:
-            node = store.read(path, watch=True)
+            self._need_store().write(
+                effect.path, effect.value, expected=expected, fence=self._fence, public=True
+            )
+        except zk.ZkError as e:
+            failure = next(f for kind, f in _FAILURES if isinstance(e, kind))
+            if failure is ev.Failure.STALE:
+                self._count("cas_conflicts_seen")
+            return ev.WriteFailed(effect.path, failure, str(e))
+        return ev.Wrote(effect.path)
+
+    def _contents(self, path: str) -> ev.Event:
+        """What the region holds under ``path``, by its store and its brokers (``mirrorholds``)."""
+        try:
             if self._brokers is None:  # each call that ends is progress for the liveness watchdog
-                self._brokers = watching.beating(self.config.admin_client(timeout=10.0), self._beat)
-            mirrorholds.apply_destroying(
-                store, event, node, fence=self._fence, brokers=self._brokers, own=self._own_topics
+                self._brokers = watching.beating(self.config.admin_client(timeout=10.0), self.progress)
+            contents = mirrorholds.read_contents(
+                self._need_store(), self._brokers, path, own=self._own_topics
             )
         except mirrorholds.Held as e:
-            if self.holds.get(path) != e.reason:
-                log.warning("policy mirror %s: holding %s: %s", self.region, path, e.reason)
-                self._count("held")
-            with self._lock:
-                self.holds[path] = e.reason
-            return "held"
-        except zk.ZkFenced as e:
-            raise SessionLost(f"no longer the leader: {e}") from e
-        except zk.ZkError as e:  # changed meanwhile, or unreachable: look again at the next recheck
-            with self._lock:
-                self.holds[path] = f"not applied yet: {e}"
-            return "held"
-        with self._lock:
-            self.cp.parked.pop(path, None)
-            self.holds.pop(path, None)
-        log.info("policy mirror %s: applied the held %s", self.region, path)
-        self._dirty = True
-        self._count("held_applied")
-        return "applied"
-
-    def _beat(self) -> None:
-        self.progress()  # the one set now (the composition root sets it after construction)
+            return ev.ContentsListed(path, None, e.reason)
+        except zk.ZkError as e:
+            return ev.ContentsListed(path, None, f"not applied yet: {e}")
+        return ev.ContentsListed(path, contents)
 
     def _own_topics(self, namespace: str) -> frozenset[str]:
         """GeoSync's own topics in ``tenant/namespace``, which never hold a deletion."""
@@ -173,53 +146,43 @@ class ApplyingMirror(LocalMirror):
             own.add(events.rsplit("/", 1)[-1])
         return frozenset(own)
 
-    def _found(self, path: str, node: zk.Node) -> None:
-        held = self.cp.replica.get(path)
-        self._scan({path: held} if held else {}, {path: node})
-        self._dirty = True
-
-    def _park(self, event: Record, reason: str) -> None:
-        if event.path in self.holds:  # the held deletion stays the one to apply (mirrorholds)
-            log.warning(
-                "policy mirror %s: %s refused while its deletion is held: %s", self.region, event.path, reason
-            )
-            self._count("refused_while_held")
-            return
-        held = self.cp.parked.get(event.path)
-        if held is None or policies.merge({event.path: held}, {event.path: event})[event.path] == event:
-            with self._lock:
-                self.cp.parked[event.path] = event
-            self._dirty = True
-        log.info("policy mirror %s: parked %s: %s", self.region, event.path, reason)
-        self._count("parked")
-
-    def _unpark_if_beaten(self, event: Record) -> None:
-        parked = self.cp.parked.get(event.path)
-        if parked is not None and parked == event and event.path not in self.holds:
-            with self._lock:
-                self.cp.parked.pop(event.path, None)
-            self._dirty = True
-
-    def _recheck_parked(self) -> None:
-        for path, event in sorted(self.cp.parked.items()):
-            if path in self.holds:
-                self._release(path)
-            else:
-                self._apply(event)
-
-    def _collect_tombstones(self) -> None:
-        """Forget the tombstones every peer region is past (``policies.collect_tombstones``)."""
-        peers = (set(self.registered) | set(self.cp.seen)) - {self.region}
-        replica, gone = policies.collect_tombstones(
-            self.cp.replica,
-            seen=self.cp.seen,
-            peers=peers,
-            now_ms=self.wall_ms(),
-            ttl_ms=int(self.config.mirror_tombstone_ttl_s * 1000),
-            keep=self.cp.parked,
+    def _publish(self, effect: ev.Publish) -> None:
+        envelope = envelopes.Envelope(
+            kind=EVENT_KIND,
+            region=self.region,
+            seq=effect.seq,
+            sent_at_ms=effect.sent_at_ms,
+            payload=policies.event_to_payload(effect.record),
         )
-        if gone:
-            with self._lock:
-                self.cp.replica = replica
-            self._dirty = True
-            self._count("tombstones_collected", len(gone))
+        if self._producer is None:
+            raise TemporaryError("no producer for the policy event topic")
+        self._producer.send(envelopes.seal(self.keys.signer, envelope))
+
+    # -- the event topic -------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """No checkpoint: every event the topic holds, fed before the store is walked."""
+        reader = self._reader
+        while reader is not None and reader.has_message_available():
+            try:
+                msg = reader.read_next(timeout_millis=5000)
+            except pulsar.Timeout:
+                break
+            self._on_message(msg)
+
+    def _on_message(self, msg: Any, *, read_ms: int | None = None) -> None:
+        """One event from the topic; ``read_ms``: when the reader thread got it (for the timings)."""
+        opened = envelopes.open_envelope(self.keys.keyring, msg.data())
+        taken_ms = self.wall_ms()
+        applied = self.counters["applied"]
+        self._feed(ev.Received(opened, msg.message_id().serialize()))
+        if (
+            self.counters["applied"] > applied
+            and isinstance(opened, envelopes.Envelope)
+            and opened.sent_at_ms >= self._started_ms
+            and opened.region != self.region
+        ):
+            read_ms = taken_ms if read_ms is None else read_ms
+            self.timings["transit_ms"].add(read_ms - opened.sent_at_ms)
+            self.timings["queued_ms"].add(taken_ms - read_ms)
+            self.timings["apply_ms"].add(self.wall_ms() - taken_ms)

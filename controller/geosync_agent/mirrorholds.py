@@ -14,8 +14,10 @@ another ZooKeeper than the mirror's, the check after the mark therefore sees onl
 holds; a topic made in the moment between the first check and the mark is the one case not covered there.
 
 A held change is applied as Pulsar's own broker deletes a namespace: mark the document ``deleted`` (brokers
-then refuse new topics in it), look again, then delete; a topic that appeared in between undoes the mark. Each
-write is a compare-and-set fenced by the mirror's leadership, so a change made meanwhile by anyone wins.
+then refuse new topics in it), look again, then delete; a topic that appeared in between undoes the mark. The
+term decides those steps (``geosync_agent.core.mirroring``: ``ListContents``, answered here by
+``read_contents``); each write is a compare-and-set fenced by the mirror's leadership, so a change made
+meanwhile by anyone wins.
 
 While a deletion is held, the replica holds it as the policy everywhere, and the store keeps the region's
 document: ``geoctl policies diff`` shows the difference and ``geoctl status`` the hold. Local edits of the
@@ -31,7 +33,6 @@ thread.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import quote
@@ -39,15 +40,11 @@ from urllib.parse import quote
 from geosync_adapters import zookeeper as zk
 from geosync_adapters.admin import AdminError, AdminNotFound, AdminPreconditionFailed
 from geosync_core import deletions
-from geosync_core.deletions import Apply, Contents, Hold, Mark, Unmark
-from geosync_core.policies import Record
-
-log = logging.getLogger("geosync.mirror")
+from geosync_core.deletions import Contents
 
 POLICIES_ROOT = "/admin/policies"
 MANAGED_LEDGERS = "/managed-ledgers"
 PARTITIONED_TOPICS = "/admin/partitioned-topics"
-_MAX_STEPS = 4  # mark, look again, delete: anything more means the store keeps changing under us
 
 
 class Listing(Protocol):
@@ -110,45 +107,3 @@ class Held(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def apply_destroying(
-    store: zk.Store,
-    event: Record,
-    node: zk.Node | None,
-    *,
-    fence: tuple[str, int] | None,
-    brokers: Listing,
-    own: Callable[[str], frozenset[str]],
-) -> None:
-    """Apply a destroying ``event`` to ``store`` (holding ``node`` at its path) only if nothing is destroyed.
-
-    Returns once applied; raises ``Held`` with the reason while the region holds anything under the path, and
-    the store adapter's ``ZkStale`` / ``ZkFenced`` / ``ZkNotEmpty`` as a write raises them (the caller decides
-    again, steps down, or holds).
-    """
-    unmarked: bytes | None = None
-    for _ in range(_MAX_STEPS):
-        current = None if node is None else node.value
-        contents = read_contents(store, brokers, event.path, own=own)
-        step = deletions.next_step(event, current, contents, unmarked=unmarked)
-        if isinstance(step, Hold):
-            raise Held(step.reason)
-        if isinstance(step, Unmark):
-            store.write(event.path, step.doc, expected=node, fence=fence, public=True)
-            log.info("mirror: %s: a topic appeared after the mark; mark undone", event.path)
-            raise Held(step.reason)
-        if isinstance(step, Mark):
-            unmarked = current
-            store.write(event.path, step.doc, expected=node, fence=fence, public=True)
-            node = store.read(event.path, watch=True)
-            continue
-        assert isinstance(step, Apply)
-        try:
-            store.write(event.path, event.value, expected=node, fence=fence, public=True)
-        except zk.ZkNotEmpty as e:
-            if unmarked is not None:  # children Pulsar keeps under the node: leave it as it was
-                store.write(event.path, unmarked, expected=store.read(event.path), fence=fence, public=True)
-            raise Held(str(e)) from e
-        return
-    raise zk.ZkStale(f"{event.path} kept changing while being deleted", path=event.path)

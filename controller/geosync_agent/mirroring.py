@@ -72,6 +72,8 @@ import pulsar
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
+from geosync_agent.core import mirrorevents as ev
+from geosync_agent.core.mirror import encode_checkpoint
 from geosync_agent.mirrorapplying import ApplyingMirror
 from geosync_agent.mirrorlocal import SessionLost
 from geosync_agent.mirrorstate import StateNodes
@@ -118,6 +120,9 @@ class Mirror(ApplyingMirror):
         super().__init__(config, keys, wall_ms=wall_ms, new_id=new_id)
         self.spawn = spawn
         self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._reader_thread: threading.Thread | None = None
+        self._reader_stop = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -166,7 +171,7 @@ class Mirror(ApplyingMirror):
         client: pulsar.Client | None = None
         lock: Any = None
         reader_stop = threading.Event()
-        reader_thread: threading.Thread | None = None
+        before = self.term
         try:
             store.start()
             root = self.config.mirror_root.rstrip("/")
@@ -198,37 +203,30 @@ class Mirror(ApplyingMirror):
                 logger=logging.getLogger("geosync.pulsar-client"),
                 **self.config.pulsar_options(),
             )
-            self._load_checkpoint()
+            self._client = client
+            self._reader_stop = reader_stop
+            data = self._load_checkpoint()
             self._producer = client.create_producer(
                 self.config.mirror_events_topic,
                 batching_enabled=False,
                 send_timeout_millis=15_000,
                 block_if_queue_full=True,
             )
-            start = pulsar.MessageId.earliest
-            if self.cp.reader is not None:
-                start = pulsar.MessageId.deserialize(self.cp.reader)
-            reader = client.create_reader(self.config.mirror_events_topic, start)
-            self._refresh_registered()
-            if not self._have_checkpoint:
-                self._drain(reader)
-            self._rescan()
-            with self._lock:
-                self.leader = True
-            reader_thread = self.spawn(
-                f"policy-mirror-reader-{self.region}", lambda: self._read_events(reader, reader_stop)
-            )
+            self._begin(data)  # the reader opened, the topic drained (no checkpoint), the store walked: Lead
             self._loop()
         finally:
             with self._lock:
                 self.leader = False
             reader_stop.set()
-            if reader_thread is not None:
-                reader_thread.join(timeout=5)
-            if self._store is not None and store.connected:
+            if self._reader_thread is not None:
+                self._reader_thread.join(timeout=5)
+            if self._store is not None and store.connected and self.term is not before:
                 with contextlib.suppress(Exception):
-                    self._save_checkpoint()
+                    self._save_checkpoint(encode_checkpoint(self.term.cp))
             self._producer = None
+            self._reader = None
+            self._reader_thread = None
+            self._client = None
             self._store = None
             self._fence = None
             self._state_nodes = None
@@ -239,6 +237,18 @@ class Mirror(ApplyingMirror):
                 with contextlib.suppress(Exception):
                     lock.release()
             store.stop()
+
+    def _open_reader(self, position: bytes | None) -> None:
+        start = pulsar.MessageId.earliest if position is None else pulsar.MessageId.deserialize(position)
+        self._reader = self._client.create_reader(self.config.mirror_events_topic, start)
+
+    def _lead(self) -> None:
+        with self._lock:
+            self.leader = True
+        reader, stop = self._reader, self._reader_stop
+        self._reader_thread = self.spawn(
+            f"policy-mirror-reader-{self.region}", lambda: self._read_events(reader, stop)
+        )
 
     def _check_state_items(self) -> None:
         """While waiting for the lock: a lost session ends the term (the lock contender is gone too)."""
@@ -265,17 +275,16 @@ class Mirror(ApplyingMirror):
             q.put(("event", (msg, self.wall_ms())))
 
     def _loop(self) -> None:
+        """Each item of the queue fed to the term, and a ``Tick`` after each (the term rechecks when due)."""
         interval = self.config.mirror_recheck_interval_s
-        next_recheck = time.monotonic() + interval
         while not self._stop.is_set():
             self.progress()
-            timeout = max(0.0, next_recheck - time.monotonic())
             try:
-                kind, item = self._queue.get(timeout=timeout)
+                kind, item = self._queue.get(timeout=interval)
             except queue.Empty:
                 kind, item = "tick", None
             if kind == "zk":
-                self._on_fired(item)
+                self._feed(ev.Fired(item.path, children=item.kind == "children"))
             elif kind == "event":
                 msg, read_ms = item
                 self._on_message(msg, read_ms=read_ms)
@@ -283,13 +292,7 @@ class Mirror(ApplyingMirror):
                 if item == "LOST":
                     raise SessionLost("zookeeper session lost: leadership and watches are gone")
                 if item == "CONNECTED":
-                    self._rescan()  # watches may have been missed while suspended
+                    self._feed(ev.Reconnected())  # watches may have been missed while suspended
             elif kind == "reader-failed":
                 raise TemporaryError(f"event reader failed: {item}")
-            if time.monotonic() >= next_recheck:
-                self._refresh_registered()
-                self._recheck_parked()
-                self._collect_tombstones()
-                if self._dirty:
-                    self._save_checkpoint()
-                next_recheck = time.monotonic() + interval
+            self._feed(ev.Tick())

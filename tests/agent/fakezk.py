@@ -1,10 +1,15 @@
-"""An in-memory ZooKeeper for the policy mirror's unit tests: what it uses of ``zk.Store``."""
+"""An in-memory ZooKeeper for the policy mirror's unit tests: what it uses of ``zk.Store``; and a mirror
+leading on one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from geosync_adapters import zookeeper as zk
+from geosync_agent.core.mirroring import Term
+from geosync_agent.mirrorstate import StateNodes
+from geosync_core.policies import Record
 
 
 class Crash(Exception):
@@ -75,3 +80,28 @@ class FakeStore:
         """A node someone else made (a broker), with its parents."""
         self.ensure_path(path.rsplit("/", 1)[0])
         self.nodes[path] = (value, 0)
+
+
+def leading(
+    mirror: Any,
+    store: FakeStore,
+    producer: Any,
+    *,
+    registered: dict[str, frozenset[str]] | None = None,
+    replica: dict[str, Record] | None = None,
+) -> None:
+    """``mirror`` (a ``geosync_agent.mirroring.Mirror``) in a leadership term on ``store``, caught up: its
+    term leads with ``replica`` and ``registered``, publishing through ``producer``; events go in with
+    ``_feed``."""
+    mirror._store = store
+    mirror._producer = producer
+    store.ensure_path(mirror.config.mirror_root)
+    mirror._state_nodes = StateNodes(store, mirror.config.mirror_root)  # type: ignore[arg-type]
+    mirror.term = Term(
+        mirror.settings,
+        phase="leading",
+        registered=registered or {},
+        counters=mirror.counters,
+        next_recheck_ms=mirror.wall_ms() + mirror.settings.recheck_ms,
+    )
+    mirror.term.cp.replica = dict(replica or {})

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from geosync_agent.config import AgentConfig
+from geosync_agent.core import mirrorevents as ev
 from geosync_agent.mirroring import Mirror
 from geosync_agent.mirrorstate import StateNodes, decode_pointer
 from geosync_agent.supervising import Supervisor
@@ -17,7 +18,7 @@ from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
 from tests.agent.fakes import KEYS
-from tests.agent.fakezk import FakeStore
+from tests.agent.fakezk import FakeStore, leading
 
 T = 1_800_000_000_000
 TENANT = "/admin/policies/geo"
@@ -48,9 +49,8 @@ def _mirror(wall_ms: Callable[[], int], **given: object) -> tuple[Mirror, FakeSt
     mirror = Mirror(config, KEYS["a"], wall_ms=wall_ms, new_id=_ids(), **given)  # type: ignore[arg-type]
     store = FakeStore()
     store.ensure_path(NS)
-    mirror._store = store  # type: ignore[assignment]
     producer = _Producer()
-    mirror._producer = producer
+    leading(mirror, store, producer)
     return mirror, store, producer
 
 
@@ -69,11 +69,11 @@ def _published(producer: _Producer) -> list[tuple[int, int, Record]]:
 def _edits(mirror: Mirror, store: FakeStore) -> None:
     """The tenant made, its namespace made, the namespace edited: each found through its watch."""
     store.nodes[TENANT] = (b'{"allowed_clusters":["a"]}', 1)
-    mirror._observe(TENANT)
+    mirror._feed(ev.Fired(TENANT))
     store.nodes[NS] = (b'{"ttl":1}', 1)
-    mirror._observe(NS)
+    mirror._feed(ev.Fired(NS))
     store.nodes[NS] = (b'{"ttl":2}', 2)
-    mirror._observe(NS)
+    mirror._feed(ev.Fired(NS))
 
 
 def test_a_fixed_clock_gives_fixed_stamps_sequence_numbers_and_send_times() -> None:

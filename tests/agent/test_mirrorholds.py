@@ -15,12 +15,13 @@ from geosync_adapters import signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds
 from geosync_agent.config import AgentConfig
+from geosync_agent.core import mirrorevents as ev
 from geosync_agent.core.mirror import EVENT_KIND
 from geosync_agent.mirroring import Mirror
 from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
-from tests.agent.fakezk import FakeStore
+from tests.agent.fakezk import FakeStore, leading
 
 NS = "/admin/policies/shop/orders"
 TENANT = "/admin/policies/shop"
@@ -60,16 +61,14 @@ class _Brokers:
         return sorted({t.split("://")[1].rsplit("/", 1)[0] for t in self.topics if f"://{tenant}/" in t})
 
 
-def _apply(store: FakeStore, event: Record = DELETION, brokers: _Brokers | None = None) -> None:
-    node = store.read(event.path)
-    mirrorholds.apply_destroying(
-        store,  # type: ignore[arg-type]
-        event,
-        node,
-        fence=None,
-        brokers=brokers or _Brokers(("persistent://shop/orders/geosync-control",)),
-        own=_own,
-    )
+def _destroy(store: FakeStore, event: Record = DELETION, brokers: _Brokers | None = None) -> None:
+    """A fresh mirror of region b on ``store`` receives ``event``; raises ``mirrorholds.Held`` with the
+    reason when it holds it."""
+    mirror, _ = _mirror(store)
+    mirror._brokers = brokers or _Brokers(("persistent://shop/orders/geosync-control",))
+    _receive(mirror, event)
+    if event.path in mirror.holds:
+        raise mirrorholds.Held(mirror.holds[event.path])
 
 
 @pytest.mark.parametrize(
@@ -85,7 +84,7 @@ def test_a_namespace_holding_a_topic_is_not_deleted(topic: str) -> None:
     store = _store()
     store.add(topic)
     with pytest.raises(mirrorholds.Held, match="1 topic"):
-        _apply(store)
+        _destroy(store)
     assert store.nodes[NS][0] == DOC
     assert store.log == []
 
@@ -94,20 +93,20 @@ def test_a_topic_only_the_brokers_know_holds_the_deletion() -> None:
     """A region whose metadata store is another ZooKeeper than the mirror's: its brokers list the topic."""
     store = _store()
     with pytest.raises(mirrorholds.Held, match="keep"):
-        _apply(store, brokers=_Brokers(("persistent://shop/orders/keep-partition-0",)))
+        _destroy(store, brokers=_Brokers(("persistent://shop/orders/keep-partition-0",)))
     assert store.log == []
 
 
 def test_brokers_that_cannot_answer_hold_the_deletion() -> None:
     store = _store()
     with pytest.raises(mirrorholds.Held, match="cannot list"):
-        _apply(store, brokers=_Brokers(down=True))
+        _destroy(store, brokers=_Brokers(down=True))
     assert store.nodes[NS][0] == DOC
 
 
 def test_a_namespace_with_only_system_and_geosync_topics_is_marked_then_deleted() -> None:
     store = _store()
-    _apply(store)
+    _destroy(store)
     assert NS not in store.nodes
     (mark_path, mark), (delete_path, deleted) = store.log
     assert (mark_path, delete_path, deleted) == (NS, NS, None)
@@ -124,7 +123,7 @@ def test_a_topic_created_after_the_mark_keeps_the_namespace_as_it_was() -> None:
 
     store.after_write = a_producer_arrives
     with pytest.raises(mirrorholds.Held, match="late"):
-        _apply(store)
+        _destroy(store)
     assert json.loads(store.nodes[NS][0]) == json.loads(DOC)
 
 
@@ -132,15 +131,15 @@ def test_a_tenant_is_held_by_its_namespaces_and_by_orphaned_managed_ledgers() ->
     store = _store()
     tenant_deletion = Record(TENANT, None, Hlc(1_700_000_000_001, 0, "a"))
     with pytest.raises(mirrorholds.Held, match="namespace"):
-        _apply(store, tenant_deletion, _Brokers())
+        _destroy(store, tenant_deletion, _Brokers())
     with pytest.raises(mirrorholds.Held, match="elsewhere"):  # the brokers know one the store lacks
-        _apply(store, tenant_deletion, _Brokers(("persistent://shop/elsewhere/t",)))
+        _destroy(store, tenant_deletion, _Brokers(("persistent://shop/elsewhere/t",)))
     del store.nodes[NS]  # policies gone (as the bug left them), ledgers still here
     store.add("/managed-ledgers/shop/orders/persistent/keep")
     with pytest.raises(mirrorholds.Held, match="orders"):
-        _apply(store, tenant_deletion, _Brokers())
+        _destroy(store, tenant_deletion, _Brokers())
     del store.nodes["/managed-ledgers/shop/orders/persistent/keep"]
-    _apply(store, tenant_deletion, _Brokers())
+    _destroy(store, tenant_deletion, _Brokers())
     assert TENANT not in store.nodes
 
 
@@ -162,24 +161,40 @@ def _mirror(store: FakeStore) -> tuple[Mirror, _Producer]:
     config = AgentConfig(
         region="b", admin_url="http://fake", service_url="pulsar://fake", zookeeper="127.0.0.1:1"
     )
-    mirror = Mirror(config, envelopes.Keys(SIGNERS["b"], RING))
+    clock = iter(range(1_800_000_000_000, 1_900_000_000_000, 60_000))  # a minute a step: rechecks are due
+    mirror = Mirror(config, envelopes.Keys(SIGNERS["b"], RING), wall_ms=lambda: next(clock))
     producer = _Producer()
-    mirror._store = store  # type: ignore[assignment]
-    mirror._brokers = _Brokers()
-    mirror._producer = producer
-    mirror.registered = {r: frozenset() for r in "abc"}
-    mirror.cp.replica = {
+    replica = {
         TENANT: Record(TENANT, TENANT_DOC, Hlc(1_600_000_000_000, 0, "b")),
         NS: Record(NS, DOC, Hlc(1_600_000_000_000, 1, "b")),
     }
+    leading(mirror, store, producer, registered={r: frozenset() for r in "abc"}, replica=replica)
+    mirror._brokers = _Brokers()
+    for region in "abc":
+        store.add(f"/admin/clusters/{region}")  # what a recheck reads again
     return mirror, producer
+
+
+def _receive(mirror: Mirror, record: Record) -> str:
+    """A peer's ``record`` received by ``mirror``: "applied", "held" or "parked"."""
+    counters = dict(mirror.counters)
+    sender = record.stamp.region
+    _SEQS[sender] = _SEQS.get(sender, 0) + 1
+    mirror._on_message(_event_from(sender, record, seq=_SEQS[sender]))
+    for outcome in ("applied", "held", "held_applied", "parked"):
+        if mirror.counters[outcome] > counters.get(outcome, 0):
+            return "applied" if outcome == "held_applied" else outcome
+    return "held" if record.path in mirror.holds else "unchanged"
+
+
+_SEQS: dict[str, int] = {}
 
 
 def test_the_mirror_holds_the_deletion_keeps_local_edits_here_and_applies_it_once_drained() -> None:
     store = _store()
     store.add("/managed-ledgers/shop/orders/persistent/keep")
     mirror, producer = _mirror(store)
-    assert mirror._apply(DELETION) == "held"
+    assert _receive(mirror, DELETION) == "held"
     assert "keep" in mirror.snapshot()["held"][NS]
     assert mirror.replica()[NS] == DELETION  # the deletion is the policy everywhere
     assert store.nodes[NS][0] == DOC  # and the region keeps its namespace
@@ -187,18 +202,18 @@ def test_the_mirror_holds_the_deletion_keeps_local_edits_here_and_applies_it_onc
     # A local edit of the held namespace stays here: last writer wins must not bring it back everywhere.
     edited = json.dumps({"replication_clusters": ["a", "b"], "message_ttl_in_seconds": 5}).encode()
     store.nodes[NS] = (edited, store.nodes[NS][1] + 1)
-    mirror._observe(NS)
-    mirror._rescan()
+    mirror._feed(ev.Fired(NS))
+    mirror._feed(ev.Reconnected())
     assert producer.sent == []
     assert mirror.counters["held_local_edits"] >= 1
 
     # The same deletion delivered again changes nothing; once drained, a recheck applies it.
-    assert mirror._apply(DELETION) != "applied"
+    assert _receive(mirror, DELETION) != "applied"
     assert NS in mirror.holds
-    mirror._recheck_parked()
+    mirror._feed(ev.Tick())
     assert NS in store.nodes
     del store.nodes["/managed-ledgers/shop/orders/persistent/keep"]
-    mirror._recheck_parked()
+    mirror._feed(ev.Tick())
     assert NS not in store.nodes
     assert mirror.snapshot()["held"] == {}
     assert mirror.snapshot()["parked"] == []
@@ -208,9 +223,9 @@ def test_a_newer_document_from_any_region_ends_the_hold() -> None:
     store = _store()
     store.add("/managed-ledgers/shop/orders/persistent/keep")
     mirror, _ = _mirror(store)
-    assert mirror._apply(DELETION) == "held"
+    assert _receive(mirror, DELETION) == "held"
     again = json.dumps({"replication_clusters": ["a", "b"], "message_ttl_in_seconds": 7}).encode()
-    assert mirror._apply(Record(NS, again, Hlc(1_700_000_000_500, 0, "c"))) == "applied"
+    assert _receive(mirror, Record(NS, again, Hlc(1_700_000_000_500, 0, "c"))) == "applied"
     assert store.nodes[NS][0] == again
     assert mirror.snapshot()["held"] == {}
     with pytest.raises(zk.ZkError):  # nothing left to release: the fake refuses a stale delete
@@ -264,6 +279,6 @@ def test_each_call_to_the_brokers_in_a_held_deletions_check_is_progress(
     monkeypatch.setattr(AgentConfig, "admin_client", lambda self, **_kw: _Brokers(down=True))
     beats: list[int] = []
     mirror.progress = lambda: beats.append(1)
-    assert mirror._apply(DELETION) == "held"
+    assert _receive(mirror, DELETION) == "held"
     assert len(beats) >= 1
     assert "cannot list" in mirror.snapshot()["held"][NS]

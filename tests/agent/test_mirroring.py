@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
+from geosync_agent.core import mirrorevents as ev
 from geosync_agent.core.mirror import CHECKPOINT_MAGIC, Checkpoint, decode_checkpoint, encode_checkpoint
 from geosync_agent.mirroring import Mirror
 from geosync_agent.mirrorstate import POINTER_MAGIC, StateNodes, decode_pointer, split
@@ -22,7 +23,7 @@ from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
 from tests.agent.fakes import KEYS
-from tests.agent.fakezk import Crash, FakeStore
+from tests.agent.fakezk import Crash, FakeStore, leading
 
 
 def _checkpoint() -> Checkpoint:
@@ -216,11 +217,14 @@ def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_pee
         mirror_tenants=("geo",),
         mirror_tombstone_ttl_s=1.0,
     )
-    mirror = Mirror(config, KEYS["a"])
-    mirror.registered = {"a": frozenset(), "b": frozenset()}
+    clock = iter(range(1_800_000_000_000, 1_900_000_000_000, 60_000))  # a minute a step: rechecks are due
+    mirror = Mirror(config, KEYS["a"], wall_ms=lambda: next(clock))
+    store = FakeStore()
+    for region in "ab":
+        store.add(f"/admin/clusters/{region}")
     gone = Record("/admin/policies/geo/old", None, Hlc(1_700_000_000_000, 0, "a"))
-    mirror.cp.replica = {gone.path: gone}
-    mirror._collect_tombstones()
+    leading(mirror, store, None, replica={gone.path: gone})
+    mirror._feed(ev.Tick())
     assert gone.path in mirror.cp.replica  # b has not said anything yet
     for seq, wall in ((1, 1_600_000_000_000), (2, 1_700_000_000_001)):
         event = Record("/admin/policies/other/ns", b"{}", Hlc(wall, 0, "b"))  # out of scope: no store needed
@@ -229,6 +233,6 @@ def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_pee
         )
         mirror._on_message(_Message(envelopes.seal(KEYS["b"].signer, envelope)))
     assert mirror.cp.seen == {"b": Hlc(1_700_000_000_001, 0, "b")}
-    mirror._collect_tombstones()
+    mirror._feed(ev.Tick())
     assert mirror.cp.replica == {}
     assert mirror.counters["tombstones_collected"] == 1

@@ -36,6 +36,8 @@ PARTS = (
     "mirrorstate",
     "mirrorholds",
     "core/mirror",
+    "core/mirrorevents",
+    "core/mirroring",
 )
 """The parts and the modules they decide with, the policy mirror's among them. The shell: ``runtime`` (the
 loop), ``effects`` (the ``Effector``), ``supervising``, ``serving``, ``reporting``, ``watching``,
