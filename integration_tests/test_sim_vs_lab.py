@@ -14,9 +14,10 @@ Shared consumers acknowledge ``A_ACKS`` (holes, and batches partly acknowledged)
 and c. Then:
 
 * ``synced``: nothing more;
-* ``clear-backlog``: an operator clears the backlog in b; with the lab's ``claims_from: cursor`` b claims its
-  cursor and a and c acknowledge everything (the loss issue 45 describes, ``jump-replicated`` in the
-  simulator's checker: both must agree on it);
+* ``clear-backlog``: an operator clears the backlog in b. With ``claims_from: acknowledgements`` (the
+  default, decision 0015) b keeps its jump to itself; with ``cursor`` b claims its cursor and a and c
+  acknowledge everything (the loss issue 45 describes, ``jump-replicated`` in the simulator's checker). The
+  simulator runs the setting the lab's agents report in their ``/state``, so both must agree either way;
 * ``failover``: the consumers move to b, a publishes ``LATER``, and b's consumers acknowledge ``B_ACKS``.
 
 The lab side waits until its cursors are the simulator's (up to ``SETTLE_S``) and fails with both when they
@@ -37,7 +38,7 @@ from geosync_core.positions import Position
 from geosync_lab.probes import acknowledged
 from geosync_sim import running
 from geosync_sim.schedules import Schedule, Step
-from integration_tests.helpers import Lab, read_all
+from integration_tests.helpers import Lab, agent_state, read_all
 
 pytestmark = pytest.mark.lab
 
@@ -107,7 +108,7 @@ def _sizes(trace: str) -> list[int]:
 # -- the simulator -----------------------------------------------------------------------------------------
 
 
-def simulate(trace: str) -> Cursors:
+def simulate(trace: str, claims_from: str) -> Cursors:
     steps = [Step(1.0 + 0.3 * e, "produce", ("a", 0, n, batched)) for e, (n, batched) in enumerate(ENTRIES)]
     if trace == "clear-backlog":
         steps.append(Step(10.0, "admin", ("b", 0, "clear-backlog", 0)))
@@ -117,7 +118,7 @@ def simulate(trace: str) -> Cursors:
             Step(12.0 + 0.3 * k, "produce", ("a", 0, n, batched)) for k, (n, batched) in enumerate(LATER)
         ]
     schedule = Schedule(
-        45, REGIONS, 1, ("Shared",), (True, True, True), 20.0, tuple(steps), ("a",), claims_from="cursor"
+        45, REGIONS, 1, ("Shared",), (True, True, True), 20.0, tuple(steps), ("a",), claims_from=claims_from
     )
     sim = running.Simulation(schedule)
     topic = sim.topics[0]
@@ -245,7 +246,9 @@ def on_the_lab(lab: Lab, unique: str, trace: str, model: Cursors) -> tuple[Curso
 
 @pytest.mark.parametrize("trace", ["synced", "clear-backlog", "failover"])
 def test_the_lab_ends_with_the_simulators_cursors(lab: Lab, unique: str, trace: str) -> None:
-    model = simulate(trace)
+    settings = {agent_state(lab, region)["claims"]["setting"] for region in REGIONS}
+    assert len(settings) == 1, f"the lab's agents claim from different things: {settings}"
+    model = simulate(trace, settings.pop())
     synced, final = on_the_lab(lab, unique, trace, model)
     expected_a = Cursor.of(set(A_ACKS), _sizes("synced"))
     assert synced == dict.fromkeys(REGIONS, expected_a), "the lab did not sync a's acknowledgements: " + str(
