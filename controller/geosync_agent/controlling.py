@@ -110,13 +110,16 @@ class Controlling(Indexing):
             self._reject(admitted)
             return
         if tags is not None:
-            self._learn_incarnations(opened.region, tags, now)
+            # Sent before this agent started: history re-read from the control topic (see _region_rebuilt).
+            self._learn_incarnations(opened.region, tags, now, history=opened.sent_at_ms < self.started_ms)
         for received in decoded:
             message, waiting = reports.waiting_on_incarnations(received, tags, self.incarnations)
             self._wait_for_incarnations(waiting)
             self._take_claims(self._of_known_incarnations(message, tags), now)
 
-    def _learn_incarnations(self, sender: str, tags: dict[str, Incarnation], now: Now) -> None:
+    def _learn_incarnations(
+        self, sender: str, tags: dict[str, Incarnation], now: Now, *, history: bool = False
+    ) -> None:
         """Take up the incarnation ``sender`` announces of itself if it is newer than the one known here, and
         the claims that waited for it. A region speaks only for itself: what a peer says of a third region's
         incarnation (or of this one's, which this region's ZooKeeper says) is never taken up."""
@@ -129,7 +132,7 @@ class Controlling(Indexing):
         ends = self._log_ends() if known is not None and incarnation > known else {}
         self.incarnations, replaced = self.incarnations.learn(sender, incarnation)
         if replaced is not None:
-            self._region_rebuilt(sender, replaced, incarnation, now, ends)
+            self._region_rebuilt(sender, replaced, incarnation, now, ends, history=history)
         for key in [k for k in self.waiting if k[0] == sender]:
             if not self.incarnations.waits(*key, tagged=True):
                 messages = self.waiting.pop(key)
@@ -173,7 +176,14 @@ class Controlling(Indexing):
         return ends
 
     def _region_rebuilt(
-        self, region: str, old: Incarnation, new: Incarnation, now: Now, ends: dict[str, Position | None]
+        self,
+        region: str,
+        old: Incarnation,
+        new: Incarnation,
+        now: Now,
+        ends: dict[str, Position | None],
+        *,
+        history: bool = False,
     ) -> None:
         """``region`` was wiped and rebuilt under its name: its new messages reuse the origin coordinates of
         its old ones. Every claim held about its origins speaks of the old ones, and every entry of its
@@ -183,14 +193,28 @@ class Controlling(Indexing):
         renames alike) and never the new ones. Renaming only what the tails had read let the entries a
         stalled or restarted reader had not reached yet go by the region's plain name: claims about the new
         life's messages then acknowledged them, and this region's claims about them reached the new life's
-        messages elsewhere (issue 45, case 2; ``tests/sim/test_issue45_rebuilt.py``)."""
+        messages elsewhere (issue 45, case 2; ``tests/sim/test_issue45_rebuilt.py``).
+
+        Learned from the control topic's ``history`` (the news was sent before this agent started: it starts
+        with no checkpoint, or one older than the news), the logs may hold the new life's messages as well,
+        below their ends and read already: every tail is read again from its earliest message, and an entry
+        at or below its log's end is of the old life only if it was published before the new incarnation was
+        created (``OriginIndex.retire(before_ms=)``; a replicated copy keeps its origin's publish time).
+        Retiring up to the ends alone named the new life's messages with the old ones, and the old claims
+        acknowledged one a consumer held (``loss``; the rebuilds profile's seed 17)."""
         self.stats.inc("incarnations_changed")
         retired = incarnations.retired(region, old)
         runs = 0
         for topic, ts in self.topics.items():
-            runs += ts.tail.index.retire(region, retired, upto=ends.get(topic))
+            runs += ts.tail.index.retire(region, retired, upto=ends.get(topic), before_ms=new.created_ms)
             ts.tail.version += 1
             ts.tail.rewrites += 1
+            if history:
+                ts.tail.stale_reason = (
+                    f"region {region} was rebuilt, and this agent learned it from the control topic's "
+                    "history: its old and new messages are told apart by publish time"
+                )
+                self._rebuild(ts, now)
         for state in self.subs.values():
             if not any(
                 acks is not None and region in acks.origin_regions

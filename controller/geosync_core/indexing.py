@@ -24,7 +24,8 @@ Invariants:
 * ``truncate_below(p)`` forgets exactly the entries below ``p``;
 * after ``retire(r, name, upto=u)`` no entry indexed so far, nor appended or filled later at or below the
   greater of ``u`` and the last entry then, has an origin in region ``r``: they are named ``name``
-  (everything else is unchanged);
+  (everything else is unchanged); with ``before_ms=t`` an entry appended later with a publish time of ``t``
+  or more keeps its region's name (it is the new life's: see ``retire``);
 * ``OriginIndex.from_wire(index.to_wire())`` answers every question as ``index`` does;
 * ``fill(p, o)`` records an entry the reader passed without indexing (its origin was named later): after
   it ``origin_of(p) == o`` and every other answer of ``origin_of`` is unchanged (the index answers as if
@@ -50,7 +51,7 @@ import bisect
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -148,6 +149,23 @@ def covering(runs: Sequence[OriginRun], local: Position) -> OriginRun | None:
     return runs[i] if i >= 0 and runs[i].covers(local.ledger, local.entry) else None
 
 
+class Retirement(NamedTuple):
+    """Entries of ``region`` up to local position ``upto`` came from a life of it since rebuilt: they go by
+    ``name``; with ``before_ms``, only those published before it (the new life's incarnation's creation)."""
+
+    region: str
+    upto: Position
+    name: str
+    before_ms: int | None = None
+
+    def names(self, local: Position, origin: Origin, published_ms: int | None) -> bool:
+        return (
+            self.region == origin.region
+            and local <= self.upto
+            and (self.before_ms is None or published_ms is None or published_ms < self.before_ms)
+        )
+
+
 def _local_key(run: Run) -> tuple[int, int]:
     return run.local_ledger, run.local_first
 
@@ -159,9 +177,9 @@ class OriginIndex:
         self._runs: list[Run] = []
         self._last: Position | None = None
         self._floor: Position | None = None
-        self._retired: list[tuple[str, Position, str]] = []
-        """(region, up to, name): entries up to that local position whose origin region is ``region`` came
-        from an incarnation of it since rebuilt, and are indexed under ``name`` (see ``retire``)."""
+        self._retired: list[Retirement] = []
+        """Entries whose origin region is a retirement's came from an incarnation of it since rebuilt, and are
+        indexed under its name (see ``retire``)."""
 
     def __len__(self) -> int:
         """The number of runs: the index's size."""
@@ -194,14 +212,15 @@ class OriginIndex:
         """The highest local position ever appended (the reader's progress), even if truncated since."""
         return self._last
 
-    def append(self, local: Position, origin: Origin) -> None:
-        """Record that local entry ``local`` is the message ``origin``; raise ``ValueError`` if this
-        contradicts what was appended before."""
+    def append(self, local: Position, origin: Origin, *, published_ms: int | None = None) -> None:
+        """Record that local entry ``local`` is the message ``origin``, published at ``published_ms`` (the
+        message's publish time, None: not known; only a retirement's ``before_ms`` reads it); raise
+        ``ValueError`` if this contradicts what was appended before."""
         if local.entry < 0:
             raise ValueError(f"not an entry: {local}")
         if self._floor is not None and local < self._floor:
             return
-        origin = self._named(local, origin)
+        origin = self._named(local, origin, published_ms)
         if self._last is not None and local <= self._last:
             if self.origin_of(local) == origin:
                 return
@@ -209,12 +228,18 @@ class OriginIndex:
         self._last = local
         self._runs = _extend(self._runs, local, origin)
 
-    def retire(self, region: str, name: str, *, upto: Position | None = None) -> int:
+    def retire(
+        self, region: str, name: str, *, upto: Position | None = None, before_ms: int | None = None
+    ) -> int:
         """``region`` was rebuilt under its name: every entry indexed so far with an origin there names a
         message of its old life, and goes by ``name`` from now on (also when appended again: a reader
         replaying, a tail read again), and so does every entry of that origin appended later at or below
         ``upto`` (the end of the local log when the rebuild was learned: entries the reader had not reached
-        yet). Returns how many runs were renamed."""
+        yet). With ``before_ms`` (the new life's incarnation's creation time), an entry appended later whose
+        publish time is known and not before it is the new life's and keeps the region's name: what tells
+        the lives apart in a log read again after the news (issue 45, case 2: a peer's agent that learns of
+        the rebuild from its control topic's history has the new life's messages below its logs' ends too).
+        Returns how many runs were renamed."""
         last = self._last if upto is None or (self._last is not None and self._last > upto) else upto
         if last is None:
             return 0
@@ -223,32 +248,32 @@ class OriginIndex:
             if run.region == region:
                 self._runs[i] = replace(run, region=name)
                 renamed += 1
-        self._retired.append((region, last, name))
+        self._retired.append(Retirement(region, last, name, before_ms))
         return renamed
 
-    def retirements(self) -> list[tuple[str, Position, str]]:
+    def retirements(self) -> list[Retirement]:
         return list(self._retired)
 
-    def keep_retirements(self, retired: list[tuple[str, Position, str]]) -> None:
+    def keep_retirements(self, retired: list[Retirement]) -> None:
         """Carry the retirements of an index this one replaces (the same topic read again)."""
         self._retired = list(retired)
 
-    def _named(self, local: Position, origin: Origin) -> Origin:
-        for region, upto, name in self._retired:
-            if region == origin.region and local <= upto:
-                return Origin(name, origin.position)
+    def _named(self, local: Position, origin: Origin, published_ms: int | None = None) -> Origin:
+        for retirement in self._retired:
+            if retirement.names(local, origin, published_ms):
+                return Origin(retirement.name, origin.position)
         return origin
 
-    def fill(self, local: Position, origin: Origin) -> None:
-        """Record ``local`` as ``origin`` although the reader is past it: an entry skipped when read
-        (its origin could not be named then) and named now. Raise ``ValueError`` if ``local`` was indexed
-        as another origin."""
+    def fill(self, local: Position, origin: Origin, *, published_ms: int | None = None) -> None:
+        """Record ``local`` as ``origin`` (published at ``published_ms``, as for ``append``) although the
+        reader is past it: an entry skipped when read (its origin could not be named then) and named now.
+        Raise ``ValueError`` if ``local`` was indexed as another origin."""
         if self._last is None or local > self._last:
-            self.append(local, origin)
+            self.append(local, origin, published_ms=published_ms)
             return
         if self._floor is not None and local < self._floor:
             return
-        origin = self._named(local, origin)
+        origin = self._named(local, origin, published_ms)
         known = self.origin_of(local)
         if known is not None:
             if known == origin:
@@ -300,7 +325,10 @@ class OriginIndex:
             "floor": None if self._floor is None else self._floor.to_wire(),
         }
         if self._retired:
-            wire["retired"] = [[region, upto.to_wire(), name] for region, upto, name in self._retired]
+            wire["retired"] = [
+                [r.region, r.upto.to_wire(), r.name, *([] if r.before_ms is None else [r.before_ms])]
+                for r in self._retired
+            ]
         return wire
 
     @classmethod
@@ -330,10 +358,15 @@ class OriginIndex:
         self._runs = _truncated(self._runs, position)
 
 
-def _retirement(item: Any) -> tuple[str, Position, str]:
-    if not (isinstance(item, list) and len(item) == 3 and all(isinstance(item[i], str) for i in (0, 2))):
+def _retirement(item: Any) -> Retirement:
+    if not (
+        isinstance(item, list)
+        and len(item) in (3, 4)
+        and all(isinstance(item[i], str) for i in (0, 2))
+        and (len(item) == 3 or (isinstance(item[3], int) and not isinstance(item[3], bool)))
+    ):
         raise ValueError(f"not a retirement: {item!r}")
-    return item[0], Position.from_wire(item[1]), item[2]
+    return Retirement(item[0], Position.from_wire(item[1]), item[2], item[3] if len(item) == 4 else None)
 
 
 def _run_wire(run: Run) -> list[int | str]:

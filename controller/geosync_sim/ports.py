@@ -311,7 +311,7 @@ def received(t: Topic, e: Entry) -> list[Received]:
     """The messages of entry ``e`` as a reader receives them, one by one."""
     if not e.msgs:  # a control envelope
         at = t.position(e.eid)
-        return [Received(t.name, at, -1, -1, e.data, "", int(e.at * 1000), {}, f"{e.origin}-ctl")]
+        return [Received(t.name, at, -1, -1, e.data, "", e.publish_ms, {}, f"{e.origin}-ctl")]
     out = []
     for i, m in enumerate(e.msgs):
         props = {STAMP: str(e.source)} if e.replicated_from is not None and not e.batched else {}
@@ -323,7 +323,7 @@ def received(t: Topic, e: Entry) -> list[Received]:
                 batch_index=i if e.batched else -1,
                 data=b"m",
                 key=m.key,
-                publish_ms=int(e.at * 1000),
+                publish_ms=e.publish_ms,
                 properties=props,
                 producer=m.producer,
                 batch_size=len(e.msgs) if e.batched else None,

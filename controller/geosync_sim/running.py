@@ -37,7 +37,7 @@ from geosync_sim.apps import App, Apps
 from geosync_sim.checking import Checker, Violation
 from geosync_sim.ports import SimAdmin, SimMessaging
 from geosync_sim.schedules import Schedule, Step
-from geosync_sim.world import Ident, Msg, World
+from geosync_sim.world import WALL0, Ident, Msg, World
 
 NAMESPACE = "geo/sim"
 TICK_S = 0.05
@@ -46,7 +46,6 @@ APP_S = 0.2
 DISCOVER_S = 5.0
 CHECKPOINT_S = 10.0
 MONO0 = 1000.0
-WALL0 = 1_800_000_000.0
 TAIL_S = 20.0
 """Quiet seconds after the schedule's end: traffic stops, consumers keep consuming, agents keep syncing."""
 

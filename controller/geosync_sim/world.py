@@ -76,6 +76,8 @@ STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
 PERSIST_S = 1.0
 """A cursor is written to its ledger at most this often (``managedLedgerDefaultMarkDeleteRateLimit``)."""
 CONTROL_SUFFIX = "/geosync-control"
+WALL0 = 1_800_000_000.0
+"""The wall clock (seconds) at virtual time 0: publish times and incarnations are wall-clock milliseconds."""
 
 Ident = tuple[str, int, int, int]
 """A message's identity in every region: (origin region, origin ledger, origin entry, batch index)."""
@@ -102,6 +104,15 @@ class Entry:
     """A control envelope (control topics only)."""
     life: int = 0
     """Which life of its origin region published it (0: the first; a rebuild starts another)."""
+    published: float = 0.0
+    """When its origin published it: a replicated copy keeps its origin's publish time (the replicator sends
+    the entry's metadata, and ``ProducerImpl.updateMessageMetadata`` sets a publish time only on a message
+    that has none)."""
+
+    @property
+    def publish_ms(self) -> int:
+        """The publish time a client reads (wall-clock milliseconds)."""
+        return int((WALL0 + self.published) * 1000)
 
     def ident(self, index: int) -> Ident:
         return (lived(self.origin, self.life), self.source.ledger, self.source.entry, index)
@@ -304,7 +315,15 @@ class World:
         t = r.topics[topic]
         eid = len(t.entries)
         entry = Entry(
-            eid, region, t.position(eid), msgs, batched and len(msgs) > 1, self.now, data=data, life=r.life
+            eid,
+            region,
+            t.position(eid),
+            msgs,
+            batched and len(msgs) > 1,
+            self.now,
+            data=data,
+            life=r.life,
+            published=self.now,
         )
         t.entries.append(entry)
         for dst in self.regions:
@@ -361,6 +380,7 @@ class World:
                     replicated_from=entry.origin,
                     data=entry.data,
                     life=entry.life,
+                    published=entry.published,
                 )
             )
         self.now = max(self.now, until)

@@ -6,6 +6,8 @@ test feeds ``LogView.take`` messages and asks the view about origins, sizes, key
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from geosync_agent.core import logview
 from geosync_agent.core.logview import LogView
 from geosync_core import resolving
@@ -309,3 +311,24 @@ def test_only_a_marker_an_agent_signed_and_did_not_batch_is_held_out_of_the_log(
     without = LogView(TOPIC, -1)  # no keyring: the filter hides nothing, so nothing is a marker
     without.take(fed[:1], resolver)
     assert without.markers == []
+
+
+def test_an_entry_named_late_is_told_apart_by_its_publish_time_across_a_checkpoint() -> None:
+    """A rebuilt region's lives are told apart by publish time in a log read again (``OriginIndex.retire
+    (before_ms=)``): an entry whose origin is named on a retry, after a checkpoint, is judged by its own."""
+    view = LogView(TOPIC, -1)
+    view.take([message(TOPIC, Position(6, 0))], naming())
+    view.index.retire("b", "b#old", upto=Position(7, 9), before_ms=1000)
+    fed = [
+        replace(message(TOPIC, Position(7, e), properties={STAMP: f"3:{e}"}), publish_ms=500 + 600 * e)
+        for e in range(3)
+    ]
+    view.take(fed, naming(failures=3), now=0.0)
+    assert view.unresolved == [Position(7, e) for e in range(3)]
+    again = LogView.from_wire(TOPIC, -1, view.to_wire())
+    assert again.retry(naming(), now=10.0) == 3
+    assert [again.index.origin_of(Position(7, e)) for e in range(3)] == [
+        Origin("b#old", Position(3, 0)),
+        Origin("b", Position(3, 1)),
+        Origin("b", Position(3, 2)),
+    ]

@@ -358,3 +358,35 @@ def test_a_retirement_up_to_the_logs_end_names_what_the_reader_had_not_reached_y
         assert index.origin_of(local) == (Origin(f"{region}#old", origin.position) if old else origin)
     again = OriginIndex.from_wire(json.loads(json.dumps(index.to_wire())))
     assert [again.origin_of(p) for p, _ in log] == [index.origin_of(p) for p, _ in log]
+
+
+@settings(fast, max_examples=30)
+@given(local_logs(), st.sampled_from(REGIONS), st.integers(0, 200), st.integers(0, 200))
+def test_a_retirement_with_the_new_lifes_birth_keeps_its_messages_below_the_end_apart(
+    log: list[tuple[Position, Origin]], region: str, born: int, end: int
+) -> None:
+    """Issue 45, case 2, learned from the control topic's history: the log is read again after the news,
+    and its end then lies past the new life's first messages. Entry ``n`` is published at ``n`` ms and the
+    new life was born at ``born`` ms: only what was published before is the old life's."""
+    index = OriginIndex()
+    upto = log[min(end, len(log)) - 1][0] if end and log else None
+    index.retire(region, f"{region}#old", upto=upto, before_ms=born)
+    again = OriginIndex.from_wire(json.loads(json.dumps(index.to_wire())))
+    reread = OriginIndex()
+    reread.keep_retirements(again.retirements())
+    for n, (local, origin) in enumerate(log):
+        index.append(local, origin, published_ms=n)
+        reread.append(local, origin, published_ms=n)
+    for n, (local, origin) in enumerate(log):
+        old = n < min(born, end) and origin.region == region
+        assert index.origin_of(local) == (Origin(f"{region}#old", origin.position) if old else origin)
+        assert reread.origin_of(local) == index.origin_of(local)
+
+
+@pytest.mark.parametrize(
+    "item", [["a", [1, 2], "a#old", "5"], ["a", [1, 2], "a#old", True], ["a", [1, 2], "a#old", 5, 6]]
+)
+def test_anything_but_a_retirement_is_refused(item: object) -> None:
+    wire = {"runs": [], "last": None, "floor": None, "retired": [item]}
+    with pytest.raises(ValueError, match="not a retirement"):
+        OriginIndex.from_wire(wire)

@@ -96,16 +96,13 @@ def test_a_peer_restarted_after_the_news_keeps_the_new_lifes_messages_apart() ->
     assert not lost(result), "\n".join(lost(result))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a peer's agent that starts without a checkpoint after the rebuilt region's new messages "
-    "reached its region cannot tell them from the old life's by position (docs/limits.md)",
-)
 def test_a_peer_restarted_without_its_checkpoint_after_the_news_keeps_the_new_lifes_messages_apart() -> None:
     """The same as above with b's checkpoint lost: b's new agent reads the control topic from its earliest
-    message, learns of the old c and then of the new one, and retires every entry of c up to its logs' ends,
-    the new c's messages among them; the old claims then acknowledge one a's consumers hold (``loss`` in b).
-    Found by the ``rebuilds`` profile too (seed 17, 1 of 100 schedules)."""
+    message and learns of the old c and then of the new one when its logs hold both lives' messages. It
+    retired every entry of c up to its logs' ends, the new c's messages among them, and the old claims
+    acknowledged one a's consumers hold (``loss`` in b; the ``rebuilds`` profile's seed 17 too). Learned from
+    the control topic's history, the news now has every tail read again, and an entry is the old life's only
+    if it was published before the new incarnation was created."""
     result = rebuilt_while_behind(
         Step(15.0, "hole", (0, 30.0)), Step(17.0, "crash", ("b", False, 2.0)), stall=False
     )

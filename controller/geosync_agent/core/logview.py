@@ -78,6 +78,8 @@ class Message(Protocol):
     def properties(self) -> dict[str, str]: ...
     @property
     def producer(self) -> str: ...
+    @property
+    def publish_ms(self) -> int: ...
 
 
 @dataclass
@@ -89,6 +91,8 @@ class Pending:
     batched: bool
     attempts: int = 1
     due: float = 0.0
+    published_ms: int | None = None
+    """The message's publish time (what tells a rebuilt region's lives apart: ``OriginIndex.retire``)."""
 
 
 @dataclass
@@ -192,10 +196,14 @@ class LogView:
                     self.malformed += 1
                 else:
                     self.pending[position] = Pending(
-                        dict(msg.properties), msg.producer, msg.batch_index >= 0, due=now + RETRY_FIRST_S
+                        dict(msg.properties),
+                        msg.producer,
+                        msg.batch_index >= 0,
+                        due=now + RETRY_FIRST_S,
+                        published_ms=msg.publish_ms,
                     )
                 continue
-            self.index.append(position, origin)
+            self.index.append(position, origin, published_ms=msg.publish_ms)
             appended += 1
         if appended:
             self.version += 1
@@ -225,7 +233,7 @@ class LogView:
                 item.attempts += 1
                 item.due = now + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (item.attempts - 1))
                 continue
-            self.index.fill(position, origin)
+            self.index.fill(position, origin, published_ms=item.published_ms)
             del self.pending[position]
             self.unresolved.remove(position)
             filled += 1
@@ -257,6 +265,7 @@ class LogView:
                 item.properties.get(resolving.REPL_SOURCE_POSITION),
                 item.producer,
                 item.batched,
+                *([] if item.published_ms is None else [item.published_ms]),
             ]
             for p, item in self.pending.items()
         ]
@@ -298,9 +307,12 @@ class LogView:
                 {(Position(int(lg), int(e)), int(i)): str(k) for lg, e, i, k in message_keys},
             )
         view.unresolved = [Position(int(lg), int(e)) for lg, e in value.get("unresolved", [])]
-        for lg, e, stamp, producer, batched in value.get("pending", []):
+        for lg, e, stamp, producer, batched, *published in value.get("pending", []):
             properties = {} if stamp is None else {resolving.REPL_SOURCE_POSITION: str(stamp)}
-            view.pending[Position(int(lg), int(e))] = Pending(properties, str(producer), bool(batched))
+            at = int(published[0]) if published else None  # absent: before publish times were kept
+            view.pending[Position(int(lg), int(e))] = Pending(
+                properties, str(producer), bool(batched), published_ms=at
+            )
         return view
 
     def _more_of_batch(self, position: Position, msg: Message) -> int:
