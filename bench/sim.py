@@ -5,12 +5,14 @@
     python bench/sim.py --seed N --shrink
 
 Each seed draws a schedule (traffic, failovers, and with ``--profile faults`` control faults and agent
-crashes, with ``jumps`` also cursor jumps no consumer made) and runs the real agent of each region inside the
-simulated world; the checker judges every run (``geosync_sim.checking``). Printed per failing seed: its
-violations, and with ``--shrink`` the smallest schedule found that still fails the same way, its steps
-listed. At the end: schedules, schedules per second, failovers, acknowledgements and CPU per schedule,
-duplicates by cause, violations by kind. ``--trace`` prints one run's events as it happened (the same seed
-prints the same trace). ``--json FILE`` writes the figures. Exit status 1 when a run failed.
+crashes, with ``jumps`` also cursor jumps no consumer made, with ``policies`` also operators editing and
+deleting namespace policies in random regions, each region's policy mirror beside its agent) and runs the real
+agent of each region inside the simulated world; the checker judges every run (``geosync_sim.checking``;
+``geosync_sim.policystores`` for the policies). Printed per failing seed: its violations, and with
+``--shrink`` the smallest schedule found that still fails the same way, its steps listed. At the end:
+schedules, schedules per second, failovers, acknowledgements and CPU per schedule, duplicates by cause,
+violations by kind. ``--trace`` prints one run's events as it happened (the same seed prints the same trace).
+``--json FILE`` writes the figures. Exit status 1 when a run failed.
 
 Not a ``geoctl`` command: the CLI never imports the agent (an import-linter contract); the simulator runs it.
 """
@@ -26,7 +28,7 @@ import sys
 import time
 from collections import Counter
 
-from geosync_sim import running, schedules
+from geosync_sim import policies, running, schedules
 
 
 def seeds_of(text: str) -> list[int]:
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regions", type=int, default=3)
     p.add_argument("--topics", type=int, default=4)
     p.add_argument("--duration", type=float, default=60.0, help="virtual seconds of traffic")
-    p.add_argument("--profile", choices=schedules.PROFILES, default="faults")
+    p.add_argument("--profile", choices=(*schedules.PROFILES, "policies"), default="faults")
     p.add_argument("--json", type=pathlib.Path, help="write the figures here")
     p.add_argument(
         "--claims-from",
@@ -67,11 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     cpu = 0.0
     wall0 = time.perf_counter()
     for seed in seeds:
-        schedule = schedules.draw(
-            seed, regions=args.regions, topics=args.topics, duration=args.duration, profile=args.profile
-        )
+        shape = {"regions": args.regions, "topics": args.topics, "duration": args.duration}
+        if args.profile == "policies":  # the faults profile's schedule, and policy steps beside it
+            schedule = policies.draw(seed, **shape)
+        else:
+            schedule = schedules.draw(seed, profile=args.profile, **shape)
         schedule = dataclasses.replace(schedule, claims_from=args.claims_from)
-        result = running.run(schedule, trace=args.trace)
+        run = policies.run if args.profile == "policies" else running.run
+        result = run(schedule, trace=args.trace)
         if args.trace:
             print("\n".join(result.trace))
             print(f"trace digest {result.digest}")
@@ -86,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seed {seed}: {len(result.violations)} violations")
         for v in result.violations[:10]:
             print(f"    {v}")
-        if args.shrink:
+        if args.shrink and args.profile == "policies":
+            print("  (--shrink does not run the policy mirrors yet: replay with --trace)")
+        elif args.shrink:
             small = running.shrink(result)
             print(f"  shrunk from {len(schedule.steps)} to {len(small.schedule.steps)} steps:")
             for step in small.schedule.steps:

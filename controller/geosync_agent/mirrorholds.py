@@ -23,7 +23,9 @@ While a deletion is held, the replica holds it as the policy everywhere, and the
 document: ``geoctl policies diff`` shows the difference and ``geoctl status`` the hold. Local edits of the
 held document stay in this region and are not mirrored (counted ``held_local_edits``), so last writer wins
 never brings a namespace back everywhere that its owners deleted; a newer document from any region (the
-namespace created again) replaces the region's own and ends the hold. The hold ends on its own once the
+namespace created again) replaces the region's own and ends the hold, unless it leaves this region out: that
+one is held in the deletion's place (the region's brokers would delete the same topics) and written once the
+region has drained. The hold ends on its own once the
 region has drained (its topics deleted, by its users, by Pulsar's inactive-topic deletion, or by ``geoctl
 policies release``, which says what it deletes).
 

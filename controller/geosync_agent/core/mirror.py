@@ -12,7 +12,8 @@ Invariants (tests in ``tests/agent/test_mirror_core.py``):
    signed it (a region speaks only for its own edits), once (the replay guard), and in scope.
 2. A remote record reaches the store only if it wins last writer wins, breaks no PIP-321 rule here, takes no
    namespace away from this region, and destroys nothing here; one that would destroy is held: taken as the
-   policy (the replica holds it) but not written.
+   policy (the replica holds it) but not written. A newer record that takes away a namespace whose deletion
+   is held here is held in its place (found by the simulator: refused, it was dropped once the hold ended).
 3. A change found in the store is published only if it differs from the replica and its path is not held.
 4. ``decode_checkpoint(encode_checkpoint(cp)) == cp``; anything else decodes to ``None``.
 """
@@ -187,6 +188,14 @@ def judge(
         event, replica=here, local_region=local_region, registered=registered
     )
     if rejection is not None:
+        if (
+            held
+            and allowedclusters.reject_event_regions(
+                event, replica=cp.replica, local_region=local_region, registered=registered
+            )
+            is None
+        ):  # it takes away a namespace whose deletion is held here: it destroys as the deletion does
+            return Hold(replica)
         return Refuse(rejection.reason)
     known = cp.replica.get(event.path)
     if not held and current != (None if known is None else known.value):
