@@ -2,9 +2,11 @@
 
 Pulsar's own synchronizer cannot run where the configuration store is the local store (every ZooKeeper
 standalone, the lab), sees no direct ZooKeeper writes and keeps no tombstones; the rules that replace it
-are in ``geosync_core.policies``. The mirror's decisions are values in ``geosync_agent.core.mirror``;
-around them, three rooms: this module (the shell: leadership terms and the loop), ``mirrorapplying`` (other
-regions' events applied) and ``mirrorlocal`` (its state, the store walk, local changes published). Together:
+are in ``geosync_core.policies``. Everything the mirror decides is its leadership term,
+``geosync_agent.core.mirroring`` (a state machine: events in, effects out; its rules in ``core.mirror``);
+around it, three rooms: this module (the shell: leadership terms and the loop), ``mirrorapplying`` (the
+term's effects carried out, each answer fed back) and ``mirrorlocal`` (its state, the store walk, the
+clusters, the checkpoint read). The simulator runs the same term (``geosync_sim.policies``). Together:
 
 * **Leadership.** Every agent of a region may run a ``Mirror``; one leads, by a kazoo ``Lock`` on the
   region's own ZooKeeper (``{mirror_root}/leader``). A standby takes over once the leader's session
@@ -12,9 +14,9 @@ regions' events applied) and ``mirrorlocal`` (its state, the store walk, local c
   the same ZooKeeper transaction, so a leader that lost its session cannot write any more.
 * **One loop.** ZooKeeper watch callbacks (kazoo's thread), session state changes and the event-topic
   reader (a task of the term, started through ``spawn``) only put items on one queue; a single thread takes
-  them in order and does all the work, so the replica, the clock and the store are only touched there.
-  When a watch fires the loop reads the node's *current* bytes (re-arming the watch) and reports them with
-  ``local_change``.
+  them in order and feeds each to the term (``Fired``, ``Received``, ``Reconnected``, then a ``Tick``), so
+  the replica, the clock and the store are only touched there. When a watch fires the term reads the node's
+  *current* bytes (``ReadNode``, re-arming the watch) and publishes them if they changed.
 * **Events.** A local change becomes a signed envelope (kind ``policy-event``, payload
   ``policies.event_to_payload``) published on ``mirror_events_topic``, one topic in a namespace
   replicated to every region (the lab's ``geo/abc``): one topic for all tenants keeps a region's events in
