@@ -61,7 +61,13 @@ class ApplyingMirror(LocalMirror):
     def _carry_out(self, effects: list[ev.Effect]) -> list[ev.Event]:
         answers = []
         for effect in effects:
-            answer = self._perform(effect)
+            try:
+                answer = self._perform(effect)
+            except BaseException:
+                # The term is ahead of what was carried out (a publish it counts as made): the next term
+                # starts from the last checkpoint it saved, not from this one's state.
+                self._interrupted = True
+                raise
             self.progress()
             if answer is not None:
                 answers.append(answer)

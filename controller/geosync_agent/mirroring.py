@@ -174,6 +174,7 @@ class Mirror(ApplyingMirror):
         lock: Any = None
         reader_stop = threading.Event()
         before = self.term
+        self._interrupted = False
         try:
             store.start()
             root = self.config.mirror_root.rstrip("/")
@@ -222,7 +223,12 @@ class Mirror(ApplyingMirror):
             reader_stop.set()
             if self._reader_thread is not None:
                 self._reader_thread.join(timeout=5)
-            if self._store is not None and store.connected and self.term is not before:
+            if (
+                self._store is not None
+                and store.connected
+                and self.term is not before
+                and not self._interrupted
+            ):
                 with contextlib.suppress(Exception):
                     self._save_checkpoint(encode_checkpoint(self.term.cp))
             self._producer = None

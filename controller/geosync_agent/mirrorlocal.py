@@ -94,6 +94,8 @@ class LocalMirror:
         self._fence: tuple[str, int] | None = None
         self._producer: Any = None
         self._reader: Any = None
+        self._interrupted = False
+        """An effect of this term failed: its state is not saved at the term's end."""
         self._state_node: zk.Node | None = None
         self._state_nodes: StateNodes | None = None
         self._started_ms = wall_ms()

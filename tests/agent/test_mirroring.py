@@ -21,6 +21,7 @@ from geosync_agent.mirroring import Mirror
 from geosync_agent.mirrorstate import POINTER_MAGIC, StateNodes, decode_pointer, split
 from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
+from geosync_core.errors import TemporaryError
 from geosync_core.policies import Record
 from tests.agent.fakes import KEYS
 from tests.agent.fakezk import Crash, FakeStore, leading
@@ -236,3 +237,23 @@ def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_pee
     mirror._feed(ev.Tick())
     assert mirror.cp.replica == {}
     assert mirror.counters["tombstones_collected"] == 1
+
+
+class _Down:
+    def send(self, data: bytes) -> None:
+        raise TemporaryError("the event topic is unreachable")
+
+
+def test_a_publish_that_fails_ends_the_term_and_leaves_its_state_unsaved() -> None:
+    """The term counts a change as published when it asks for the publish: a term whose publish failed must
+    not hand that state on, or the next term would never publish the change."""
+    config = AgentConfig(
+        region="a", admin_url="http://fake", service_url="pulsar://fake", zookeeper="127.0.0.1:1"
+    )
+    mirror = Mirror(config, KEYS["a"])
+    store = FakeStore()
+    store.add("/admin/policies/geo", b'{"allowedClusters":["a"]}')
+    leading(mirror, store, _Down())
+    with pytest.raises(TemporaryError):
+        mirror._feed(ev.Fired("/admin/policies/geo"))
+    assert mirror._interrupted

@@ -128,3 +128,11 @@ def test_the_checker_tells_a_refusal_by_design_from_a_divergence() -> None:
     del stores.regions["c"].nodes[NS]
     stores.check_converged()
     assert [v.kind for v in stores.violations] == ["policies-diverge"]
+
+
+def test_the_same_seed_replays_the_same_policy_trace() -> None:
+    schedule = policies.draw(5, topics=1, duration=30.0)
+    first, second = policies.run(schedule, trace=True), policies.run(schedule, trace=True)
+    assert any(" policy " in line for line in first.trace)
+    assert first.trace == second.trace
+    assert first.digest == second.digest

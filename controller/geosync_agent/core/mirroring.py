@@ -16,7 +16,8 @@ A term does one thing at a time. An effect that needs an answer (``ReadNode``, `
 events meanwhile wait in ``inbox``, in order, and are taken once the answer came. Effects that need none
 (``Publish``, ``SaveCheckpoint``, ``Lead``, ``StepDown``, ``Note``, ``OpenReader``, ``Drain``) succeed or end
 the term: a publish or checkpoint the shell cannot make ends it, and the next term starts again from the last
-checkpoint and the store (``mirroring``'s docstring: nothing lost).
+checkpoint and the store (``mirroring``'s docstring: nothing lost). The term counts an effect as made when it
+asks for it, so a shell saves the state of a term none of whose effects failed, never of one that did.
 
 The decisions themselves are ``geosync_agent.core.mirror`` (events taken, remote records judged, local
 changes found) and ``geosync_core.deletions`` (held deletions: mark, check, then delete).
