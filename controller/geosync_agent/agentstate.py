@@ -150,6 +150,7 @@ class AgentState:
         incarnation: Incarnation | None = None,
         broker_calls: CallTimes | None = None,
         checkpoint_writer: checkpointing.Writer | None = None,
+        journal: checkpointing.Journal | None = None,
     ) -> None:
         self.config = config
         self.incarnation = incarnation
@@ -273,6 +274,11 @@ class AgentState:
         self.checkpoint_at = 0.0
         self.checkpoint_info: dict[str, Any] = {}
         self.checkpoint_writer = checkpoint_writer or checkpointing.Writer()
+        if journal is None:
+            journal = checkpointing.Journal(self.checkpoint_path.parent if self.checkpoint_path else None)
+        self.journal = journal
+        """What consumers acknowledged since the last checkpoint (``checkpointing.Journal``): appended before
+        the next feed read confirms it, taken up by ``restore``."""
         """Writes the checkpoints rounds take: the composition root's ``checkpoint-writer`` task runs it;
         where none does (the unit tests' harness), ``drain`` does the waiting write."""
         self.checkpoint_taken_s = 0.0

@@ -238,3 +238,107 @@ class Writer:
             with self._changed:
                 self._served = False
                 self._changed.notify_all()
+
+
+JOURNAL_GLOB = "acked-*.jsonl"
+
+
+class Journal:
+    """What consumers acknowledged since the last checkpoint, kept until the next one is written (decision
+    0015: a feed read confirms what the previous answer carried, and the broker then forgets it).
+
+    Why: the plugin hands an ``acked`` block over until a read confirms it, and the agent confirms at its
+    next read, a fraction of a second later, while its checkpoint is written every ``checkpoint_interval_s``.
+    An agent killed in between came back from a checkpoint without those acknowledgements, and nobody had
+    them any more: never claimed, re-delivered after a failover, and ``geoctl failover check`` never judged
+    that subscription safe again. Each answer's blocks are appended here before the next read confirms them
+    (a line of JSON, flushed to the operating system: it survives the process, not the machine); a
+    checkpoint starts a new segment when it takes the state (``rotate``) and drops the older ones once it is
+    written (``drop_before``); a restored agent takes up what the segments hold (``records``) at its first
+    feed read. Replaying a block the checkpoint already holds changes nothing (absorbing is a union).
+
+    Invariants (``tests/agent/test_checkpointing.py``): ``records`` returns every record appended since the
+    segment last passed to ``drop_before``, in order; a line cut short by a crash is skipped, never fatal.
+    Without a directory (the unit harness, the simulator) the segments live in memory: the simulator keeps
+    one journal per region across an agent's lives, as the disk would."""
+
+    def __init__(self, directory: pathlib.Path | None = None) -> None:
+        self.directory = directory
+        self._memory: dict[int, list[str]] = {}
+        self._file: Any = None
+        found = sorted(self._segments()) if directory is not None else []
+        self.segment = found[-1] + 1 if found else 1
+        self.torn = 0
+        """Lines skipped by ``records`` (cut short by a crash, or damaged)."""
+
+    def _segments(self) -> list[int]:
+        if self.directory is None:
+            return sorted(self._memory)
+        out = []
+        for path in self.directory.glob(JOURNAL_GLOB):
+            try:
+                out.append(int(path.stem.removeprefix("acked-")))
+            except ValueError:
+                continue
+        return sorted(out)
+
+    def _path(self, segment: int) -> pathlib.Path:
+        assert self.directory is not None
+        return self.directory / f"acked-{segment:08d}.jsonl"
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"))
+        if self.directory is None:
+            self._memory.setdefault(self.segment, []).append(line)
+            return
+        if self._file is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._file = self._path(self.segment).open("a", encoding="utf-8")
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def rotate(self) -> int:
+        """Start a new segment; the number of the new one (what a checkpoint taken now does not hold)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.segment += 1
+        return self.segment
+
+    def drop_before(self, segment: int) -> None:
+        """Forget the segments older than ``segment`` (a checkpoint holding them is written)."""
+        for n in self._segments():
+            if n >= segment:
+                continue
+            if self.directory is None:
+                del self._memory[n]
+            else:
+                self._path(n).unlink(missing_ok=True)
+
+    def records(self) -> list[dict[str, Any]]:
+        lines: list[str] = []
+        for n in self._segments():
+            if self.directory is None:
+                lines.extend(self._memory[n])
+                continue
+            try:
+                lines.extend(self._path(n).read_text(encoding="utf-8").splitlines())
+            except OSError:
+                self.torn += 1
+        out = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                self.torn += 1
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+            else:
+                self.torn += 1
+        return out
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -232,7 +232,14 @@ class Observing(Controlling):
             state.fed = (fed, cursor)
             out.setdefault(topic, {})[name] = cursor
         if feed.acked is not None and self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS:
-            self._take_acked(feed.acked, feed.acked_lost, out)
+            if feed.acked:
+                # Kept until the next checkpoint is written: the next read confirms these blocks, and the
+                # broker forgets them (checkpointing.Journal).
+                self.journal.append(
+                    {"epoch": feed.epoch, "seq": feed.seq, "acked": [b.to_wire() for b in feed.acked]}
+                )
+            replayed, self.feed.replay = self.feed.replay, ()
+            self._take_acked((*replayed, *feed.acked), feed.acked_lost, out)
         if unknown:
             self._rediscover_soon(now, "rediscover_for_feed")
         return out

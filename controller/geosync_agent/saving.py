@@ -25,6 +25,7 @@ from geosync_agent.writing import Writing
 from geosync_core import (
     envelopes,
     pacing,
+    pluginapi,
 )
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks
@@ -73,12 +74,13 @@ class Saving(Writing):
             log.warning("cannot take the checkpoint: %s", e)
             return
         taken = self.checkpoint_taken_s = now.since() - started
+        segment = self.journal.rotate()  # what is acknowledged from now on is not in this checkpoint
         if background:
             writer.offer(
-                lambda: self._write_checkpoint(state, now, started, taken)
+                lambda: self._write_checkpoint(state, now, started, taken, segment)
             )  # not busy: checked above
         else:
-            self._write_checkpoint(state, now, started, taken)
+            self._write_checkpoint(state, now, started, taken, segment)
 
     def _acks_wire(self, acks: OriginAcks) -> dict[str, Any]:
         """``acks`` as the checkpoint writes them, encoded once for as long as they do not change (claims are
@@ -89,7 +91,7 @@ class Saving(Writing):
         return wire
 
     def _write_checkpoint(
-        self, state: Callable[[], dict[str, Any]], now: Now, started: float, taken: float
+        self, state: Callable[[], dict[str, Any]], now: Now, started: float, taken: float, segment: int
     ) -> None:
         """Encode and write ``state`` (by the checkpoint writer or on the loop's thread: it only counts and
         assigns), taken ``started`` seconds after ``now``."""
@@ -102,6 +104,7 @@ class Saving(Writing):
             log.warning("cannot write the checkpoint %s: %s", self.checkpoint_path, e)
             return
         self.stats.inc("checkpoints_written")
+        self.journal.drop_before(segment)  # the checkpoint written holds what the older segments held
         cost = self.checkpoint_cost_s = now.since() - started
         self.timeline.add("checkpoint", now.mono + started, cost, in_loop_s=round(taken, 3))
         # The largest temporary buffers (the state's JSON and its compressed copy) were just freed.
@@ -170,8 +173,13 @@ class Saving(Writing):
         return (tuple(topics), tuple(subs), rest), held
 
     def checkpoint(self) -> dict[str, Any]:
-        """What a restarted agent needs to resume without re-reading history, as JSON values."""
-        return self.checkpoint_later()()
+        """What a restarted agent needs to resume without re-reading history, as JSON values, taken as
+        written: the journal keeps only what is acknowledged after it (a caller that keeps the value where a
+        crash does not reach it, as the simulator does)."""
+        segment = self.journal.rotate()
+        state = self.checkpoint_later()()
+        self.journal.drop_before(segment)
+        return state
 
     def checkpoint_later(self) -> Callable[[], dict[str, Any]]:
         """``checkpoint``'s value as it is now, its largest parts (the topics' origin indexes and entry
@@ -272,10 +280,29 @@ class Saving(Writing):
             if region != self.config.region:
                 self.incarnations = self.incarnations.learn(region, incarnation)[0]
         self.stats.inc("checkpoint_restored")
+        self.feed.replay = self._journalled()
         log.info(
-            "resuming from the checkpoint: %d topics (%d index runs), %d subscriptions, %d control topics",
+            "resuming from the checkpoint: %d topics (%d index runs), %d subscriptions, %d control topics, "
+            "%d acknowledged blocks journalled since",
             len(topics),
             sum(len(ts.tail.index) for ts in topics.values()),
             len(subs),
             len(controls),
+            len(self.feed.replay),
         )
+
+    def _journalled(self) -> tuple[pluginapi.AckedSet, ...]:
+        """The ``acked`` blocks the journal kept since the checkpoint (``checkpointing.Journal``): what
+        consumers acknowledged after it, which the broker forgot once the agent's next read confirmed it.
+        A block that does not read back is skipped and counted (``journal_skipped``)."""
+        out: list[pluginapi.AckedSet] = []
+        torn = self.journal.torn
+        for record in self.journal.records():
+            for wire in record.get("acked") or ():
+                try:
+                    out.append(pluginapi.AckedSet.from_wire(wire))
+                except pluginapi.PluginApiError:
+                    self.stats.inc("journal_skipped")
+        if self.journal.torn > torn:
+            self.stats.inc("journal_skipped", self.journal.torn - torn)
+        return tuple(out)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from geosync_adapters import signing
-from geosync_agent import discovering
+from geosync_agent import checkpointing, discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import ROUND_ERRORS, Agent, Now
@@ -140,6 +140,8 @@ class Simulation:
         self.keys = keys_for(schedule.regions)
         self.lives: dict[str, Life | None] = {}
         self.checkpoints: dict[str, dict[str, Any]] = {}
+        self.journals: dict[str, checkpointing.Journal] = {}
+        """Each region's agent's journal of acknowledgements since its checkpoint: on its disk, beside it."""
         self.restarts: list[tuple[float, str, bool]] = []
         self.rebuilds: list[tuple[float, str, list[str]]] = []
         """(when, region, topics whose consumers were connected there): wiped regions coming back."""
@@ -202,6 +204,9 @@ class Simulation:
             clock=lambda: MONO0 + self.world.now,
         )
         now = self.now(t)
+        restored = restore and region in self.checkpoints
+        if not restored:
+            self.journals[region] = checkpointing.Journal()  # a lost checkpoint: its journal went with it
         agent = Agent(
             config,
             keys=self.keys[region],
@@ -214,10 +219,11 @@ class Simulation:
             rng=random.Random(self.rng.random()),
             started_ms=now.wall_ms,
             incarnation=self.incarnation(region),
+            journal=self.journals[region],
         )
         self.seq += 1
         effector.on_sent = agent.on_sent
-        if restore and region in self.checkpoints:
+        if restored:
             agent.restore(self.checkpoints[region], now)
         agent.checkpoint_at = math.inf  # this loop writes them (every CHECKPOINT_S, or when the agent asks)
         life = Life(region, agent, messaging, admin, phase, next_round=t + phase, next_discovery=t)

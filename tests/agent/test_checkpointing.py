@@ -402,3 +402,32 @@ def test_a_learned_batch_size_is_written_at_the_next_checkpoint(tmp_path: pathli
     assert written_by(b) == written + 1
     path = checkpointing.path_in(str(tmp_path))
     assert checkpointing.load(path, region="b") == b.agent.checkpoint()
+
+
+@pytest.mark.parametrize("on_disk", [True, False], ids=["file", "memory"])
+def test_the_journal_keeps_what_no_written_checkpoint_holds(tmp_path: pathlib.Path, on_disk: bool) -> None:
+    journal = checkpointing.Journal(tmp_path if on_disk else None)
+    journal.append({"seq": 1})
+    segment = journal.rotate()  # a checkpoint takes the state: seq 1 is in it
+    journal.append({"seq": 2})
+    assert [r["seq"] for r in journal.records()] == [1, 2]  # until that checkpoint is written
+    journal.drop_before(segment)
+    journal.append({"seq": 3})
+    assert [r["seq"] for r in journal.records()] == [2, 3]
+    if on_disk:  # a restarted agent's journal finds the same records, and appends after them
+        journal.close()
+        again = checkpointing.Journal(tmp_path)
+        assert [r["seq"] for r in again.records()] == [2, 3]
+        again.append({"seq": 4})
+        assert [r["seq"] for r in again.records()] == [2, 3, 4]
+
+
+def test_a_journal_line_cut_short_by_a_crash_is_skipped(tmp_path: pathlib.Path) -> None:
+    journal = checkpointing.Journal(tmp_path)
+    journal.append({"seq": 1})
+    journal.close()
+    with next(tmp_path.glob(checkpointing.JOURNAL_GLOB)).open("a") as f:
+        f.write('{"seq": 2, "ack')  # the process died in the middle of a write
+    again = checkpointing.Journal(tmp_path)
+    assert [r["seq"] for r in again.records()] == [1]
+    assert again.torn == 1
