@@ -134,7 +134,7 @@ class ApplyingMirror(LocalMirror):
         """What the region holds under ``path``, by its store and its brokers (``mirrorholds``)."""
         try:
             if self._brokers is None:  # each call that ends is progress for the liveness watchdog
-                self._brokers = watching.beating(self.config.admin_client(timeout=10.0), self.progress)
+                self._brokers = watching.beating(self.config.admin_client(timeout=10.0), self._beat)
             contents = mirrorholds.read_contents(
                 self._need_store(), self._brokers, path, own=self._own_topics
             )
@@ -143,6 +143,9 @@ class ApplyingMirror(LocalMirror):
         except zk.ZkError as e:
             return ev.ContentsListed(path, None, f"not applied yet: {e}")
         return ev.ContentsListed(path, contents)
+
+    def _beat(self) -> None:
+        self.progress()  # the one set now (the composition root sets it after construction)
 
     def _own_topics(self, namespace: str) -> frozenset[str]:
         """GeoSync's own topics in ``tenant/namespace``, which never hold a deletion."""

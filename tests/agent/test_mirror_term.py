@@ -196,3 +196,12 @@ def test_a_checkpoint_goes_to_the_next_term_with_its_holds() -> None:
         term.cp.seen,
     )
     assert set(after.holds) == {NS}
+
+
+def test_a_recheck_comes_every_interval_and_after_the_wall_clock_was_set_back() -> None:
+    term = _leading()
+    assert m.step(term, ev.Tick(), T + 9_999)[1] == []  # Settings' recheck_ms is 10 s
+    assert m.step(term, ev.Tick(), T + 10_000)[1] == [ev.ReadClusters()]
+    m.step(term, ev.ClustersRead(REGISTERED), T + 10_000)
+    assert m.step(term, ev.Tick(), T + 15_000)[1] == []
+    assert m.step(term, ev.Tick(), T - 3_600_000)[1] == [ev.ReadClusters()]  # set back an hour

@@ -192,7 +192,10 @@ class _Run:
 
     def recheck_due(self) -> bool:
         term = self.term
-        return term.phase == "leading" and not term.rechecking and self.now_ms >= term.next_recheck_ms
+        if term.phase != "leading" or term.rechecking:
+            return False
+        # A wall clock set back more than an interval would delay the recheck as long: recheck then too.
+        return not term.next_recheck_ms - term.settings.recheck_ms <= self.now_ms < term.next_recheck_ms
 
     def resume(self, job: Job, answer: ev.Event) -> None:
         term = self.term
