@@ -51,6 +51,9 @@ from geosync_sim.world import WALL0
 TENANT = f"{ROOT}/shop"
 NAMESPACES = tuple(f"{TENANT}/n{i}" for i in range(4))
 RECHECK_MS = 2_000
+TOMBSTONE_TTL_MS = 5_000
+"""Seconds, not the production week, so a run collects tombstones: what makes collecting one safe is that
+every peer is past it (``policies.collect_tombstones``), not its age."""
 TICK = 0.25
 
 
@@ -65,7 +68,7 @@ class Shell:
         self.world = world
         self.region = region
         self.keys = keys
-        self.settings = ev.Settings(region, recheck_ms=RECHECK_MS)
+        self.settings = ev.Settings(region, recheck_ms=RECHECK_MS, tombstone_ttl_ms=TOMBSTONE_TTL_MS)
         self.registered = {r: frozenset[str]() for r in registered}
         self.counters: Counter[str] = Counter()
         self.term: machine.Term | None = None
