@@ -47,6 +47,7 @@ class Apps:
         self.on_delivered = on_delivered
         self.apps: dict[tuple[str, str], App] = {}
         self.acks = 0
+        world.on_topic_created = self.topic_created
 
     def add(self, topic: str, sub: str, kind: str, region: str) -> App:
         app = self.apps[(topic, sub)] = App(topic, sub, kind)
@@ -55,8 +56,19 @@ class Apps:
         self.connect(app, region)
         return app
 
+    def topic_created(self, region: str, topic: str) -> None:
+        """A deleted topic exists again: its subscriptions are created again at Earliest (the operator's
+        provisioning, as at setup; a consumer subscribing would do the same)."""
+        for app in self.apps.values():
+            if app.topic == topic:
+                self.world.create_subscription(region, topic, app.sub, app.kind, latest=False, cause="setup")
+
     def connect(self, app: App, region: str) -> None:
         w = self.world
+        if app.topic not in w.regions[region].topics:
+            # Deleted there: the client retries until it exists again (``tick`` subscribes it then).
+            app.region, app.pending, app.held = region, [], {}
+            return
         if (app.topic, app.sub) not in w.regions[region].subs:
             # The application subscribes with its own initial position: Earliest.
             w.create_subscription(region, app.topic, app.sub, app.kind, latest=False, cause="consumer")
@@ -77,6 +89,9 @@ class Apps:
             return
         w = self.world
         region = w.regions[app.region]
+        if app.topic not in region.topics:  # deleted under the consumers: nothing to receive until it is back
+            app.pending, app.held = [], {}
+            return
         s = region.subs.get((app.topic, app.sub))
         if s is None:
             # Its subscription was deleted under it: the client subscribes again.

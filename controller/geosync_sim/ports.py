@@ -194,9 +194,14 @@ class SimAdmin:
         }
 
     # the plugin
-    def _need_plugin(self) -> None:
+    def _need_plugin(self, *, write: bool = False) -> None:
+        """404 where the plugin is not loaded; 403 where it refuses this agent (``Region.refusing``:
+        ``GeoSyncInterceptor.acks`` with ``geosyncAllowCursorWrites`` off, ``PluginAccess.role`` for a role
+        that is neither a superuser nor in ``geosyncAdminRoles``)."""
         if not self.r.plugin:
             raise adm.AdminNotFound("404 no GeoSync plugin")
+        if self.r.refusing == "all" or (write and self.r.refusing == "writes"):
+            raise adm.AdminForbidden(f"403 the GeoSync plugin refuses this agent ({self.r.refusing})")
 
     def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
         self._need_plugin()
@@ -234,8 +239,8 @@ class SimAdmin:
         )
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
-        self._need_plugin()
-        self.calls.append("plugin_write")
+        self.calls.append("plugin_write")  # made, answered or refused
+        self._need_plugin(write=True)
         if self.tamper is not None:
             items = self.tamper(items)
         out = []
@@ -376,7 +381,9 @@ class SimMessaging:
     def shadow_ack(
         self, topic: str, subscription: str, *, partition: int, positions: list[Position], name: str
     ) -> None:
-        t = self.r.topics[topic]
+        t = self.r.topics.get(topic)
+        if t is None:
+            raise TopicMissing(f"{topic} does not exist (and auto topic creation is off)")
         if (topic, subscription) not in self.r.subs:
             # The idle consumer subscribes with its initial position: at Latest the subscription comes back
             # with everything acknowledged.

@@ -129,9 +129,10 @@ class Simulation:
             self.world, random.Random(schedule.seed * 7919 + 1), on_delivered=self.checker.delivered
         )
         self.topics = [f"persistent://{NAMESPACE}/t{i}" for i in range(schedule.topics)]
-        for region, has in zip(schedule.regions, schedule.plugin, strict=True):
-            self.world.regions[region].plugin = has
-            if not has:
+        refusing = schedule.refusing or ("",) * len(schedule.regions)
+        for region, has, refused in zip(schedule.regions, schedule.plugin, refusing, strict=True):
+            self.world.regions[region].plugin, self.world.regions[region].refusing = has, refused
+            if not has or refused:  # cursor writes through the admin API (and polls, if it refuses all)
                 self.checker.no_plugin.add(region)
         for i, topic in enumerate(self.topics):
             self.world.add_topic(topic)
@@ -298,6 +299,10 @@ class Simulation:
         elif step.kind == "kill":
             region, seconds = a
             self._kill(str(region), float(seconds))  # type: ignore[arg-type]
+        elif step.kind == "drop":
+            where, i, back = a
+            for region in self.schedule.regions if where == "*" else (str(where),):
+                w.delete_topic(region, self.topics[int(i)], back_in=float(back))  # type: ignore[call-overload,arg-type]
 
     def _kill(self, region: str, seconds: float) -> None:
         """The broker owning the region's topics dies with its sidecar agent; ``seconds`` later (its session
@@ -400,7 +405,7 @@ class Simulation:
             region: str, topic: str, msgs: tuple[Msg, ...], *, batched: bool, data: bytes = b""
         ) -> Any:
             entry = original_publish(region, topic, msgs, batched=batched, data=data)
-            if data and self.world.now < self.dup_until:
+            if entry is not None and data and self.world.now < self.dup_until:
                 for dst in self.world.regions:
                     if dst != region:
                         self.world._replicate(region, dst, topic, entry, extra=0.5)

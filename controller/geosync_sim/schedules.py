@@ -21,7 +21,10 @@ Step kinds (``args``):
 * ``stall`` (region, seconds): the region's readers of data topics are dispatched nothing for that long;
 * ``kill`` (region, seconds): the broker owning the region's topics dies with its sidecar agent; that much
   later another broker loads them (batch indexes of partly acknowledged entries forgotten) and its sidecar
-  takes over.
+  takes over;
+* ``drop`` (region or ``*`` for every region, topic index, seconds): an operator deletes the topic by force;
+  that much later it exists again, empty, with a new ledger, and its subscriptions are created again at
+  Earliest.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ import random
 from dataclasses import dataclass, replace
 
 KINDS = ("Shared", "Key_Shared", "Failover", "Exclusive")
-PROFILES = ("clean", "faults", "jumps", "rebuilds", "takeovers")
+PROFILES = ("clean", "faults", "jumps", "rebuilds", "takeovers", "drops", "refusals")
 """``clean``: traffic and failovers; ``faults``: and control faults and agent crashes; ``jumps``: and cursor
 jumps no consumer made (admin operations, TTL expiry); ``rebuilds``: the faults, a region wiped and rebuilt,
 and a peer's readers stalled around it (a seed draws the same faults as in ``faults``); ``takeovers``: the
-faults and brokers killed, their topics taken over by another broker's sidecar."""
+faults and brokers killed, their topics taken over by another broker's sidecar; ``drops``: the faults and
+topics deleted and created again, in one region or in every one; ``refusals``: the faults, and the plugin
+of each region that has one answering 403 to its agent's cursor writes or to every call, or to none."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,9 @@ class Schedule:
     settle_s: float = 10.0
     claims_from: str = "acknowledgements"
     """The agents' ``claims_from`` (``cursor`` or ``acknowledgements``: decision 0015)."""
+    refusing: tuple[str, ...] = ()
+    """Per region where the plugin is loaded, what it answers 403 to: "" nothing, "writes" cursor writes,
+    "all" every endpoint (default: nothing anywhere)."""
 
     def without(self, drop: set[int]) -> Schedule:
         return replace(self, steps=tuple(s for i, s in enumerate(self.steps) if i not in drop))
@@ -105,7 +113,7 @@ def draw(
             steps.append(Step(round(t, 2), "failover", (i, to, round(rng.uniform(0.0, 2.0), 2))))
             where[i] = to
             t += rng.uniform(8, 25)
-    if profile in ("faults", "jumps", "rebuilds", "takeovers"):
+    if profile in ("faults", "jumps", "rebuilds", "takeovers", "drops", "refusals"):
         for _ in range(rng.randint(1, 4)):
             fault = rng.choice(("dup", "replay", "spike"))
             steps.append(
@@ -144,5 +152,14 @@ def draw(
         for _ in range(rng.randint(1, 3)):
             at = round(rng.uniform(5, duration - quiet), 2)
             steps.append(Step(at, "kill", (rng.choice(names), round(rng.uniform(1.0, 8.0), 2))))
+    if profile == "drops":
+        for _ in range(rng.randint(1, 3)):
+            scope = rng.choice((*names, "*"))
+            at = round(rng.uniform(3, duration - quiet), 2)
+            steps.append(Step(at, "drop", (scope, rng.randrange(topics), round(rng.uniform(0.5, 5.0), 2))))
+    refusing: tuple[str, ...] = ()
+    if profile == "refusals":
+        # Each region with the plugin refuses one agent in two: its cursor writes, or every call.
+        refusing = tuple(rng.choice(("", "writes", "all")) if has else "" for has in plugin)
     steps.sort(key=lambda s: (s.at, s.kind))
-    return Schedule(seed, names, topics, kinds, plugin, duration, tuple(steps), start)
+    return Schedule(seed, names, topics, kinds, plugin, duration, tuple(steps), start, refusing=refusing)

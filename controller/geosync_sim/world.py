@@ -58,167 +58,32 @@ What it models, and the Pulsar class each rule follows:
   are dispatched again; the plugin's feed is the new broker's (another epoch). One agent per
   region stands for the sidecars: the killed broker's dies with it, and the new owner's takes over.
 
-Not modelled: partitions, ledger rollover, topic deletion, several brokers sharing a region's bundles (one
-owner at a time), the plugin refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared
-hash ranges across several consumers (one consumer per region stands for the application).
+* a topic deleted and created again (``delete_topic``, ``create_topic``): an operator deletes it by force
+  (``PersistentTopic.deleteForcefully`` closes its producers, consumers and replicators and deletes its
+  cursors and managed ledger), in one region or in each; it comes back empty with a ledger id new in the
+  region (its metadata store's counter only grows, ``PulsarLedgerIdGenerator``). Auto topic creation is off:
+  no reader, shadow consumer or replicator creates it meanwhile (``TopicMissing``, the adapter's error for
+  ``TopicNotFound``), copies sent to it wait, and the applications subscribe again once it exists.
+
+Not modelled: partitions, ledger rollover, several brokers sharing a region's bundles (one owner at a time),
+the plugin refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared hash ranges across
+several consumers (one consumer per region stands for the application), auto topic creation.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from geosync_core.positions import Position
+from geosync_sim.logs import WALL0, Cursor, Entry, Ident, Msg, Subscription, Topic, lived
 
 STAMP = "__MSG_PROP_REPL_SOURCE_POSITION"
 PERSIST_S = 1.0
 """A cursor is written to its ledger at most this often (``managedLedgerDefaultMarkDeleteRateLimit``)."""
 CONTROL_SUFFIX = "/geosync-control"
-WALL0 = 1_800_000_000.0
-"""The wall clock (seconds) at virtual time 0: publish times and incarnations are wall-clock milliseconds."""
-
-Ident = tuple[str, int, int, int]
-"""A message's identity in every region: (origin region, origin ledger, origin entry, batch index)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Msg:
-    key: str
-    producer: str
-    seq: int
-
-
-@dataclass(slots=True)
-class Entry:
-    eid: int
-    origin: str
-    source: Position
-    """The entry's position in its origin region."""
-    msgs: tuple[Msg, ...]
-    batched: bool
-    at: float
-    replicated_from: str | None = None
-    data: bytes = b""
-    """A control envelope (control topics only)."""
-    life: int = 0
-    """Which life of its origin region published it (0: the first; a rebuild starts another)."""
-    published: float = 0.0
-    """When its origin published it: a replicated copy keeps its origin's publish time (the replicator sends
-    the entry's metadata, and ``ProducerImpl.updateMessageMetadata`` sets a publish time only on a message
-    that has none)."""
-
-    @property
-    def publish_ms(self) -> int:
-        """The publish time a client reads (wall-clock milliseconds)."""
-        return int((WALL0 + self.published) * 1000)
-
-    def ident(self, index: int) -> Ident:
-        return (lived(self.origin, self.life), self.source.ledger, self.source.entry, index)
-
-
-def lived(region: str, life: int) -> str:
-    """The checker's name of ``region`` in its ``life`` (``c``, then ``c~1`` after a rebuild); agents see the
-    region's name only."""
-    return region if life == 0 else f"{region}~{life}"
-
-
-@dataclass
-class Topic:
-    name: str
-    ledger: int
-    entries: list[Entry] = field(default_factory=list)
-
-    def position(self, eid: int) -> Position:
-        return Position(self.ledger, eid)
-
-    @property
-    def last(self) -> int:
-        return len(self.entries) - 1
-
-
-@dataclass
-class Cursor:
-    """Mark-delete, deleted entries above it, and acknowledged indexes of partly acknowledged batches."""
-
-    md: int = -1
-    acked: set[int] = field(default_factory=set)
-    partial: dict[int, set[int]] = field(default_factory=dict)
-
-    def copy(self) -> Cursor:
-        return Cursor(self.md, set(self.acked), {e: set(p) for e, p in self.partial.items()})
-
-    def has(self, e: int, i: int) -> bool:
-        if e <= self.md or e in self.acked:
-            return True
-        part = self.partial.get(e)
-        return part is not None and i in part
-
-    def entry_done(self, e: int) -> bool:
-        return e <= self.md or e in self.acked
-
-    def _advance(self) -> None:
-        while self.md + 1 in self.acked:
-            self.md += 1
-            self.acked.discard(self.md)
-            self.partial.pop(self.md, None)
-
-    def ack_entry(self, topic: Topic, e: int) -> list[tuple[int, int]]:
-        if self.entry_done(e) or e > topic.last:
-            return []
-        part = self.partial.pop(e, set())
-        newly = [(e, i) for i in range(len(topic.entries[e].msgs)) if i not in part]
-        self.acked.add(e)
-        self._advance()
-        return newly
-
-    def ack_index(self, topic: Topic, e: int, i: int) -> list[tuple[int, int]]:
-        if self.has(e, i) or e > topic.last:
-            return []
-        size = len(topic.entries[e].msgs)
-        part = self.partial.setdefault(e, set())
-        part.add(i)
-        if len(part) >= size:
-            del self.partial[e]
-            self.acked.add(e)
-            self._advance()
-        return [(e, i)]
-
-    def ack_through(self, topic: Topic, e: int) -> list[tuple[int, int]]:
-        """Cumulative: everything up to entry ``e`` included (forward only)."""
-        e = min(e, topic.last)
-        newly: list[tuple[int, int]] = []
-        for x in range(self.md + 1, e + 1):
-            if x in self.acked:
-                continue
-            part = self.partial.get(x, set())
-            newly.extend((x, i) for i in range(len(topic.entries[x].msgs)) if i not in part)
-        if e > self.md:
-            self.md = e
-            self.acked = {x for x in self.acked if x > e}
-            self.partial = {x: p for x, p in self.partial.items() if x > e}
-            self._advance()
-        return newly
-
-    def reset(self, md: int) -> None:
-        self.md = md
-        self.acked.clear()
-        self.partial.clear()
-
-
-@dataclass
-class Subscription:
-    name: str
-    kind: str
-    cursor: Cursor
-    next_read: int = 0
-    """The next entry the region's consumer is dispatched (a new consumer starts at the mark-delete)."""
-    consumers: int = 0
-    """Application consumers connected."""
-    persisted: Cursor | None = None
-    """The cursor as its broker last wrote it to the cursor ledger (what a broker killed leaves)."""
-    persisted_at: float = -1e9
 
 
 @dataclass
@@ -226,6 +91,9 @@ class Region:
     name: str
     index: int
     plugin: bool = True
+    refusing: str = ""
+    """Where the plugin is loaded, what it answers 403 to: "" nothing, "writes" cursor writes
+    (``geosyncAllowCursorWrites`` off), "all" every endpoint (the agent's role is not allowed)."""
     skip_by_ids: bool = False
     topics: dict[str, Topic] = field(default_factory=dict)
     subs: dict[tuple[str, str], Subscription] = field(default_factory=dict)
@@ -245,6 +113,8 @@ class Region:
     stalled_until: float = -1.0
     loads: int = 0
     """How many times its topics were loaded by another broker (``reload``)."""
+    ledgers: int = 10
+    """The next ledger id its metadata store hands out (``PulsarLedgerIdGenerator``)."""
     """Its readers of data topics are dispatched nothing before this time."""
 
     def down(self, now: float) -> bool:
@@ -292,6 +162,12 @@ class World:
         self.on_acked: AckHook = lambda *_, **__: None
         self.on_rewind: Callable[..., None] = lambda *_, **__: None
         self.on_created: Callable[[float, str, str, str], None] = lambda *_: None
+        self.on_topic_created: Callable[[str, str], None] = lambda *_: None
+        """(region, topic): a deleted topic exists again (the applications subscribe to it again)."""
+        self._recreations: list[tuple[float, str, str]] = []
+        """(when, region, topic): deleted topics to create again, in time order."""
+        self._held: dict[tuple[str, str], list[Entry]] = {}
+        """Copies replicated to a deleted topic, sent once it exists again (in order)."""
         self.trace: Callable[[str], None] = lambda _line: None
         for region in self.regions.values():
             self._add_topic(region, self.control)
@@ -301,7 +177,8 @@ class World:
     def _add_topic(self, region: Region, topic: str) -> Topic:
         # Ledger ids collide between regions, as in a fresh lab (each region's BookKeeper counts from the
         # same start): the agent must tell origins apart by more than the ledger id.
-        t = region.topics[topic] = Topic(topic, 10 + len(region.topics))
+        t = region.topics[topic] = Topic(topic, region.ledgers)
+        region.ledgers += 1
         return t
 
     def add_topic(self, topic: str) -> None:
@@ -310,9 +187,11 @@ class World:
 
     def publish(
         self, region: str, topic: str, msgs: tuple[Msg, ...], *, batched: bool, data: bytes = b""
-    ) -> Entry:
+    ) -> Entry | None:
         r = self.regions[region]
-        t = r.topics[topic]
+        t = r.topics.get(topic)
+        if t is None:
+            return None  # deleted: its producers have no topic to send to until it exists again
         eid = len(t.entries)
         entry = Entry(
             eid,
@@ -358,8 +237,16 @@ class World:
             heapq.heappush(self._queue, (self.now, self._n, dst, self.control, entry))
 
     def advance(self, until: float) -> None:
-        """Deliver every replicated entry due by ``until``."""
-        while self._queue and self._queue[0][0] <= until:
+        """Deliver every replicated entry due by ``until``, and create again the deleted topics due."""
+        while True:
+            next_copy = self._queue[0][0] if self._queue else math.inf
+            if self._recreations and self._recreations[0][0] <= min(next_copy, until):
+                at, region, name = self._recreations.pop(0)
+                self.now = max(self.now, at)
+                self.create_topic(region, name)
+                continue
+            if next_copy > until:
+                break
             due, _, dst, topic, entry = heapq.heappop(self._queue)
             if self.regions[dst].down(due):
                 # Wiped: the replicator sends it again once the region is back (in order: ``_n`` grows).
@@ -367,7 +254,10 @@ class World:
                 heapq.heappush(self._queue, (self.regions[dst].down_until, self._n, dst, topic, entry))
                 continue
             self.now = max(self.now, due)
-            t = self.regions[dst].topics[topic]
+            t = self.regions[dst].topics.get(topic)
+            if t is None:  # deleted there: its replicator's producer waits for it (auto-creation off)
+                self._held.setdefault((dst, topic), []).append(entry)
+                continue
             eid = len(t.entries)
             t.entries.append(
                 Entry(
@@ -407,8 +297,8 @@ class World:
             self.delete_subscription(region, topic, sub)
         for reader in r.readers:
             reader.open = False
-        names = list(r.topics)
-        r.topics, r.readers, r.feed, r.acked, r.feed_seq = {}, [], [], {}, 0
+        names = [*r.topics, *(t for (dst, t) in self._held if dst == region)]
+        r.topics, r.readers, r.feed, r.acked, r.feed_seq, r.ledgers = {}, [], [], {}, 0, 10
         r.down_until = self.now + down
         self._queue = [
             (min(due, self.now + down / 2) if entry.origin == region else due, n, dst, topic, entry)
@@ -417,6 +307,9 @@ class World:
         heapq.heapify(self._queue)
         for topic in names:  # the same order: the new ledger ids are the old ones
             self._add_topic(r, topic)
+            for entry in self._held.pop((region, topic), []):  # sent once the region is back
+                self._n += 1
+                heapq.heappush(self._queue, (self.now, self._n, region, topic, entry))
         self.trace(f"{region}: wiped, rebuilt in {down:.2f}s (ledger ids start over)")
 
     def rebuilt(self, region: str) -> None:
@@ -426,6 +319,41 @@ class World:
         r.born = self.now
         r.down_until = -1.0
         self.trace(f"{region}: rebuilt (life {r.life})")
+
+    def delete_topic(self, region: str, topic: str, *, back_in: float) -> None:
+        """An operator deletes ``topic`` in ``region`` by force (``PersistentTopic.deleteForcefully``: its
+        producers, consumers, readers and replicators are closed, its cursors and managed ledger deleted);
+        ``back_in`` seconds later it is created again, empty, with a new ledger (``create_topic``). What
+        peers replicate to it meanwhile waits for it; copies of its entries already sent land as drawn."""
+        r = self.regions[region]
+        if topic not in r.topics or r.down(self.now):
+            return
+        for t, sub in list(r.subs):
+            if t == topic:
+                self.delete_subscription(region, t, sub)
+        for reader in r.readers:
+            if reader.topic == topic:
+                reader.open = False
+        r.feed = [k for k in r.feed if k[0] != topic]
+        r.acked = {k: v for k, v in r.acked.items() if k[0] != topic}
+        del r.topics[topic]
+        self._recreations.append((self.now + back_in, region, topic))
+        self._recreations.sort()
+        self.trace(f"{region}: {topic.rsplit('/', 1)[-1]} deleted, created again in {back_in:.2f}s")
+
+    def create_topic(self, region: str, topic: str) -> None:
+        """``topic`` exists again in ``region``: its first ledger's id is new there (the metadata store's
+        counter only grows, ``PulsarLedgerIdGenerator``), its entries start at 0 (``ManagedLedgerImpl``), and
+        the copies held for it are sent in order."""
+        r = self.regions[region]
+        if topic in r.topics:
+            return
+        t = self._add_topic(r, topic)
+        for entry in self._held.pop((region, topic), []):
+            self._n += 1
+            heapq.heappush(self._queue, (self.now, self._n, region, topic, entry))
+        self.trace(f"{region}: {topic.rsplit('/', 1)[-1]} created again (ledger {t.ledger})")
+        self.on_topic_created(region, topic)
 
     def stall_readers(self, region: str, seconds: float) -> None:
         self.regions[region].stalled_until = self.now + seconds
@@ -546,3 +474,19 @@ class World:
         s.cursor = after
         s.persisted, s.persisted_at = after.copy(), self.now
         s.next_read = after.md + 1
+
+
+__all__ = [
+    "STAMP",
+    "WALL0",
+    "Cursor",
+    "Entry",
+    "Ident",
+    "Msg",
+    "Region",
+    "SimReaderState",
+    "Subscription",
+    "Topic",
+    "World",
+    "lived",
+]
