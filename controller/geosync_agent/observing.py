@@ -239,19 +239,26 @@ class Observing(Controlling):
                     {"epoch": feed.epoch, "seq": feed.seq, "acked": [b.to_wire() for b in feed.acked]}
                 )
             replayed, self.feed.replay = self.feed.replay, ()
-            self._take_acked((*replayed, *feed.acked), feed.acked_lost, out)
+            self._take_acked((*replayed, *feed.acked), feed.acked_lost, out, now.mono)
         if unknown:
             self._rediscover_soon(now, "rediscover_for_feed")
         return out
 
     def _take_acked(
-        self, blocks: tuple[pluginapi.AckedSet, ...], lost: int, out: dict[str, dict[str, AckState]]
+        self,
+        blocks: tuple[pluginapi.AckedSet, ...],
+        lost: int,
+        out: dict[str, dict[str, AckState]],
+        now: float,
     ) -> None:
         """Add the answer's ``acked`` blocks to what consumers were seen acknowledging, per subscription
         (``core.acknowledged``), and have those whose set grew published again (into ``out``, with the cursor
         held). A batch whose entry the tail has not read yet (its size unknown) waits for a later read.
-        Whatever cannot be taken makes the claims smaller, never larger: a block for a subscription not
-        tracked here (out of scope, not owned), a batch whose size the tail cannot tell once read, an
+        A block for a subscription not tracked here yet (its namespace not discovered yet, its topic not yet
+        seen) is held for it up to tuning.HELD_ACKED_S: the plugin hands a block over once, and dropping it
+        lost those acknowledgements for good (claims made of the cursor had the next poll to fall back on).
+        Whatever cannot be taken makes the claims smaller, never larger: a block held too long or for a topic
+        another broker owns now, a batch whose size the tail cannot tell once read, an
         ``overflowed`` block (a subset), a grown ``acked_lost`` (whole blocks the plugin dropped). Each is
         counted in the stats: re-delivery is possible after a failover."""
         self.feed.acked = True
@@ -265,12 +272,22 @@ class Observing(Controlling):
         self.feed.acked_lost = lost
         waiting, self.feed.waiting = self.feed.waiting, {}
         again = tuple(pluginapi.AckedSet(t, n, batches=tuple(b)) for (t, n), b in waiting.items())
-        for block in (*blocks, *again):
+        held, self.feed.held = self.feed.held, {}
+        since = {key: first for key, (first, _) in held.items()}
+        for block in (*(b for _, bs in held.values() for b in bs), *blocks, *again):
             key = (block.topic, block.subscription)
             state = self.subs.get(key)
             ts = self.topics.get(block.topic)
-            if state is None or not state.exists or ts is None or not self.owns(block.topic):
-                self.stats.inc("acked_blocks_dropped")
+            if ts is not None and not self.owns(block.topic):
+                self.stats.inc("acked_blocks_dropped")  # another broker's now: its feed starts from there
+                continue
+            if state is None or not state.exists or ts is None:
+                first = since.get(key, now)
+                room = key in self.feed.held or len(self.feed.held) < tuning.MAX_UNOBSERVED
+                if now - first < tuning.HELD_ACKED_S and room:
+                    self.feed.held[key] = (first, (*self.feed.held.get(key, (first, ()))[1], block))
+                else:
+                    self.stats.inc("acked_blocks_dropped")
                 continue
             if block.overflowed:
                 self.stats.inc("acked_blocks_overflowed")

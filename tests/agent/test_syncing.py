@@ -18,7 +18,7 @@ from geosync_core.capabilities import Capability
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState
+from geosync_core.rangesets import AckState, RangeSet
 from tests.agent.fakes import FakeRegion, Harness, message
 from tests.agent.pairs import (
     A_LOG,
@@ -599,3 +599,50 @@ def test_holes_for_a_subscription_deleted_here_since_discovery_take_it_as_delete
     assert b.agent.stats.counters.get("subscriptions_deleted_here") == 1
     assert b.agent.stats.counters.get("apply_errors", 0) == 0
     assert (TOPIC, SUB) not in b.region.cursors  # nothing created it again
+
+
+LATER = f"persistent://{NS}/later"
+
+
+def _feeding_acked(region: FakeRegion, blocks: list[pluginapi.AckedSet]) -> None:
+    """The fake plugin's feed hands ``blocks`` over once, as ``acked`` (claims made of acknowledgements)."""
+    real = region.plugin_feed
+
+    def feeding(*, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
+        given, blocks[:] = tuple(blocks), []
+        return replace(real(since=since, epoch=epoch, acked=acked), acked=given)
+
+    region.plugin_feed = feeding  # type: ignore[method-assign]
+
+
+def test_acked_blocks_for_a_subscription_not_tracked_yet_wait_for_it() -> None:
+    """The plugin hands a block over once: one naming a topic discovery has not found yet (its namespace
+    just replicated, the topic just created) is held until the agent tracks it, not dropped for good."""
+    region = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    a = Harness.build(region)
+    _feeding_acked(region, [pluginapi.AckedSet(LATER, SUB, RangeSet.parse("[(7:-1..7:2]]"))])
+    a.discover()
+    a.step(0.1)  # the block arrives; ``later`` is not tracked
+    assert a.agent.stats.counters["acked_blocks_dropped"] == 0
+    region.topics[LATER] = [Position(7, e) for e in range(5)]
+    region.cursors[(LATER, SUB)] = AckState.of(Position(7, 2))
+    a.discover()
+    a.step(0.1)
+    a.step(0.1)
+    acked = a.agent.subs[(LATER, SUB)].acked
+    assert acked is not None
+    assert Position(7, 2) in acked
+    assert Position(7, 3) not in acked
+
+
+def test_acked_blocks_held_too_long_are_dropped_and_counted() -> None:
+    region = FakeRegion("a", {NS: ["a", "b"]}, topics={TOPIC: list(A_LOG)})
+    a = Harness.build(region)
+    _feeding_acked(region, [pluginapi.AckedSet(LATER, SUB, RangeSet.parse("[(7:-1..7:2]]"))])
+    a.discover()
+    a.step(0.1)
+    a.step(tuning.HELD_ACKED_S / 2)
+    assert a.agent.stats.counters["acked_blocks_dropped"] == 0
+    a.step(tuning.HELD_ACKED_S)
+    assert a.agent.stats.counters["acked_blocks_dropped"] == 1
+    assert not a.agent.feed.held

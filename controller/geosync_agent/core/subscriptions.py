@@ -253,6 +253,9 @@ class Feed:
     waiting: dict[SubKey, tuple[Any, ...]] = field(default_factory=dict)
     """``acked`` batches whose entries the tail had not read yet (their size unknown): absorbed at a later
     read (``pluginapi.BatchState``; ``core.acknowledged.absorb``)."""
+    held: dict[SubKey, tuple[float, tuple[Any, ...]]] = field(default_factory=dict)
+    """``acked`` blocks for subscriptions not tracked yet (``pluginapi.AckedSet``), since when (monotonic
+    seconds): taken once the subscription is, dropped after tuning.HELD_ACKED_S."""
     replay: tuple[Any, ...] = ()
     """``acked`` blocks a restored agent took up from its journal (``pluginapi.AckedSet``): absorbed with the
     first answer of the feed, before anything newer."""

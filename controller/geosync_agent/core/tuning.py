@@ -92,6 +92,12 @@ REWIND_SETTLE_S = 30.0
 rewound it are its own for this long (a report taken before the rewind may arrive after it)."""
 MAX_UNOBSERVED = 20000
 
+HELD_ACKED_S = 60.0
+"""How long the feed's ``acked`` blocks for a subscription the agent does not track yet (its namespace not
+discovered yet: passes every ``discover_interval_s``, 10 s) are kept for it; also at most MAX_UNOBSERVED
+subscriptions' blocks. A block dropped is a set of acknowledgements never claimed: re-delivery after a
+failover."""
+
 MAX_WAITING_CLAIMS = 10_000
 """Claims about a life of a region that the region has not announced yet, kept until it does (a region
 announces itself at least once a resync interval); past this many the oldest are dropped, and their senders'
