@@ -2,6 +2,7 @@
 
     python bench/key_order.py [--lab DIR] [--runs 3] [--modes geosync,builtin,none] [--partitions 4]
                               [--keys 50] [--rate 50] [--before 20] [--after 15] [--hole-ratio 0.02]
+                              [--key-based-batching] [--json FILE] [--record FILE]
 
 One run, on the lab's ``geo/ab``: a partitioned topic; in a and in b a batching producer publishes keyed
 messages (``--keys`` keys, each message naming its producer and its sequence number); two Key_Shared
