@@ -9,12 +9,15 @@ hand markers read to snapshot mode (``snapshotting``).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from geosync_adapters import admin as adm
 from geosync_agent import (
     calls,
     snapshotting,
 )
 from geosync_agent.agentstate import Now, TopicState
+from geosync_agent.core import reports
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.tailing import Tail
 from geosync_agent.tracking import Tracking
@@ -41,10 +44,18 @@ class Indexing(Tracking):
         self.origin_lookups.prefetch(ts.tail for ts in self.topics.values())
         for topic, ts in self.topics.items():
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
+            before = ts.tail.last
             drained = ts.tail.drain(self.resolver, now=now.mono, keyring=self.keys.keyring)
             if ts.tail.stale:
                 self._rebuild(ts, now)
                 continue
+            if (
+                before is not None
+                and ts.tail.last is not None
+                and ts.tail.last.ledger != before.ledger
+                and self.tail_gone(ts, None, now, read=before)
+            ):
+                continue  # the reader went on into the topic created again: read it from its start
             filled = ts.tail.retry(self.resolver, now=now.mono) if ts.tail.pending else 0
             if filled:
                 self.stats.inc("origins_resolved_late", filled)
@@ -104,6 +115,39 @@ class Indexing(Tracking):
                 f"{forgotten} once every subscription known then had acknowledged them"
             )
         return True
+
+    def tail_gone(
+        self, ts: TopicState, internal: dict[str, Any] | None, now: Now, *, read: Position | None = None
+    ) -> bool:
+        """Whether the topic no longer holds what ``ts``'s tail read (``read``, by default its last entry, or
+        the first entry its index holds; ``reports.read_gone``, from the topic's ``internalStats``, asked now
+        when not given): deleted and created again. Its tail is then read again from the new topic's earliest
+        message, and its cursors are not taken meanwhile: the new topic's first mark-delete (its new ledger,
+        entry -1) lies above every entry of the old one, and a region that claims its cursor claimed them all
+        (``tests/sim/test_topics_deleted.py``). An index whose first entries were trimmed by retention is read
+        again too: only a re-read."""
+        if internal is None:
+            try:
+                internal = self.effector.call(calls.InternalStats(ts.tail.topic))
+            except adm.AdminError:
+                return False  # not known: the next poll asks
+        held = [p for p in (ts.tail.last if read is None else read, ts.tail.index.first) if p is not None]
+        gone_reads = [p for p in held if reports.read_gone(p, internal)]
+        if not gone_reads:
+            return False
+        self.stats.inc("topics_recreated")
+        gone = gone_reads[0].ledger
+        ts.tail.stale_reason = (
+            f"the topic no longer holds ledger {gone}, read here: deleted and created again"
+        )
+        self._rebuild(ts, now)
+        return True
+
+    def outran_tail(self, ts: TopicState, cursors: dict[str, AckState]) -> bool:
+        """Whether a cursor's mark-delete lies in a ledger above the one the tail read last: a roll-over the
+        tail has not reached yet, or a topic created again (``tail_gone`` tells which)."""
+        last = ts.tail.last
+        return last is not None and any(c.mark_delete.ledger > last.ledger for c in cursors.values())
 
     def _rebuild(self, ts: TopicState, now: Now) -> None:
         """The tail cannot answer for the topic any more: the checkpoint does not match it (its reader

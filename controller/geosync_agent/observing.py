@@ -51,6 +51,9 @@ class Observing(Controlling):
         if fed:
             by_topic = self.subs.by_topic(existing_only=True, topics=fed)
             for topic, cursors in fed.items():
+                ts = self.topics.get(topic)
+                if ts is not None and self.outran_tail(ts, cursors) and self.tail_gone(ts, None, now):
+                    continue
                 self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
         self._flush_states(now, announce=False)  # the polls' flush announces, where there is nothing to send
 
@@ -94,7 +97,7 @@ class Observing(Controlling):
                 if topic in resync:
                     ts.resync_at = now.mono + tuning.STALLED_S
                 continue
-            if internal is None:
+            if internal is None or self.tail_gone(self.topics[topic], internal, now):
                 continue
             self.stats.inc("cursor_polls")
             if self.caps.get(Capability.PLUGIN_FEED) is not True:

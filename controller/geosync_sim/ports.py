@@ -312,6 +312,12 @@ class SimReader:
         return self.state.open
 
 
+def partition_of(topic: str) -> int:
+    """The partition a topic's name says (``...-partition-N``), -1 for a topic that is not a partition."""
+    base, _, n = topic.rpartition("-partition-")
+    return int(n) if base and n.isdigit() else -1
+
+
 def received(t: Topic, e: Entry) -> list[Received]:
     """The messages of entry ``e`` as a reader receives them, one by one."""
     if not e.msgs:  # a control envelope
@@ -324,7 +330,7 @@ def received(t: Topic, e: Entry) -> list[Received]:
             Received(
                 topic=t.name,
                 position=t.position(e.eid),
-                partition=-1,
+                partition=partition_of(t.name),
                 batch_index=i if e.batched else -1,
                 data=b"m",
                 key=m.key,

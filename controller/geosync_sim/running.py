@@ -36,7 +36,7 @@ from geosync_core.incarnations import Incarnation
 from geosync_sim.apps import App, Apps
 from geosync_sim.checking import Checker, Violation
 from geosync_sim.ports import SimAdmin, SimMessaging
-from geosync_sim.schedules import Schedule, Step
+from geosync_sim.schedules import Schedule, Step, partitions_of
 from geosync_sim.world import WALL0, Ident, Msg, World
 
 NAMESPACE = "geo/sim"
@@ -128,16 +128,21 @@ class Simulation:
         self.apps = Apps(
             self.world, random.Random(schedule.seed * 7919 + 1), on_delivered=self.checker.delivered
         )
-        self.topics = [f"persistent://{NAMESPACE}/t{i}" for i in range(schedule.topics)]
+        self.parts = [
+            partitions_of(f"persistent://{NAMESPACE}/t{i}", schedule, i) for i in range(schedule.topics)
+        ]
+        """Each topic's partitions (``...-partition-N``, as the brokers list them), or the topic alone."""
+        self.topics = [names[0] for names in self.parts]
         refusing = schedule.refusing or ("",) * len(schedule.regions)
         for region, has, refused in zip(schedule.regions, schedule.plugin, refusing, strict=True):
             self.world.regions[region].plugin, self.world.regions[region].refusing = has, refused
             if not has or refused:  # cursor writes through the admin API (and polls, if it refuses all)
                 self.checker.no_plugin.add(region)
-        for i, topic in enumerate(self.topics):
-            self.world.add_topic(topic)
+        for i, names in enumerate(self.parts):
             start = schedule.start[i] if schedule.start else schedule.regions[0]
-            self.apps.add(topic, "sub", schedule.kinds[i], start)
+            for topic in names:  # a partitioned topic's consumer has a consumer per partition
+                self.world.add_topic(topic)
+                self.apps.add(topic, "sub", schedule.kinds[i], start)
         self.keys = keys_for(schedule.regions)
         self.lives: dict[str, Life | None] = {}
         self.checkpoints: dict[str, dict[str, Any]] = {}
@@ -262,15 +267,20 @@ class Simulation:
             for _ in range(int(n)):  # type: ignore[call-overload]
                 r.produced += 1
                 msgs.append(Msg(f"k{r.produced % 7}", f"{region}-0-{i}", r.produced))
-            w.publish(str(region), self.topics[int(i)], tuple(msgs), batched=bool(batched))  # type: ignore[call-overload]
+            names = self.parts[int(i)]  # type: ignore[call-overload]
+            # Routed by the first message's key (Pulsar's default routing hashes a message's key)
+            topic = names[int(msgs[0].key[1:]) % len(names)]
+            w.publish(str(region), topic, tuple(msgs), batched=bool(batched))
         elif step.kind == "failover":
             i, to, gap = a
-            app = self.apps.apps[(self.topics[int(i)], "sub")]  # type: ignore[call-overload]
-            self.apps.disconnect(app)
-            self.pending_connects.append((w.now + float(gap), app, str(to)))  # type: ignore[arg-type]
+            for topic in self.parts[int(i)]:  # type: ignore[call-overload]
+                app = self.apps.apps[(topic, "sub")]
+                self.apps.disconnect(app)
+                self.pending_connects.append((w.now + float(gap), app, str(to)))  # type: ignore[arg-type]
         elif step.kind == "hole":
             i, seconds = a
-            self.apps.apps[(self.topics[int(i)], "sub")].hold_next = float(seconds)  # type: ignore[call-overload,arg-type]
+            for topic in self.parts[int(i)]:  # type: ignore[call-overload]
+                self.apps.apps[(topic, "sub")].hold_next = float(seconds)  # type: ignore[arg-type]
         elif step.kind == "admin":
             self._admin(*a)
         elif step.kind == "control":
@@ -302,7 +312,8 @@ class Simulation:
         elif step.kind == "drop":
             where, i, back = a
             for region in self.schedule.regions if where == "*" else (str(where),):
-                w.delete_topic(region, self.topics[int(i)], back_in=float(back))  # type: ignore[call-overload,arg-type]
+                for topic in self.parts[int(i)]:  # type: ignore[call-overload]
+                    w.delete_topic(region, topic, back_in=float(back))  # type: ignore[arg-type]
 
     def _kill(self, region: str, seconds: float) -> None:
         """The broker owning the region's topics dies with its sidecar agent; ``seconds`` later (its session
@@ -369,8 +380,12 @@ class Simulation:
         self._fresh_agent(region, t, topics)
 
     def _admin(self, region: object, i: object, op: object, arg: object) -> None:
+        # An operation on a partitioned topic is made on each of its partitions.
+        for topic in self.parts[int(i)]:  # type: ignore[call-overload]
+            self._admin_on(topic, region, i, op, arg)
+
+    def _admin_on(self, topic: str, region: object, i: object, op: object, arg: object) -> None:
         w = self.world
-        topic = self.topics[int(i)]  # type: ignore[call-overload]
         r, kind = str(region), self.schedule.kinds[int(i)]  # type: ignore[call-overload]
         s = w.regions[r].subs.get((topic, "sub"))
         if op == "delete":
@@ -482,26 +497,6 @@ def run(schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = Non
     return Simulation(schedule, trace=trace, hook=hook).run()
 
 
-def shrink(
-    result: Result, *, budget: int = 80, hook: AgentHook | None = None, kinds: set[str] | None = None
-) -> Result:
-    """A smaller schedule that still fails with one of ``kinds`` (default: the same violation kinds): drop
-    chunks of steps, halving the chunk size down to one step (ddmin's complement pass), while ``budget`` runs
-    last."""
-    want = kinds or result.kinds()
-    best = result
-    chunk = max(1, len(best.schedule.steps) // 2)
-    runs = 0
-    while chunk >= 1 and runs < budget:
-        i, progressed = 0, False
-        while i < len(best.schedule.steps) and runs < budget:
-            drop = set(range(i, min(i + chunk, len(best.schedule.steps))))
-            candidate = run(best.schedule.without(drop), hook=hook)
-            runs += 1
-            if candidate.kinds() & want:
-                best, progressed = candidate, True
-            else:
-                i += chunk
-        if not progressed:
-            chunk //= 2
-    return best
+from geosync_sim.shrinking import shrink  # noqa: E402  (it runs schedules: imported last)
+
+__all__ = ["AgentHook", "Life", "Result", "Simulation", "partitions_of", "run", "shrink"]

@@ -33,13 +33,14 @@ import random
 from dataclasses import dataclass, replace
 
 KINDS = ("Shared", "Key_Shared", "Failover", "Exclusive")
-PROFILES = ("clean", "faults", "jumps", "rebuilds", "takeovers", "drops", "refusals")
+PROFILES = ("clean", "faults", "jumps", "rebuilds", "takeovers", "drops", "refusals", "partitions")
 """``clean``: traffic and failovers; ``faults``: and control faults and agent crashes; ``jumps``: and cursor
 jumps no consumer made (admin operations, TTL expiry); ``rebuilds``: the faults, a region wiped and rebuilt,
 and a peer's readers stalled around it (a seed draws the same faults as in ``faults``); ``takeovers``: the
 faults and brokers killed, their topics taken over by another broker's sidecar; ``drops``: the faults and
 topics deleted and created again, in one region or in every one; ``refusals``: the faults, and the plugin
-of each region that has one answering 403 to its agent's cursor writes or to every call, or to none."""
+of each region that has one answering 403 to its agent's cursor writes or to every call, or to none;
+``partitions``: the faults, on topics of 1 to 3 partitions."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Schedule:
     settle_s: float = 10.0
     claims_from: str = "acknowledgements"
     """The agents' ``claims_from`` (``cursor`` or ``acknowledgements``: decision 0015)."""
+    partitions: tuple[int, ...] = ()
+    """Per topic, its number of partitions (2 or more: a partitioned topic; default: none is)."""
     refusing: tuple[str, ...] = ()
     """Per region where the plugin is loaded, what it answers 403 to: "" nothing, "writes" cursor writes,
     "all" every endpoint (default: nothing anywhere)."""
@@ -113,7 +116,7 @@ def draw(
             steps.append(Step(round(t, 2), "failover", (i, to, round(rng.uniform(0.0, 2.0), 2))))
             where[i] = to
             t += rng.uniform(8, 25)
-    if profile in ("faults", "jumps", "rebuilds", "takeovers", "drops", "refusals"):
+    if profile in ("faults", "jumps", "rebuilds", "takeovers", "drops", "refusals", "partitions"):
         for _ in range(rng.randint(1, 4)):
             fault = rng.choice(("dup", "replay", "spike"))
             steps.append(
@@ -159,7 +162,26 @@ def draw(
             steps.append(Step(at, "drop", (scope, rng.randrange(topics), round(rng.uniform(0.5, 5.0), 2))))
     refusing: tuple[str, ...] = ()
     if profile == "refusals":
-        # Each region with the plugin refuses one agent in two: its cursor writes, or every call.
+        # Each region with the plugin refuses its cursor writes, every call, or nothing (a third each).
         refusing = tuple(rng.choice(("", "writes", "all")) if has else "" for has in plugin)
+    partitions = tuple(rng.randint(1, 3) for _ in range(topics)) if profile == "partitions" else ()
     steps.sort(key=lambda s: (s.at, s.kind))
-    return Schedule(seed, names, topics, kinds, plugin, duration, tuple(steps), start, refusing=refusing)
+    return Schedule(
+        seed,
+        names,
+        topics,
+        kinds,
+        plugin,
+        duration,
+        tuple(steps),
+        start,
+        refusing=refusing,
+        partitions=partitions,
+    )
+
+
+def partitions_of(topic: str, schedule: Schedule, i: int) -> list[str]:
+    """Topic ``i``'s partitions as the brokers list them (``PartitionedTopicMetadata``: N partitions are N
+    topics ``{topic}-partition-{n}``), or the topic itself when it is not partitioned."""
+    n = schedule.partitions[i] if schedule.partitions else 0
+    return [f"{topic}-partition-{p}" for p in range(n)] if n > 1 else [topic]

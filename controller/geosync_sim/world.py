@@ -63,11 +63,13 @@ What it models, and the Pulsar class each rule follows:
   cursors and managed ledger), in one region or in each; it comes back empty with a ledger id new in the
   region (its metadata store's counter only grows, ``PulsarLedgerIdGenerator``). Auto topic creation is off:
   no reader, shadow consumer or replicator creates it meanwhile (``TopicMissing``, the adapter's error for
-  ``TopicNotFound``), copies sent to it wait, and the applications subscribe again once it exists.
+  ``TopicNotFound``), copies sent to it wait (dropped if their own topic was deleted too: its replicator is
+  closed), and the applications subscribe again once it exists.
 
-Not modelled: partitions, ledger rollover, several brokers sharing a region's bundles (one owner at a time),
-the plugin refusing (403), hostile producers, retention (nothing is trimmed), Key_Shared hash ranges across
-several consumers (one consumer per region stands for the application), auto topic creation.
+A partitioned topic is its partitions' topics (``schedules.partitions_of``); the plugin's 403 is ``ports``'.
+Not modelled: ledger rollover, several brokers sharing a region's bundles (one owner at a time), hostile
+producers, retention (nothing is trimmed), Key_Shared hash ranges across several consumers (one consumer per
+region stands for the application), auto topic creation.
 """
 
 from __future__ import annotations
@@ -255,8 +257,11 @@ class World:
                 continue
             self.now = max(self.now, due)
             t = self.regions[dst].topics.get(topic)
-            if t is None:  # deleted there: its replicator's producer waits for it (auto-creation off)
-                self._held.setdefault((dst, topic), []).append(entry)
+            if t is None:
+                # Deleted there: the replicator's producer waits for it (auto-creation off) and sends it again
+                # once it exists, unless the topic it replicates was deleted too (its replicator closed).
+                if self._replicating(entry, topic):
+                    self._held.setdefault((dst, topic), []).append(entry)
                 continue
             eid = len(t.entries)
             t.entries.append(
@@ -341,6 +346,12 @@ class World:
         self._recreations.sort()
         self.trace(f"{region}: {topic.rsplit('/', 1)[-1]} deleted, created again in {back_in:.2f}s")
 
+    def _replicating(self, entry: Entry, topic: str) -> bool:
+        """Whether the topic ``entry`` was published to still exists in its origin (its replicator runs)."""
+        origin = self.regions[entry.origin]
+        t = origin.topics.get(topic)
+        return t is not None and t.ledger == entry.source.ledger and origin.life == entry.life
+
     def create_topic(self, region: str, topic: str) -> None:
         """``topic`` exists again in ``region``: its first ledger's id is new there (the metadata store's
         counter only grows, ``PulsarLedgerIdGenerator``), its entries start at 0 (``ManagedLedgerImpl``), and
@@ -350,6 +361,8 @@ class World:
             return
         t = self._add_topic(r, topic)
         for entry in self._held.pop((region, topic), []):
+            if not self._replicating(entry, topic):
+                continue
             self._n += 1
             heapq.heappush(self._queue, (self.now, self._n, region, topic, entry))
         self.trace(f"{region}: {topic.rsplit('/', 1)[-1]} created again (ledger {t.ledger})")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from geosync_agent.core import reports
 from geosync_core import envelopes, incarnations, pluginapi
 from geosync_core.incarnations import Incarnation, Known
@@ -117,3 +119,23 @@ def test_a_report_read_again_is_the_same_only_with_the_same_batch_sizes() -> Non
     assert reports.as_read(batched, known) != reports.as_read(batched, Sizes({}))
     holes_gone = replace(report(), individually_deleted="[]")
     assert reports.as_read(report(), known) != reports.as_read(holes_gone, known)
+
+
+@pytest.mark.parametrize(
+    ("last_read", "ledgers", "gone"),
+    [
+        (Position(11, 7), [12], True),  # deleted and created again: only a newer ledger
+        (Position(11, 7), [11, 12], False),  # rolled over: the ledger read last is still there
+        (Position(12, 0), [12], False),
+        (Position(11, 7), [12, 13], True),
+        (None, [12], False),  # nothing read yet
+        (Position(11, 7), [], False),  # no ledger listed: not known
+    ],
+)
+def test_a_tail_whose_ledger_the_topic_no_longer_holds_has_read_a_topic_that_is_gone(
+    last_read: Position | None, ledgers: list[int], gone: bool
+) -> None:
+    internal: dict[str, Any] = {"ledgers": [{"ledgerId": ledger} for ledger in ledgers]}
+    assert reports.read_gone(last_read, internal) is gone
+    assert reports.first_ledger(internal) == (ledgers[0] if ledgers else None)
+    assert reports.first_ledger({"ledgers": [{"ledgerId": "x"}]}) is None

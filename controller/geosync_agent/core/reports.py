@@ -92,6 +92,24 @@ def last_ledger(internal: dict[str, Any]) -> int | None:
         return None
 
 
+def first_ledger(internal: dict[str, Any]) -> int | None:
+    """The oldest ledger a topic still holds, from its ``internalStats`` (None: it lists none, or not
+    readably)."""
+    ledgers = internal.get("ledgers") or []
+    try:
+        return int(ledgers[0]["ledgerId"]) if ledgers else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def read_gone(last_read: Position | None, internal: dict[str, Any]) -> bool:
+    """Whether the topic no longer holds the ledger of the entry a tail read last (``last_read``): every
+    ledger it holds is newer. The topic was deleted and created again (or all the tail read was trimmed): a
+    cursor there starts at its new ledger, above every entry the tail read, and must not be read over them."""
+    first = first_ledger(internal)
+    return last_read is not None and first is not None and last_read.ledger < first
+
+
 def log_end(internal: dict[str, Any]) -> Position | None:
     """The last entry a topic holds, from its ``internalStats`` (``lastConfirmedEntry``; ``L:-1`` for an empty
     ledger); None where it is absent or not a position."""
