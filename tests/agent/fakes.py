@@ -122,7 +122,7 @@ class FakeRegion:
                 for (t, name), c in self.cursors.items()
                 if t == topic
             },
-            # Every ledger the topic holds, oldest first, and the one it writes to last (as Pulsar lists them).
+            # Every ledger the topic holds, oldest first, the one it writes to last (as Pulsar lists them).
             "ledgers": [
                 {"ledgerId": ledger}
                 for ledger in sorted({p.ledger for p in log} | {self.writing_to.get(topic, log[-1].ledger)})
