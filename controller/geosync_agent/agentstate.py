@@ -39,7 +39,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import acknowledged, applying, tuning
+from geosync_agent.core import acknowledged, applying, quiet, tuning
 from geosync_agent.core.subscriptions import (
     Feed,
     SubKey,
@@ -115,6 +115,11 @@ class TopicState:
     ledger: int | None = None
     """The ledger the topic wrote to at the last poll: another one means it was loaded again (or rolled
     over), and Pulsar 4.0.8 forgets the batch indexes of partly acknowledged entries on a reload."""
+    walked: quiet.Walked | None = None
+    """The apply step's last look at its subscriptions (``core.quiet``; None: look at every one)."""
+    unpublished: dict[str, None] = field(default_factory=dict)
+    """Subscriptions whose cursor the observe step's last look found not decided and could not decide yet
+    (their tail read again, a publish pause, a rewind followed): looked at again at the next look."""
 
 
 @dataclass
@@ -346,6 +351,6 @@ class AgentState:
         """Carry out ``effects`` and fold their outcomes back (``writing.Writing``)."""
         raise NotImplementedError
 
-    def _publish(self, state: Subscription, *, force: bool, now: Now) -> None:
-        """Decide ``state``'s claim and queue it if it changed (``observing.Observing``)."""
+    def _publish(self, state: Subscription, *, force: bool, now: Now) -> bool:
+        """Decide ``state``'s claim and queue it if it changed; False: not yet (``observing.Observing``)."""
         raise NotImplementedError

@@ -22,7 +22,9 @@ from geosync_agent.core.pauses import note_heavy, publish_pause
 from geosync_agent.core.subscriptions import (
     Subscription,
     claim_size,
+    decided_already,
     forgettable_floor,
+    undecided,
 )
 from geosync_agent.discovering import namespace_of, synced
 from geosync_core import (
@@ -323,7 +325,9 @@ class Observing(Controlling):
         topic was ``reloaded`` since: then none are taken as acknowledged, and the claims write them again."""
         changed = False
         moved: list[Subscription] = []
-        for state in states:
+        cursor_set = self.subs.cursor_set.pop(topic, None)  # set elsewhere (writes) since the last look
+        reported = states if polled else self.subs.existing(topic, cursors)  # not all: their cost at 10,000
+        for state in reported:
             cursor = cursors.get(state.name)
             if cursor is None:
                 continue
@@ -359,18 +363,18 @@ class Observing(Controlling):
             # per-key order) before the first claim, while the consumer that acknowledged is still there.
             self._learn_kinds(topic, states)
         # A poll publishes every state it read (a resync forces it); the feed the states it moved, and those
-        # a write here moved since they were last translated (their claims, and what the tail may forget,
-        # follow).
-        claims = not self.snapshots.covers(topic)
-        moved_ids = {id(s) for s in moved}
-        for state in states:
+        # a write moved since they were decided or not decidable then (claims and tail follow them).
+        claims, moved_ids = not self.snapshots.covers(topic), {id(s) for s in moved}
+        ts, exact = self.topics[topic], self.claims_acknowledgements()
+        unpublished: dict[str, None] = {}
+        names = {**dict.fromkeys(s.name for s in reported), **(cursor_set or {}), **ts.unpublished}
+        for state in states if polled else self.subs.existing(topic, names):
             if (
-                polled
-                or id(state) in moved_ids
-                or (claims and state.cursor is not state.translated and state.cursor != state.translated)
-            ):
-                self._publish(state, force=force, now=now)
-        ts = self.topics[topic]
+                polled or id(state) in moved_ids or (claims and undecided(state, exact, ts.tail.version))
+            ) and not self._publish(state, force=force, now=now):
+                unpublished[state.name] = None
+        ts.unpublished = unpublished
+        self.subs.cursor_set.pop(topic, None)  # what this look set itself
         floor = forgettable_floor(states, claims=claims)
         if floor is not None:
             ts.tail.forget_up_to(floor)
@@ -401,31 +405,37 @@ class Observing(Controlling):
         for state in states:
             state.learn_kind(str((subs.get(state.name) or {}).get("type") or ""))
 
-    def _publish(self, state: Subscription, *, force: bool, now: Now) -> None:
+    def _publish(self, state: Subscription, *, force: bool, now: Now) -> bool:
+        """Decide ``state``'s claim and queue it if it changed; False: not decidable yet (``_observe``)."""
         ts = self.topics.get(state.topic)
         if ts is None or state.cursor is None or state.follow:
-            return  # following a rewind: this cursor may acknowledge what the newer claims do not
+            return False  # following a rewind: this cursor may acknowledge what the newer claims do not
         tail, cursor = ts.tail, state.cursor
-        # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what
-        # consumers acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
-        exact = self.claims_acknowledgements()
-        own = acknowledged.own_part(cursor, state.acked) if exact else cursor
         if tail.stale or self._behind_forgotten(ts, state, cursor):
-            return  # the tail is read again first (next round): claims made now could leave entries out
+            return False  # the tail is read again first (next round): claims made now could leave entries out
         if not force and now.mono < state.publish_after:
             # Claims too large to translate and send at every acknowledgement: the next due poll brings this
             # cursor back (it still differs from ``translated``), and with it everything acknowledged since.
             ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, state.publish_after))
             self.stats.inc("publishes_paused")
-            return
-        if self.snapshots.covers(state.topic):
+            return False
+        # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what
+        # consumers acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
+        exact, covered = self.claims_acknowledgements(), self.snapshots.covers(state.topic)
+        acked = state.acked if exact else None
+        if not (force or covered) and decided_already(
+            state, acknowledgements=exact, log_version=tail.version
+        ):
+            return True  # the same claim again (with claims_from: acknowledgements, at every poll before)
+        own = acknowledged.own_part(cursor, acked) if exact else cursor
+        if covered:
             update = self.snapshots.on_subscription(
                 state.topic, state.name, cursor, tail.positions_above(cursor.mark_delete), tail.last
             )
             if update is not None and self._markers_allowed(now):
                 sends = self.snapshots.publishing(state.topic, [(update, None)], now_ms=now.wall_ms)
                 self._perform(list(sends), now)
-            return
+            return True
         key_order = None
         if state.key_shared:
             key_order = claiming.KeyOrder(
@@ -460,18 +470,20 @@ class Observing(Controlling):
             claimed_to=None if exact else state.claimed_to,
         )
         if claim is None:
-            return
+            state.translated_from = (cursor, acked, exact, state.translated)
+            return True
         if not state.active and claim.news:
             state.active = True  # acknowledged here first (messages, not forms): consumed here
         state.translated = own
+        state.translated_from = (cursor, acked, exact, own)
         state.incomplete_at = None if claim.complete else tail.version
         if not claim.send:
             # Nothing beyond what others told us (typically: our cursor just caught up with their claims).
             state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
-            return
+            return True
         namespace = namespace_of(state.topic)
         if namespace not in self.namespaces:
-            return
+            return True
         size = claim_size(claim.claims)
         sent = claim.claims
         if not force and size > tuning.NEWS_FROM_SPANS and state.published is not None:
@@ -488,3 +500,4 @@ class Observing(Controlling):
             envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
         )
         state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
+        return True

@@ -13,13 +13,15 @@ Invariants (tests in ``tests/agent/test_core.py``):
 - ``SubsTable.version`` changes with every change to which keys the table holds, never otherwise.
 - A tail may forget entries up to ``forgettable_floor`` of its subscriptions and no further: never above a
   cursor's mark-delete, above what was claimed of it, or anything while one follows a rewind.
+- Setting a field the apply step reads (``APPLY_READS``) to another value lists the subscription in its
+  table's ``touched`` (``core.quiet``: the apply step looks only at those, and at the restless ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from geosync_core import pacing
 from geosync_core.origins import OriginAcks
@@ -31,6 +33,25 @@ BEFORE_ALL = Position(-1, -1)
 
 SubKey = tuple[str, str]
 """(topic partition, subscription)"""
+
+APPLY_READS = frozenset(
+    {
+        "announced",
+        "exists",
+        "deleted_here",
+        "cursor",
+        "received",
+        "planned",
+        "pending_move",
+        "follow",
+        "generation",
+        "reset_to",
+    }
+)
+"""The fields whose change may end the apply step's next look at a subscription otherwise than its last
+(``core.quiet``). Not the others: what was published, the feed's bookkeeping, what /state shows (such as
+``parked``, which the step works out again where it matters), and what only the step itself sets along with
+``planned`` (``planned_end``, ``planned_rewrites``, ``planned_nothing``, ``plan_after``)."""
 
 
 @dataclass
@@ -47,6 +68,10 @@ class Subscription:
     received_from: dict[str, float] = field(default_factory=dict)
     translated: AckState | None = None
     """The cursor last translated and published (publishing is skipped while it is unchanged)."""
+    translated_from: tuple[AckState, AckState | None, bool, AckState | None] | None = None
+    """What the last decision about its claims was made from: the cursor, what consumers were seen
+    acknowledging (None unless claims are made of it), whether they were, and ``translated`` as it left it.
+    The same objects again decide nothing new (see ``observing``'s publish), and are not decided again."""
     incomplete_at: int | None = None
     """The tail's version when the last translation left acknowledgements out (the cursor reached past the
     origin index: a burst acknowledged before the tail read it); translated again as soon as the tail has
@@ -131,6 +156,10 @@ class Subscription:
     ``claims_from: acknowledgements``; ``core.acknowledged``): its claims are the cursor limited to it. None:
     nothing seen yet (or dropped by a rewind)."""
 
+    table: ClassVar[SubsTable | None] = None
+    """The table holding it (set by ``SubsTable``), told when a field in ``APPLY_READS`` changes
+    (``_Watched``)."""
+
     def known(self) -> OriginAcks:
         """Every claim held about it: received from other regions and published by this one."""
         return self.received if self.published is None else self.received.merge(self.published)
@@ -170,17 +199,87 @@ class Subscription:
             self.key_shared = self.key_shared or kind == "Key_Shared"
 
 
+_UNSET = object()
+
+
+class _Watched:
+    """A field in ``APPLY_READS``: setting it to another object tells the subscription's table. Only
+    setting goes through here (no ``__get__``: reading finds the value in the instance as for any field);
+    the other fields are set as fast as ever (publishing alone sets a dozen per acknowledgement)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __set__(self, state: Subscription, value: object) -> None:
+        held = state.__dict__
+        if held.get(self.name, _UNSET) is not value:
+            table = held.get("table")
+            if table is not None:
+                topic, name = held["topic"], held["name"]
+                names = table.touched.get(topic)
+                if names is None:
+                    table.touched[topic] = {name: None}
+                else:
+                    names[name] = None
+                if self.name == "cursor":
+                    names = table.cursor_set.get(topic)
+                    if names is None:
+                        table.cursor_set[topic] = {name: None}
+                    else:
+                        names[name] = None
+        held[self.name] = value
+
+
+for _name in APPLY_READS:
+    setattr(Subscription, _name, _Watched(_name))  # after ``dataclass`` took the fields' defaults
+
+
 class SubsTable(dict[SubKey, Subscription]):
     """The agent's subscriptions by key, counting changes to which keys it holds (``version``): the rounds'
     per-topic grouping is kept while the version holds (at 10,000 subscriptions regrouping them at every
-    round was a tenth of a round's CPU, for a grouping that changes only when subscriptions come and go)."""
+    round was a tenth of a round's CPU, for a grouping that changes only when subscriptions come and go).
+    ``touched`` lists, per topic, the names of the subscriptions a field the apply step reads changed on
+    since the step last took the topic's (see ``core.quiet``), ``cursor_set`` those whose cursor was set."""
 
     version: int = 0
     _grouped: tuple[int, dict[str, list[Subscription]]] | None = None
     """``by_topic``'s grouping, and the version it was made at."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.touched: dict[str, dict[str, None]] = {}
+        self.cursor_set: dict[str, dict[str, None]] = {}
+        """Per topic, the subscriptions whose cursor was set since the observe step last took the topic's:
+        their claims may have to follow (the step looks at those, not at every subscription of the topic)."""
+        for state in self.values():
+            self._hold(state)
+
+    def _hold(self, state: Subscription) -> None:
+        object.__setattr__(state, "table", self)
+        self.touch(state)
+        self.cursor_set.setdefault(state.topic, {})[state.name] = None
+
+    def existing(self, topic: str, names: Iterable[str]) -> list[Subscription]:
+        """The subscriptions of ``topic`` named ``names`` (in that order) that exist here."""
+        out = []
+        for name in names:
+            state = self.get((topic, name))
+            if state is not None and state.exists:
+                out.append(state)
+        return out
+
+    def touch(self, state: Subscription) -> None:
+        names = self.touched.get(state.topic)
+        if names is None:
+            self.touched[state.topic] = {state.name: None}
+        else:
+            names[state.name] = None
+
     def __setitem__(self, key: SubKey, value: Subscription) -> None:
         self.version += 1
+        self._hold(value)
         super().__setitem__(key, value)
 
     def __delitem__(self, key: SubKey) -> None:
@@ -202,10 +301,14 @@ class SubsTable(dict[SubKey, Subscription]):
     def update(self, *args: Any, **kwargs: Any) -> None:
         self.version += 1
         super().update(*args, **kwargs)
+        for state in self.values():
+            self._hold(state)
 
     def setdefault(self, key: SubKey, default: Subscription) -> Subscription:
         self.version += 1
-        return super().setdefault(key, default)
+        state = super().setdefault(key, default)
+        self._hold(state)
+        return state
 
     def by_topic(
         self, *, existing_only: bool, topics: Iterable[str] | None = None
@@ -259,6 +362,35 @@ class Feed:
     replay: tuple[Any, ...] = ()
     """``acked`` blocks a restored agent took up from its journal (``pluginapi.AckedSet``): absorbed with the
     first answer of the feed, before anything newer."""
+
+
+def decided_already(state: Subscription, *, acknowledgements: bool, log_version: int) -> bool:
+    """Whether ``state``'s last claim decision was made from the very cursor and acknowledgements it holds
+    (``translated_from``; ``acknowledgements``: claims are made of what consumers acknowledged), with
+    nothing published or translated since, complete over the log (at ``log_version`` now), and not
+    Key_Shared (its claims follow the keys the tail reads): deciding again would find the same claim and
+    decide nothing (``claiming.decide`` returns None)."""
+    made_from = state.translated_from
+    return (
+        made_from is not None
+        and made_from[0] is state.cursor
+        and made_from[1] is (state.acked if acknowledgements else None)
+        and made_from[2] == acknowledgements
+        and made_from[3] is state.translated
+        and state.published is not None
+        and not state.key_shared
+        and (state.incomplete_at is None or state.incomplete_at == log_version)
+    )
+
+
+def undecided(state: Subscription, acknowledgements: bool, log_version: int) -> bool:
+    """Whether ``state``'s cursor is neither the one its claims were translated from nor one a decision was
+    made from (``decided_already``): its claims may have to follow it."""
+    return (
+        state.cursor is not state.translated
+        and not decided_already(state, acknowledgements=acknowledgements, log_version=log_version)
+        and state.cursor != state.translated
+    )
 
 
 def claim_size(acks: OriginAcks | None) -> int:
