@@ -4,7 +4,7 @@
 read (``Now``), a tracked topic partition (``TopicState``) and the counters (``Stats``). The parts, one
 module each, extend it in a chain, each calling only the ones below it:
 
-    AgentState <- tracking.Tracking <- indexing.Indexing <- controlling.Controlling
+    AgentState <- tracking.Tracking <- indexing.Indexing <- controlling.Controlling <- feeding.Feeding
                <- observing.Observing <- writing.Writing <- saving.Saving <- runtime.Agent
 
 Two seams go the other way and are declared here: ``_perform`` (carry out effects and fold their outcomes,

@@ -20,6 +20,7 @@ PARTS = (
     "tracking",
     "indexing",
     "controlling",
+    "feeding",
     "observing",
     "writing",
     "saving",
