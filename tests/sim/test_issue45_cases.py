@@ -15,23 +15,13 @@ import pytest
 from geosync_sim import running
 from geosync_sim.checking import LOSS
 from geosync_sim.schedules import Schedule, Step
+from tests.sim.scripts import one_topic
 
 
 def scripted(*events: Step, plugin_b: bool = True, claims_from: str = "cursor") -> running.Result:
     steps = [Step(round(0.3 * k, 2), "produce", ("a", 0, 1, False)) for k in range(130)]
     steps += [Step(9.0, "hole", (0, 20.0)), *events]
-    steps.sort(key=lambda s: s.at)
-    schedule = Schedule(
-        45,
-        ("a", "b", "c"),
-        1,
-        ("Shared",),
-        (True, plugin_b, True),
-        40.0,
-        tuple(steps),
-        ("a",),
-        claims_from=claims_from,
-    )
+    schedule = one_topic(45, steps, plugin=(True, plugin_b, True), claims_from=claims_from)
     return running.run(schedule, trace=True)
 
 

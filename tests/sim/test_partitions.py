@@ -16,7 +16,8 @@ import pytest
 from geosync_sim import running
 from geosync_sim.checking import LOSS
 from geosync_sim.ports import partition_of
-from geosync_sim.schedules import Schedule, Step
+from geosync_sim.schedules import Step
+from tests.sim.scripts import one_topic
 
 
 def partitioned(*, plugin_b: bool, claims_from: str) -> running.Result:
@@ -25,19 +26,7 @@ def partitioned(*, plugin_b: bool, claims_from: str) -> running.Result:
         Step(4.0, "hole", (0, 30.0)),
         Step(20.0, "failover", (0, "b", 0.5)),
     ]
-    steps.sort(key=lambda s: s.at)
-    schedule = Schedule(
-        6,
-        ("a", "b", "c"),
-        1,
-        ("Shared",),
-        (True, plugin_b, True),
-        40.0,
-        tuple(steps),
-        ("a",),
-        claims_from=claims_from,
-        partitions=(3,),
-    )
+    schedule = one_topic(6, steps, plugin=(True, plugin_b, True), claims_from=claims_from, partitions=(3,))
     return running.run(schedule, trace=True)
 
 

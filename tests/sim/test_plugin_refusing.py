@@ -19,28 +19,13 @@ import pytest
 
 from geosync_sim import running
 from geosync_sim.checking import LOSS
-from geosync_sim.schedules import Schedule, Step
+from geosync_sim.schedules import Step
+from tests.sim.scripts import a_publishes, one_topic
 
 
 def refused(refusing_b: str, *, claims_from: str = "acknowledgements") -> tuple[running.Result, list[str]]:
-    steps = [
-        *(Step(round(0.3 * k, 2), "produce", ("a", 0, 1, False)) for k in range(1, 120)),
-        Step(4.0, "hole", (0, 30.0)),
-        Step(20.0, "failover", (0, "b", 0.5)),
-    ]
-    steps.sort(key=lambda s: s.at)
-    schedule = Schedule(
-        4,
-        ("a", "b", "c"),
-        1,
-        ("Shared",),
-        (True, True, True),
-        40.0,
-        tuple(steps),
-        ("a",),
-        claims_from=claims_from,
-        refusing=("", refusing_b, ""),
-    )
+    steps = [*a_publishes(), Step(4.0, "hole", (0, 30.0)), Step(20.0, "failover", (0, "b", 0.5))]
+    schedule = one_topic(4, steps, claims_from=claims_from, refusing=("", refusing_b, ""))
     calls_of_b: list[list[str]] = []  # each life of b's agent's admin calls
 
     def watch(life: running.Life) -> None:

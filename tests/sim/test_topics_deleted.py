@@ -14,31 +14,20 @@ import pytest
 from geosync_sim import running
 from geosync_sim.checking import LOSS
 from geosync_sim.schedules import Schedule, Step
+from tests.sim.scripts import a_publishes, one_topic
 
 
 def deleted(
     where: str, *events: Step, plugin_b: bool = True, claims_from: str = "acknowledgements"
 ) -> running.Result:
-    traffic = [Step(round(0.3 * k, 2), "produce", ("a", 0, 1, False)) for k in range(1, 120)]
     steps = [
-        *traffic,
+        *a_publishes(),
         Step(4.0, "hole", (0, 30.0)),
         Step(10.0, "drop", (where, 0, 2.0)),
         Step(25.0, "failover", (0, "b", 0.5)),
         *events,
     ]
-    steps.sort(key=lambda s: s.at)
-    schedule = Schedule(
-        3,
-        ("a", "b", "c"),
-        1,
-        ("Shared",),
-        (True, plugin_b, True),
-        40.0,
-        tuple(steps),
-        ("a",),
-        claims_from=claims_from,
-    )
+    schedule = one_topic(3, steps, plugin=(True, plugin_b, True), claims_from=claims_from)
     return running.run(schedule, trace=True)
 
 
