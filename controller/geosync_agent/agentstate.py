@@ -340,6 +340,17 @@ class AgentState:
             self.stats.inc(counter)
             self.rediscover.set()
 
+    def judges_rewinds(self, source: str, now: Now) -> bool:
+        """Whether a cursor seen going back by ``source`` ("feed", "poll", "write") may be judged a rewind
+        now (``core.generations.rewound``). A broker that restarts before it persisted a cursor shows it
+        without its last acknowledgements: that is no rewind, and the feed's new epoch says so. So where the
+        feed is read, a poll or write is judged only in a round whose feed read answered (before the polls,
+        telling a restart first); the feed's own reports always are. Without the feed (the admin-API path),
+        always: nothing tells a restart apart there (docs/limits.md)."""
+        if source == "feed" or not self.caps.usable(Capability.PLUGIN_FEED, now=now.mono):
+            return True
+        return self.feed.read_at == now.mono
+
     def claims_acknowledgements(self) -> bool:
         """Whether claims are made of what consumers acknowledged (``claims_from: acknowledgements`` and a
         feed that reports it, decision 0015) rather than of the cursor."""

@@ -85,6 +85,7 @@ class Feeding(Controlling):
             if reapplied:
                 self.stats.inc("own_claims_reapplied", reapplied)
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
+        self.feed.read_at = now.mono
         self.feed.seq = feed.seq
         self.stats.inc("feed_reads")
         if feed.cursors:

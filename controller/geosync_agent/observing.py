@@ -167,7 +167,7 @@ class Observing(Feeding):
                 continue
             rewind = (
                 None
-                if self.snapshots.covers(topic)
+                if self.snapshots.covers(topic) or not self.judges_rewinds("poll" if polled else "feed", now)
                 else generations.rewound(
                     state, cursor, source="poll" if polled else "feed", now_mono=now.mono, now_wall=now.wall
                 )

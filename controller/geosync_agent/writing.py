@@ -382,7 +382,7 @@ class Writing(Observing):
                 self.stats.inc("feed_batches_truncated")
             ts = self.topics.get(report.topic)
             cursor = state.cursor = reports.cursor_of(report, None if ts is None else ts.tail)
-            if not self.snapshots.covers(state.topic):
+            if not self.snapshots.covers(state.topic) and self.judges_rewinds("write", now):
                 # A write never moves the mark-delete back: below what was seen, someone rewound it.
                 rewind = generations.rewound(
                     state, cursor, source="write", now_mono=now.mono, now_wall=now.wall

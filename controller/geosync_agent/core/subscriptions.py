@@ -360,6 +360,8 @@ class Feed:
     """``acked`` blocks for subscriptions not tracked yet (``pluginapi.AckedSet``), since when (monotonic
     seconds): taken once the subscription is, dropped after tuning.HELD_ACKED_S."""
     replay: tuple[Any, ...] = ()
+    read_at: float = -1.0
+    """The round (its ``now.mono``) the feed last answered in."""
     """``acked`` blocks a restored agent took up from its journal (``pluginapi.AckedSet``): absorbed with the
     first answer of the feed, before anything newer."""
 
