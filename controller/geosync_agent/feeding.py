@@ -67,6 +67,11 @@ class Feeding(Controlling):
             if restarted:
                 for ts in self.topics.values():
                     ts.poll = replace(ts.poll, next_at=0.0)
+                # Reports of the broker's earlier run still waiting here (a publish paused, batches the tail
+                # had not read) show cursors ahead of what it came back with: taken after the restart they
+                # made its first report look like a rewind. The polls just asked for read the cursors anew.
+                self.stats.inc("feed_reports_dropped", len(self.unobserved))
+                self.unobserved.clear()
             self.feed.epoch = feed.epoch
             self.feed.acked_lost = 0  # counted since the broker started
             reapplied = 0

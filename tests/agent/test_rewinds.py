@@ -3,6 +3,8 @@ passive one, and never undone by a report from before them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from geosync_adapters import admin as adm
 from geosync_core import envelopes, pacing, pluginapi
 from geosync_core.indexing import OriginRun
@@ -200,4 +202,29 @@ def test_a_cursor_a_restarted_broker_shows_without_its_last_acknowledgements_is_
     a.region.feed_error = adm.AdminTemporary("the plugin is not answering yet")
     a.step(60.0)  # a resync polls the cursor; the feed read failed
     assert a.agent.stats.counters["cursor_polls"] >= 1
+    assert a.agent.stats.counters["rewinds"] == 0
+
+
+def test_a_report_of_the_brokers_earlier_run_still_waiting_is_dropped_at_its_restart() -> None:
+    """A feed report held back (its publish paused) shows the cursor as the broker had it before it died.
+    Taken after the restart, it made the restarted broker's next report look like a rewind (chaos seed
+    90304 again, once polls were no longer judged in such a round)."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:2])
+    a.step()
+    carry(a, b)
+    state = a.agent.subs[(TOPIC, SUB)]
+    state.publish_after = a.now().mono + 3600.0  # its publish is paused: the next report waits
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[3]])
+    a.step(0.01)
+    assert a.agent.stats.counters["feed_reports_deferred"] == 1
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[1])  # the broker restarted and lost 5:3
+    real = a.region.plugin_feed
+    a.region.plugin_feed = lambda *, since, epoch="", acked=True: replace(  # type: ignore[method-assign]
+        real(since=since, epoch=epoch, acked=acked), epoch="epoch-2"
+    )
+    state.publish_after = 0.0
+    a.step(0.01)  # the restart seen
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[4]])  # the new run's first report
+    a.step(0.01)
     assert a.agent.stats.counters["rewinds"] == 0
