@@ -280,7 +280,8 @@ class AgentState:
         self.checkpoint_info: dict[str, Any] = {}
         self.checkpoint_writer = checkpoint_writer or checkpointing.Writer()
         if journal is None:
-            journal = checkpointing.Journal(self.checkpoint_path.parent if self.checkpoint_path else None)
+            path = self.checkpoint_path
+            journal = checkpointing.Journal(path.parent) if path else checkpointing.Journal(keep=False)
         self.journal = journal
         """What consumers acknowledged since the last checkpoint (``checkpointing.Journal``): appended before
         the next feed read confirms it, taken up by ``restore``."""

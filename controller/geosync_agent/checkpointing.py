@@ -259,11 +259,13 @@ class Journal:
 
     Invariants (``tests/agent/test_checkpointing.py``): ``records`` returns every record appended since the
     segment last passed to ``drop_before``, in order; a line cut short by a crash is skipped, never fatal.
-    Without a directory (the unit harness, the simulator) the segments live in memory: the simulator keeps
-    one journal per region across an agent's lives, as the disk would."""
+    Without a directory (the simulator) the segments live in memory: the simulator keeps one journal per
+    region across an agent's lives, as the disk would. ``keep=False`` keeps nothing: an agent without
+    ``state_dir`` writes no checkpoint, so nothing would ever drop what it kept."""
 
-    def __init__(self, directory: pathlib.Path | None = None) -> None:
+    def __init__(self, directory: pathlib.Path | None = None, *, keep: bool = True) -> None:
         self.directory = directory
+        self.keep = keep
         self._memory: dict[int, list[str]] = {}
         self._file: Any = None
         found = sorted(self._segments()) if directory is not None else []
@@ -287,6 +289,8 @@ class Journal:
         return self.directory / f"acked-{segment:08d}.jsonl"
 
     def append(self, record: dict[str, Any]) -> None:
+        if not self.keep:
+            return
         line = json.dumps(record, separators=(",", ":"))
         if self.directory is None:
             self._memory.setdefault(self.segment, []).append(line)

@@ -431,3 +431,10 @@ def test_a_journal_line_cut_short_by_a_crash_is_skipped(tmp_path: pathlib.Path) 
     again = checkpointing.Journal(tmp_path)
     assert [r["seq"] for r in again.records()] == [1]
     assert again.torn == 1
+
+
+def test_an_agent_without_a_state_dir_journals_nothing() -> None:
+    """It writes no checkpoint, so nothing would ever drop what a journal kept: it would only grow."""
+    a, _b = pair()
+    a.agent.journal.append({"seq": 1})
+    assert a.agent.journal.records() == []
