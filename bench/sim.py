@@ -3,6 +3,7 @@
     python bench/sim.py --seeds 1-1000 [--regions 3] [--topics 4] [--duration 60] [--profile faults]
     python bench/sim.py --seed N --trace [same options]
     python bench/sim.py --seed N --shrink
+    python bench/sim.py --seeds 1-20000 --topics 20 --profile all --jobs 2 --progress 60   # a campaign
 
 Each seed draws a schedule (traffic, failovers, and with ``--profile faults`` control faults and agent
 crashes, with ``jumps`` also cursor jumps no consumer made, with ``policies`` also operators editing and
@@ -14,6 +15,10 @@ schedules, schedules per second, failovers, acknowledgements and CPU per schedul
 violations by kind. ``--trace`` prints one run's events as it happened (the same seed prints the same trace).
 ``--json FILE`` writes the figures. Exit status 1 when a run failed.
 
+A campaign: ``--profile`` takes a comma list of profiles or ``all`` (seed N runs the (N mod count)th, so a
+seed replays alone with that profile), ``--jobs`` spreads the seeds over worker processes (the figures and
+failures printed are the same as one process's, in seed order) and ``--progress`` prints how far it is.
+
 Not a ``geoctl`` command: the CLI never imports the agent (an import-linter contract); the simulator runs it.
 """
 
@@ -23,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import multiprocessing
 import pathlib
 import sys
 import time
@@ -39,6 +45,89 @@ def seeds_of(text: str) -> list[int]:
     return out
 
 
+ALL = (*schedules.PROFILES, "policies")
+
+
+def profiles_of(text: str) -> list[str]:
+    """``--profile``: one profile, several (``faults,jumps``: seeds take them in turn), or ``all``."""
+    names = list(ALL) if text == "all" else [t for t in text.split(",") if t]
+    unknown = [n for n in names if n not in ALL]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown profile {', '.join(unknown) or repr(text)}: choose from {', '.join(ALL)}, a comma "
+            "list of them, or all"
+        )
+    return names
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One seed's run, as a worker process is handed it."""
+
+    seed: int
+    profile: str
+    regions: int
+    topics: int
+    duration: float
+    claims_from: str
+    trace: bool
+    shrink: bool
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one seed's run gives back to the campaign: its figures and the lines it prints."""
+
+    seed: int
+    profile: str
+    failovers: int
+    acks: int
+    cpu_s: float
+    duplicates: dict[str, int]
+    violations: list[str]
+    lines: list[str]
+
+
+def run_one(job: Job) -> Outcome:
+    if job.profile == "policies":  # the faults profile's schedule, and policy steps beside it
+        schedule = policies.draw(job.seed, regions=job.regions, topics=job.topics, duration=job.duration)
+    else:
+        schedule = schedules.draw(
+            job.seed, profile=job.profile, regions=job.regions, topics=job.topics, duration=job.duration
+        )
+    schedule = dataclasses.replace(schedule, claims_from=job.claims_from)
+    run = policies.run if job.profile == "policies" else running.run
+    result = run(schedule, trace=job.trace)
+    lines: list[str] = []
+    if job.trace:
+        lines += [*result.trace, f"trace digest {result.digest}"]
+    if result.failed:
+        lines.append(f"seed {job.seed} ({job.profile}): {len(result.violations)} violations")
+        lines += [f"    {v}" for v in result.violations[:10]]
+        if job.shrink and job.profile == "policies":
+            lines.append("  (--shrink does not run the policy mirrors yet: replay with --trace)")
+        elif job.shrink:
+            small = running.shrink(result)
+            lines.append(f"  shrunk from {len(schedule.steps)} to {len(small.schedule.steps)} steps:")
+            lines += [f"    {step}" for step in small.schedule.steps if step.kind != "produce"]
+            lines.append(f"    (and {sum(s.kind == 'produce' for s in small.schedule.steps)} produce steps)")
+            lines += [f"    -> {v}" for v in small.violations[:5]]
+    return Outcome(
+        seed=job.seed,
+        profile=job.profile,
+        failovers=result.failovers,
+        acks=result.acks,
+        cpu_s=result.cpu_s,
+        duplicates=dict(result.duplicates),
+        violations=[v.kind for v in result.violations],
+        lines=lines,
+    )
+
+
+def _quiet_worker() -> None:
+    logging.disable(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="1-20", help="seeds to run: 1-1000, or 3,7,10-12")
@@ -50,7 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regions", type=int, default=3)
     p.add_argument("--topics", type=int, default=4)
     p.add_argument("--duration", type=float, default=60.0, help="virtual seconds of traffic")
-    p.add_argument("--profile", choices=(*schedules.PROFILES, "policies"), default="faults")
+    p.add_argument(
+        "--profile",
+        type=profiles_of,
+        default=["faults"],
+        help=f"one of {', '.join(ALL)}; a comma list of them (seed N takes the (N mod count)th), or all",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="worker processes (each runs whole seeds; the figures and failures printed are the same)",
+    )
+    p.add_argument(
+        "--progress",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="print progress (seeds done, failovers, failures, estimated time left) to stderr this often",
+    )
     p.add_argument("--json", type=pathlib.Path, help="write the figures here")
     p.add_argument(
         "--claims-from",
@@ -59,54 +166,68 @@ def main(argv: list[str] | None = None) -> int:
         help="the agents' claims_from: what consumers acknowledged (the default) or their whole cursor",
     )
     args = p.parse_args(argv)
-    logging.disable(logging.WARNING)  # the agents' warnings about faults the schedule injects on purpose
+    if args.jobs < 1:
+        p.error(f"--jobs {args.jobs}: give 1 or more worker processes")
+    if args.trace and args.seed is None:
+        p.error("--trace prints one run: give it --seed N")
+    _quiet_worker()  # the agents' warnings about faults the schedule injects on purpose
 
     seeds = [args.seed] if args.seed is not None else seeds_of(args.seeds)
+    profiles: list[str] = args.profile
+    jobs = [
+        Job(
+            seed=seed,
+            profile=profiles[seed % len(profiles)],
+            regions=args.regions,
+            topics=args.topics,
+            duration=args.duration,
+            claims_from=args.claims_from,
+            trace=args.trace,
+            shrink=args.shrink,
+        )
+        for seed in seeds
+    ]
     failed: list[int] = []
     dups: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
+    per_profile: dict[str, Counter[str]] = {name: Counter() for name in profiles}
     failovers = acks = 0
     cpu = 0.0
-    wall0 = time.perf_counter()
-    for seed in seeds:
-        shape = {"regions": args.regions, "topics": args.topics, "duration": args.duration}
-        if args.profile == "policies":  # the faults profile's schedule, and policy steps beside it
-            schedule = policies.draw(seed, **shape)
-        else:
-            schedule = schedules.draw(seed, profile=args.profile, **shape)
-        schedule = dataclasses.replace(schedule, claims_from=args.claims_from)
-        run = policies.run if args.profile == "policies" else running.run
-        result = run(schedule, trace=args.trace)
-        if args.trace:
-            print("\n".join(result.trace))
-            print(f"trace digest {result.digest}")
-        failovers += result.failovers
-        acks += result.acks
-        cpu += result.cpu_s
-        dups.update(result.duplicates)
-        if not result.failed:
-            continue
-        failed.append(seed)
-        kinds.update(v.kind for v in result.violations)
-        print(f"seed {seed}: {len(result.violations)} violations")
-        for v in result.violations[:10]:
-            print(f"    {v}")
-        if args.shrink and args.profile == "policies":
-            print("  (--shrink does not run the policy mirrors yet: replay with --trace)")
-        elif args.shrink:
-            small = running.shrink(result)
-            print(f"  shrunk from {len(schedule.steps)} to {len(small.schedule.steps)} steps:")
-            for step in small.schedule.steps:
-                if step.kind != "produce":
-                    print(f"    {step}")
-            print(f"    (and {sum(s.kind == 'produce' for s in small.schedule.steps)} produce steps)")
-            for v in small.violations[:5]:
-                print(f"    -> {v}")
+    wall0 = last_progress = time.perf_counter()
+    pool = multiprocessing.get_context("fork").Pool(args.jobs, _quiet_worker) if args.jobs > 1 else None
+    try:
+        outcomes = pool.imap(run_one, jobs, chunksize=4) if pool is not None else map(run_one, jobs)
+        for done, out in enumerate(outcomes, 1):
+            if out.lines:
+                print("\n".join(out.lines), flush=True)
+            failovers += out.failovers
+            acks += out.acks
+            cpu += out.cpu_s
+            dups.update(out.duplicates)
+            figures_of = per_profile[out.profile]
+            figures_of.update(schedules=1, failovers=out.failovers, failed=int(bool(out.violations)))
+            if out.violations:
+                failed.append(out.seed)
+                kinds.update(out.violations)
+            now = time.perf_counter()
+            if args.progress and now - last_progress >= args.progress:
+                last_progress = now
+                left = (now - wall0) / done * (len(jobs) - done)
+                print(
+                    f"[{done}/{len(jobs)} seeds, {failovers} failovers, {len(failed)} failed, "
+                    f"{now - wall0:.0f} s, about {left:.0f} s left]",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        if pool is not None:
+            pool.terminate()
     wall = time.perf_counter() - wall0
     n = len(seeds)
     figures = {
         "command": " ".join(["python", "bench/sim.py", *(argv if argv is not None else sys.argv[1:])]),
         "schedules": n,
+        "jobs": args.jobs,
         "failed": failed,
         "wall_s": round(wall, 1),
         "schedules_per_s": round(n / wall, 2),
@@ -116,12 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         "acks_per_schedule": round(acks / n, 1),
         "duplicates": dict(dups),
         "violations": dict(kinds),
+        "profiles": {name: dict(c) for name, c in per_profile.items()},
     }
     print(
-        f"{n} schedules in {wall:.1f} s ({n / wall:.2f}/s), CPU {cpu / n * 1000:.0f} ms per schedule; "
-        f"{failovers} failovers ({failovers / n:.1f} per schedule), {acks / n:.0f} acknowledgements per "
-        f"schedule; duplicates by cause {dict(dups)}; {len(failed)} failed {dict(kinds)}"
+        f"{n} schedules in {wall:.1f} s ({n / wall:.2f}/s, {args.jobs} job(s)), CPU {cpu / n * 1000:.0f} ms "
+        f"per schedule; {failovers} failovers ({failovers / n:.1f} per schedule), {acks / n:.0f} "
+        f"acknowledgements per schedule; duplicates by cause {dict(dups)}; {len(failed)} failed {dict(kinds)}"
     )
+    if len(profiles) > 1:
+        for name, c in per_profile.items():
+            print(f"  {name}: {c['schedules']} schedules, {c['failovers']} failovers, {c['failed']} failed")
     if failed:
         print(f"failing seeds: {','.join(map(str, failed))}")
     if args.json:

@@ -1,0 +1,81 @@
+"""``bench/sim.py`` as a campaign runs it: seeds spread over worker processes give the figures one process
+gives, profiles taken in turn, and bad options refused with what to do."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import sys
+from types import ModuleType
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _bench_sim() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_sim", ROOT / "bench" / "sim.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_sim"] = module  # the worker processes find run_one by its module's name
+    spec.loader.exec_module(module)
+    return module
+
+
+SIM = _bench_sim()
+SHORT = ["--regions", "2", "--topics", "2", "--duration", "40"]
+
+
+def _figures(tmp_path: pathlib.Path, name: str, *args: str) -> dict[str, object]:
+    out = tmp_path / f"{name}.json"
+    assert SIM.main([*SHORT, *args, "--json", str(out)]) == 0
+    figures: dict[str, object] = json.loads(out.read_text())
+    return figures
+
+
+def test_worker_processes_give_the_figures_one_process_gives(tmp_path: pathlib.Path) -> None:
+    one = _figures(tmp_path, "one", "--seeds", "1-4", "--profile", "faults,jumps")
+    two = _figures(tmp_path, "two", "--seeds", "1-4", "--profile", "faults,jumps", "--jobs", "2")
+    assert one["failovers"]
+    assert one["acks_per_schedule"]
+    for key in (
+        "schedules",
+        "failed",
+        "failovers",
+        "acks_per_schedule",
+        "duplicates",
+        "violations",
+        "profiles",
+    ):
+        assert one[key] == two[key], key
+    profiles = one["profiles"]
+    assert isinstance(profiles, dict)
+    assert {name: p["schedules"] for name, p in profiles.items()} == {"faults": 2, "jumps": 2}
+    assert sum(p["failovers"] for p in profiles.values()) == one["failovers"]
+
+
+def test_seeds_take_the_profiles_in_turn() -> None:
+    jobs = {}
+    for seed in (4, 5, 6):
+        profile = SIM.profiles_of("faults,jumps,policies")[seed % 3]
+        jobs[seed] = profile
+    assert jobs == {4: "jumps", 5: "policies", 6: "faults"}
+    assert SIM.profiles_of("all") == list(SIM.ALL)
+
+
+def test_an_unknown_profile_is_refused_with_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        SIM.main(["--profile", "faults,chaos"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown profile chaos" in err
+    assert "jumps" in err
+    assert "all" in err
+
+
+def test_trace_without_one_seed_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        SIM.main(["--seeds", "1-3", "--trace"])
+    assert "--seed N" in capsys.readouterr().err
