@@ -283,6 +283,24 @@ def _subscribe(client: pulsar.Client, run: Run, builtin: bool) -> Any:
     )
 
 
+def _consume(
+    clients: dict[str, pulsar.Client],
+    region: str,
+    run: Run,
+    builtin: bool,
+    *,
+    hole_ratio: float,
+    stop: threading.Event,
+) -> tuple[list[Any], list[Receiver]]:
+    """Two Key_Shared consumers of the run's subscription in ``region``, and their receive loops (not
+    started yet)."""
+    consumers = [_subscribe(clients[region], run, builtin) for _ in range(2)]
+    receivers = [
+        Receiver(run, c, region, n, hole_ratio=hole_ratio, stop=stop) for n, c in enumerate(consumers)
+    ]
+    return consumers, receivers
+
+
 def _partitioned(topology: topo.Topology, topic: str, partitions: int) -> None:
     """The partitioned topic in a, and its metadata in b (created there too if geo-replication has not)."""
     admin_a, admin_b = (AdminClient(topology.region(r).admin_url) for r in ("a", "b"))
@@ -308,11 +326,9 @@ def one_run(topology: topo.Topology, mode: str, shape: Shape) -> Outcome:
         for c in clients.values():
             _subscribe(c, run, builtin).close()
         time.sleep(shape.warm_up_s)  # agents discover the subscription; PIP-33's snapshots start
-        consumers = [_subscribe(clients["a"], run, builtin) for _ in range(2)]
-        receivers = [
-            Receiver(run, c, "a", n, hole_ratio=shape.hole_ratio, stop=receiving)
-            for n, c in enumerate(consumers)
-        ]
+        consumers, receivers = _consume(
+            clients, "a", run, builtin, hole_ratio=shape.hole_ratio, stop=receiving
+        )
         producers = [Producer(run, clients[r], r, shape, producing) for r in ("a", "b")]
         threads = [*receivers, *producers]
         for th in threads:
@@ -327,10 +343,7 @@ def one_run(topology: topo.Topology, mode: str, shape: Shape) -> Outcome:
             c.close()
         run.moved_at = time.monotonic()
         receiving = threading.Event()
-        consumers = [_subscribe(clients["b"], run, builtin) for _ in range(2)]
-        receivers = [
-            Receiver(run, c, "b", n, hole_ratio=0.0, stop=receiving) for n, c in enumerate(consumers)
-        ]
+        consumers, receivers = _consume(clients, "b", run, builtin, hole_ratio=0.0, stop=receiving)
         threads = [*receivers, *producers]
         for th in receivers:
             th.start()
