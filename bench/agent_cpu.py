@@ -9,16 +9,20 @@ and replicated to b, with ``--subs`` subscriptions each. Per round, a's consumer
 messages in order over randomly chosen subscriptions (one in twenty skipping one: a hole), both regions'
 producers add an entry to ``--grow`` random topics (nobody claims those yet), then a's agent runs a round,
 its control messages reach b, b's agent runs a round, and b's reach a. Printed: the CPU each agent's rounds
-took per acknowledgement (``time.process_time`` around them), and a few of their counters; then the CPU of
-each agent's apply step alone after every topic grew by an entry nobody claims (``apply_walks``: what a
-round costs at 10,000 subscriptions whatever the acknowledgements).
+took per acknowledgement (``time.process_time`` around them), and of that what the fakes' broker work took
+(their internal stats, cursor writes, feed and origin answers: a broker's CPU, not the agent's, timed around
+each call the agent makes into the fake region) and the agent's own part, which is the figure issue 46's
+target is about; a few of their counters; then the CPU of each agent's apply step alone after every topic
+grew by an entry nobody claims (``apply_walks``: what a round costs at 10,000 subscriptions whatever the
+acknowledgements).
 
 This is what the lab's 10,000-subscription step (``bench/scale.py``) cannot say on a two-core machine shared
 with the brokers: the agent's own work, apart from waits on brokers and for a CPU. It is not a lab figure:
 the fakes answer instantly, and a round's HTTP and JSON work against brokers is missing. ``--profile N``
 runs the rounds under cProfile and prints each agent's N costliest functions (which doubles the times).
 Also printed: the garbage collections over the measured rounds (both agents' objects in one process), with
-the collector set as the agent sets it (``--collector agent``, the default) or as CPython does.
+the collector set as the agent sets it (``--collector agent``, the default: tuned, and what is alive frozen
+after each agent's round as its loop does) or as CPython does.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -83,6 +89,44 @@ def build(topics: list[str], subs: int) -> tuple[Harness, Harness]:
     return ha, hb
 
 
+BROKER_WORK = (
+    "internal_stats",
+    "topic_stats",
+    "plugin_feed",
+    "plugin_write",
+    "plugin_origins",
+    "plugin_topics",
+    "entry_headers",
+)
+"""What the fake region answers in a broker's stead when the agent asks (its admin API and plugin)."""
+
+
+class BrokerClock:
+    """The CPU the agents' calls into their fake regions take (the outermost call only: ``plugin_write``
+    reports each cursor through ``report``)."""
+
+    def __init__(self) -> None:
+        self.took = 0.0
+        self.depth = 0
+
+    def wrap(self, region: FakeRegion) -> None:
+        for name in BROKER_WORK:
+            setattr(region, name, self._timed(getattr(region, name)))
+
+    def _timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self.depth += 1
+            started = time.process_time()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.took += time.process_time() - started
+
+        return timed
+
+
 def apply_walks(h: Harness, topics: list[str], ledgers: list[int], grown: dict[str, int]) -> list[float]:
     """The CPU of ``h``'s apply step (with the landing of its writes), 20 times, each after one entry nobody
     claims was appended to every topic and read by the agent's index step: what every round pays whatever
@@ -122,8 +166,8 @@ def main() -> None:
         help="the garbage collector as the agent sets it (geosync_agent.collector), or CPython's defaults",
     )
     args = parser.parse_args()
-    if args.collector == "agent":
-        collector.tune({})
+    # As the agent's loop: tuned, and what is alive frozen after every round (``Collections.after_round``).
+    tuned = collector.tune({}) if args.collector == "agent" else None
 
     topics = [f"persistent://{NS}/t{i}" for i in range(args.topics)]
     started = time.monotonic()
@@ -133,6 +177,8 @@ def main() -> None:
         carry(ha, hb)
         hb.step()
         carry(hb, ha)
+    if tuned is not None:
+        tuned.after_round(time.monotonic())
     print(
         f"{len(topics) * args.subs:,} subscriptions ready in {time.monotonic() - started:.0f} s", flush=True
     )
@@ -146,6 +192,10 @@ def main() -> None:
     next_entry = dict.fromkeys(keys, 0)
     grown = dict.fromkeys(topics, 0)
     cpu = {"a": 0.0, "b": 0.0}
+    brokers = {"a": BrokerClock(), "b": BrokerClock()}
+    brokers["a"].wrap(ha.region)
+    brokers["b"].wrap(hb.region)
+    fakes = {"a": 0.0, "b": 0.0}
     profiles = {"a": cProfile.Profile(), "b": cProfile.Profile()}
     acks = 0
     for _ in range(args.rounds):
@@ -170,18 +220,21 @@ def main() -> None:
                 h.messaging.deliver(topic, message(topic, p))
             grown[topic] += 1
         for name, h, other in (("a", ha, hb), ("b", hb, ha)):
-            t0 = time.process_time()
+            t0, f0 = time.process_time(), brokers[name].took
             if args.profile:
                 profiles[name].enable()
             h.step()
+            if tuned is not None:
+                tuned.after_round(time.monotonic())
             if args.profile:
                 profiles[name].disable()
             cpu[name] += time.process_time() - t0
+            fakes[name] += brokers[name].took - f0
             carry(h, other)
     gc.callbacks.remove(collections.on_gc)
     print(f"{acks:,} acknowledgements over {args.rounds} rounds")
     print(
-        f"garbage collections ({len(gc.get_objects()):,} objects tracked): "
+        f"garbage collections ({len(gc.get_objects()):,} objects tracked, {gc.get_freeze_count():,} frozen): "
         + ", ".join(
             f"generation {g} {collections.counts[g]} x, max {collections.longest[g] * 1e3:.0f} ms, "
             f"total {collections.total[g] * 1e3:.0f} ms"
@@ -192,8 +245,11 @@ def main() -> None:
         counters = h.agent.stats.counters
         shown = {k: counters.get(k, 0) for k in ("states_published", "claims_received", "plugin_acks")}
         shown |= {k: v for k, v in counters.items() if k.startswith("plans_")}
-        per_ack = cpu[name] / max(acks, 1) * 1e6
-        print(f"{name}: {cpu[name]:.2f} CPU-s, {per_ack:.0f} us per acknowledgement; {shown}")
+        per_ack, fake = cpu[name] / max(acks, 1) * 1e6, fakes[name] / max(acks, 1) * 1e6
+        print(
+            f"{name}: {cpu[name]:.2f} CPU-s, {per_ack:.0f} us per acknowledgement, of which the fakes' "
+            f"broker work {fake:.0f} us: the agent's own {per_ack - fake:.0f} us; {shown}"
+        )
     for name, h in (("a", ha), ("b", hb)):
         walks = apply_walks(h, topics, [GROWTH_LEDGER[name] + i for i in range(len(topics))], grown)
         print(
