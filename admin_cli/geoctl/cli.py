@@ -109,6 +109,13 @@ def _regions_arg(_: Any, __: Any, value: str) -> list[str]:
     help="Start one agent per broker instead of one per region, as the Helm chart's sidecar mode does: each "
     "syncs the topics its broker owns and hands them over when bundles move (with --brokers 2 or more).",
 )
+@click.option(
+    "--no-plugins",
+    is_flag=True,
+    help="Boot the brokers without GeoSync's broker plugins (Pulsar as shipped): the agents then read and "
+    "move cursors through the admin API, with what that path gives up (docs/limits.md). For measuring the "
+    "plugins' cost on the broker.",
+)
 @output_option
 @_lab_errors
 def lab_up(
@@ -120,6 +127,7 @@ def lab_up(
     with_wan: bool,
     brokers: int,
     sidecars: bool,
+    no_plugins: bool,
     output: str,
 ) -> None:
     """Boot the lab (a no-op with a message if the same lab is already running in DIR).
@@ -137,6 +145,7 @@ def lab_up(
                 with_wan=with_wan,
                 brokers=brokers,
                 sidecars=sidecars,
+                plugins_loaded=not no_plugins,
                 report=report,
             )
     except (KeyboardInterrupt, launches.Interrupted) as e:

@@ -228,6 +228,7 @@ def up(
     with_wan: bool = False,
     brokers: int = 1,
     sidecars: bool = False,
+    plugins_loaded: bool = True,
     report: Report = silent,
 ) -> UpResult:
     """Boot a lab in ``lab_dir``; a no-op when the same lab is already running there.
@@ -243,7 +244,11 @@ def up(
 
     ``batch_index_acks`` sets the brokers' ``acknowledgmentAtBatchIndexLevelEnabled`` (None: on, unless
     ``GEOSYNC_BATCH_INDEX_ACKS=0``); the choice is recorded per region in the topology (``lab``
-    ``batch_index_acks``) and kept when a region is restarted."""
+    ``batch_index_acks``) and kept when a region is restarted.
+
+    ``plugins_loaded=False`` boots brokers without GeoSync's broker plugins (no entry filter, no interceptor:
+    Pulsar as shipped; the agents then take the admin-API path), for measuring what the plugins cost the
+    broker; recorded as ``lab`` ``plugins`` and kept when a region is restarted."""
     topo.validate_region_names(region_names)
     if len(region_names) < 2:
         raise LabError(
@@ -281,7 +286,7 @@ def up(
     # Built (or taken from the cache) once, before the parallel boots; every region loads the same NAR.
     if batch_index_acks is None:
         batch_index_acks = regions.batch_index_acks_default()
-    extra = {**plugins.plugin_conf(plugins.ensure_plugins()), **regions.batch_index_conf(batch_index_acks)}
+    extra = {**_plugin_conf(plugins_loaded), **regions.batch_index_conf(batch_index_acks)}
     shutil.rmtree(lab_dir / "regions", ignore_errors=True)
     lab_dir.mkdir(parents=True, exist_ok=True)
     with launches.recording(lab_dir, report) as ledger:
@@ -362,7 +367,10 @@ def up(
         namespaces = topo.lab_namespaces(region_names)
         topology = topo.Topology(
             pulsar_version=distribution.PULSAR_VERSION,
-            regions={n: booted_region(p, booted[n][1], batch_index_acks) for n, p in procs.items()},
+            regions={
+                n: booted_region(p, booted[n][1], batch_index_acks, plugins_loaded=plugins_loaded)
+                for n, p in procs.items()
+            },
             namespaces={ns: topo.Namespace(name=ns, regions=m) for ns, m in namespaces.items()},
             wan=wan_record,
         )
@@ -401,6 +409,11 @@ def up(
         )
 
 
+def _plugin_conf(loaded: bool) -> dict[str, str]:
+    """The broker keys that load GeoSync's plugins (built, or taken from the cache, first), or none."""
+    return plugins.plugin_conf(plugins.ensure_plugins()) if loaded else {}
+
+
 def check_brokers(brokers: int, *, with_wan: bool) -> None:
     if brokers < 1:
         raise LabError(f"--brokers must be at least 1, got {brokers}", hint="use 1 (standalone) or 2 or more")
@@ -422,7 +435,10 @@ def start_region(lab_dir: pathlib.Path, name: str, *, deadline_s: float = 240.0)
         return topology
     # Labs written before the setting was recorded ran with Pulsar 4.0's default (off).
     batch_index_acks = bool(region.lab.get("batch_index_acks", False))
-    extra = {**plugins.plugin_conf(plugins.ensure_plugins()), **regions.batch_index_conf(batch_index_acks)}
+    extra = {
+        **_plugin_conf(bool(region.lab.get("plugins", True))),
+        **regions.batch_index_conf(batch_index_acks),
+    }
     if topology.wan:
         extra.update(wan.advertised_listeners(name, proc.ports.broker, topology.wan))
     home = distribution.ensure_pulsar(topology.pulsar_version)

@@ -111,8 +111,12 @@ def with_pids(lab_dir: pathlib.Path, region: topo.Region, pids: tuple[int, ...])
     return replace(region, pids=pids, brokers=brokers)
 
 
-def booted_region(site: Site, pids: tuple[int, ...], batch_index_acks: bool) -> topo.Region:
-    zookeeper, brokers, lab = region_record(site, pids, {"batch_index_acks": batch_index_acks})
+def booted_region(
+    site: Site, pids: tuple[int, ...], batch_index_acks: bool, *, plugins_loaded: bool = True
+) -> topo.Region:
+    zookeeper, brokers, lab = region_record(
+        site, pids, {"batch_index_acks": batch_index_acks, "plugins": plugins_loaded}
+    )
     return topo.Region(
         name=site.name,
         service_url=site.service_url,

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from geoctl.cli import main
 from geoctl.errors import EXIT_LAB
 from geosync_core import topology as topo
-from geosync_lab import clusters, labs, regions
+from geosync_lab import booting, clusters, labs, plugins, regions
+from geosync_lab.errors import LabError
 
 
 def props(text: str) -> dict[str, str]:
@@ -222,3 +223,44 @@ def test_agent_settings_replace_the_labs_and_none_leaves_the_agents_default() ->
     assert merged == {"region": "a", "discover_interval_s": 5.0, "poll_interval_s": 0.5}
     assert values["checkpoint_interval_s"] == 2.0  # the lab's own values are not changed
     assert labs.with_settings(values, {}) == values
+
+
+def test_a_lab_booted_without_the_plugins_records_it_and_a_restart_keeps_it(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = regions.RegionProcess(
+        name="a", root=tmp_path, ports=regions.Ports(web=1, broker=2, zookeeper=3, bookie=4)
+    )
+    bare = labs._booted_region(proc, (99,), True, plugins_loaded=False)
+    assert bare.lab["plugins"] is False
+    assert topo.from_json(topo.Topology("4.0.8", {"a": bare}).to_json()).region("a").lab["plugins"] is False
+    assert labs._booted_region(proc, (99,), True).lab["plugins"] is True
+    # The broker keys: none without the plugins (the NAR is not even built), the plugins' keys with them.
+    built: list[bool] = []
+
+    def ensure() -> pathlib.Path:
+        built.append(True)
+        return tmp_path
+
+    monkeypatch.setattr(plugins, "ensure_plugins", ensure)
+    assert booting._plugin_conf(False) == {}
+    assert not built
+    assert booting._plugin_conf(True)["brokerInterceptors"] == plugins.PLUGIN_NAME
+    assert built == [True]
+
+
+def test_lab_up_no_plugins_boots_the_brokers_without_them(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: dict[str, object] = {}
+
+    def up(*_a: object, **kw: object) -> labs.UpResult:
+        asked.update(kw)
+        raise LabError("stop here", hint="")
+
+    monkeypatch.setattr(labs, "up", up)
+    result = CliRunner().invoke(main, ["lab", "up", "--dir", str(tmp_path), "--no-plugins"])
+    assert "stop here" in result.output
+    assert asked["plugins_loaded"] is False
+    CliRunner().invoke(main, ["lab", "up", "--dir", str(tmp_path)])
+    assert asked["plugins_loaded"] is True
