@@ -33,6 +33,11 @@ import pathlib
 import sys
 import time
 from collections import Counter
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+import record
 
 from geosync_sim import policies, running, schedules
 
@@ -159,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         help="print progress (seeds done, failovers, failures, estimated time left) to stderr this often",
     )
     p.add_argument("--json", type=pathlib.Path, help="write the figures here")
+    record.add_argument(p)
     p.add_argument(
         "--claims-from",
         choices=("cursor", "acknowledgements"),
@@ -224,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             pool.terminate()
     wall = time.perf_counter() - wall0
     n = len(seeds)
-    figures = {
+    figures: dict[str, Any] = {
         "command": " ".join(["python", "bench/sim.py", *(argv if argv is not None else sys.argv[1:])]),
         "schedules": n,
         "jobs": args.jobs,
@@ -251,7 +257,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"failing seeds: {','.join(map(str, failed))}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    if args.record:
+        record.write(args.record, campaign_record(figures, profiles, args))
     return 1 if failed else 0
+
+
+def campaign_record(figures: dict[str, Any], profiles: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """The run as a row of BENCHMARKS.md: failovers simulated, violations, and what it cost."""
+    violations: dict[str, int] = figures["violations"]
+    scenario = (
+        f"Simulated failovers: {figures['schedules']:,} schedules of {args.regions} regions, {args.topics} "
+        f"topics, {args.duration:.0f} s of virtual time, profiles {', '.join(profiles)}, claims from "
+        f"{args.claims_from} (issue 45)"
+    )
+    geosync = (
+        f"**{figures['failovers']:,} failovers, {sum(violations.values())} violations** "
+        f"{violations or ''} in {len(figures['failed'])} schedule(s); {figures['failovers_per_schedule']} "
+        f"failovers and {figures['acks_per_schedule']} acknowledgements per schedule; CPU "
+        f"{figures['cpu_per_schedule_s']} s per schedule, wall {figures['wall_s']} s with {args.jobs} "
+        f"job(s); duplicates by cause {figures['duplicates']}"
+    )
+    made: dict[str, Any] = record.make(scenario, geosync, "-", figures)
+    return made
 
 
 if __name__ == "__main__":

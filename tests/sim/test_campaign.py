@@ -37,7 +37,18 @@ def _figures(tmp_path: pathlib.Path, name: str, *args: str) -> dict[str, object]
 
 def test_worker_processes_give_the_figures_one_process_gives(tmp_path: pathlib.Path) -> None:
     one = _figures(tmp_path, "one", "--seeds", "1-4", "--profile", "faults,jumps")
-    two = _figures(tmp_path, "two", "--seeds", "1-4", "--profile", "faults,jumps", "--jobs", "2")
+    two = _figures(
+        tmp_path,
+        "two",
+        "--seeds",
+        "1-4",
+        "--profile",
+        "faults,jumps",
+        "--jobs",
+        "2",
+        "--record",
+        str(tmp_path / "row.json"),
+    )
     assert one["failovers"]
     assert one["acks_per_schedule"]
     for key in (
@@ -50,6 +61,10 @@ def test_worker_processes_give_the_figures_one_process_gives(tmp_path: pathlib.P
         "profiles",
     ):
         assert one[key] == two[key], key
+    written = json.loads((tmp_path / "row.json").read_text())
+    assert written["geosync"].startswith(f"**{one['failovers']:,} failovers, 0 violations**")
+    assert "faults, jumps" in written["scenario"]
+    assert written["command"].startswith("`python")
     profiles = one["profiles"]
     assert isinstance(profiles, dict)
     assert {name: p["schedules"] for name, p in profiles.items()} == {"faults": 2, "jumps": 2}
