@@ -268,6 +268,7 @@ class RegionAdmin(AdminClient):
         epochs: dict[str, str] = {}
         cursors: list[pluginapi.CursorReport] = []
         blocks: list[pluginapi.AckedSet] | None = [] if acked else None
+        wire: list[Any] = []  # the blocks as the brokers gave them, for the agent's journal
         failed: AdminTemporary | None = None
         for url in brokers:
             run, seq = self._feeds.get(url, ("", 0))
@@ -286,6 +287,7 @@ class RegionAdmin(AdminClient):
                 blocks = None  # one broker that records no acknowledgements: none are (an older plugin)
             elif blocks is not None:
                 blocks.extend(feed.acked)
+                wire.extend(feed.acked_wire_or_encoded())
                 self._acked_lost[url] = feed.acked_lost
         if failed is not None and all(e == DOWN for e in epochs.values()):
             raise failed
@@ -298,4 +300,5 @@ class RegionAdmin(AdminClient):
             # Each broker's count as it last answered: one that does not answer this time neither lowers the
             # sum nor makes it grow again at its next answer (a grown count makes the agent claim less).
             acked_lost=sum(self._acked_lost.get(url, 0) for url in brokers) if blocks is not None else 0,
+            acked_wire=None if blocks is None else tuple(wire),
         )

@@ -145,7 +145,7 @@ class Feeding(Controlling):
                 # Kept until the next checkpoint is written: the next read confirms these blocks, and the
                 # broker forgets them (checkpointing.Journal).
                 self.journal.append(
-                    {"epoch": feed.epoch, "seq": feed.seq, "acked": [b.to_wire() for b in feed.acked]}
+                    {"epoch": feed.epoch, "seq": feed.seq, "acked": feed.acked_wire_or_encoded()}
                 )
             replayed, self.feed.replay = self.feed.replay, ()
             self._take_acked((*replayed, *feed.acked), feed.acked_lost, out, now.mono)

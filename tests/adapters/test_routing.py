@@ -219,6 +219,9 @@ def test_every_brokers_acknowledged_blocks_are_merged_and_each_read_names_its_br
     first = admin.plugin_feed(since=0)
     assert first.acked is not None
     assert sorted(b.topic for b in first.acked) == [T1, T2]
+    # the blocks as the brokers gave them, for the agent's journal, in the same order
+    assert [pluginapi.AckedSet.from_wire(w) for w in first.acked_wire_or_encoded()] == list(first.acked)
+    assert sorted(w["topic"] for w in first.acked_wire or ()) == [T1, T2]
     assert first.acked_lost == 5
     assert [b.epochs_asked for b in brokers] == [[""], [""]]
     admin.plugin_feed(since=first.seq)

@@ -191,3 +191,17 @@ def test_any_json_in_the_acked_fields_is_a_feed_or_a_plugin_api_error(value: Any
         wire = {**VECTORS["acked_feeds"][0]["wire"], key: value}
         with contextlib.suppress(PluginApiError):
             Feed.from_wire(wire)
+
+
+@named("acked_feeds")
+def test_the_blocks_are_kept_as_the_answer_gave_them_for_the_journal(vector: dict[str, Any]) -> None:
+    """The agent's journal writes the blocks as they came (``acked_wire``), not encoded again; read back, they
+    are the same blocks."""
+    feed = Feed.from_wire(vector["wire"])
+    assert feed.acked is not None
+    assert feed.acked_wire_or_encoded() == vector["wire"]["acked"]
+    assert tuple(AckedSet.from_wire(b) for b in feed.acked_wire_or_encoded()) == feed.acked
+    built = Feed(epoch=feed.epoch, seq=feed.seq, acked=feed.acked)  # not from an answer: encoded
+    assert built.acked_wire is None
+    assert built.acked_wire_or_encoded() == vector["wire"]["acked"]
+    assert built == feed  # the wire form is no part of the value
