@@ -266,13 +266,151 @@ def plan_apply(
     is acknowledged whole if it is locally, if ``remote`` claims its origin whole, or if the local and
     remote acknowledged indexes together cover its size; otherwise remote indexes the cursor lacks are
     planned in ``batch_acks``. Without sizes, remote partial claims are left unused (never guessed at).
+
+    Where neither the cursor nor the claims hold part of a batch (most subscriptions), sizes change nothing
+    and the plan is made range by range (``_plan_whole``), not entry by entry (``_plan_by_entry``): the
+    same plan (a property test compares them), at the cost of the stretches the cursor lacks and the
+    claims' spans over them, with no object made for an entry the mark-delete passes.
     """
+    stretches = log if isinstance(log, Stretches) else Stretches.of(log)
+    if not local.batches and not remote.partials:
+        return _plan_whole(index, local, remote, stretches, budget=budget)
+    return _plan_by_entry(index, local, remote, stretches, size_of=size_of, budget=budget)
+
+
+def _plan_whole(
+    index: OriginIndex, local: AckState, remote: OriginAcks, stretches: Stretches, *, budget: int | None
+) -> ApplyPlan:
+    """``plan_apply`` where ``local`` holds no partly acknowledged entry and ``remote`` claims none: an entry
+    is acknowledged iff the cursor holds it or its origin lies in a claimed span, so each stretch the cursor
+    lacks is cut, along the index's runs and the claims' spans over their origins, into pieces that are
+    claimed whole or not at all, and each piece is taken at once (the budget counts its entries)."""
+    mark_delete: tuple[int, int] | None = None
+    individual: list[Position] = []
+    blocked_by: Position | None = None
+    advancing = True
+    complete = True
+    previous = (-2, -2)
+    floor = (local.mark_delete.ledger, local.mark_delete.entry)
+    ranges = [(r.lower.ledger, r.lower.entry, r.upper.ledger, r.upper.entry) for r in local.ranges]
+    at, count = 0, len(ranges)
+    left = -1 if budget is None else budget
+    spans_of = dict(remote.by_region)
+    # Pieces of the stretch being walked that the cursor lacks: (first, last, claimed, indexed).
+    pieces: list[tuple[int, int, bool, bool]] = []
+    for ledger, first, last in stretches.items:
+        if first > last or (ledger, first) <= previous:
+            raise ValueError(
+                f"log not in increasing order: {Position(*previous)} then {Position(ledger, first)}"
+            )
+        previous = (ledger, last)
+        if (ledger, last) <= floor:
+            continue
+        entry = floor[1] + 1 if ledger == floor[0] and first <= floor[1] else first
+        while entry <= last:
+            here = (ledger, entry)
+            while at < count and (ranges[at][2], ranges[at][3]) < here:
+                at += 1
+            if at < count and (ranges[at][0], ranges[at][1]) < here:
+                # Acknowledged here, whole, up to the range's end: nothing to write; the mark-delete may pass.
+                end = last if ranges[at][2] > ledger else min(last, ranges[at][3])
+                if advancing:
+                    mark_delete = (ledger, end)
+                entry = end + 1
+                continue
+            if left == 0:
+                complete = False
+                break  # the budget is spent: the walk (and the mark-delete) stops before this entry
+            gap_end = last if at >= count or ranges[at][0] > ledger else min(last, ranges[at][1])
+            pieces.clear()
+            _cut(index, spans_of, pieces, ledger=ledger, first=entry, last=gap_end)
+            for lo, hi, claimed, indexed in pieces:
+                if left == 0:
+                    complete = False
+                    break
+                take = hi - lo + 1 if left < 0 else min(hi - lo + 1, left)
+                if claimed:
+                    if advancing:
+                        mark_delete = (ledger, lo + take - 1)
+                    else:
+                        individual.extend(Position(ledger, e) for e in range(lo, lo + take))
+                elif advancing:
+                    advancing = False
+                    blocked_by = None if indexed else Position(ledger, lo)
+                if left > 0:
+                    left -= take
+                entry = lo + take
+            if not complete:
+                break
+        if not complete:
+            break
+    new_mark_delete = None if mark_delete is None else Position(*mark_delete)
+    return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, (), complete)
+
+
+def _cut(
+    index: OriginIndex,
+    spans_of: dict[str, tuple[Span, ...]],
+    pieces: list[tuple[int, int, bool, bool]],
+    *,
+    ledger: int,
+    first: int,
+    last: int,
+) -> None:
+    """Local entries ``ledger:first..last`` as pieces ``(first, last, claimed, indexed)`` in order: not
+    indexed, or indexed with origins that the spans of ``spans_of`` claim all or none of."""
+    at = first
+    for run in index.runs_from(Position(ledger, first)):
+        if run.local_ledger < ledger:
+            continue  # the run before: it may end in an earlier ledger
+        if run.local_ledger > ledger or run.local_first > last:
+            break
+        run_last = run.local_first + run.length - 1
+        if run_last < at:
+            continue
+        if run.local_first > at:
+            pieces.append((at, run.local_first - 1, False, False))
+            at = run.local_first
+        hi = min(last, run_last)
+        shift = run.origin_first - run.local_first
+        origin_ledger = run.origin_ledger
+        spans = spans_of.get(run.region, ())
+        j = bisect.bisect_left(spans, (origin_ledger, at + shift), key=_SPAN_END)
+        while j < len(spans) and at <= hi:
+            span = spans[j]
+            if span.ledger != origin_ledger or span.first - shift > hi:
+                break
+            lo = max(at, span.first - shift)
+            if lo > at:
+                pieces.append((at, lo - 1, False, True))
+            top = min(hi, span.last - shift)
+            pieces.append((lo, top, True, True))
+            at = top + 1
+            j += 1
+        if at <= hi:
+            pieces.append((at, hi, False, True))
+            at = hi + 1
+        if at > last:
+            return
+    if at <= last:
+        pieces.append((at, last, False, False))
+
+
+def _plan_by_entry(
+    index: OriginIndex,
+    local: AckState,
+    remote: OriginAcks,
+    stretches: Stretches,
+    *,
+    size_of: Callable[[Position], int | None] | None,
+    budget: int | None,
+) -> ApplyPlan:
+    """``plan_apply`` entry by entry, for cursors and claims that hold parts of batches."""
     mark_delete: tuple[int, int] | None = None
     individual: list[Position] = []
     batches: list[tuple[Position, BatchAcks]] = []
     blocked_by: Position | None = None
     advancing = True
-    stretches = log if isinstance(log, Stretches) else Stretches.of(log)
     # Positions as integers (Position's generated comparisons cost a call each), the local ranges followed
     # with a cursor instead of searched per entry.
     previous = (-2, -2)
