@@ -299,13 +299,14 @@ class AckState:
     @property
     def reach(self) -> Position:
         """The highest position acknowledged, whole or in part (the mark-delete if nothing above it)."""
-        return max(
-            (
-                self.mark_delete,
-                *(r.upper for r in self.ranges.ranges[-1:]),
-                *(p for p, _ in self.batches[-1:]),
-            )
-        )
+        # Both lie above the mark-delete (normalized); compared as integers (asked twice per claim decided).
+        ranges, batches = self.ranges.ranges, self.batches
+        top = ranges[-1].upper if ranges else self.mark_delete
+        if batches:
+            p = batches[-1][0]
+            if (p.ledger, p.entry) > (top.ledger, top.entry):
+                return p
+        return top
 
     def batch(self, position: Position) -> BatchAcks | None:
         """The acknowledged indexes of ``position`` if it is partly acknowledged, else ``None``."""
@@ -333,6 +334,8 @@ class AckState:
 
     def ack(self, *positions: Position) -> AckState:
         """Acknowledge individual entries."""
+        if not positions:
+            return self  # (a plan's individual acks, mostly none)
         return self.ack_ranges(map(Range.single, positions))
 
     def ack_ranges(self, ranges: Iterable[Range]) -> AckState:
@@ -344,6 +347,8 @@ class AckState:
         """Acknowledge batch indexes of entries (an entry all of whose indexes are then acknowledged
         becomes a whole-entry ack)."""
         items = batches.items() if isinstance(batches, Mapping) else batches
+        if isinstance(items, tuple | list) and not items:
+            return self  # nothing to add (most plans and writes): the same, already normalized value
         return AckState.of(self.mark_delete, self.ranges, (*self.batches, *items))
 
     def ack_indexes(self, position: Position, size: int, indexes: Iterable[int]) -> AckState:
@@ -352,7 +357,9 @@ class AckState:
 
     def ack_cumulative(self, position: Position) -> AckState:
         """Acknowledge everything up to ``position``; never moves the mark-delete back."""
-        return AckState.of(max(self.mark_delete, position), self.ranges, self.batches)
+        if (position.ledger, position.entry) <= (self.mark_delete.ledger, self.mark_delete.entry):
+            return self
+        return AckState.of(position, self.ranges, self.batches)
 
     def covers_whole(self, other: AckState) -> bool:
         """Whether every whole entry ``other`` acknowledges (its mark-delete and ranges; batch indexes left
