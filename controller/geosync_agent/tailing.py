@@ -54,8 +54,8 @@ class Tail(LogView):
     def listener(self, msg: Received) -> None:
         # Runs on the client's thread: hand over, waiting only while the inbox is full.
         self.bytes_read += len(msg.data)
-        if self.wake is None and MARKER_PROPERTY not in msg.properties:
-            msg = replace(msg, data=b"")  # a data topic's payload: never read here
+        if self.wake is None and msg.data and MARKER_PROPERTY not in msg.properties:
+            msg = replace(msg, data=b"")  # a data topic's payload (if any): never read here
         while True:
             try:
                 self.inbox.put(msg, timeout=PUT_WAIT_S)
@@ -83,6 +83,8 @@ class Tail(LogView):
     def first_unread(self, wanted: Callable[[Received], bool], *, scan: int = 64) -> Position | None:
         """The position of the first queued message past the last one indexed that ``wanted`` accepts, among
         the first ``scan`` queued (the listener keeps appending meanwhile; this only reads)."""
+        if not self.inbox.queue:
+            return None  # read without the lock: a message put meanwhile is looked at next round
         with self.inbox.mutex:
             queued: list[Received] = list(itertools.islice(self.inbox.queue, scan))
         for msg in queued:
@@ -103,6 +105,8 @@ class Tail(LogView):
         queue's ``get`` locks and wakes once a message). When the first message lies below ``resume_at``
         (``stale``), the rest taken are dropped with this tail: the runtime reads the topic again."""
         inbox = self.inbox
+        if not inbox.queue:
+            return 0  # read without the lock (every tail, every round): a message put meanwhile waits a round
         with inbox.mutex:
             queued = inbox.queue
             taken = [queued.popleft() for _ in range(min(limit, len(queued)))]

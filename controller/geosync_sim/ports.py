@@ -332,7 +332,7 @@ def received(t: Topic, e: Entry) -> list[Received]:
                 position=t.position(e.eid),
                 partition=partition_of(t.name),
                 batch_index=i if e.batched else -1,
-                data=b"m",
+                data=b"",  # a data message's payload is never read (``tailing.Tail.listener`` drops it)
                 key=m.key,
                 publish_ms=e.publish_ms,
                 properties=props,
@@ -369,6 +369,7 @@ class SimMessaging:
         state = SimReaderState(topic, deliver, first)
         self.readers.append(state)
         self.r.readers.append(state)
+        self.world.unpumped = True
         return SimReader(state)
 
     def broker_answers(self, service_url: str) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
 import threading
 import time
@@ -26,7 +27,6 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from geosync_adapters import signing
 from geosync_agent import checkpointing, discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
@@ -52,11 +52,41 @@ TAIL_S = 20.0
 _KEYS: dict[tuple[str, ...], dict[str, envelopes.Keys]] = {}
 
 
+@dataclass(frozen=True, slots=True)
+class HashSigner:
+    """A region's key in the simulator: a keyed BLAKE2b of the message (the agent's ``envelopes.Signer``).
+
+    Why not Ed25519 as in the agent's composition root (``geosync_adapters.signing``): verifying one took
+    ~150 us, about a tenth of a simulated schedule's CPU (every region reads every envelope). What the
+    simulated faults exercise is kept: an envelope signed by no region's key, altered after signing, or
+    signed by one region's key for another is refused as Ed25519 refuses it. What is lost, a verifier
+    holding public keys only, is tested against the real signer elsewhere (``tests/adapters/test_signing.py``,
+    ``tests/core/test_envelopes.py``). Signatures are as long as Ed25519's (64 bytes, hex)."""
+
+    key_id: str
+    secret: bytes = field(repr=False)
+
+    def sign(self, message: bytes) -> str:
+        return hashlib.blake2b(message, key=self.secret, digest_size=64).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class HashVerifier:
+    secret: bytes = field(repr=False)
+
+    def verify(self, message: bytes, sig: str) -> bool:
+        return sig == hashlib.blake2b(message, key=self.secret, digest_size=64).hexdigest()
+
+
 def keys_for(regions: tuple[str, ...]) -> dict[str, envelopes.Keys]:
-    """Signing keys per region, made once per process (key generation draws from the OS: keys never show in
-    a trace, and signatures do not change what any agent decides)."""
+    """Signing keys per region (``HashSigner``), made once per process (the secrets are drawn from the OS:
+    keys never show in a trace, and signatures do not change what any agent decides)."""
     if regions not in _KEYS:
-        _KEYS[regions] = signing.in_memory(regions)
+        signers = {region: HashSigner(f"{region}-test", os.urandom(32)) for region in regions}
+        keyring = envelopes.Keyring.of(
+            {region: {s.key_id: HashVerifier(s.secret)} for region, s in signers.items()}
+        )
+        _KEYS[regions] = {region: envelopes.Keys(s, keyring) for region, s in signers.items()}
     return _KEYS[regions]
 
 

@@ -171,6 +171,9 @@ class World:
         self._held: dict[tuple[str, str], list[Entry]] = {}
         """Copies replicated to a deleted topic, sent once it exists again (in order)."""
         self.trace: Callable[[str], None] = lambda _line: None
+        self.unpumped = True
+        """Some open reader may have entries to be dispatched (``pump_readers`` looks at every reader only
+        then: an entry appended, a reader opened, a stalled reader waiting)."""
         for region in self.regions.values():
             self._add_topic(region, self.control)
 
@@ -207,6 +210,7 @@ class World:
             published=self.now,
         )
         t.entries.append(entry)
+        self.unpumped = True
         for dst in self.regions:
             if dst != region:
                 self._replicate(region, dst, topic, entry)
@@ -278,14 +282,21 @@ class World:
                     published=entry.published,
                 )
             )
+            self.unpumped = True
         self.now = max(self.now, until)
 
     def pump_readers(self) -> None:
+        if not self.unpumped:
+            return
+        self.unpumped = False
         for region in self.regions.values():
             for reader in region.readers:
                 if not reader.open:
                     continue
                 if reader.topic != self.control and self.now < region.stalled_until:
+                    stalled = region.topics.get(reader.topic)
+                    if stalled is not None and reader.next_eid < len(stalled.entries):
+                        self.unpumped = True  # dispatched once the stall ends
                     continue
                 t = region.topics[reader.topic]
                 while reader.open and reader.next_eid < len(t.entries):

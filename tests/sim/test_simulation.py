@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from geosync_core import pluginapi
+from geosync_core import envelopes, pluginapi
 from geosync_core.positions import Position
 from geosync_sim import running, schedules
 from geosync_sim.checking import Checker
@@ -101,3 +101,28 @@ def test_key_shared_order_is_judged_against_what_the_new_region_still_holds() ->
         checker.failover(2.0, "t", "s")
         checker.delivered(3.0, "b", "t", "s", ident=x, msg=m, kind="Key_Shared")
         assert ("key-order" in {v.kind for v in checker.violations}) is broken
+
+
+def test_the_simulators_keys_refuse_what_ed25519_refuses() -> None:
+    """The simulator signs with a keyed hash (``running.HashSigner``), not Ed25519: an envelope altered after
+    signing, signed by one region's key for another or by a key no region lists is still refused."""
+    keys = running.keys_for(("a", "b", "c"))
+    envelope = envelopes.Envelope(kind="k", region="a", seq=1, sent_at_ms=0, payload={"n": 1})
+    wire = envelopes.seal(keys["a"].signer, envelope)
+    opened = envelopes.open_envelope(keys["b"].keyring, wire)
+    assert isinstance(opened, envelopes.Envelope)
+    assert opened.payload == {"n": 1}
+    assert len(keys["a"].signer.sign(b"x")) == 128  # as long as an Ed25519 signature in hex
+    altered = wire.replace(b'"n":1', b'"n":2')
+    assert altered != wire
+    assert envelopes.open_envelope(keys["b"].keyring, altered) == envelopes.Rejected(
+        envelopes.Reason.BAD_SIGNATURE
+    )
+    as_other = envelopes.seal(keys["c"].signer, envelope)  # c's key, declaring region a
+    assert envelopes.open_envelope(keys["b"].keyring, as_other) == envelopes.Rejected(
+        envelopes.Reason.FOREIGN_KEY
+    )
+    stranger = running.HashSigner("a-test", b"not a's secret")
+    assert envelopes.open_envelope(keys["b"].keyring, envelopes.seal(stranger, envelope)) == (
+        envelopes.Rejected(envelopes.Reason.BAD_SIGNATURE)
+    )
