@@ -571,9 +571,22 @@ def _decode_state(
 
 def _span(pair: Any) -> Span:
     (ledger, first), (other_ledger, last) = pair
-    if not (_counts(ledger, first, other_ledger, last) and ledger == other_ledger):
+    # ``_counts`` of the four and Span's own checks, spelled out: a receiver decodes every span it is sent.
+    if not (
+        type(ledger) is int
+        and type(first) is int
+        and type(other_ledger) is int
+        and type(last) is int
+        and ledger == other_ledger
+        and 0 <= ledger < _LIMIT
+        and 0 <= first <= last < _LIMIT
+    ):
         raise ValueError(f"not a span: {pair!r}")
-    return Span(ledger, first, last)
+    span = object.__new__(Span)
+    object.__setattr__(span, "ledger", ledger)
+    object.__setattr__(span, "first", first)
+    object.__setattr__(span, "last", last)
+    return span
 
 
 def _partials(items: Any) -> list[tuple[Position, BatchAcks]]:

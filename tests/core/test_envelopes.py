@@ -357,6 +357,9 @@ def _payload(**changes: Any) -> dict[str, Any]:
         (ACK_STATE, _payload(acks={"us": [[[7, 9], [7, 5]]]}), Reason.MALFORMED),
         (ACK_STATE, _payload(acks={"us": [[[7, -1], [7, 5]]]}), Reason.MALFORMED),
         (ACK_STATE, _payload(acks={"us": [[[7, True], [7, 5]]]}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": [[[1, 5], [True, 9]]]}), Reason.MALFORMED),  # True == 1
+        (ACK_STATE, _payload(acks={"us": [[[7, 5], [7, 2**63]]]}), Reason.MALFORMED),
+        (ACK_STATE, _payload(acks={"us": [[[-1, 5], [-1, 9]]]}), Reason.MALFORMED),
         (ACK_STATE, _payload(acks={"us": [[7, 5]]}), Reason.MALFORMED),
         (ACK_STATE, _payload(acks={"us": 5}), Reason.MALFORMED),
         (ACK_STATE, _payload(acks={"us": "ab"}), Reason.MALFORMED),
