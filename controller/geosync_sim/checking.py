@@ -12,7 +12,10 @@ Invariants (DESIGN.md numbering):
    subscription acknowledged, in any region, before that change (``loss``); a message acknowledged by a
    cursor jump no consumer made (creation at Latest, clear-backlog, skip, TTL expiry) and then acknowledged
    in another region by the agent is ``jump-replicated`` (invariant 7); the agent's own shadow consumer
-   re-creating a subscription at Latest is ``shadow-created-at-latest``;
+   re-creating a subscription at Latest is ``shadow-created-at-latest``. A jump made where the claims are
+   the cursor (no plugin there, its plugin refusing every call, or ``claims_from: cursor``) and so replicated
+   is ``jump-replicated-by-cursor-claims``: the documented limit of that mode (docs/limits.md, decision
+   0015), counted but not a failure (``LIMITS``);
 2. monotone: the agent never moves a cursor back over messages consumers acknowledged after the last
    operator's rewind (``rewind``); following an operator's rewind made in another region, over messages no
    consumer acknowledged since, is ``rewind-replicated`` (invariant 7: a reset is never replicated
@@ -44,6 +47,8 @@ AllowedCause = ("consumer", "setup")
 JUMPS = ("admin:clear-backlog", "admin:skip", "admin:ttl", "admin:create-latest", "agent:shadow-latest")
 LOSS = frozenset({"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"})
 """The violations that take from consumers a message they did not acknowledge (invariants 1, 2 and 7)."""
+LIMITS = frozenset({"jump-replicated-by-cursor-claims"})
+"""What the checker records where a mode's documented limit is reached: a run with only these passes."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class Checker:
     disturbed: list[tuple[float, float, str]] = field(default_factory=list)
     """(from, to, cause) windows an agent was down or control was faulted."""
     no_plugin: set[str] = field(default_factory=set)
+    cursor_claims: set[str] = field(default_factory=set)
+    """Regions whose claims are their cursors (no acknowledgement feed there, or ``claims_from: cursor``)."""
     by_key: dict[tuple[str, str, str], list[Ident]] = field(default_factory=dict)
     """Key_Shared: (topic, key, origin) -> identities in origin order, as delivered."""
     first_by_key: dict[tuple[str, str, str], dict[Ident, None]] = field(default_factory=dict)
@@ -124,7 +131,7 @@ class Checker:
         if jumped:
             src = self.jumped[(topic, sub, jumped[0])]
             self._violate(
-                "jump-replicated",
+                "jump-replicated-by-cursor-claims" if src in self.cursor_claims else "jump-replicated",
                 at,
                 region,
                 topic,

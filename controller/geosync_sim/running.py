@@ -22,6 +22,7 @@ import random
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from geosync_agent.runtime import ROUND_ERRORS, Agent, Now
 from geosync_core import envelopes
 from geosync_core.incarnations import Incarnation
 from geosync_sim.apps import App, Apps
-from geosync_sim.checking import Checker, Violation
+from geosync_sim.checking import LIMITS, Checker, Violation
 from geosync_sim.ports import SimAdmin, SimMessaging
 from geosync_sim.schedules import Schedule, Step, partitions_of
 from geosync_sim.world import WALL0, Ident, Msg, World
@@ -135,7 +136,12 @@ class Result:
 
     @property
     def failed(self) -> bool:
-        return bool(self.violations)
+        """A violation other than a mode's documented limit (``checking.LIMITS``)."""
+        return any(v.kind not in LIMITS for v in self.violations)
+
+    def limits(self) -> dict[str, int]:
+        """How often each documented limit was reached."""
+        return dict(Counter(v.kind for v in self.violations if v.kind in LIMITS))
 
     def kinds(self) -> set[str]:
         return {v.kind for v in self.violations}
@@ -168,6 +174,8 @@ class Simulation:
             self.world.regions[region].plugin, self.world.regions[region].refusing = has, refused
             if not has or refused:  # cursor writes through the admin API (and polls, if it refuses all)
                 self.checker.no_plugin.add(region)
+            if not has or refused == "all" or schedule.claims_from != "acknowledgements":
+                self.checker.cursor_claims.add(region)  # no acknowledgement feed read there
         for i, names in enumerate(self.parts):
             start = schedule.start[i] if schedule.start else schedule.regions[0]
             for topic in names:  # a partitioned topic's consumer has a consumer per partition

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from geosync_sim.checking import Checker
 from geosync_sim.schedules import Step
-from tests.sim.test_issue45_cases import JUMP, assert_nothing_lost, scripted
+from tests.sim.test_issue45_cases import LIMIT, assert_nothing_lost, assert_the_documented_limit, scripted
+
+IDENT = ("b", 12, 1, -1)
 
 ACKS = "acknowledgements"
 
@@ -29,13 +32,26 @@ def test_a_jump_in_a_passive_region_acknowledges_nothing_elsewhere(events: tuple
     assert_nothing_lost(scripted(*events, claims_from=ACKS))
 
 
-@pytest.mark.xfail(
-    strict=True, reason=f"{JUMP} (b without the plugin: no acked feed, claims from the cursor)"
-)
 def test_without_the_plugin_a_jump_is_still_replicated() -> None:
-    assert_nothing_lost(
+    """b without the plugin has no acknowledgement feed: its claims are its cursor, whatever the setting."""
+    assert_the_documented_limit(
         scripted(Step(12.0, "admin", ("b", 0, "clear-backlog", 0)), plugin_b=False, claims_from=ACKS)
     )
+
+
+def test_a_jump_in_a_region_with_the_plugin_is_a_violation_not_a_limit() -> None:
+    """The checker calls a replicated jump a limit only where the claims are cursors: the same jump with b's
+    claims made of acknowledgements, had the agent replicated it, fails the run."""
+    result = scripted(Step(12.0, "admin", ("b", 0, "clear-backlog", 0)), plugin_b=False, claims_from=ACKS)
+    limits = [v for v in result.violations if v.kind == LIMIT]
+    assert limits
+    checker = Checker(cursor_claims=set())
+    checker.jumped[(limits[0].topic, limits[0].subscription, IDENT)] = "b"
+    checker.acked(40.0, "a", limits[0].topic, limits[0].subscription, idents=[IDENT], cause="agent:plugin")
+    assert [v.kind for v in checker.violations] == ["jump-replicated"]
+    checker.cursor_claims.add("b")
+    checker.acked(41.0, "c", limits[0].topic, limits[0].subscription, idents=[IDENT], cause="agent:plugin")
+    assert [v.kind for v in checker.violations] == ["jump-replicated", LIMIT]
 
 
 def test_a_reset_in_a_passive_region_moves_no_cursor_elsewhere() -> None:
