@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +101,31 @@ class InlineExecutor(Executor):
         except BaseException as e:
             future.set_exception(e)
         return future
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[Any]:
+        """``Executor.map`` without a ``Future`` per item (each makes a lock and a condition: the agent maps
+        its polls, reads and writes over every topic due, every round): every call is made at once, and the
+        results come in order, the first error raised where its result would be."""
+        outcomes: list[tuple[bool, Any]] = []
+        for args in zip(*iterables, strict=False):
+            try:
+                outcomes.append((True, fn(*args)))
+            except BaseException as e:
+                outcomes.append((False, e))
+
+        def results() -> Iterator[Any]:
+            for ok, value in outcomes:
+                if not ok:
+                    raise value
+                yield value
+
+        return results()
 
 
 AgentHook = Callable[["Life"], None]
