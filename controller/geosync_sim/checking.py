@@ -19,7 +19,8 @@ Invariants (DESIGN.md numbering):
 2. monotone: the agent never moves a cursor back over messages consumers acknowledged after the last
    operator's rewind (``rewind``); following an operator's rewind made in another region, over messages no
    consumer acknowledged since, is ``rewind-replicated`` (invariant 7: a reset is never replicated
-   implicitly);
+   implicitly), and ``rewind-replicated-by-cursor-claims`` in a region whose claims are its cursor, which
+   follows rewinds by design (decision 0015; a limit, ``LIMITS``);
 6. Key_Shared order: a message given to consumers for the first time is never given in a region whose
    cursor already holds a later message of the same key and origin that a consumer acknowledged (that later
    message will not come again after it: ``key-order``). A message given before and not acknowledged is
@@ -47,7 +48,7 @@ AllowedCause = ("consumer", "setup")
 JUMPS = ("admin:clear-backlog", "admin:skip", "admin:ttl", "admin:create-latest", "agent:shadow-latest")
 LOSS = frozenset({"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"})
 """The violations that take from consumers a message they did not acknowledge (invariants 1, 2 and 7)."""
-LIMITS = frozenset({"jump-replicated-by-cursor-claims"})
+LIMITS = frozenset({"jump-replicated-by-cursor-claims", "rewind-replicated-by-cursor-claims"})
 """What the checker records where a mode's documented limit is reached: a run with only these passes."""
 
 
@@ -162,7 +163,10 @@ class Checker:
             self._violate("rewind", at, region, topic, sub, detail=detail)
         else:
             detail = f"an operator's rewind elsewhere followed: {len(idents)} messages ({cause})"
-            self._violate("rewind-replicated", at, region, topic, sub, detail=detail)
+            kind = (
+                "rewind-replicated-by-cursor-claims" if region in self.cursor_claims else "rewind-replicated"
+            )
+            self._violate(kind, at, region, topic, sub, detail=detail)
 
     def created(self, at: float, region: str, topic: str, sub: str) -> None:
         self.created_at[(region, topic, sub)] = at
