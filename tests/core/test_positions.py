@@ -37,8 +37,17 @@ def test_minus_one_entry_sorts_before_the_ledger_and_after_earlier_ledgers() -> 
 
 @given(positions, positions)
 def test_total_order_is_ledger_then_entry(a: Position, b: Position) -> None:
-    assert (a < b) == ((a.ledger, a.entry) < (b.ledger, b.entry))
-    assert (a == b) == ((a.ledger, a.entry) == (b.ledger, b.entry))
+    ta, tb = (a.ledger, a.entry), (b.ledger, b.entry)
+    assert (a < b) == (ta < tb)
+    assert (a <= b) == (ta <= tb)
+    assert (a > b) == (ta > tb)
+    assert (a >= b) == (ta >= tb)
+    assert (a == b) == (ta == tb)
+    assert (a != b) == (ta != tb)
+    assert (hash(a) == hash(b)) if a == b else True
+    assert a != ta  # a position is not a tuple (nor ordered against one)
+    with pytest.raises(TypeError):
+        _ = a < ta  # type: ignore[operator]
 
 
 @given(st.builds(Position, st.integers(-1, 2**63), st.integers(-1, 2**63)))
