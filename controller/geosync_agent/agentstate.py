@@ -120,6 +120,9 @@ class TopicState:
     unpublished: dict[str, None] = field(default_factory=dict)
     """Subscriptions whose cursor the observe step's last look found not decided and could not decide yet
     (their tail read again, a publish pause, a rewind followed): looked at again at the next look."""
+    floor_at: float = 0.0
+    """Monotonic time from which the feed's next look asks again up to where the tail may forget
+    (``tuning.FLOOR_EVERY_S``)."""
 
 
 @dataclass

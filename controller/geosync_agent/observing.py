@@ -209,9 +209,11 @@ class Observing(Feeding):
                 unpublished[state.name] = None
         ts.unpublished = unpublished
         self.subs.cursor_set.pop(topic, None)  # what this look set itself
-        floor = forgettable_floor(states, claims=claims)
-        if floor is not None:
-            ts.tail.forget_up_to(floor)
+        if polled or now.mono >= ts.floor_at:
+            ts.floor_at = now.mono + tuning.FLOOR_EVERY_S
+            floor = forgettable_floor(states, claims=claims)
+            if floor is not None:
+                ts.tail.forget_up_to(floor)
         if polled:
             ts.poll = pacing.after_poll(
                 ts.poll,
