@@ -360,6 +360,20 @@ class AgentState:
         feed that reports it, decision 0015) rather than of the cursor."""
         return self.feed.acked and self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS
 
+    def claims_known(self) -> bool:
+        """Whether it is known what this region's claims are made of: the setting says the cursor, or the
+        feed answered (with ``acked`` or without: an older plugin), or the plugin is known absent. Before that
+        (an agent's first rounds, a broker that does not answer) a newer generation's rewind is not carried
+        out here: with claims made of what consumers acknowledged it never is (decision 0015), and an
+        agent back from a restart that took one in its first second had rewound its cursor (lab chaos seed
+        93910)."""
+        return (
+            self.config.claims_from != acknowledged.ACKNOWLEDGEMENTS
+            or self.feed.acked
+            or self.feed.read_at >= 0
+            or self.caps.get(Capability.PLUGIN_FEED) is False
+        )
+
     # -- seams: defined by a later part, called by earlier ones ------------------------------------
 
     def _perform(self, effects: list[fx.Effect], now: Now) -> list[fx.Outcome]:

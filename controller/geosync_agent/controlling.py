@@ -275,7 +275,15 @@ class Controlling(Indexing):
         if taken is generations.Taken.SUPERSEDED:
             self.stats.inc("claims_superseded")  # from before a rewind: they would undo it
             return
-        if state.generation != generation and state.follow:
+        if state.generation != generation and state.follow and not self.claims_known():
+            self.stats.inc("rewinds_deferred")  # the apply step follows it or not once that is known
+            log.info(
+                "%s on %s was rewound in another region: followed only if claims here are the cursor's (the "
+                "feed has not answered yet)",
+                state.name,
+                state.topic,
+            )
+        elif state.generation != generation and state.follow:
             self.stats.inc("rewinds_followed")
             log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
         elif state.generation != generation:

@@ -192,6 +192,18 @@ class Writing(Observing):
                 state.waiting = "parked" if state.parked else "the topic is being read again"
                 restless.append(state.name)
                 continue
+            if state.follow and self.claims_acknowledgements():
+                # Taken before the feed first answered: claims are made of what consumers acknowledged, so
+                # the rewind is not followed (decision 0015) and the cursor stays; what consumers here
+                # acknowledged before it belongs to the older generation.
+                state.follow = False
+                state.acked = None
+                self.stats.inc("rewinds_not_followed")
+                log.info("%s on %s: the rewind elsewhere is not followed here", state.name, state.topic)
+            elif state.follow and not self.claims_known():
+                state.waiting = "a rewind made elsewhere: followed once the feed tells what claims are"
+                restless.append(state.name)
+                continue
             if state.follow:
                 reset = self._follow_rewind(state, ts, now)
                 if reset is not None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from geosync_adapters import admin as adm
 from geosync_core import envelopes, pacing, pluginapi
 from geosync_core.indexing import OriginRun
+from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from tests.agent.fakes import message
+from tests.agent.fakes import Harness, message
 from tests.agent.pairs import (
     A_LOG,
     B_LOG,
@@ -228,3 +231,53 @@ def test_a_report_of_the_brokers_earlier_run_still_waiting_is_dropped_at_its_res
     a.region.consumer_acks(TOPIC, SUB, [A_LOG[4]])  # the new run's first report
     a.step(0.01)
     assert a.agent.stats.counters["rewinds"] == 0
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_a_rewind_taken_before_the_feed_answers_is_followed_only_where_claims_are_the_cursor(
+    plugin: bool,
+) -> None:
+    """With claims made of what consumers acknowledged (the default), a rewind in another region is not
+    followed: the cursor here stays (decision 0015). An agent back from a restart knows whether its feed
+    carries acknowledgements only once the feed answers; claims of a newer generation taken before that
+    (the control topic read in its first round, the broker busy) rewound the cursor here all the same (lab
+    chaos seed 93910 on b7ca85e: c's agent, back from its kill, logged 'following it' 0.6 s after it started,
+    then 'rewound ... to None, as another region did'). Now it waits for the answer; without the plugin
+    (claims are the cursor's) it follows then."""
+    a, b = pair()
+    a.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
+    a.step()
+    carry(a, b)
+    b.step()
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
+    real = b.region.plugin_feed
+    b.region.plugin_feed = lambda *, since, epoch="", acked=True: replace(  # type: ignore[method-assign]
+        real(since=since, epoch=epoch, acked=acked), acked=()
+    )  # the plugin reports what consumers acknowledged: claims are made of it
+    b.region.feed_error = adm.AdminError("the broker is busy")
+    restarted = Harness.build(b.region)
+    restarted.discover()
+    restarted.step()  # its readers open; the feed does not answer
+    newer = envelopes.AckStateMessage(TOPIC, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 0)]}), 2**40)
+    data = sealed("a", [newer], seq=2**61)
+    restarted.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=data))
+    deliver_b_copies(restarted)
+    restarted.step()
+    restarted.step()
+    assert restarted.agent.subs[(TOPIC, SUB)].generation == 2**40
+    assert restarted.agent.stats.counters.get("cursors_rewound", 0) == 0  # nothing done before it is known
+    assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
+    assert restarted.agent.stats.counters["rewinds_deferred"] == 1
+    b.region.feed_error = None if plugin else adm.AdminNotFound("no plugin")
+    for _ in range(3):
+        restarted.step()
+    if plugin:
+        assert restarted.agent.claims_acknowledgements()
+        assert restarted.agent.stats.counters["rewinds_not_followed"] == 1
+        assert restarted.agent.stats.counters.get("cursors_rewound", 0) == 0
+        assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])  # not rewound
+        assert not restarted.agent.subs[(TOPIC, SUB)].follow
+    else:
+        assert not restarted.agent.claims_acknowledgements()
+        assert restarted.agent.stats.counters["cursors_rewound"] == 1
+        assert ("reset", TOPIC, SUB, (B_LOG[0].ledger, B_LOG[0].entry)) in b.region.calls
