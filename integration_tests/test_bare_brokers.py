@@ -48,7 +48,9 @@ def test_the_brokers_load_no_plugin_and_the_agents_learn_it(bare: Lab, unique: s
     topic = f"persistent://geo/ab/bare-{unique}"
     produce(bare.service_url("a"), topic, [b"x"])
     # The plugin's endpoints are not there (the shared lab's brokers answer them).
-    answer = requests.get(f"{bare.topology.region('a').admin_url}/admin/v2/geosync/cursors?since=0", timeout=5)
+    answer = requests.get(
+        f"{bare.topology.region('a').admin_url}/admin/v2/geosync/cursors?since=0", timeout=5
+    )
     assert answer.status_code == 404, answer.text[:200]
 
     def learned() -> bool:
