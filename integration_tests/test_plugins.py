@@ -406,6 +406,22 @@ def test_ack_feed_and_cursor_writes_agree_with_the_broker(plugin_lab: Lab, uniqu
         [{"topic": topic, "subscription": sub, "mark_delete": str(pos[1]), "positions": []}]
     )
     assert (back["status"], back["mark_delete"], int(back["acknowledged"])) == ("ok", str(pos[5]), 0)
+    # The feed says writes may carry the mark-delete they were planned from; one planned above the cursor
+    # (as over a cursor reset since) applies nothing and answers the cursor as it is; one planned from the
+    # cursor as it is is written as always.
+    feed_url = f"{region.admin_url}/admin/v2/geosync/cursors"
+    assert requests.get(feed_url, params={"since": 2**62}, timeout=10).json()["write_version"] == 2
+    ahead = {"topic": topic, "subscription": sub, "mark_delete": str(pos[9]), "positions": []}
+    [stale] = admin.plugin_acks([{**ahead, "planned_from": str(pos[7])}])
+    assert (stale["status"], stale["mark_delete"], int(stale["acknowledged"]), stale["stale"]) == (
+        "ok",
+        str(pos[5]),
+        0,
+        True,
+    )
+    assert admin.internal_stats(topic)["cursors"][sub]["markDeletePosition"] == str(pos[5])
+    [same] = admin.plugin_acks([{"topic": topic, "subscription": sub, "planned_from": str(pos[5])}])
+    assert (same["status"], same["mark_delete"], "stale" in same) == ("ok", str(pos[5]), False)
     # What is refused, with reasons.
     missing, nosub, bad = admin.plugin_acks(
         [

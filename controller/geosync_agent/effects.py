@@ -21,6 +21,7 @@ from geosync_adapters import admin as adm
 from geosync_adapters import messaging
 from geosync_agent import calls
 from geosync_agent.core.effects import (
+    PLANNED_FROM_REFUSED,
     SHADOW_PREFIX,
     AdminChange,
     AdminMove,
@@ -50,6 +51,7 @@ log = logging.getLogger("geosync.agent")
 __all__ = [
     "CREATES_PER_READ",
     "CREATOR",
+    "PLANNED_FROM_REFUSED",
     "PLUGIN_ACK_BATCH",
     "SHADOW_PREFIX",
     "AdminChange",
@@ -219,7 +221,9 @@ class Effector:
             acks_off = any(r.status is pluginapi.Status.BATCH_ACKS_OFF for r in results)
             out.append(Learned(Capability.BATCH_ACKS, not acks_off))
         for ack, result in zip(batch, results, strict=True):
-            if result.status is pluginapi.Status.OK and result.cursor is not None:
+            if result.status is pluginapi.Status.OK and result.cursor is not None and result.stale:
+                out.append(CursorWritten(ack.key, cursor=result.cursor, moved=False, holes=0, stale=True))
+            elif result.status is pluginapi.Status.OK and result.cursor is not None:
                 out.append(
                     CursorWritten(
                         ack.key,
@@ -229,6 +233,14 @@ class Effector:
                         batch_indexes=sum(len(acks.indexes()) for _, acks in ack.batches),
                     )
                 )
+            elif (
+                result.status is pluginapi.Status.BAD_REQUEST
+                and ack.planned_from is not None
+                and "planned_from" in (result.error or "")
+            ):
+                # A broker with an older plugin than the feed's (a rolling upgrade): sent without it again.
+                log.warning("the broker plugin refuses planned_from for %s %s: %s", *ack.key, result.error)
+                out.append(NotWritten(ack.key, fallback=False, reason=PLANNED_FROM_REFUSED))
             elif result.status in (pluginapi.Status.BAD_REQUEST, pluginapi.Status.BATCH_ACKS_OFF):
                 # Refused as written: plan again (without batch indexes once the brokers turned them off).
                 log.warning(
@@ -379,4 +391,5 @@ def _item(ack: PluginAck) -> pluginapi.AckItem:
             pluginapi.BatchAck(position, acks.size, frozenset(acks.indexes()))
             for position, acks in ack.batches
         ),
+        planned_from=ack.planned_from,
     )

@@ -50,6 +50,7 @@ class Feeding(Controlling):
                 for ts in self.topics.values():
                     ts.poll = replace(ts.poll, next_at=0.0)  # their polls were paced for a feed
             self.caps = self.caps.learned(Capability.PLUGIN_FEED, False, now=now.mono)
+            self.feed.write_version = 1  # nothing tells what the plugin's writes take now
             log.info("no acknowledgement feed from the broker plugin (%s); polling cursors instead", e)
             return {}
         except (adm.AdminError, pluginapi.PluginApiError) as e:
@@ -91,6 +92,7 @@ class Feeding(Controlling):
                 self.stats.inc("own_claims_reapplied", reapplied)
         self.caps = self.caps.learned(Capability.PLUGIN_FEED, True, now=now.mono)
         self.feed.read_at = now.mono
+        self.feed.write_version = feed.write_version
         self.feed.seq = feed.seq
         self.stats.inc("feed_reads")
         if feed.cursors:

@@ -35,7 +35,7 @@ from geosync_core import (
     pluginapi,
     syncing,
 )
-from geosync_core.capabilities import Capability
+from geosync_core.capabilities import REPROBE_S, Capability
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -100,10 +100,22 @@ class Writing(Observing):
             self.stats.inc("apply_looks_skipped", unlooked)
         self._perform(creates, now)
         if work and plugin_writes:
-            # plan_apply puts every individual ack above the new mark-delete (a core invariant, tested).
+            # plan_apply puts every individual ack above the new mark-delete (a core invariant, tested). A
+            # plugin that checks it is told the mark-delete each plan was made from: it writes nothing on a
+            # cursor an operator has moved back since (a reset the feed does not report), and answers it.
+            checked = (
+                self.feed.write_version >= pluginapi.WRITE_VERSION
+                and now.mono - self.feed.planned_from_refused_at >= REPROBE_S
+            )
             writes = [
-                fx.PluginAck(key, plan.new_mark_delete, plan.individual_acks, plan.batch_acks)
-                for key, (_, _, plan) in work.items()
+                fx.PluginAck(
+                    key,
+                    plan.new_mark_delete,
+                    plan.individual_acks,
+                    plan.batch_acks,
+                    planned_from=_planned_from(state) if checked else None,
+                )
+                for key, (state, _, plan) in work.items()
             ]
             # Their outcomes are folded before the next round's observe step (``land_writes``): the loop
             # reads its tails and control topics meanwhile instead of waiting on the broker (at 10,000
@@ -280,7 +292,7 @@ class Writing(Observing):
         tried = self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is not None
         for outcome in outcomes:
             self._fold(outcome, now)
-            if isinstance(outcome, fx.CursorWritten) and outcome.key in work:
+            if isinstance(outcome, fx.CursorWritten) and not outcome.stale and outcome.key in work:
                 state, _, plan = work[outcome.key]
                 if applying.settle_plan(state, plan):
                     self.stats.inc("plans_settled_by_writes")
@@ -390,6 +402,14 @@ class Writing(Observing):
             return
         if isinstance(outcome, fx.CursorWritten):
             report = outcome.cursor
+            if outcome.stale:
+                self.stats.inc("plugin_writes_stale")
+                log.info(
+                    "%s on %s: moved back to %s since the write was planned; planned again",
+                    state.name,
+                    state.topic,
+                    report.mark_delete,
+                )
             if report.batches_truncated:
                 self.stats.inc("feed_batches_truncated")
             ts = self.topics.get(report.topic)
@@ -409,6 +429,9 @@ class Writing(Observing):
             self.stats.inc("holes_acked", outcome.holes)
             self.stats.inc("batch_indexes_acked", outcome.batch_indexes)
         elif isinstance(outcome, fx.NotWritten):
+            if outcome.reason == fx.PLANNED_FROM_REFUSED:
+                self.feed.planned_from_refused_at = now.mono
+                self.stats.inc("plugin_planned_from_refused")
             if not outcome.fallback:
                 self.stats.inc("apply_errors")
                 state.planned = None  # plan again next round
@@ -472,3 +495,11 @@ class Writing(Observing):
         if outcome.holes_acked:
             self.stats.inc("holes_acked", outcome.holes_acked)
             state.last_applied_at = now.wall
+
+
+def _planned_from(state: Subscription) -> Position | None:
+    """The mark-delete of the cursor ``state``'s plan was made from (``Subscription.planned``'s first part,
+    the cursor it held when planning), None if there was none."""
+    planned = state.planned
+    cursor = state.cursor if planned is None or planned[0] is None else planned[0]
+    return None if cursor is None else cursor.mark_delete

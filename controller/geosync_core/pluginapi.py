@@ -14,9 +14,15 @@ Shapes (version 1):
   page is ``GET /admin/v2/geosync/cursor?topic=T&subscription=S&after=L:E`` (the last entry given), one
   report with the partly acknowledged entries above it, or a refusal ``{"status", ...}``;
 * write item: ``{"topic", "subscription", "mark_delete": "L:E" | null, "positions": ["L:E"], "batches":
-  [{"position": "L:E", "size": n, "acked": [i, ...]}]}``;
-* write result: a report plus ``"acknowledged"`` (count), or ``{"status", "error"?}`` with topic and
-  subscription when known;
+  [{"position": "L:E", "size": n, "acked": [i, ...]}]}``, plus ``"planned_from": "L:E"`` (``E`` may be -1)
+  for a plugin whose feed says ``"write_version": 2``: the mark-delete the write was planned from. The
+  plugin applies nothing of the item when the cursor's mark-delete is now below it (an operator reset the
+  cursor since the writer last saw it: moving it forward from there would acknowledge again what the reset
+  took back) and answers the cursor as it is, with ``"acknowledged": 0`` and ``"stale": true``. Plugins
+  without ``write_version`` refuse the field (unknown fields are ``bad_request``): it is sent only to a
+  plugin that advertises it;
+* write result: a report plus ``"acknowledged"`` (count) and ``"stale": true`` where ``planned_from`` was
+  above the cursor, or ``{"status", "error"?}`` with topic and subscription when known;
 * what consumers acknowledged (``acked_version`` 1, beside ``cursors`` in the feed; absent from plugins
   that do not record it): ``"acked": [{"topic", "subscription", "ranges": "[(L:E..L:E]]", "cumulative":
   "L:E" | null, "batches": [{"position": "L:E", "unacked": [i, ...]}], "overflowed": bool}]`` and
@@ -55,10 +61,12 @@ from geosync_core.rangesets import RangeSet
 VERSION = 1
 ACKED_VERSION = 1
 """The version of the feed's ``acked`` blocks this reader knows (another: read without them)."""
+WRITE_VERSION = 2
+"""The version of write items that may carry ``planned_from`` (a feed without ``write_version``: 1)."""
 MAX_BATCH_SIZE = 1 << 20
 """The largest batch an item may describe (Pulsar clients default to 1000 messages per batch)."""
 
-_ITEM_KEYS = ("topic", "subscription", "mark_delete", "positions", "batches")
+_ITEM_KEYS = ("topic", "subscription", "mark_delete", "positions", "batches", "planned_from")
 _WORD = 1 << 64
 
 
@@ -209,22 +217,29 @@ class BatchAck:
 
 @dataclass(frozen=True, slots=True)
 class AckItem:
-    """One cursor write: move the mark-delete (forward only), acknowledge entries and batch indexes."""
+    """One cursor write: move the mark-delete (forward only), acknowledge entries and batch indexes.
+
+    ``planned_from``: the cursor's mark-delete the write was planned from (``write_version`` 2 only, None:
+    not sent); the plugin applies nothing when the cursor's mark-delete is now below it."""
 
     topic: str
     subscription: str
     mark_delete: Position | None = None
     positions: tuple[Position, ...] = ()
     batches: tuple[BatchAck, ...] = ()
+    planned_from: Position | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "topic": self.topic,
             "subscription": self.subscription,
             "mark_delete": None if self.mark_delete is None else str(self.mark_delete),
             "positions": [str(p) for p in self.positions],
             "batches": [b.to_wire() for b in self.batches],
         }
+        if self.planned_from is not None:
+            out["planned_from"] = str(self.planned_from)
+        return out
 
     @classmethod
     def from_wire(cls, obj: Any) -> AckItem:
@@ -237,14 +252,20 @@ class AckItem:
         for key in obj:
             if key not in _ITEM_KEYS:
                 raise BadRequest(f"unknown field '{key}' (known: {', '.join(_ITEM_KEYS)})")
-        mark = obj.get("mark_delete")
+        mark, basis = obj.get("mark_delete"), obj.get("planned_from")
         return cls(
             topic=topic,
             subscription=subscription,
             mark_delete=None if mark is None else _position(mark),
             positions=tuple(_position(p) for p in _list(obj, "positions")),
             batches=tuple(BatchAck.from_wire(b) for b in _list(obj, "batches")),
+            planned_from=None if basis is None else _position(basis, floor=True),
         )
+
+    def stale_on(self, mark_delete: Position) -> bool:
+        """Whether a cursor whose mark-delete is ``mark_delete`` is below what this write was planned from:
+        then nothing of it is applied (the plugin's ``PluginApi.stale``)."""
+        return self.planned_from is not None and mark_delete < self.planned_from
 
 
 def _list(obj: dict[str, Any], key: str) -> list[Any]:
@@ -440,6 +461,8 @@ class Feed:
     acked: tuple[AckedSet, ...] | None = None
     acked_lost: int = 0
     acked_wire: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
+    write_version: int = 1
+    """The write items the plugin takes: 2, they may carry ``planned_from``; 1 (absent), they may not."""
     """``acked`` as the answer gave it (decoded JSON, each block checked by ``AckedSet.from_wire``), for the
     agent's journal to write as it came: encoding the blocks again was about two thirds of the journal's
     CPU per block. None for a feed built otherwise (then ``acked_wire_or_encoded`` encodes them)."""
@@ -460,6 +483,8 @@ class Feed:
             out["acked_version"] = ACKED_VERSION
             out["acked"] = [a.to_wire() for a in self.acked]
             out["acked_lost"] = self.acked_lost
+        if self.write_version != 1:
+            out["write_version"] = self.write_version
         return out
 
     @classmethod
@@ -491,6 +516,9 @@ class Feed:
                     f"'acked_lost' must be a non-negative integer, not {obj.get('acked_lost')!r}"
                 )
             lost = given
+        writes = obj.get("write_version", 1)
+        if _int(writes) is None or writes < 1:
+            raise PluginApiError(f"'write_version' must be a positive integer, not {writes!r}")
         return cls(
             epoch=str(obj.get("epoch", "")),
             seq=seq,
@@ -498,13 +526,15 @@ class Feed:
             acked=read,
             acked_lost=lost,
             acked_wire=wire,
+            write_version=writes,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class AckResult:
     """The answer to one write item: ``cursor`` (the state afterwards) and ``acknowledged`` when ``OK``,
-    else ``error`` where the broker gave a reason."""
+    else ``error`` where the broker gave a reason. ``stale``: the item's ``planned_from`` was above the
+    cursor's mark-delete, nothing was applied, and ``cursor`` is the cursor as it is."""
 
     status: Status
     topic: str | None = None
@@ -512,10 +542,14 @@ class AckResult:
     cursor: CursorReport | None = None
     acknowledged: int = 0
     error: str | None = field(default=None)
+    stale: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         if self.cursor is not None:
-            return {**self.cursor.to_wire(), "acknowledged": self.acknowledged}
+            written: dict[str, Any] = {**self.cursor.to_wire(), "acknowledged": self.acknowledged}
+            if self.stale:
+                written["stale"] = True
+            return written
         out: dict[str, Any] = {"status": self.status.value}
         for key, value in (("topic", self.topic), ("subscription", self.subscription), ("error", self.error)):
             if value is not None:
@@ -536,7 +570,10 @@ class AckResult:
             acknowledged = _int(obj.get("acknowledged", 0))
             if acknowledged is None:
                 raise PluginApiError(f"'acknowledged' must be an integer, not {obj.get('acknowledged')!r}")
-            return cls(status, cursor.topic, cursor.subscription, cursor, acknowledged)
+            stale = obj.get("stale", False)
+            if not isinstance(stale, bool) or (stale and acknowledged):
+                raise PluginApiError(f"'stale' must be true (nothing acknowledged) or absent, not {stale!r}")
+            return cls(status, cursor.topic, cursor.subscription, cursor, acknowledged, stale=stale)
         return cls(
             status,
             topic if isinstance(topic, str) else None,

@@ -23,6 +23,13 @@ from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range, RangeSet
 from geosync_sim.world import STAMP, Entry, Region, SimReaderState, Subscription, Topic, World
 
+PLUGIN_WRITE_VERSION = pluginapi.WRITE_VERSION
+"""The write items the simulated plugins take (``pluginapi.Feed.write_version``; 1: an older plugin, which
+refuses ``planned_from``). Read at each call: a test sets it to run older plugins."""
+FEED_WRITE_VERSION: int | None = None
+"""What the feed says they take (None: ``PLUGIN_WRITE_VERSION``); another value stands for a region whose
+brokers run both versions (an upgrade: the feed read from a newer broker than a write reaches)."""
+
 
 def ack_state(t: Topic, s: Subscription) -> AckState:
     c = s.cursor
@@ -235,7 +242,11 @@ class SimAdmin:
         )
         self.r.acked.clear()
         return pluginapi.Feed(
-            f"{self.r.name}-epoch-{self.r.life}-{self.r.loads}", self.r.feed_seq, reports, blocks
+            f"{self.r.name}-epoch-{self.r.life}-{self.r.loads}",
+            self.r.feed_seq,
+            reports,
+            blocks,
+            write_version=PLUGIN_WRITE_VERSION if FEED_WRITE_VERSION is None else FEED_WRITE_VERSION,
         )
 
     def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
@@ -253,6 +264,20 @@ class SimAdmin:
                     f"{self.r.name}: {item.topic.rsplit('/', 1)[-1]}/{item.subscription} no_subscription"
                 )
                 out.append(pluginapi.AckResult(pluginapi.Status.NO_SUBSCRIPTION, *key))
+                continue
+            if item.planned_from is not None and PLUGIN_WRITE_VERSION < 2:
+                error = "unknown field 'planned_from'"  # an older plugin (PluginApi.parseItem)
+                name = f"{item.topic.rsplit('/', 1)[-1]}/{item.subscription}"
+                self.world.trace(f"{self.r.name}: {name} {error}")
+                out.append(pluginapi.AckResult(pluginapi.Status.BAD_REQUEST, *key, error=error))
+                continue
+            if item.planned_from is not None and item.stale_on(at := ack_state(t, s).mark_delete):
+                # CursorDesk.acknowledge: planned over a cursor moved back since; nothing applied.
+                self.world.trace(
+                    f"{self.r.name}: {item.topic.rsplit('/', 1)[-1]}/{item.subscription} write planned from "
+                    f"{item.planned_from} is stale at {at}: not applied"
+                )
+                out.append(pluginapi.AckResult(pluginapi.Status.OK, *key, cursor=report(t, s), stale=True))
                 continue
             newly = []
             if item.mark_delete is not None and item.mark_delete.ledger == t.ledger:

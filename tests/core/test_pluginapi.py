@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from geosync_core.pluginapi import (
     MAX_BATCH_SIZE,
+    WRITE_VERSION,
     AckItem,
     AckResult,
     BadRequest,
@@ -185,3 +186,37 @@ def test_reports_round_trip(mark_delete: Position, raw: list[tuple[Position, lis
         tuple(BatchState(p, tuple(sorted(set(i)))) for p, i in raw),
     )
     assert CursorReport.from_wire(json.loads(json.dumps(report.to_wire()))) == report
+
+
+def test_a_write_planned_from_a_mark_delete_is_stale_on_a_cursor_below_it() -> None:
+    """``planned_from`` (write_version 2): the plugin applies nothing on a cursor moved below the mark-delete
+    the write was planned from (a reset since), and writes as always on one at or above it."""
+    item = AckItem("t", "s", mark_delete=Position(12, 43), planned_from=Position(12, 41))
+    assert item.stale_on(Position(12, -1))
+    assert item.stale_on(Position(11, 99))
+    assert not item.stale_on(Position(12, 41))
+    assert not item.stale_on(Position(12, 50))
+    assert not AckItem("t", "s", mark_delete=Position(12, 43)).stale_on(Position(12, -1))
+    assert "planned_from" not in AckItem("t", "s").to_wire()  # what an older plugin takes
+
+
+def test_feeds_say_which_write_items_the_plugin_takes() -> None:
+    assert all(Feed.from_wire(v["wire"]).write_version == 1 for v in VECTORS["feeds"])  # older plugins
+    assert all(Feed.from_wire(v["wire"]).write_version == WRITE_VERSION == 2 for v in VECTORS["acked_feeds"])
+    assert Feed.from_wire(VECTORS["acked_feeds"][0]["wire"], acked=False).write_version == 2
+    for bad in ("2", True, 0, None):
+        with pytest.raises(PluginApiError, match="write_version"):
+            Feed.from_wire({**VECTORS["feeds"][0]["wire"], "write_version": bad})
+
+
+def test_a_stale_answer_is_the_cursor_with_nothing_acknowledged() -> None:
+    [vector] = [v for v in VECTORS["results"] if v["name"] == "stale"]
+    result = AckResult.from_wire(vector["wire"])
+    assert result.stale
+    assert result.acknowledged == 0
+    assert result.cursor is not None
+    assert result.cursor.mark_delete == Position(12, -1)
+    assert not AckResult.from_wire({**vector["wire"], "stale": False}).stale  # not written by plugins
+    for bad in ({"stale": 1}, {"stale": "yes"}, {"acknowledged": 3}):
+        with pytest.raises(PluginApiError, match="stale"):
+            AckResult.from_wire({**vector["wire"], **bad})

@@ -201,7 +201,8 @@ def test_the_blocks_are_kept_as_the_answer_gave_them_for_the_journal(vector: dic
     assert feed.acked is not None
     assert feed.acked_wire_or_encoded() == vector["wire"]["acked"]
     assert tuple(AckedSet.from_wire(b) for b in feed.acked_wire_or_encoded()) == feed.acked
-    built = Feed(epoch=feed.epoch, seq=feed.seq, acked=feed.acked)  # not from an answer: encoded
+    # not from an answer: encoded
+    built = Feed(epoch=feed.epoch, seq=feed.seq, acked=feed.acked, write_version=feed.write_version)
     assert built.acked_wire is None
     assert built.acked_wire_or_encoded() == vector["wire"]["acked"]
     assert built == feed  # the wire form is no part of the value

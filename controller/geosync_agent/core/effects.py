@@ -30,6 +30,9 @@ class PluginAck:
     positions: tuple[Position, ...]
     batches: tuple[tuple[Position, BatchAcks], ...] = ()
     """Batch indexes to acknowledge in entries the change leaves partly acknowledged."""
+    planned_from: Position | None = None
+    """The cursor's mark-delete the change was planned from, for a plugin that checks it (its feed's
+    ``write_version`` 2): it applies nothing on a cursor moved below it since (a reset-cursor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,14 @@ class CursorWritten:
     moved: bool
     holes: int
     batch_indexes: int = 0
+    stale: bool = False
+    """Nothing applied: the cursor was below the mark-delete the change was planned from (``cursor`` is it
+    as it is: a reset the agent had not seen)."""
+
+
+PLANNED_FROM_REFUSED = "refused: planned_from"
+"""``NotWritten.reason`` of a write whose ``planned_from`` the broker's plugin did not know (older than the
+one whose feed said it would)."""
 
 
 @dataclass(frozen=True, slots=True)

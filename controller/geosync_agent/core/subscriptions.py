@@ -362,6 +362,13 @@ class Feed:
     replay: tuple[Any, ...] = ()
     read_at: float = -1.0
     """The round (its ``now.mono``) the feed last answered in."""
+    write_version: int = 1
+    """The plugin's write items, as its last feed answer said (``pluginapi.Feed.write_version``): from 2,
+    writes carry the mark-delete they were planned from (``PluginAck.planned_from``); older plugins refuse
+    the field."""
+    planned_from_refused_at: float = float("-inf")
+    """When (monotonic seconds) a broker last refused ``planned_from`` though the feed said 2 (brokers of
+    both versions during an upgrade): not sent for ``capabilities.REPROBE_S`` after."""
     """``acked`` blocks a restored agent took up from its journal (``pluginapi.AckedSet``): absorbed with the
     first answer of the feed, before anything newer."""
 

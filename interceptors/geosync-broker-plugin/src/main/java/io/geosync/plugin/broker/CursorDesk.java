@@ -138,7 +138,8 @@ final class CursorDesk {
 
     /**
      * Acknowledge on one subscription as {@code raw} (one item of the request) asks. Returns the cursor's
-     * state afterwards with the number of acknowledgements applied, or why nothing was done.
+     * state afterwards with the number of acknowledgements applied, or why nothing was done. An item whose
+     * {@code planned_from} is above the cursor's mark-delete is not applied at all ({@link PluginApi#stale}).
      */
     Map<String, Object> acknowledge(Object raw) {
         AckItem item;
@@ -163,6 +164,11 @@ final class CursorDesk {
         Pos last = cursor.getManagedLedger().getLastConfirmedEntry() == null ? null
                 : pos(cursor.getManagedLedger().getLastConfirmedEntry());
         Pos floor = pos(cursor.getMarkDeletedPosition());
+        if (PluginApi.stale(item.plannedFrom(), floor)) {
+            // Planned over a cursor that has been moved back since (a reset-cursor the writer has not seen):
+            // nothing applied, the cursor answered as it is, so the writer sees the reset and plans again.
+            return PluginApi.stale(describe(item.topic(), item.subscription(), cursor));
+        }
         // Batch sizes first: a wrong one refuses the whole item before anything moved.
         List<Position> batchAckPositions = new ArrayList<>();
         for (BatchAck b : item.batches()) {

@@ -21,9 +21,13 @@ import java.util.TreeSet;
  * "[(L:E..L:E]...]", "batches": [{"position": "L:E", "unacked": [i, ...]}]}} plus {@code
  * "batches_truncated": true} when more partly acknowledged entries exist than one answer carries. {@code
  * POST /admin/v2/geosync/acks} takes {@code {"acks": [item]}}, an item being {@code {"topic", "subscription",
- * "mark_delete": "L:E" or null, "positions": ["L:E"], "batches": [{"position", "size", "acked": [i]}]}}, and
- * answers {@code {"results": [result]}}: a report plus {@code "acknowledged"} (how many acknowledgements
- * were applied), or {@code {"status", "error"}} (with topic and subscription when known) for a refusal.
+ * "mark_delete": "L:E" or null, "positions": ["L:E"], "batches": [{"position", "size", "acked": [i]}]}}
+ * (plus, from {@link #WRITE_VERSION} 2, {@code "planned_from": "L:E"}: the mark-delete the writer planned
+ * from), and answers {@code {"results": [result]}}: a report plus {@code "acknowledged"} (how many
+ * acknowledgements were applied; with {@code "stale": true} and 0 when the cursor's mark-delete is below
+ * {@code planned_from}: nothing was applied, {@link #stale}), or {@code {"status", "error"}} (with topic and
+ * subscription when known) for a refusal. The feed says {@code "write_version": 2}: a writer sends {@code
+ * planned_from} only to a plugin that says so (older plugins refuse unknown fields).
  *
  * <p>Invariants:
  * <ul>
@@ -40,6 +44,10 @@ import java.util.TreeSet;
 public final class PluginApi {
     /** The largest batch an item may describe (Pulsar clients default to 1000 messages per batch). */
     public static final int MAX_BATCH_SIZE = 1 << 20;
+    /** The write items this plugin takes (2: they may carry {@code planned_from}), as its feed says. */
+    public static final int WRITE_VERSION = 2;
+    private static final List<String> ITEM_KEYS =
+            List.of("topic", "subscription", "mark_delete", "positions", "batches", "planned_from");
 
     private PluginApi() {
     }
@@ -105,9 +113,12 @@ public final class PluginApi {
         }
     }
 
-    /** One parsed item of {@code POST /admin/v2/geosync/acks}. */
+    /**
+     * One parsed item of {@code POST /admin/v2/geosync/acks}; {@code plannedFrom} (null: not given) is the
+     * cursor's mark-delete the writer planned it from.
+     */
     public record AckItem(String topic, String subscription, Pos markDelete, List<Pos> positions,
-                          List<BatchAck> batches) {
+                          List<BatchAck> batches, Pos plannedFrom) {
         public AckItem {
             positions = List.copyOf(positions);
             batches = List.copyOf(batches);
@@ -143,6 +154,16 @@ public final class PluginApi {
         }
         Pos clamped = last != null && target.compareTo(last) > 0 ? last : target;
         return clamped.compareTo(floor) > 0 ? Optional.of(clamped) : Optional.empty();
+    }
+
+    /**
+     * Whether an item planned from mark-delete {@code plannedFrom} (null: not given) must be left unapplied
+     * on a cursor whose mark-delete is {@code floor}: the cursor is below what the writer saw, so it was
+     * moved back since (a reset-cursor); moving it forward from there would acknowledge again everything
+     * the writer's plan took as acknowledged. A cursor at or above it is written as always.
+     */
+    public static boolean stale(Pos plannedFrom, Pos floor) {
+        return plannedFrom != null && floor.compareTo(plannedFrom) < 0;
     }
 
     /** Whether an entry may be acknowledged individually: above the mark-delete, at or below the last entry. */
@@ -208,12 +229,13 @@ public final class PluginApi {
             throw new BadRequest("each item needs non-empty string fields 'topic' and 'subscription'", null, null);
         }
         for (Object key : item.keySet()) {
-            if (!List.of("topic", "subscription", "mark_delete", "positions", "batches").contains(key)) {
-                throw new BadRequest("unknown field '" + key + "' (known: topic, subscription, mark_delete, "
-                        + "positions, batches)", t, s);
+            if (!ITEM_KEYS.contains(key)) {
+                throw new BadRequest("unknown field '" + key + "' (known: " + String.join(", ", ITEM_KEYS) + ")",
+                        t, s);
             }
         }
         Pos markDelete = item.get("mark_delete") == null ? null : position(item.get("mark_delete"), t, s);
+        Pos plannedFrom = item.get("planned_from") == null ? null : floor(item.get("planned_from"), t, s);
         List<Pos> positions = new ArrayList<>();
         for (Object p : list(item, "positions", t, s)) {
             positions.add(position(p, t, s));
@@ -222,7 +244,7 @@ public final class PluginApi {
         for (Object b : list(item, "batches", t, s)) {
             batches.add(batch(b, t, s));
         }
-        return new AckItem(t, s, markDelete, positions, batches);
+        return new AckItem(t, s, markDelete, positions, batches, plannedFrom);
     }
 
     private static List<?> list(Map<?, ?> item, String key, String t, String s) throws BadRequest {
@@ -272,6 +294,15 @@ public final class PluginApi {
         return p.get();
     }
 
+    /** A mark-delete in a request: {@code "L:E"} with {@code L >= 0, E >= -1}. */
+    public static Pos floor(Object text, String t, String s) throws BadRequest {
+        Optional<Pos> p = text instanceof String str ? parsePos(str) : Optional.empty();
+        if (p.isEmpty() || p.get().ledger() < 0) {
+            throw new BadRequest("a mark-delete must be a string L:E with L >= 0, E >= -1, not " + text, t, s);
+        }
+        return p.get();
+    }
+
     /** {@code "L:E"} with {@code L, E >= -1}, as Pulsar writes positions, or empty. */
     public static Optional<Pos> parsePos(String text) {
         int colon = text.indexOf(':');
@@ -317,6 +348,16 @@ public final class PluginApi {
         return out;
     }
 
+    /**
+     * The answer to an item left unapplied because the cursor is below its {@code planned_from} ({@link
+     * #stale}): the cursor as it is, nothing acknowledged, {@code "stale": true}.
+     */
+    public static Map<String, Object> stale(Map<String, Object> report) {
+        Map<String, Object> out = written(report, 0);
+        out.put("stale", true);
+        return out;
+    }
+
     /** Why an item was not read or written; topic and subscription are included when known. */
     public static Map<String, Object> refusal(Status status, String topic, String subscription, String error) {
         Map<String, Object> out = new HashMap<>();
@@ -348,11 +389,13 @@ public final class PluginApi {
      * "[(L:E..L:E],...]", "cumulative": "L:E" or null, "batches": [{"position": "L:E", "unacked": [i]}],
      * "overflowed": bool}} (built by {@link AckedPositions}), and {@code acked_lost}, how many records were
      * dropped holding undelivered acknowledgements since the broker started. A reader tells a plugin without
-     * them by the absence of {@code acked_version}.
+     * them by the absence of {@code acked_version}. {@code write_version} ({@link #WRITE_VERSION}) says write
+     * items may carry {@code planned_from}; absent (older plugins), they may not.
      */
     public static Map<String, Object> feed(String epoch, long seq, List<Map<String, Object>> reports,
                                            List<Map<String, Object>> acked, long ackedLost) {
         Map<String, Object> body = feed(epoch, seq, reports);
+        body.put("write_version", BigInteger.valueOf(WRITE_VERSION));
         body.put("acked_version", BigInteger.valueOf(AckedPositions.WIRE_VERSION));
         body.put("acked", new ArrayList<Object>(acked));
         body.put("acked_lost", BigInteger.valueOf(ackedLost));

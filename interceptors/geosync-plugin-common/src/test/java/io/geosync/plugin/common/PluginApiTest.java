@@ -135,6 +135,7 @@ class PluginApiTest {
         assertEquals(c.get("subscription"), item.subscription());
         assertEquals(c.get("mark_delete"), item.markDelete() == null ? null : item.markDelete().toString());
         assertEquals(c.get("positions"), item.positions().stream().map(Pos::toString).toList());
+        assertEquals(c.get("planned_from"), item.plannedFrom() == null ? null : item.plannedFrom().toString());
         List<Map<String, Object>> sets = (List<Map<String, Object>>) v.get("ack_sets");
         assertEquals(sets.size(), item.batches().size());
         for (int i = 0; i < sets.size(); i++) {
@@ -210,7 +211,9 @@ class PluginApiTest {
     void resultsAreBuiltAsTheVectorsSay(Map<String, Object> v) throws Exception {
         Map<String, Object> wire = (Map<String, Object>) v.get("wire");
         Object built;
-        if ("ok".equals(wire.get("status"))) {
+        if (Boolean.TRUE.equals(wire.get("stale"))) {
+            built = PluginApi.stale(rebuild(wire));
+        } else if ("ok".equals(wire.get("status"))) {
             built = PluginApi.written(rebuild(wire), ((BigInteger) wire.get("acknowledged")).longValue());
         } else {
             Status status = Arrays.stream(Status.values()).filter(s -> s.wire().equals(wire.get("status")))
@@ -238,6 +241,23 @@ class PluginApiTest {
         assertEquals(Optional.empty(), PluginApi.markDeleteTarget(new Pos(13, 0), floor, new Pos(12, 4)));
         assertEquals(Optional.of(new Pos(12, 0)),
                 PluginApi.markDeleteTarget(new Pos(12, 0), new Pos(12, -1), last));
+    }
+
+    @Test
+    void anItemPlannedAboveTheCursorIsStale() {
+        Pos planned = new Pos(12, 41);
+        assertTrue(PluginApi.stale(planned, new Pos(12, -1)), "reset to the earliest since the plan");
+        assertTrue(PluginApi.stale(planned, new Pos(12, 40)));
+        assertTrue(PluginApi.stale(planned, new Pos(11, 90)));
+        assertFalse(PluginApi.stale(planned, planned), "the cursor the plan was made from");
+        assertFalse(PluginApi.stale(planned, new Pos(12, 42)), "consumers acknowledged further meanwhile");
+        assertFalse(PluginApi.stale(null, new Pos(12, -1)), "an older writer: no check");
+    }
+
+    @Test
+    void theFeedSaysWritesMayCarryPlannedFrom() {
+        assertEquals(BigInteger.TWO, PluginApi.feed("e", 1, List.of(), List.of(), 0).get("write_version"));
+        assertNull(PluginApi.feed("e", 1, List.of()).get("write_version"), "an older plugin's feed shape");
     }
 
     @Test
