@@ -476,14 +476,21 @@ def test_the_topic_list_shows_what_the_stats_show_of_subscriptions_and_replicato
         produce(region.service_url, topic, [b"m0", b"m1", b"m2"])
 
         def both() -> tuple[dict[str, Any], dict[str, Any]] | None:
-            listed = admin.plugin_topics("geo/ab").get(topic)
+            # The stats first, once the replicator to b is connected (it stays so): the list, read after,
+            # must show it connected too. Read the other way round, a replicator connecting between the two
+            # reads made them differ (seen once on a loaded machine).
             stats = admin.topic_stats(topic)
+            if not (stats.get("replication") or {}).get("b", {}).get("connected"):
+                return None
+            listed = admin.plugin_topics("geo/ab").get(topic)
             if listed is None or set(listed["replication"]) != set(stats.get("replication") or {}):
                 return None
             return listed, stats
 
         wait_for(
-            lambda: both() is not None, timeout_s=30, what="the list and the stats to show the replicator"
+            lambda: both() is not None,
+            timeout_s=30,
+            what="the stats to show the replicator connected and the list to show the same replicators",
         )
         found = both()
         assert found is not None
