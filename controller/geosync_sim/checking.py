@@ -20,7 +20,8 @@ Invariants (DESIGN.md numbering):
    operator's rewind (``rewind``); following an operator's rewind made in another region, over messages no
    consumer acknowledged since, is ``rewind-replicated`` (invariant 7: a reset is never replicated
    implicitly), and ``rewind-replicated-by-cursor-claims`` in a region whose claims are its cursor, which
-   follows rewinds by design (decision 0015; a limit, ``LIMITS``);
+   follows rewinds by design (decision 0015; a limit, ``LIMITS``), ``rewind-by-cursor-claims`` when such a
+   region's following takes back what its consumers acknowledged since the rewind (a limit too);
 6. Key_Shared order: a message given to consumers for the first time is never given in a region whose
    cursor already holds a later message of the same key and origin that a consumer acknowledged (that later
    message will not come again after it: ``key-order``). A message given before and not acknowledged is
@@ -48,7 +49,9 @@ AllowedCause = ("consumer", "setup")
 JUMPS = ("admin:clear-backlog", "admin:skip", "admin:ttl", "admin:create-latest", "agent:shadow-latest")
 LOSS = frozenset({"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"})
 """The violations that take from consumers a message they did not acknowledge (invariants 1, 2 and 7)."""
-LIMITS = frozenset({"jump-replicated-by-cursor-claims", "rewind-replicated-by-cursor-claims"})
+LIMITS = frozenset(
+    {"jump-replicated-by-cursor-claims", "rewind-replicated-by-cursor-claims", "rewind-by-cursor-claims"}
+)
 """What the checker records where a mode's documented limit is reached: a run with only these passes."""
 
 
@@ -160,7 +163,10 @@ class Checker:
             detail = (
                 f"{len(consumed)} messages consumers acknowledged since, e.g. {fmt(consumed[0])} ({cause})"
             )
-            self._violate("rewind", at, region, topic, sub, detail=detail)
+            # A region whose claims are its cursor follows rewinds by design: what its consumers acknowledged
+            # since the operator's rewind is delivered again there (decision 0015; a limit).
+            kind = "rewind-by-cursor-claims" if region in self.cursor_claims else "rewind"
+            self._violate(kind, at, region, topic, sub, detail=detail)
         else:
             detail = f"an operator's rewind elsewhere followed: {len(idents)} messages ({cause})"
             kind = (

@@ -1,14 +1,13 @@
-"""An agent restarted without its checkpoint, in a region whose claims are its cursor, follows an old rewind
-again (found by the campaign `bench/sim.py --seeds 6001-6450 --profile all` on 2b97a2a: seed 6113, profile
-``jumps``).
+"""Regions whose claims are their cursor follow rewinds made elsewhere by design (decision 0015), and what
+their consumers acknowledged between the operator's rewind and the following is delivered again there: the
+checker records it as the documented limit ``rewind-by-cursor-claims``, not as ``rewind`` (the agent moving
+a cursor back over what consumers acknowledged, which fails a run).
 
-Regions a and b run without the plugin (their claims are their cursors, so they follow rewinds made
-elsewhere by design: decision 0015). An operator resets the subscription in c at 8.35 s; a and b follow. a's
-consumers then acknowledge 24 more messages; at 34.75 s a's agent dies and comes back at 36.10 s with no
-checkpoint. Knowing no generation, it takes c's claims of the generation it had already followed as a newer
-one and resets a's cursor again, over what a's consumers acknowledged since (``rewind``): those messages are
-delivered again in a. Nothing is lost (a rewind only takes acknowledgements back); the limits page states it.
-The mark flips to a failure the day the path is closed.
+Found by the simulator's campaigns (profile ``jumps``): seed 6113 (a, without the plugin, restarted without
+its checkpoint, takes c's claims of a generation it had already followed for a newer one and resets its
+cursor again over 24 messages its consumers acknowledged since), seeds 6308 and 6362 (a and c, without the
+plugin, follow a reset made in another region some seconds after it, over 8 and 45 messages their consumers
+acknowledged meanwhile). Nothing is lost in any: a rewind only takes acknowledgements back.
 """
 
 from __future__ import annotations
@@ -16,13 +15,27 @@ from __future__ import annotations
 import pytest
 
 from geosync_sim import running, schedules
+from geosync_sim.checking import Checker
+
+LIMIT = "rewind-by-cursor-claims"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 45: an empty restart in a cursor-claims region follows an old rewind again"
-)
-def test_an_agent_restarted_empty_does_not_follow_a_rewind_it_had_followed() -> None:
+@pytest.mark.parametrize("seed", [6113, 6308, 6362])
+def test_a_region_without_the_plugin_following_a_rewind_is_the_documented_limit(seed: int) -> None:
+    result = running.run(schedules.draw(seed, profile="jumps"), trace=True)
+    assert LIMIT in result.kinds()
+    assert "rewind" not in result.kinds()
+    assert not result.failed, "\n".join(map(str, result.violations))
+
+
+def test_the_same_rewind_where_claims_are_acknowledgements_is_a_violation() -> None:
+    """The limit is only where the claims are the cursor: the checker calls the same move back a violation in
+    a region that claims what its consumers acknowledged."""
     result = running.run(schedules.draw(6113, profile="jumps"), trace=True)
-    assert any("agent restarted empty" in line for line in result.trace)  # the schedule's crash happened
-    found = [str(v) for v in result.violations if v.kind == "rewind"]
-    assert not found, "\n".join(found)
+    assert any("agent restarted empty" in line for line in result.trace)
+    limit = next(v for v in result.violations if v.kind == LIMIT)
+    checker = Checker(cursor_claims=set())
+    ident = ("c", 11, 12, 0)
+    checker.acked(30.0, limit.region, limit.topic, limit.subscription, idents=[ident], cause="consumer")
+    checker.rewind(31.0, limit.region, limit.topic, limit.subscription, "agent:reset", idents=[ident])
+    assert [v.kind for v in checker.violations] == ["rewind"]
