@@ -94,6 +94,11 @@ class Outcome:
     lines: list[str]
 
 
+def profile_of(seed: int, profiles: list[str]) -> str:
+    """The profile ``seed`` runs in a campaign of ``profiles``: they take turns, so a seed replays alone."""
+    return profiles[seed % len(profiles)]
+
+
 def run_one(job: Job) -> Outcome:
     if job.profile == "policies":  # the faults profile's schedule, and policy steps beside it
         schedule = policies.draw(job.seed, regions=job.regions, topics=job.topics, duration=job.duration)
@@ -185,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [
         Job(
             seed=seed,
-            profile=profiles[seed % len(profiles)],
+            profile=profile_of(seed, profiles),
             regions=args.regions,
             topics=args.topics,
             duration=args.duration,

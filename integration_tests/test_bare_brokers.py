@@ -20,7 +20,12 @@ import requests
 
 from geosync_lab import labs
 from integration_tests.helpers import Lab, agent_state, consume_all, given_or_booted, produce, wait_for
-from integration_tests.test_exact_sync import consume_some, subscribe_first, wait_backlog
+from integration_tests.test_exact_sync import (
+    consume_some,
+    cumulative_acks_in_a,
+    subscribe_first,
+    wait_backlog,
+)
 
 REGIONS = ["a", "b"]
 
@@ -64,21 +69,7 @@ def test_the_brokers_load_no_plugin_and_the_agents_learn_it(bare: Lab, unique: s
 
 def test_cumulative_acknowledgements_fail_over_exactly(bare: Lab, unique: str) -> None:
     topic, sub = f"persistent://geo/ab/bare-excl-{unique}", f"excl-{unique}"
-    subscribe_first(bare, "a", topic, sub, pulsar.ConsumerType.Exclusive)
-    payloads = [f"m{i}" for i in range(100)]
-    produce(bare.service_url("a"), topic, [p.encode() for p in payloads])
-    acked = consume_some(
-        bare,
-        "a",
-        topic,
-        sub,
-        total=60,
-        consumer_type=pulsar.ConsumerType.Exclusive,
-        choose=lambda _i: False,
-        cumulative_upto=59,
-    )
-    assert len(acked) == 60
-    wait_backlog(bare, "b", topic, sub, 40)
+    payloads, acked = cumulative_acks_in_a(bare, topic, sub)
     got = consume_all(bare.service_url("b"), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
     assert sorted(got) == sorted(set(payloads) - acked)
 

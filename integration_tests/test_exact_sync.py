@@ -148,9 +148,9 @@ def _check_path(lab: Lab, cursor_path: str, before: Counter[str], *, holes: bool
         assert moved["holes_acked" if holes else "mark_delete_moves"] > 0, moved
 
 
-def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str, cursor_path: str) -> None:
-    before = _applied_by(lab, "b")
-    topic, sub = f"persistent://geo/ab/excl-{unique}", f"excl-{unique}"
+def cumulative_acks_in_a(lab: Lab, topic: str, sub: str) -> tuple[list[str], set[str]]:
+    """An Exclusive subscription in a acknowledges the first 60 of 100 messages cumulatively; b shows the 40
+    left. The messages, and those acknowledged."""
     subscribe_first(lab, "a", topic, sub, pulsar.ConsumerType.Exclusive)
     payloads = [f"m{i}" for i in range(100)]
     produce(lab.service_url("a"), topic, [p.encode() for p in payloads])
@@ -166,6 +166,13 @@ def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str, cursor_
     )
     assert len(acked) == 60
     wait_backlog(lab, "b", topic, sub, 40)
+    return payloads, acked
+
+
+def test_exclusive_failover_after_cumulative_acks(lab: Lab, unique: str, cursor_path: str) -> None:
+    before = _applied_by(lab, "b")
+    topic, sub = f"persistent://geo/ab/excl-{unique}", f"excl-{unique}"
+    payloads, acked = cumulative_acks_in_a(lab, topic, sub)
     _check_path(lab, cursor_path, before, holes=False)
     got = consume_all(lab.service_url("b"), topic, sub, consumer_type=pulsar.ConsumerType.Exclusive)
     assert sorted(got) == sorted(set(payloads) - acked)

@@ -72,11 +72,12 @@ def test_worker_processes_give_the_figures_one_process_gives(tmp_path: pathlib.P
 
 
 def test_seeds_take_the_profiles_in_turn() -> None:
-    jobs = {}
-    for seed in (4, 5, 6):
-        profile = SIM.profiles_of("faults,jumps,policies")[seed % 3]
-        jobs[seed] = profile
-    assert jobs == {4: "jumps", 5: "policies", 6: "faults"}
+    profiles = SIM.profiles_of("faults,jumps,policies")
+    assert {seed: SIM.profile_of(seed, profiles) for seed in (4, 5, 6)} == {
+        4: "jumps",
+        5: "policies",
+        6: "faults",
+    }
     assert SIM.profiles_of("all") == list(SIM.ALL)
 
 
