@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from geosync_core import claiming, rangesets, syncing
+from geosync_core import claiming, rangesets, syncing, translating
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -62,8 +62,8 @@ def main() -> None:
     cursor = AckState.of(Position(LEDGER, -1)).ack(*acked)
     newer = cursor.ack(*[p for p in log[-200:] if p not in cursor][:20])
     reported = str(newer.ranges)
-    translated = syncing.to_origin_acks(index, cursor, local="a")
-    assert isinstance(translated, syncing.Translation)
+    translated = translating.to_origin_acks(index, cursor, local="a")
+    assert isinstance(translated, translating.Translation)
     claims = translated.acks
     # Older agents (before session 19) have neither stretches nor the table of ranges seen: the bench runs
     # on them too (PYTHONPATH=<their checkout>/controller), for a before-and-after in one command.

@@ -12,7 +12,7 @@ for what it is checking, so this module computes it itself, with the same core f
    API, remembered per broker-generated producer name; ledger ids collide between regions, so positions
    alone never decide;
 2. per region, read the cursor (``internalStats``: mark-delete and individually deleted ranges) and
-   translate it with ``syncing.to_origin_acks``;
+   translate it with ``translating.to_origin_acks``;
 3. for region Y and another region X, count Y's entries above Y's mark-delete that Y has not acknowledged
    and whose origin X acknowledged: the duplicates a failover from X to Y would deliver now. Over every
    other region at once, that is what Y has not applied (its sync lag in messages).
@@ -39,7 +39,7 @@ from geoctl.access import AgentView, Site, probe_agent
 from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
 from geosync_adapters import admin as adm
 from geosync_adapters import messaging
-from geosync_core import syncing
+from geosync_core import keyorder, translating
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import OriginAcks
 from geosync_core.positions import Position
@@ -90,7 +90,7 @@ class Cell:
     key_order_from: dict[str, int] = field(default_factory=dict)
     """Key_Shared: per other region X, how many of ``duplicates_from[X]`` per-key order requires (invariant
     6): messages X acknowledged after an unacknowledged earlier message of the same key, which X's agent
-    never claims (``syncing.key_ordered``). No sync removes them; a move is in step once only they remain."""
+    never claims (``keyorder.key_ordered``). No sync removes them; a move is in step once only they remain."""
     oldest_unapplied_age_s: float | None = None
     lag_s: float | None = None
     """Since when the agent has had something to apply (its sync lag in time); None if not behind/unknown."""
@@ -250,12 +250,12 @@ def read_log(site: Site, topic: str, resolver: OriginResolver, *, max_entries: i
 
 
 def _claims(log: Log, cursor: AckState) -> OriginAcks:
-    translated = syncing.to_origin_acks(log.index, cursor)
-    return translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
+    translated = translating.to_origin_acks(log.index, cursor)
+    return translated.acks if isinstance(translated, translating.Translation) else OriginAcks.of({})
 
 
 def key_ordered(log: Log, cursor: AckState) -> AckState:
-    """What a Key_Shared subscription's agent claims of ``cursor`` (``syncing.key_ordered``, by the keys
+    """What a Key_Shared subscription's agent claims of ``cursor`` (``keyorder.key_ordered``, by the keys
     and origins read from ``log``): the per-key prefixes of each origin, never an acknowledgement after a
     hole of the same key and origin."""
 
@@ -263,7 +263,7 @@ def key_ordered(log: Log, cursor: AckState) -> AckState:
         origin = log.index.origin_of(p)
         return None if origin is None else origin.region
 
-    return syncing.key_ordered(
+    return keyorder.key_ordered(
         cursor,
         log.positions,
         lambda p: log.keys.get((p, 0)),

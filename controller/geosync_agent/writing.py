@@ -34,6 +34,7 @@ from geosync_core import (
     pacing,
     pluginapi,
     syncing,
+    translating,
 )
 from geosync_core.capabilities import REPROBE_S, Capability
 from geosync_core.origins import Origin
@@ -361,8 +362,8 @@ class Writing(Observing):
         if tail.last is None or tail.last < state.cursor.reach:
             return None
         state.follow = False
-        own = syncing.to_origin_acks(tail.index, state.cursor)
-        if not isinstance(own, syncing.Translation) or own.acks.merge(state.received) == state.received:
+        own = translating.to_origin_acks(tail.index, state.cursor)
+        if not isinstance(own, translating.Translation) or own.acks.merge(state.received) == state.received:
             return None
         plan = syncing.plan_apply(
             tail.index,

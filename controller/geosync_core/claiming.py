@@ -25,7 +25,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from geosync_core import syncing
+from geosync_core import keyorder, translating
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
@@ -38,7 +38,7 @@ _FIRST = operator.itemgetter(0)
 @dataclass(frozen=True, slots=True)
 class KeyOrder:
     """For a Key_Shared subscription: the local entries above the mark-delete, each one's key and origin
-    region, and for batched entries their sizes and each message's key (see ``syncing.key_ordered``)."""
+    region, and for batched entries their sizes and each message's key (see ``keyorder.key_ordered``)."""
 
     log: Sequence[Position]
     key_of: Callable[[Position], str | None]
@@ -47,8 +47,8 @@ class KeyOrder:
     origin_of: Callable[[Position], str | None] | None = None
 
     def ordered(self, cursor: AckState) -> AckState:
-        """What of ``cursor`` may be claimed keeping per-key order (``syncing.key_ordered``)."""
-        return syncing.key_ordered(
+        """What of ``cursor`` may be claimed keeping per-key order (``keyorder.key_ordered``)."""
+        return keyorder.key_ordered(
             cursor,
             self.log,
             self.key_of,
@@ -88,16 +88,16 @@ def decide(
     """The claim for a subscription whose cursor is ``cursor``; None when nothing needs deciding (the cursor
     is the one last translated, something was published, no resync is due, and the index did not grow
     under a translation that was not ``complete``: the caller says so with ``index_grew``). ``local``, the
-    deciding region, joins the spans of its own messages (``syncing.to_origin_acks``). ``claimed_to``: up to
-    where ``published`` already holds everything ``cursor`` acknowledged; only what lies above is translated
-    (the claims only grow, so the rest is in them already)."""
+    deciding region, joins the spans of its own messages (``translating.to_origin_acks``). ``claimed_to``:
+    up to where ``published`` already holds everything ``cursor`` acknowledged; only what lies above is
+    translated (the claims only grow, so the rest is in them already)."""
     if cursor == last_translated and published is not None and not force and not index_grew:
         return None
     own_cursor = cursor if key_order is None else key_order.ordered(cursor)
     above = claimed_to if published is not None else None
-    translated = syncing.to_origin_acks(index, own_cursor, local=local, above=above)
-    own = translated.acks if isinstance(translated, syncing.Translation) else OriginAcks.of({})
-    complete = isinstance(translated, syncing.Translation) and cursor.reach <= translated.last
+    translated = translating.to_origin_acks(index, own_cursor, local=local, above=above)
+    own = translated.acks if isinstance(translated, translating.Translation) else OriginAcks.of({})
+    complete = isinstance(translated, translating.Translation) and cursor.reach <= translated.last
     known = received if published is None else received.merge(published)
     claims = own.merge(known)
     # An echo: the claims tell no message the known ones do not. Also when they differ in form only: this
@@ -134,8 +134,8 @@ def tells_news(index: OriginIndex, acks: OriginAcks, known: OriginAcks) -> bool:
     does not, in whole or in part: whether another region's consumers acknowledged something first.
 
     Claims can differ in form and say the same thing. A region joins the spans of its own messages across the
-    copies from elsewhere between them (``syncing.to_origin_acks`` with ``local``): those positions of its log
-    are no message of its own, and no entry of any other region's log has them as origin. Another region,
+    copies from elsewhere between them (``translating.to_origin_acks`` with ``local``): those positions of its
+    log are no message of its own, and no entry of any other region's log has them as origin. Another region,
     translating its copies of those messages, names them one by one. Comparing the forms alone made a region
     whose consumers acknowledged everything look as if others had acknowledged first, whenever both regions
     produced (a lab test found it: the region stopped counting as the one consumed, and a rewind there was

@@ -1,28 +1,18 @@
-"""Exact subscription sync: translating a cursor to origin coordinates and back into a cursor change.
+"""Exact subscription sync: planning the change to a cursor that makes it acknowledge what others claim.
 
-One region's subscription cursor (mark-delete plus individually deleted ranges) is translated through
-that region's ``OriginIndex`` into ``OriginAcks``, which travel on the control topic. Another region plans
-the change to its own cursor that makes it acknowledge exactly the same messages, through its own index.
-Both steps are pure; the runtime applies a plan with ``expireMessages`` (mark-delete) and
+One region's cursor travels to the others as ``OriginAcks`` (``translating.to_origin_acks``). Another
+region plans the change to its own cursor that makes it acknowledge exactly the same messages, through its
+own ``OriginIndex``. Planning is pure; the runtime applies a plan with ``expireMessages`` (mark-delete) and
 ``skipByMessageIds`` or a shadow consumer (individual acks).
 
 Acknowledgement is tracked down to the message: an entry may be a batch of ``size`` messages, some of
 them acknowledged (``AckState.batches``, ``OriginAcks.partials``). Replication keeps batch layout, so batch
 index ``i`` of a local entry is batch index ``i`` of its origin entry. Only the runtime knows batch sizes
 (it read the entries); it passes them as ``size_of``, and without them every entry counts as one message
-(what the cursor says about partly acknowledged entries is still kept and translated).
+(what the cursor says about partly acknowledged entries is still kept).
 
 Invariants:
 
-* translation claims exactly what the cursor acknowledged among indexed entries, message by message:
-  ``to_origin_acks(index, cursor).acks`` claims ``(origin, i)`` iff a local entry indexed with that origin
-  has message ``i`` acknowledged in ``cursor`` (whole entries as spans, partly acknowledged ones as
-  partials); entries the index does not cover are never claimed (entries of a region's retired
-  incarnation are claimed under its retired name, ``indexing.OriginIndex.retire``);
-* JOINED LOCAL SPANS: with ``local`` (the translating region), a span of the region's own messages also
-  covers the entries between them that the index names as copies from elsewhere. Origin ``(local, p)``
-  then names no message at all (``p`` holds another region's message), so the claim says nothing more,
-  and with both regions producing it is one span per ledger instead of one per message;
 * NO LOSS: a plan acknowledges a local message only if it is already acknowledged locally or the entry is
   indexed and ``remote`` claims the same message of its origin; a whole entry is acknowledged only if
   each of its ``size`` messages is, and the mark-delete never passes an entry with an unacknowledged
@@ -30,163 +20,21 @@ Invariants:
 * MONOTONE: a plan's mark-delete is above the current one or absent; nothing is ever un-acknowledged;
 * IDEMPOTENT: planning again after ``applied`` yields an empty plan;
 * no skip on a guess: an entry of ``log`` that is not indexed (and not acknowledged locally) is never
-  acknowledged and the mark-delete never passes it;
-* PER-KEY ORDER: ``key_ordered`` keeps a subset of the cursor's messages in which, for every key and
-  origin region, the acknowledged messages above the mark-delete are a prefix of that key's messages of
-  that origin in log order (entry, then batch index).
+  acknowledged and the mark-delete never passes it.
 """
 
 from __future__ import annotations
 
 import bisect
-import enum
-import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from geosync_core.batches import BatchAcks, Batches
-from geosync_core.indexing import OriginIndex, Run
+from geosync_core.indexing import OriginIndex
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState, Range
-
-_BEFORE_ALL = Position(-1, -1)
-
-
-class Reason(enum.Enum):
-    NOT_INDEXED = "not-indexed"
-    """The index holds no entry yet: nothing this region acknowledged can be named in origin terms."""
-
-
-@dataclass(frozen=True, slots=True)
-class Untranslatable:
-    reason: Reason
-
-
-@dataclass(frozen=True, slots=True)
-class Translation:
-    """A cursor's acknowledgements in origin coordinates, exact for local entries ``first..last``."""
-
-    acks: OriginAcks
-    first: Position
-    last: Position
-
-
-def to_origin_acks(
-    index: OriginIndex,
-    cursor: AckState,
-    *,
-    local: str | None = None,
-    above: Position | None = None,
-) -> Translation | Untranslatable:
-    """What ``cursor`` acknowledged, named by origin coordinates, as far as ``index`` covers; with ``local``
-    (this region's name) its own messages' spans are joined across copies from elsewhere. With ``above``,
-    only what it acknowledged above that entry (the caller holds the claims for the rest): the work is then
-    the runs from there to the cursor's reach, not the whole index."""
-    first, last = index.first, index.last
-    if first is None or last is None:
-        return Untranslatable(Reason.NOT_INDEXED)
-    above = _BEFORE_ALL if above is None else above
-    acked = _acked_above(cursor, above)
-    reach = cursor.reach
-    runs = itertools.takewhile(
-        lambda run: (run.local_ledger, run.local_first) <= (reach.ledger, reach.entry),
-        index.runs_from(Position(above.ledger, above.entry + 1)),
-    )
-    if local is None:
-        spans = [(run.region, span) for run in runs for span in _acked_spans(run, acked)]
-    else:
-        spans = _joined_spans(runs, acked, local, above=above)
-    if not cursor.batches:
-        return Translation(OriginAcks.of_spans(spans), first, last)
-    partials = []
-    for p, acks in cursor.batches:
-        origin = index.origin_of(p)
-        if origin is not None:
-            partials.append((origin.region, [(origin.position, acks)]))
-    return Translation(OriginAcks.of(((region, [span]) for region, span in spans), partials), first, last)
-
-
-def _acked_above(cursor: AckState, above: Position) -> tuple[Range, ...]:
-    """The cursor's whole entries above ``above`` as a canonical range set's ranges, the mark-delete's prefix
-    included. A cursor is normalized (its ranges lie above the mark-delete, apart from it), so that prefix
-    and its ranges are canonical as they are: nothing to sort or join."""
-    mark_delete = cursor.mark_delete
-    if (mark_delete.ledger, mark_delete.entry) <= (above.ledger, above.entry):
-        return cursor.ranges.above(above).ranges
-    return (Range(above, mark_delete), *cursor.ranges.ranges)
-
-
-def _joined_spans(
-    runs: Iterable[Run], acked: tuple[Range, ...], local: str, *, above: Position
-) -> list[tuple[str, Span]]:
-    """``(region, span)`` for every run as ``_acked_spans`` gives them, except that spans of ``local``'s own
-    messages (origin = local position) are joined when only entries indexed with other origins lie between.
-    Translating ``above`` an entry (everything at or below it acknowledged), a span that the log joins to
-    ``above`` starts at the beginning of its ledger, so that it joins the claims made below however many
-    copies from elsewhere lie before ``above``: ``(local, p)`` for ``p`` at or below ``above`` names a
-    message of ``local``'s that the cursor acknowledged, or no message at all."""
-    out: list[tuple[str, Span]] = []
-    # the local span being extended, and how far the log is accounted for from it (None: a break)
-    pending: Span | None = None
-    reach: tuple[int, int] | None = None  # (ledger, entry): positions as integers, made for every span
-    seed = Span(above.ledger, 0, above.entry) if above.entry >= 0 else None
-    if seed is not None:
-        pending, reach = (
-            seed,
-            (above.ledger, above.entry),
-        )  # kept only if a span joins it: alone it is no news
-    for run in runs:
-        spans = _acked_spans(run, acked)
-        own = run.region == local and (run.origin_ledger, run.origin_first) == (
-            run.local_ledger,
-            run.local_first,
-        )
-        if not own:
-            out.extend((run.region, span) for span in spans)
-            joins = reach is not None and run.local_ledger == reach[0] and run.local_first <= reach[1] + 1
-            reach = (run.local_ledger, max(run.local_last, reach[1])) if joins and reach else None
-            continue
-        for span in spans:
-            if (
-                pending is not None
-                and reach is not None
-                and (span.ledger, span.first) == (reach[0], reach[1] + 1)
-            ):
-                pending = Span(pending.ledger, pending.first, span.last)
-            else:
-                if pending is not None and pending != seed:
-                    out.append((local, pending))
-                pending = span
-            reach = (span.ledger, span.last)
-        if reach is not None and reach != (run.local_ledger, run.local_last):
-            reach = None  # an unacknowledged message of ours ends the span
-    if pending is not None and pending != seed:
-        out.append((local, pending))
-    return out
-
-
-def _acked_spans(run: Run, acked: tuple[Range, ...]) -> list[Span]:
-    """The origin spans of ``run``'s entries that lie in ``acked`` (sorted, disjoint ranges)."""
-    ledger, first, last = run.local_ledger, run.local_first, run.local_last
-    spans = []
-    shift = run.origin_first - first
-    # Compared as integers: a run of a topic with holes kept for good meets thousands of ranges.
-    i = bisect.bisect_left(acked, (ledger, first), key=_upper_key)
-    for r in itertools.islice(acked, i, None):
-        lower, upper = r.lower, r.upper
-        if (lower.ledger, lower.entry) >= (ledger, last):
-            break
-        lo = first if lower.ledger < ledger else max(first, lower.entry + 1)
-        hi = last if upper.ledger > ledger else min(last, upper.entry)
-        if lo <= hi:
-            spans.append(Span(run.origin_ledger, lo + shift, hi + shift))
-    return spans
-
-
-def _upper_key(r: Range) -> tuple[int, int]:
-    return (r.upper.ledger, r.upper.entry)
+from geosync_core.rangesets import AckState
 
 
 @dataclass(frozen=True, slots=True)
@@ -549,15 +397,6 @@ def _BATCH_AT(item: tuple[Position, BatchAcks]) -> tuple[int, int]:
 _SPAN_END = operator.attrgetter("ledger", "last")
 
 
-def _size(p: Position, local: AckState, known: int | None) -> int:
-    """How many messages entry ``p`` holds, as far as anyone here knows (1 when nobody does); ``known``: what
-    the tail says (``size_of(p)``)."""
-    if known is None or known <= 1:
-        partial = local.batch(p)
-        return partial.size if partial is not None else 1
-    return known
-
-
 def applied(local: AckState, plan: ApplyPlan) -> AckState:
     """The cursor state after the broker carried out ``plan``."""
     moved = local if plan.new_mark_delete is None else local.ack_cumulative(plan.new_mark_delete)
@@ -580,105 +419,3 @@ def carried_out(cursor: AckState, base: AckState, plan: ApplyPlan) -> bool:
             if held is None or held.acked & acks.acked != acks.acked:
                 return False
     return True
-
-
-def key_ordered(
-    cursor: AckState,
-    log: Iterable[Position],
-    key_of: Callable[[Position], str | None],
-    *,
-    size_of: Callable[[Position], int | None] | None = None,
-    key_of_message: Callable[[Position, int], str | None] | None = None,
-    origin_of: Callable[[Position], str | None] | None = None,
-) -> AckState:
-    """What a Key_Shared subscription may claim without breaking per-key order after a failover.
-
-    Above the mark-delete, an acknowledged message is kept only if no earlier message of the same key and
-    origin region (an earlier entry of ``log``, or a lower batch index of the same entry) is unacknowledged:
-    otherwise the region taking over would deliver the earlier message after the later one had been
-    acknowledged. Dropping such acknowledgements trades duplicates for order. Entries that are not in
-    ``log`` are not claimed either (a subset is always safe to claim).
-
-    Why per origin: geo-replication keeps each origin's order in every region's log, but interleaves the
-    origins as their copies arrive, so two messages of one key from two origins can sit in opposite orders
-    in two regions (decision 0016). Only the order within an origin is the same wherever consumers move; a
-    rule over all origins made two regions' claims hold each other back (each region's consumers left the
-    other origin's message unacknowledged) and redelivered messages consumers had acknowledged.
-
-    A key or an origin that is not known (``None``) could be any: an unacknowledged message with an unknown
-    key blocks every later message of its origin (of any origin when that is unknown too), and an
-    acknowledged one is kept only while nothing it could be is blocked (if it is dropped, it is
-    unacknowledged in the claim and blocks the same messages: the claim itself keeps per-key order, so
-    ``key_ordered`` is idempotent). Without ``origin_of`` every entry counts as one origin.
-
-    Batched entries: ``size_of(p)`` gives entry ``p``'s number of messages (as for ``plan_apply``) and
-    ``key_of_message(p, i)`` the key of its message ``i`` (default: ``key_of(p)`` for every message).
-    Without sizes an entry is one message of key ``key_of(p)``, as before batches were tracked; a batch
-    whose messages have different keys then needs ``size_of`` and ``key_of_message`` to be judged right.
-    """
-    blocked = _Blocked()
-    kept: list[Position] = []
-    kept_batches: list[tuple[Position, BatchAcks]] = []
-    single = "" if origin_of is None else None
-    for p in log:
-        if p <= cursor.mark_delete:
-            continue
-        size = _size(p, cursor, None if size_of is None else size_of(p))
-        origin = single if origin_of is None else origin_of(p)
-        bits = 0
-        for i in range(size):
-            key = key_of_message(p, i) if key_of_message is not None else key_of(p)
-            if cursor.acks_message(p, i) and not blocked.blocks(origin, key):
-                bits |= 1 << i
-            else:  # not claimed: as unacknowledged to whoever takes over
-                blocked.add(origin, key)
-        acks = BatchAcks(size, bits)
-        if acks.is_full:
-            kept.append(p)
-        elif not acks.is_empty:
-            kept_batches.append((p, acks))
-    return AckState.of(cursor.mark_delete).ack(*kept).ack_batches(kept_batches)
-
-
-class _Blocked:
-    """The (origin, key) pairs ``key_ordered`` has left unclaimed so far; ``None`` stands for any."""
-
-    __slots__ = ("everything", "keys", "keys_of_any_origin", "origins", "origins_of_any_key", "pairs")
-
-    def __init__(self) -> None:
-        self.pairs: set[tuple[str, str]] = set()
-        self.keys_of_any_origin: set[str] = set()
-        self.origins_of_any_key: set[str] = set()
-        self.everything = False
-        self.keys: set[str] = set()
-        """Every key blocked in some origin (known or not)."""
-        self.origins: set[str] = set()
-        """Every origin in which some key (known or not) is blocked."""
-
-    def add(self, origin: str | None, key: str | None) -> None:
-        if origin is None:
-            if key is None:
-                self.everything = True
-            else:
-                self.keys_of_any_origin.add(key)
-                self.keys.add(key)
-        elif key is None:
-            self.origins_of_any_key.add(origin)
-            self.origins.add(origin)
-        else:
-            self.pairs.add((origin, key))
-            self.keys.add(key)
-            self.origins.add(origin)
-
-    def blocks(self, origin: str | None, key: str | None) -> bool:
-        if self.everything:
-            return True
-        if origin is None and key is None:
-            return bool(self.keys or self.origins)
-        if origin is None:
-            return key in self.keys or bool(self.origins_of_any_key)
-        if key is None:
-            return origin in self.origins or bool(self.keys_of_any_origin)
-        return (
-            (origin, key) in self.pairs or key in self.keys_of_any_origin or origin in self.origins_of_any_key
-        )

@@ -10,21 +10,12 @@ from hypothesis import strategies as st
 from geosync_core import syncing
 from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginIndex
+from geosync_core.keyorder import key_ordered
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range
-from geosync_core.syncing import (
-    ApplyPlan,
-    Reason,
-    Stretches,
-    Translation,
-    Untranslatable,
-    applied,
-    carried_out,
-    key_ordered,
-    plan_apply,
-    to_origin_acks,
-)
+from geosync_core.syncing import ApplyPlan, Stretches, applied, carried_out, plan_apply
+from geosync_core.translating import Reason, Translation, Untranslatable, to_origin_acks
 
 from .strategies import batch_acks, fast, local_logs, origin_streams, size_of_origin
 

@@ -8,7 +8,7 @@ which lacks the earlier ones, and b applies them. After a failover to b, b gives
 the later ones of their keys were acknowledged: invariant 6 broken (``key-order``), nothing lost.
 
 Open: the receiving region would have to keep its own cursor key-ordered over its log when applying a
-peer's claims (trading duplicates for order, as ``syncing.key_ordered`` does on the claiming side), and the
+peer's claims (trading duplicates for order, as ``keyorder.key_ordered`` does on the claiming side), and the
 checker to classify those duplicates. ``docs/limits.md`` states it. The mark flips to a failure the day the
 path is closed.
 """

@@ -10,7 +10,7 @@ Batched entries: every message of a batch is handed over, one after another; the
 origin (``batched=True``: a batched replicated copy shows no stamp, see ``resolving``), the others only tell
 the batch's size (highest batch index + 1) and their keys. Sizes are what batch-index acknowledgements are
 planned with (``syncing.plan_apply(size_of=...)``) and keys what Key_Shared order is judged with
-(``syncing.key_ordered(key_of_message=...)``); both live in ``geosync_core.details`` columns (about 12 bytes
+(``keyorder.key_ordered(key_of_message=...)``); both live in ``geosync_core.details`` columns (about 12 bytes
 an entry), and only keys that differ from the entry's first message are kept per message. They are
 forgotten below the slowest subscription's mark-delete and, past a budget (a subscription nobody consumes
 holds that floor back), oldest first: an entry whose details are gone is planned as having none (partial

@@ -101,7 +101,7 @@ class Subscription:
     kind: str = ""
     """The subscription type the broker last reported with consumers attached ("" until seen)."""
     key_shared: bool = False
-    """Seen with Key_Shared consumers here: claims keep per-key order (see syncing.key_ordered)."""
+    """Seen with Key_Shared consumers here: claims keep per-key order (see keyorder.key_ordered)."""
     last_applied_at: float = 0.0
     behind_since: float | None = None
     """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
