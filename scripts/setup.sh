@@ -3,7 +3,8 @@
 #   --for demo   what scripts/demo.sh needs: JDK 17 and Maven (Debian packages, when missing), a Python 3.11
 #                virtualenv (.venv) with the project, the pinned Pulsar distribution (from Maven Central,
 #                cached) and the broker plugins (a Maven build of interceptors/, cached by source hash).
-#   --for test   (the default) all of that, the dev, spark and containers extras, and two tools built with
+#   --for test   (the default) all of that, the dev, spark and containers extras, stress-ng (a Debian
+#                package, when missing: the CPU hog of 'bench/scale.py --cpu-hog'), and two tools built with
 #                Go into .venv/bin: promtool (the chart's alert-rule tests) and toxiproxy-server (the lab's
 #                WAN, 'geoctl lab up --wan'). Without Go both are skipped with a warning.
 # One line per step; what the tools print goes to a log (GEOSYNC_SETUP_LOG, default
@@ -49,6 +50,10 @@ step() {
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+# The benches' CPU hog (bench/scale.py --cpu-hog: the 10,000-subscription step beside a loaded core).
+if [ "$purpose" = test ]; then
+  command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   step "Debian packages ${need_apt[*]} (apt-get)" \
     sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${need_apt[*]}"

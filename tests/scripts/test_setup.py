@@ -39,7 +39,7 @@ def repo(tmp_path: pathlib.Path) -> pathlib.Path:
     calls = tmp_path / "calls.log"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("java", "mvn", "python3.11"):
+    for name in ("java", "mvn", "python3.11", "stress-ng"):
         _tool(bin_dir / name, calls)
     _tool(bin_dir / "go", calls, GO_EXTRA)
     (repo / ".venv" / "bin").mkdir(parents=True)
@@ -47,10 +47,12 @@ def repo(tmp_path: pathlib.Path) -> pathlib.Path:
     return repo
 
 
-def setup(repo: pathlib.Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def setup(
+    repo: pathlib.Path, *args: str, system: str = "/usr/bin:/bin"
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     tmp = repo.parent
     env = {
-        "PATH": f"{tmp / 'bin'}:/usr/bin:/bin",
+        "PATH": f"{tmp / 'bin'}:{system}",
         "HOME": str(tmp),
         "GEOSYNC_SETUP_LOG": str(tmp / "setup.log"),
     }
@@ -110,6 +112,35 @@ def test_a_demo_install_is_completed_for_the_tests_and_then_left_alone(repo: pat
     _, again = setup(repo, "--for", "demo")
     assert not [c for c in again if " pip install " in c]  # a test install covers the demo
     assert not [c for c in again if c.startswith("go ")]
+
+
+def _system_without(tmp: pathlib.Path, *missing: str) -> str:
+    """A PATH of the machine's own tools but ``missing`` (links in a directory of their own)."""
+    system = tmp / "system"
+    system.mkdir()
+    for directory in (pathlib.Path("/usr/bin"), pathlib.Path("/bin")):
+        for tool in directory.iterdir():
+            if tool.name not in missing and not (system / tool.name).exists():
+                (system / tool.name).symlink_to(tool)
+    return str(system)
+
+
+def test_the_tests_get_stress_ng_from_apt_when_it_is_missing_and_the_demo_does_not(
+    repo: pathlib.Path,
+) -> None:
+    tmp = repo.parent
+    (tmp / "bin" / "stress-ng").unlink()
+    _tool(tmp / "bin" / "apt-get", tmp / "calls.log")
+    system = _system_without(tmp, "stress-ng", "apt-get")
+
+    done, calls = setup(repo, "--for", "demo", system=system)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not [c for c in calls if c.startswith("apt-get")]
+
+    done, calls = setup(repo, "--for", "test", system=system)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c for c in calls if c.startswith("apt-get install")] == ["apt-get install -y -qq stress-ng"]
+    assert done.stdout.splitlines()[0].startswith("setup: Debian packages stress-ng (apt-get) ... done")
 
 
 def test_an_unknown_purpose_is_refused_before_anything_runs(repo: pathlib.Path) -> None:
