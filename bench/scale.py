@@ -32,6 +32,15 @@ The agents are first restarted with their own checkpoint and discovery intervals
 deploys them) instead of the lab's test-speed 2 s and 5 s (``--agent-intervals lab`` keeps those, as every
 run before session 25 did).
 
+``--cpu-hog LOADS`` runs each step once per load (comma-separated percent of one core, ``0`` for none):
+beside ``stress-ng --cpu 1 --cpu-load LOAD``, started before the step's setup and stopped (its process group
+signalled, then killed) as the step ends, whatever happens (issue 46.4, "degrade, don't collapse"). ``0,50``
+runs the step quiet, then beside half a core's hog, on the same lab; ``50,0`` the other way round (the
+second run tracks the first's subscriptions too). Printed per run: lag, probes synced, control transit
+into each agent and the agents' rounds over the measured load (and per third of it: whether they grew
+through it), the agents' CPU per 1,000 acknowledgements, the load average at its start and end, and the
+hog's own CPU.
+
 ``--py-spy DIR`` records both agents with py-spy over each load (collapsed stacks, one file per agent and
 step, for flame graphs or ``sort | uniq``-style reading of where a round's time goes). Idle samples are
 kept (``--idle``): a thread waiting on a socket shows in the frame that waits.
@@ -42,8 +51,10 @@ Without ``--lab`` a fresh three-region lab is booted in a temporary directory an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +83,9 @@ from geosync_lab.probes import percentile
 console = Console(width=180)
 TICKS = os.sysconf("SC_CLK_TCK")
 AGENTS = ("a", "b")
+HOG_SETUP_S = 900.0
+"""Seconds a CPU hog may outlive its step's load (setup and warm-up included) before its own timeout ends it,
+should this process die without stopping it."""
 INTERVALS: dict[str, dict[str, Any]] = {
     "lab": {},
     # The agent's own defaults (the Helm chart's too): a checkpoint and a discovery pass every 10 s, where the
@@ -148,6 +162,15 @@ class Step:
     """Each agent's timeline (/state) as the load ended: its long rounds, discovery passes, collections."""
     outage: str | None = None
     """What the probes acknowledged while b's agent was down saw (``--restart-under-load``)."""
+    window: tuple[float, float] = (0.0, 0.0)
+    """The measured load's start and end on the machine's monotonic clock (the agents' timelines' too)."""
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each agent's /state as the load ended (its timed control transits, its last rounds)."""
+    load_at_start: str = ""
+    hog: int = 0
+    """``--cpu-hog``'s load beside this run, percent of one core (0: none)."""
+    hog_cpu: str = ""
+    """What the hog itself took: CPU-s over its life (``CpuHog.report``)."""
 
 
 class Monitor:
@@ -162,7 +185,8 @@ class Monitor:
         self.pids = pids(lab_dir)
         self.cpu: dict[str, float] = {}
         self.samples: list[dict[str, dict[str, Any]]] = []
-        self.started = self.span = 0.0
+        self.started = self.ended = self.span = 0.0
+        self.load_at_start = ""
         self.profile, self.label = profile, label
         self.profilers: list[subprocess.Popen[bytes]] = []
         topology = labs.load(lab_dir)
@@ -175,6 +199,7 @@ class Monitor:
             self.cpu = {name: -cpu_seconds(pid) for name, pid in self.pids.items()}
             self.machine = {k: -v for k, v in self._machine().items()}
             self.started = time.monotonic()
+            self.load_at_start = ", ".join(f"{x:.1f}" for x in os.getloadavg())
             self._sample()
             self._profile()
         else:
@@ -182,7 +207,8 @@ class Monitor:
                 name: self.cpu[name] + (cpu_seconds(pid) if pid else 0.0) for name, pid in self.pids.items()
             }
             self.machine = {k: self.machine[k] + v for k, v in self._machine().items()}
-            self.span = time.monotonic() - self.started
+            self.ended = time.monotonic()
+            self.span = self.ended - self.started
             for p in self.profilers:
                 p.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
             for p in self.profilers:
@@ -364,6 +390,245 @@ class Outage:
         )
 
 
+def parse_hogs(text: str) -> list[int]:
+    """``--cpu-hog``: the loads to run each step beside, percent of one core (0 for none); ``""`` is one run
+    without a hog, as before the option."""
+    try:
+        loads = [int(x) for x in text.split(",") if x.strip()] or [0]
+    except ValueError:
+        loads = [-1]
+    if any(not 0 <= load <= 100 for load in loads):
+        raise SystemExit(
+            f"--cpu-hog {text!r}: give loads in percent of one core, 0-100, comma-separated (e.g. 0,50: the "
+            "step quiet, then beside stress-ng --cpu 1 --cpu-load 50)"
+        )
+    if any(loads) and shutil.which(CpuHog.program) is None:
+        raise SystemExit(
+            f"--cpu-hog needs {CpuHog.program} (scripts/setup.sh installs it: apt-get install stress-ng)"
+        )
+    return loads
+
+
+class CpuHog:
+    """``stress-ng --cpu 1 --cpu-load LOAD`` for as long as the ``with`` block runs (nothing for load 0). It
+    runs in a session (process group) of its own, which is signalled as the block ends, however it ends,
+    then killed if it has not gone within ``grace_s``; its own ``--timeout`` (``limit_s``) ends it even if
+    this process is killed first. ``report()`` gives what it took: utime + stime of stress-ng and its workers
+    (they are its children, counted in its rusage once it has reaped them)."""
+
+    program = "stress-ng"
+
+    def __init__(self, load: int, *, limit_s: float, grace_s: float = 10.0) -> None:
+        self.load, self.limit_s, self.grace_s = load, limit_s, grace_s
+        self.process: subprocess.Popen[bytes] | None = None
+        self.began = self.ended = 0.0
+        self.cpu_s: float | None = None
+
+    def command(self) -> list[str]:
+        return [
+            self.program,
+            "--cpu",
+            "1",
+            "--cpu-load",
+            str(self.load),
+            "--timeout",
+            f"{max(1, int(self.limit_s))}s",
+            "--quiet",
+        ]
+
+    def __enter__(self) -> CpuHog:
+        if self.load > 0:
+            self.began = time.monotonic()
+            self.process = subprocess.Popen(
+                self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        try:
+            self._signal(process, signal.SIGTERM)
+            deadline = time.monotonic() + self.grace_s
+            while process.returncode is None and time.monotonic() < deadline:
+                self._reap(process)
+                if process.returncode is None:
+                    time.sleep(0.05)
+        finally:
+            if process.returncode is None:
+                # Its group, workers and all, while the leader is not reaped (the group's id is still its).
+                self._signal(process, signal.SIGKILL)
+                process.wait()
+            self.ended = time.monotonic()
+
+    def _reap(self, process: subprocess.Popen[bytes]) -> None:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            process.returncode = os.waitstatus_to_exitcode(status)
+            self.cpu_s = usage.ru_utime + usage.ru_stime
+
+    @staticmethod
+    def _signal(process: subprocess.Popen[bytes], sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)  # its own session: the group's id is its pid
+
+    def report(self) -> str:
+        if self.load <= 0:
+            return ""
+        span = max(self.ended - self.began, 1e-9)
+        if self.cpu_s is None:
+            return f"stress-ng --cpu 1 --cpu-load {self.load} ran {span:.0f} s (its CPU not read: killed)"
+        return (
+            f"stress-ng --cpu 1 --cpu-load {self.load} ran {span:.0f} s and took {self.cpu_s:.1f} CPU-s "
+            f"({self.cpu_s / span:.0%} of a core)"
+        )
+
+
+def in_window(step: Step, at: float) -> int | None:
+    """Which third of the step's measured load ``at`` falls in (0-2), None outside it."""
+    began, ended = step.window
+    if not began <= at <= ended or ended <= began:
+        return None
+    return min(2, int(3 * (at - began) / (ended - began)))
+
+
+def transits(step: Step, agent: str) -> list[tuple[int, float]]:
+    """Control messages taken by ``agent`` during the measured load: (third, seconds in transit)."""
+    state = step.states.get(agent) or {}
+    taken = []
+    for at, ms_ in state.get("control_transit_recent") or []:
+        third = in_window(step, float(at))
+        if third is not None:
+            taken.append((third, float(ms_) / 1000))
+    return taken
+
+
+def long_rounds(step: Step, agent: str) -> list[tuple[int, float]]:
+    """The agent's rounds of 0.25 s or more (its timeline keeps only those) that began in the measured load:
+    (third, seconds)."""
+    state = step.states.get(agent) or {}
+    rounds = []
+    for event in state.get("timeline") or []:
+        if event.get("kind") != "round":
+            continue
+        third = in_window(step, float(event["began"]))
+        if third is not None:
+            rounds.append((third, float(event["seconds"])))
+    return rounds
+
+
+def by_third(values: list[tuple[int, float]], q: float | None) -> str:
+    """``q`` (None: the max) of each third of the load, ``-`` where a third has none."""
+    return " / ".join(s([v for t, v in values if t == third], q) for third in range(3))
+
+
+def degrade_figures(step: Step) -> dict[str, Any]:
+    """What ``--cpu-hog`` compares: the step's lag, control transit and rounds over its measured load, per
+    third of it too, and what shared the machine."""
+
+    def summary(values: list[float]) -> dict[str, float | None]:
+        return {
+            "p50": percentile(values, 0.5),
+            "p99": percentile(values, 0.99),
+            "max": max(values, default=None),
+            "n": len(values),
+        }
+
+    figures: dict[str, Any] = {
+        "cpu_hog_load": step.hog,
+        "hog": step.hog_cpu,
+        "lag_s": summary(step.run.lags),
+        "probes_synced": len(step.run.lags),
+        "probes_not_synced_in_10_s": step.run.timeouts,
+        "acks": step.run.acked,
+        "agent_cpu_s": step.cpu,
+        "agent_cpu_s_per_1000_acks": round(sum(step.cpu.values()) / max(1, step.run.acked) * 1000, 4),
+        "load_avg_start": step.load_at_start,
+        "load_avg_end": step.load,
+        "measured_s": round(step.window[1] - step.window[0], 1),
+    }
+    for agent in AGENTS:
+        state = step.states.get(agent) or {}
+        taken = transits(step, agent)
+        rounds = long_rounds(step, agent)
+        figures[f"control_transit_into_{agent}_s"] = {
+            **summary([v for _, v in taken]),
+            "p50_by_third": [percentile([v for t, v in taken if t == k], 0.5) for k in range(3)],
+            "max_by_third": [max((v for t, v in taken if t == k), default=None) for k in range(3)],
+        }
+        figures[f"rounds_{agent}_s"] = {
+            "p99_last_200": state.get("round_seconds_p99"),
+            "max_last_200": state.get("round_seconds_max"),
+            "long_rounds": len(rounds),
+            "max": max((v for _, v in rounds), default=None),
+            "max_by_third": [max((v for t, v in rounds if t == k), default=None) for k in range(3)],
+        }
+    return figures
+
+
+def degrade_table(results: list[Step]) -> Table:
+    table = Table(
+        "subs",
+        "hog",
+        "lag p50 / p99 / max",
+        "probes synced (not in 10 s)",
+        "transit a->b p50 / p99 / max",
+        "transit b->a p50 / p99 / max",
+        "rounds a p99 / max",
+        "rounds b p99 / max",
+        "agent CPU s / 1,000 acks",
+        "load avg start -> end",
+        title="--cpu-hog: the same step quiet and loaded (rounds: p99 of the agent's last 200, max over the "
+        "load from its timeline)",
+    )
+
+    def three(d: dict[str, Any]) -> str:
+        return " / ".join("-" if d[k] is None else f"{d[k]:.2f}" for k in ("p50", "p99", "max"))
+
+    for step in results:
+        f = degrade_figures(step)
+
+        def rounds(agent: str, f: dict[str, Any] = f) -> str:
+            r = f[f"rounds_{agent}_s"]
+            p99, top = r["p99_last_200"], r["max"]
+            return ("-" if p99 is None else f"{p99:.2f}") + " / " + ("<0.25" if top is None else f"{top:.2f}")
+
+        table.add_row(
+            f"{step.subs:,}",
+            f"{step.hog} %" if step.hog else "none",
+            three(f["lag_s"]),
+            f"{len(step.run.lags)} ({step.run.timeouts})",
+            three(f["control_transit_into_b_s"]),
+            three(f["control_transit_into_a_s"]),
+            rounds("a"),
+            rounds("b"),
+            f"{f['agent_cpu_s_per_1000_acks']:.3f}",
+            f"{step.load_at_start} -> {step.load}",
+        )
+    return table
+
+
+def degrade_lines(step: Step) -> list[str]:
+    """Whether the loop kept up through the load: transit and long rounds per third of it."""
+    lines = []
+    for agent, other in (("b", "a"), ("a", "b")):
+        taken = transits(step, agent)
+        rounds = long_rounds(step, agent)
+        lines.append(
+            f"  by third of the load, {agent}: transit {other}->{agent} p50 {by_third(taken, 0.5)}, max "
+            f"{by_third(taken, None)} ({len(taken)} messages); rounds of 0.25 s or more: "
+            f"{' / '.join(str(sum(1 for t, _ in rounds if t == k)) for k in range(3))}, max "
+            f"{by_third(rounds, None)}"
+        )
+    if step.hog_cpu:
+        lines.append(f"  hog: {step.hog_cpu}")
+    return lines
+
+
 def restart_agents(lab_dir: pathlib.Path, settings: dict[str, Any]) -> None:
     """Both agents stopped (each writes its checkpoint) and started again with ``settings`` over the lab's
     configuration."""
@@ -415,6 +680,9 @@ def load_step(
         pace=monitor.pace(),
         timelines={n: monitor.samples[-1][n].get("timeline", []) for n in AGENTS} if monitor.samples else {},
         outage=None if outage is None else outage.report(run),
+        window=(monitor.started, monitor.ended),
+        states=dict(monitor.samples[-1]) if len(monitor.samples) > 1 else {},
+        load_at_start=monitor.load_at_start,
     )
 
 
@@ -481,6 +749,38 @@ def lag_records(results: list[Step], args: argparse.Namespace) -> dict[str, dict
     return rows
 
 
+def degrade_record(results: list[Step], args: argparse.Namespace) -> dict[str, Any]:
+    """``--cpu-hog``'s row of BENCHMARKS.md: GeoSync's runs quiet and beside the hog, lag p99, transit p99
+    and the longest round of each (the cell is for reading; ``figures`` has every number)."""
+
+    def cell(step: Step) -> str:
+        f = degrade_figures(step)
+        lag, into_b = f["lag_s"], f["control_transit_into_b_s"]
+        longest = max((f[f"rounds_{a}_s"]["max"] or 0.0 for a in AGENTS), default=0.0)
+
+        def secs(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2f} s"
+
+        return (
+            f"{f'hog {step.hog} %' if step.hog else 'quiet'}: lag p99 {secs(lag['p99'])}, "
+            f"transit a->b p99 {secs(into_b['p99'])}, longest round {longest:.2f} s, load {step.load}"
+        )
+
+    geosync = [step for step in results if step.mode == "geosync"]
+    builtin = [step for step in results if step.mode == "builtin"]
+    subs = ", ".join(f"{n:,}" for n in dict.fromkeys(step.subs for step in results))
+    made: dict[str, Any] = record.make(
+        f"Sync lag, {subs} subscriptions, {args.rate:,.0f} acks/s, quiet and beside a CPU hog "
+        f"(stress-ng --cpu 1 --cpu-load N, issue 46.4)",
+        "; ".join(cell(step) for step in geosync) or "-",
+        "; ".join(cell(step) for step in builtin) or "-",
+        figures={
+            "runs": [{"subs": step.subs, "mode": step.mode, **degrade_figures(step)} for step in results]
+        },
+    )
+    return made
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", type=pathlib.Path, help="use this running lab instead of booting one")
@@ -520,10 +820,18 @@ def main() -> None:
     parser.add_argument(
         "--py-spy", type=pathlib.Path, help="record both agents with py-spy into this directory"
     )
+    parser.add_argument(
+        "--cpu-hog",
+        metavar="LOADS",
+        default="",
+        help="run each step once per load, beside stress-ng --cpu 1 --cpu-load LOAD (percent of one core; 0: "
+        "no hog), e.g. 0,50: quiet then loaded on the same lab, compared in one table",
+    )
     record.add_argument(parser)
     args = parser.parse_args()
     args.shape = failover.load_shape(parser, args)
     outage = Outage.parse(args.restart_under_load)
+    hogs = parse_hogs(args.cpu_hog)
     settings = INTERVALS[args.agent_intervals]
     quiet_clients()
     steps = [int(x) for x in args.steps.split(",") if x]
@@ -540,79 +848,82 @@ def main() -> None:
         )
         results: list[Step] = []
         not_measured: list[tuple[int, str, str]] = []
-        for n in steps:
-            for mode in args.modes.split(","):
-                for _ in range(repeats.get(n, 1) if mode == "geosync" else 1):
-                    fresh = (
-                        None
-                        if outage is None or mode != "geosync"
-                        else Outage(outage.after_s, outage.down_s, settings)
+        runs = [
+            (n, mode, hog)
+            for n in steps
+            for mode in args.modes.split(",")
+            for _ in range(repeats.get(n, 1) if mode == "geosync" else 1)
+            for hog in hogs
+        ]
+        for n, mode, hog in runs:
+            fresh = (
+                None
+                if outage is None or mode != "geosync"
+                else Outage(outage.after_s, outage.down_s, settings)
+            )
+            # The hog's own limit: the step's setup and warm-up as well as its load, with room.
+            hog_ = CpuHog(hog, limit_s=args.duration + HOG_SETUP_S)
+            try:
+                with hog_:
+                    step = load_step(lab_dir, topology, n, mode, args, outage=fresh)
+                step.hog, step.hog_cpu = hog, hog_.report()
+            except pulsar.PulsarException as e:
+                # Reported, and the sweep goes on. PIP-33's 10,000 subscriptions, set up after
+                # GeoSync's step, once stalled Pulsar's replicators to b for a minute; a's agent
+                # unloaded those topics (the lab's replicator_unload_after_s), and the bench's
+                # subscribes on them timed out, which ended the whole run.
+                console.print(f"{n} subs, {mode}: not measured, its setup failed ({type(e).__name__}: {e})")
+                not_measured.append((n, mode, f"setup failed: {type(e).__name__}"))
+                continue
+            results.append(step)
+            beside = f", beside a {hog} % CPU hog" if hog else ""
+            console.print(
+                f"{n} subs, {mode}{beside}: p50 {ms(step.run.lags, 0.5)} p99 {ms(step.run.lags, 0.99)} "
+                f"max {ms(step.run.lags, None)}, {len(step.run.lags)} probes, {step.run.timeouts} "
+                f"not synced in 10 s, {step.run.acked} acks, agent CPU {step.cpu}, RSS {step.rss}, "
+                f"tracked {step.tracked}, load {step.load}"
+            )
+            console.print(f"  pace: {step.pace}")
+            if step.run.warm_up_s is not None:
+                console.print(
+                    f"  warm-up: every subscription existed in b {step.run.warm_up_s:.1f} s after "
+                    "a's consumers had created theirs (the traffic ran meanwhile; not in the figures)"
+                    + (f", then {step.run.settle_s:.0f} s more before measuring" if step.run.settle_s else "")
+                )
+            by_origin = {
+                o: [lag for lag, x in zip(step.run.lags, step.run.origins, strict=True) if x == o]
+                for o in sorted(set(step.run.origins))
+            }
+            if len(by_origin) > 1:
+                console.print(
+                    "  by the message's origin: "
+                    + "; ".join(
+                        f"{o}: p50 {ms(v, 0.5)} p99 {ms(v, 0.99)} max {ms(v, None)} ({len(v)} probes)"
+                        for o, v in by_origin.items()
                     )
-                    try:
-                        step = load_step(lab_dir, topology, n, mode, args, outage=fresh)
-                    except pulsar.PulsarException as e:
-                        # Reported, and the sweep goes on. PIP-33's 10,000 subscriptions, set up after
-                        # GeoSync's step, once stalled Pulsar's replicators to b for a minute; a's agent
-                        # unloaded those topics (the lab's replicator_unload_after_s), and the bench's
-                        # subscribes on them timed out, which ended the whole run.
-                        console.print(
-                            f"{n} subs, {mode}: not measured, its setup failed ({type(e).__name__}: {e})"
-                        )
-                        not_measured.append((n, mode, f"setup failed: {type(e).__name__}"))
-                        continue
-                    results.append(step)
-                    console.print(
-                        f"{n} subs, {mode}: p50 {ms(step.run.lags, 0.5)} p99 {ms(step.run.lags, 0.99)} "
-                        f"max {ms(step.run.lags, None)}, {len(step.run.lags)} probes, {step.run.timeouts} "
-                        f"not synced in 10 s, {step.run.acked} acks, agent CPU {step.cpu}, RSS {step.rss}, "
-                        f"tracked {step.tracked}, load {step.load}"
+                )
+            if step.outage:
+                console.print(f"  restart under load: {step.outage}")
+            if any(hogs):
+                for line in degrade_lines(step):
+                    console.print(line)
+            lags = sorted(step.run.lags)
+            if lags:
+                # The shape of the tail: a p99 of a hundred probes is their second-slowest.
+                p90, p95 = (percentile(lags, q) or 0.0 for q in (0.9, 0.95))
+                console.print(
+                    f"  lags (s): p90 {p90:.2f}, p95 {p95:.2f}; "
+                    f"over 1 s {sum(1 for v in lags if v > 1.0)}, over 2 s "
+                    f"{sum(1 for v in lags if v > 2.0)} of {len(lags)}; slowest (the copy in b first "
+                    "seen after) "
+                    + ", ".join(
+                        f"{lag:.2f} ({copied:.2f})"
+                        for lag, copied in sorted(zip(step.run.lags, step.run.copied, strict=True))[-5:]
                     )
-                    console.print(f"  pace: {step.pace}")
-                    if step.run.warm_up_s is not None:
-                        console.print(
-                            f"  warm-up: every subscription existed in b {step.run.warm_up_s:.1f} s after "
-                            "a's consumers had created theirs (the traffic ran meanwhile; not in the figures)"
-                            + (
-                                f", then {step.run.settle_s:.0f} s more before measuring"
-                                if step.run.settle_s
-                                else ""
-                            )
-                        )
-                    by_origin = {
-                        o: [lag for lag, x in zip(step.run.lags, step.run.origins, strict=True) if x == o]
-                        for o in sorted(set(step.run.origins))
-                    }
-                    if len(by_origin) > 1:
-                        console.print(
-                            "  by the message's origin: "
-                            + "; ".join(
-                                f"{o}: p50 {ms(v, 0.5)} p99 {ms(v, 0.99)} max {ms(v, None)} ({len(v)} probes)"
-                                for o, v in by_origin.items()
-                            )
-                        )
-                    if step.outage:
-                        console.print(f"  restart under load: {step.outage}")
-                    lags = sorted(step.run.lags)
-                    if lags:
-                        # The shape of the tail: a p99 of a hundred probes is their second-slowest.
-                        p90, p95 = (percentile(lags, q) or 0.0 for q in (0.9, 0.95))
-                        console.print(
-                            f"  lags (s): p90 {p90:.2f}, p95 {p95:.2f}; "
-                            f"over 1 s {sum(1 for v in lags if v > 1.0)}, over 2 s "
-                            f"{sum(1 for v in lags if v > 2.0)} of {len(lags)}; slowest (the copy in b first "
-                            "seen after) "
-                            + ", ".join(
-                                f"{lag:.2f} ({copied:.2f})"
-                                for lag, copied in sorted(zip(step.run.lags, step.run.copied, strict=True))[
-                                    -5:
-                                ]
-                            )
-                        )
-                    for probe in sorted(step.run.slow, key=lambda p: p.synced_at - p.acked_at)[-5:]:
-                        console.print(f"  slow probe: {probe.describe()}")
-                        console.print(
-                            f"    overlapping: {overlapping(step, probe.acked_at, probe.synced_at)}"
-                        )
+                )
+            for probe in sorted(step.run.slow, key=lambda p: p.synced_at - p.acked_at)[-5:]:
+                console.print(f"  slow probe: {probe.describe()}")
+                console.print(f"    overlapping: {overlapping(step, probe.acked_at, probe.synced_at)}")
         table = Table(
             "subs",
             "mechanism",
@@ -645,7 +956,11 @@ def main() -> None:
         for n, mode, why in not_measured:
             table.add_row(f"{n:,}", "GeoSync" if mode == "geosync" else "PIP-33", "-", "-", "-", "-", why)
         console.print(table)
-        record.write_each(args.record, lag_records(results, args))
+        if any(hogs):
+            console.print(degrade_table(results))
+            record.write(args.record, degrade_record(results, args))
+        else:
+            record.write_each(args.record, lag_records(results, args))
 
         burst = Table(
             "burst on a fresh topic",

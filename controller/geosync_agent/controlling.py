@@ -104,7 +104,8 @@ class Controlling(Indexing):
             return
         if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
             # Until now, not the round's start: a message may be taken late in the round (``receive again``).
-            self.transit_ms.add(int((now.wall + now.since()) * 1000) - opened.sent_at_ms)
+            taken = now.since()
+            self.transit_ms.add(int((now.wall + taken) * 1000) - opened.sent_at_ms, at=now.mono + taken)
         self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
         if isinstance(admitted, envelopes.Rejected):
             self._reject(admitted)

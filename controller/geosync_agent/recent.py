@@ -10,17 +10,27 @@ import time
 
 
 class Recent:
-    """The last ``keep`` samples (thread-safe); ``percentiles()`` gives p50, p90 and p99 of them."""
+    """The last ``keep`` samples (thread-safe); ``percentiles()`` gives p50, p90 and p99 of them, ``timed()``
+    each with when it was taken (on the machine's monotonic clock, the same in every process on it: a
+    benchmark keeps those of its own load's span, and sees whether they grew through it)."""
 
     def __init__(self, keep: int = 1000) -> None:
         self.keep = keep
         self._values: list[int] = []
+        self._at: list[float] = []
         self._lock = threading.Lock()
 
-    def add(self, value: int) -> None:
+    def add(self, value: int, at: float = 0.0) -> None:
         with self._lock:
             self._values.append(value)
+            self._at.append(at)
             del self._values[: -self.keep]
+            del self._at[: -self.keep]
+
+    def timed(self) -> list[tuple[float, int]]:
+        """The samples kept, oldest first, each as (when it was taken, value)."""
+        with self._lock:
+            return [(round(at, 3), value) for at, value in zip(self._at, self._values, strict=True)]
 
     def percentiles(self) -> dict[str, int]:
         with self._lock:

@@ -65,6 +65,8 @@ def test_a_control_messages_transit_is_measured_when_it_is_taken_not_when_the_ro
     b.agent.round(Now(b.clock, b.clock, clock=lambda: b.clock + 2.5))  # taken 2.5 s into the round
     transit = b.agent.status()["control_transit_ms"]
     assert transit["p50"] == 2_900
+    # with when it was taken, on the monotonic clock (a bench keeps those of its own load's span)
+    assert b.agent.status()["control_transit_recent"] == [(round(b.clock + 2.5, 3), 2_900)]
 
 
 def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_nor_guard() -> None:
