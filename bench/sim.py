@@ -18,6 +18,11 @@ violations by kind. ``--trace`` prints one run's events as it happened (the same
 A campaign: ``--profile`` takes a comma list of profiles or ``all`` (seed N runs the (N mod count)th, so a
 seed replays alone with that profile), ``--jobs`` spreads the seeds over worker processes (the figures and
 failures printed are the same as one process's, in seed order) and ``--progress`` prints how far it is.
+``--journal FILE`` makes a campaign that outlives its process: each seed's outcome is appended to FILE as it
+ends, and a run given the same FILE again runs only the seeds it does not hold yet, then prints the figures
+of all of them (wall time summed over the runs). A journal belongs to one commit and one set of options: a
+run whose code or options differ is refused (run a long campaign from a worktree of its commit, ``git
+worktree add DIR COMMIT``, to go on with it after the tree moved).
 
 Not a ``geoctl`` command: the CLI never imports the agent (an import-linter contract); the simulator runs it.
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import logging
 import multiprocessing
@@ -136,6 +142,53 @@ def run_one(job: Job) -> Outcome:
     )
 
 
+class Journal:
+    """A campaign's outcomes on disk, one JSON line a seed after a header naming the commit and the options
+    (``--journal``): what a killed campaign had done is kept, and a resumed one does only the rest."""
+
+    def __init__(self, path: pathlib.Path, header: dict[str, Any]) -> None:
+        self.path = path
+        self.done: dict[int, Outcome] = {}
+        self.wall_s = 0.0  # of the earlier runs
+        self.runs = 0
+        if path.exists() and path.stat().st_size:
+            self._read(header)
+        else:
+            path.write_text(json.dumps({"journal": 1, **header}) + "\n")
+        self.run = self.runs + 1
+        self._file = path.open("a")
+
+    def _read(self, header: dict[str, Any]) -> None:
+        lines = self.path.read_text().splitlines()
+        first = json.loads(lines[0])
+        theirs = {k: v for k, v in first.items() if k != "journal"}
+        if theirs != header:
+            changed = sorted(k for k in {*theirs, *header} if theirs.get(k) != header.get(k))
+            raise SystemExit(
+                f"--journal {self.path}: written by a campaign with other "
+                + ", ".join(f"{k} ({theirs.get(k)!r}, now {header.get(k)!r})" for k in changed)
+                + ": go on with it from a worktree of its commit with its options, or give another --journal"
+            )
+        walls: dict[int, float] = {}
+        fields = {f.name for f in dataclasses.fields(Outcome)}
+        for line in lines[1:]:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the last line of a run killed while writing it: that seed runs again
+            walls[row["run"]] = max(walls.get(row["run"], 0.0), row["elapsed_s"])
+            self.done[row["seed"]] = Outcome(**{k: v for k, v in row.items() if k in fields})
+        self.wall_s, self.runs = sum(walls.values()), max(walls, default=0)
+
+    def add(self, out: Outcome, elapsed_s: float) -> None:
+        row = {**dataclasses.asdict(out), "run": self.run, "elapsed_s": round(elapsed_s, 1)}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def _quiet_worker() -> None:
     logging.disable(logging.WARNING)
 
@@ -171,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         help="print progress (seeds done, failovers, failures, estimated time left) to stderr this often",
     )
     p.add_argument("--json", type=pathlib.Path, help="write the figures here")
+    p.add_argument(
+        "--journal",
+        type=pathlib.Path,
+        help="append each seed's outcome here as it ends; given again, run only the seeds it lacks (same "
+        "commit and options) and print the figures of all",
+    )
     record.add_argument(p)
     p.add_argument(
         "--claims-from",
@@ -200,6 +259,27 @@ def main(argv: list[str] | None = None) -> int:
         )
         for seed in seeds
     ]
+    journal = None
+    if args.journal is not None:
+        journal = Journal(
+            args.journal,
+            {
+                "commit": record.commit_at_start(),
+                "regions": args.regions,
+                "topics": args.topics,
+                "duration": args.duration,
+                "profiles": profiles,
+                "claims_from": args.claims_from,
+            },
+        )
+    earlier = [journal.done[job.seed] for job in jobs if journal is not None and job.seed in journal.done]
+    jobs = [job for job in jobs if journal is None or job.seed not in journal.done]
+    if journal is not None:
+        print(
+            f"journal {args.journal}: {len(earlier)} of {len(seeds)} seeds done in {journal.runs} earlier "
+            f"run(s) ({journal.wall_s:.0f} s); running {len(jobs)}",
+            file=sys.stderr,
+        )
     failed: list[int] = []
     dups: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -210,8 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     wall0 = last_progress = time.perf_counter()
     pool = multiprocessing.get_context("fork").Pool(args.jobs, _quiet_worker) if args.jobs > 1 else None
     try:
-        outcomes = pool.imap(run_one, jobs, chunksize=4) if pool is not None else map(run_one, jobs)
-        for done, out in enumerate(outcomes, 1):
+        ran = pool.imap(run_one, jobs, chunksize=4) if pool is not None else map(run_one, jobs)
+        for done, out in enumerate(itertools.chain(earlier, ran), 1):
+            if journal is not None and done > len(earlier):
+                journal.add(out, time.perf_counter() - wall0)
             if out.lines:
                 print("\n".join(out.lines), flush=True)
             failovers += out.failovers
@@ -225,11 +307,11 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(out.seed)
                 kinds.update(out.violations)
             now = time.perf_counter()
-            if args.progress and now - last_progress >= args.progress:
+            if args.progress and now - last_progress >= args.progress and done > len(earlier):
                 last_progress = now
-                left = (now - wall0) / done * (len(jobs) - done)
+                left = (now - wall0) / (done - len(earlier)) * (len(seeds) - done)
                 print(
-                    f"[{done}/{len(jobs)} seeds, {failovers} failovers, {len(failed)} failed, "
+                    f"[{done}/{len(seeds)} seeds, {failovers} failovers, {len(failed)} failed, "
                     f"{now - wall0:.0f} s, about {left:.0f} s left]",
                     file=sys.stderr,
                     flush=True,
@@ -237,12 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if pool is not None:
             pool.terminate()
-    wall = time.perf_counter() - wall0
+        if journal is not None:
+            journal.close()
+    wall = time.perf_counter() - wall0 + (journal.wall_s if journal is not None else 0.0)
     n = len(seeds)
     figures: dict[str, Any] = {
         "command": " ".join(["python", "bench/sim.py", *(argv if argv is not None else sys.argv[1:])]),
         "schedules": n,
         "jobs": args.jobs,
+        "runs": journal.run if journal is not None else 1,
         "failed": failed,
         "wall_s": round(wall, 1),
         "schedules_per_s": round(n / wall, 2),
@@ -282,12 +367,13 @@ def campaign_record(figures: dict[str, Any], profiles: list[str], args: argparse
         f"topics, {args.duration:.0f} s of virtual time, profiles {', '.join(profiles)}, claims from "
         f"{args.claims_from} (issue 45)"
     )
+    runs = f" over {figures['runs']} runs of one journal" if figures.get("runs", 1) > 1 else ""
     geosync = (
         f"**{figures['failovers']:,} failovers, {sum(violations.values())} violations** "
         f"{violations or ''} in {len(figures['failed'])} schedule(s); {figures['failovers_per_schedule']} "
         f"failovers and {figures['acks_per_schedule']} acknowledgements per schedule; CPU "
         f"{figures['cpu_per_schedule_s']} s per schedule, wall {figures['wall_s']} s with {args.jobs} "
-        f"job(s); duplicates by cause {figures['duplicates']}"
+        f"job(s){runs}; duplicates by cause {figures['duplicates']}"
     )
     if figures["documented_limits"]:
         geosync += f"; documented limits reached (not failures) {figures['documented_limits']}"

@@ -45,13 +45,16 @@ class ApplyPlan:
     what the cursor already has). ``blocked_by`` is the first entry the mark-delete could not pass
     because it is not indexed yet (``None`` if it stopped at an entry known to be unacknowledged, or at
     the end of the log). ``complete``: false when the walk's budget ran out before the log's end (planning
-    again from the cursor this plan makes may find more)."""
+    again from the cursor this plan makes may find more). ``held``: messages the claims acknowledge that
+    the plan leaves unacknowledged to keep a Key_Shared subscription's per-key order
+    (``keyorder.key_ordered_plan``): a change of the cursor here may free them."""
 
     new_mark_delete: Position | None
     individual_acks: tuple[Position, ...]
     blocked_by: Position | None = None
     batch_acks: Batches = ()
     complete: bool = True
+    held: int = 0
 
     @property
     def is_empty(self) -> bool:

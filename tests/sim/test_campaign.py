@@ -95,3 +95,48 @@ def test_trace_without_one_seed_is_refused(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         SIM.main(["--seeds", "1-3", "--trace"])
     assert "--seed N" in capsys.readouterr().err
+
+
+def test_a_journal_resumes_a_campaign_with_the_figures_of_one_run(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = _figures(tmp_path, "whole", "--seeds", "1-3", "--profile", "faults,jumps")
+    journal = tmp_path / "campaign.jsonl"
+    _figures(tmp_path, "first", "--seeds", "1-2", "--profile", "faults,jumps", "--journal", str(journal))
+    # a run killed while writing its last line: that seed runs again
+    with journal.open("a") as f:
+        f.write('{"seed": 3, "profile": "fau')
+    ran: list[int] = []
+    real = SIM.run_one
+
+    def counted(job: object) -> object:
+        ran.append(job.seed)  # type: ignore[attr-defined]
+        return real(job)
+
+    monkeypatch.setattr(SIM, "run_one", counted)
+    resumed = _figures(
+        tmp_path, "resumed", "--seeds", "1-3", "--profile", "faults,jumps", "--journal", str(journal)
+    )
+    assert ran == [3]
+    for key in (
+        "schedules",
+        "failed",
+        "failovers",
+        "acks_per_schedule",
+        "duplicates",
+        "violations",
+        "profiles",
+    ):
+        assert resumed[key] == whole[key], key
+    assert resumed["runs"] == 2
+    assert whole["runs"] == 1
+
+
+def test_a_journal_of_other_options_is_refused(tmp_path: pathlib.Path) -> None:
+    journal = tmp_path / "campaign.jsonl"
+    _figures(tmp_path, "first", "--seeds", "1", "--journal", str(journal))
+    with pytest.raises(SystemExit) as refused:
+        SIM.main([*SHORT, "--seeds", "1-2", "--topics", "3", "--journal", str(journal)])
+    message = str(refused.value.code)
+    assert "topics (2, now 3)" in message
+    assert "worktree" in message
