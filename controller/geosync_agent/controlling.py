@@ -332,14 +332,25 @@ class Controlling(Indexing):
                 f"subscription {state.name!r} was rewound and its claims start again, from entries forgotten "
                 f"up to {ts.tail.index.floor}"
             )
+        feed = self.feed
         log.info(
-            "%s on %s was %s here: its claims start again from this cursor (generation %d)",
+            "%s on %s was %s here: its claims start again from this cursor (generation %d); judged %s; "
+            "feed: epoch %s, seq %d, %s, acknowledgements %s",
             state.name,
             state.topic,
             "created again"
             if rewind.recreated
             else f"rewound from {rewind.seen and rewind.seen.mark_delete} to {cursor.mark_delete}",
             state.generation,
+            generations.describe(rewind, cursor),
+            feed.epoch[:8] or "-",
+            feed.seq,
+            "answered this round"
+            if feed.read_at == rewind.at
+            else f"last answered {rewind.at - feed.read_at:.2f} s before"
+            if feed.read_at >= 0
+            else "never answered",
+            "claimed" if self.claims_acknowledgements() else "not claimed",
         )
         return True
 

@@ -18,6 +18,7 @@ replaces the claims held and has the cursor followed before it claims anything.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from enum import Enum
 
@@ -64,6 +65,61 @@ class Rewound:
     """The cursor is the first of a subscription created again (not a move back)."""
     seen: AckState | None
     """What this source showed acknowledged before."""
+    source: str = ""
+    """Who showed the cursor going back ("feed", "poll", "write")."""
+    seen_by: tuple[str, float] | None = None
+    """Which source last changed ``seen`` and when (``Subscription.seen_by``; None for the feed's own)."""
+    at: float = 0.0
+    """When (monotonic seconds) it was judged."""
+
+
+LACKING_SHOWN = 3
+"""Ranges of what was seen and is missing now named in a rewind's log line (the rest are counted)."""
+
+
+def lacking(seen: AckState, now: AckState) -> tuple[list[str], int]:
+    """The parts of ``seen`` (its mark-delete, its ranges; batch indexes left out) that ``now`` does not
+    acknowledge whole: the first LACKING_SHOWN as text, and how many there are. What a rewind was judged
+    by, for its log line (``covers_whole`` says only whether there are any)."""
+    shown: list[str] = []
+    count = 0
+    if seen.mark_delete > now.mark_delete:
+        count += 1
+        shown.append(f"up to {seen.mark_delete} (mark-delete)")
+    mine = now.ranges.ranges
+    for r in seen.ranges.ranges:
+        if r.upper <= now.mark_delete:
+            continue
+        # As ``AckState.covers_whole`` judges it: inside the first range of ``now`` ending at or above it.
+        i = bisect.bisect_left(
+            mine, (r.upper.ledger, r.upper.entry), key=lambda m: (m.upper.ledger, m.upper.entry)
+        )
+        if i == len(mine) or mine[i].lower > r.lower:
+            count += 1
+            if len(shown) < LACKING_SHOWN:
+                shown.append(str(r))
+    return shown, count
+
+
+def describe(rewind: Rewound, cursor: AckState) -> str:
+    """One bounded line on what a rewind was judged by: the view compared against (its source and age),
+    the one that lacks some of it, and the first of what it lacks."""
+    seen = rewind.seen
+    if seen is None:
+        return f"on a {rewind.source or 'view'}: the subscription was created again"
+    whole = AckState.of(cursor.mark_delete, cursor.ranges) if cursor.batches else cursor
+    shown, count = lacking(seen, whole)
+    by = rewind.seen_by
+    origin = "the feed's last report" if rewind.source == "feed" else "nothing recorded"
+    if by is not None and rewind.source != "feed":
+        origin = f"a {by[0]} {rewind.at - by[1]:.2f} s before"
+    more = f" and {count - len(shown)} more" if count > len(shown) else ""
+    return (
+        f"on a {rewind.source}: the view from {origin} (mark-delete {seen.mark_delete}, "
+        f"{len(seen.ranges)} ranges) acknowledged what this one (mark-delete {cursor.mark_delete}, "
+        f"{len(cursor.ranges)} ranges, {len(cursor.batches)} partial batches) lacks: "
+        f"{', '.join(shown) or 'nothing whole'}{more}"
+    )
 
 
 def rewound(
@@ -78,6 +134,7 @@ def rewound(
     md = cursor.mark_delete
     whole = AckState.of(md, cursor.ranges) if cursor.batches else cursor
     seen = state.seen_feed if source == "feed" else state.seen_any
+    seen_by = None if source == "feed" else state.seen_by
     if source == "feed":
         state.seen_feed = whole
     any_ = state.seen_any
@@ -85,18 +142,21 @@ def rewound(
     state.seen_any = (
         whole if any_ is None or source != "feed" or whole.covers_whole(any_) else any_.merge(whole)
     )
+    if state.seen_any is not any_:
+        state.seen_by = (source, now_mono)
     recreated, state.recreated = state.recreated, False
     if not recreated and (seen is None or whole.covers_whole(seen)):
         return None
     state.planned = None  # the cursor may be back where it was planned from before: plan again
     if not state.active:
-        return Rewound(Rewind.PASSIVE, recreated, seen)
+        return Rewound(Rewind.PASSIVE, recreated, seen, source, seen_by, now_mono)
     own = state.reset_to
     if not recreated and own is not None and now_mono < own[1] and (own[0] is None or md >= own[0]):
-        return Rewound(Rewind.OWN, recreated, seen)
+        return Rewound(Rewind.OWN, recreated, seen, source, seen_by, now_mono)
     new_generation(state, max(state.generation + 1, int(now_wall * 1000)))
     state.seen_feed = state.seen_any = whole
-    return Rewound(Rewind.NEW_GENERATION, recreated, seen)
+    state.seen_by = (source, now_mono)
+    return Rewound(Rewind.NEW_GENERATION, recreated, seen, source, seen_by, now_mono)
 
 
 class Taken(Enum):

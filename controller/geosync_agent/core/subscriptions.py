@@ -124,6 +124,9 @@ class Subscription:
     seen_any: AckState | None = None
     """The whole entries shown acknowledged since the last rewind, by the feed, a poll or a write: a poll or
     a write result that lacks some is a rewind (everything seen before either happened before it)."""
+    seen_by: tuple[str, float] | None = None
+    """Which source ("feed", "poll", "write") last changed ``seen_any``, and when (monotonic seconds): told
+    in the log when a rewind is declared against it."""
     recreated: bool = False
     """Created again after it was deleted here: its first cursor starts a new generation."""
     fed: tuple[tuple[object, ...], AckState] | None = None
