@@ -52,7 +52,7 @@ def status(agent: Agent) -> dict[str, Any]:
         "discovery_seconds_max": round(max(agent.discovery_seconds, default=0.0), 3),
         "timeline": agent.timeline.report(),
         "control_transit_ms": agent.transit_ms.percentiles(),
-        # [when taken (monotonic s), ms] of the last 1,000: whether transit grew over a span, not only its tail
+        # [when taken (monotonic s), ms] of the last 1,000: did transit grow over a span, not only its tail
         "control_transit_recent": agent.transit_ms.timed(),
         "guard": {t: dict(g.highest) for t, g in list(agent.guards.items())},
         "deleted_here": [f"{s.topic} / {s.name}" for s in list(agent.subs.values()) if s.deleted_here],
