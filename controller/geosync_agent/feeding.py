@@ -42,6 +42,7 @@ class Feeding(Controlling):
             # names each acknowledgement once: batch indexes acknowledged while the agent was down would
             # then be known to no poll (a poll cannot see them) and never claimed.
             return {}
+        self.feed.held_looks.clear()
         try:
             acked = self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS
             feed = self.effector.call(calls.PluginFeed(self.feed.seq, self.feed.epoch, acked=acked))
@@ -164,7 +165,8 @@ class Feeding(Controlling):
     ) -> None:
         """Add the answer's ``acked`` blocks to what consumers were seen acknowledging, per subscription
         (``core.acknowledged``), and have those whose set grew published again (into ``out``, with the cursor
-        held). A batch whose entry the tail has not read yet (its size unknown) waits for a later read.
+        held where the answer reported none: ``Feed.held_looks``, not judged for a rewind). A batch whose
+        entry the tail has not read yet (its size unknown) waits for a later read.
         A block for a subscription not tracked here yet (its namespace not discovered yet, its topic not yet
         seen) is held for it up to tuning.HELD_ACKED_S: the plugin hands a block over once, and dropping it
         lost those acknowledgements for good (claims made of the cursor had the next poll to fall back on).
@@ -212,4 +214,7 @@ class Feeding(Controlling):
             if grown != state.acked:
                 state.acked = grown
                 if state.cursor is not None:
-                    out.setdefault(block.topic, {}).setdefault(block.subscription, state.cursor)
+                    looks = out.setdefault(block.topic, {})
+                    if block.subscription not in looks:  # no report of it: the cursor held (held_looks)
+                        looks[block.subscription] = state.cursor
+                        self.feed.held_looks.add(key)

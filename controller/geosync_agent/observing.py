@@ -161,13 +161,21 @@ class Observing(Feeding):
         moved: list[Subscription] = []
         cursor_set = self.subs.cursor_set.pop(topic, None)  # set elsewhere (writes) since the last look
         reported = states if polled else self.subs.existing(topic, cursors)  # not all: their cost at 10,000
+        held_looks = self.feed.held_looks
         for state in reported:
             cursor = cursors.get(state.name)
             if cursor is None:
                 continue
+            # A cursor held here, looked at again for the acknowledgements the feed brought, is nothing the
+            # broker showed: neither judged nor remembered as seen. Held from before a broker restart, it
+            # had become what was seen, acknowledgements the crash lost included, and the poll of the same
+            # round a rewind nobody made (lab chaos seed 29869).
+            held = not polled and (topic, state.name) in held_looks
             rewind = (
                 None
-                if self.snapshots.covers(topic) or not self.judges_rewinds("poll" if polled else "feed", now)
+                if held
+                or self.snapshots.covers(topic)
+                or not self.judges_rewinds("poll" if polled else "feed", now)
                 else generations.rewound(
                     state, cursor, source="poll" if polled else "feed", now_mono=now.mono, now_wall=now.wall
                 )

@@ -12,7 +12,7 @@ from geosync_core import envelopes, pacing, pluginapi
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState
+from geosync_core.rangesets import AckState, Range, RangeSet
 from tests.agent.fakes import Harness, message
 from tests.agent.pairs import (
     A_LOG,
@@ -281,3 +281,45 @@ def test_a_rewind_taken_before_the_feed_answers_is_followed_only_where_claims_ar
         assert not restarted.agent.claims_acknowledgements()
         assert restarted.agent.stats.counters["cursors_rewound"] == 1
         assert ("reset", TOPIC, SUB, (B_LOG[0].ledger, B_LOG[0].entry)) in b.region.calls
+
+
+def test_the_cursor_held_from_before_a_broker_restart_is_not_taken_as_the_new_runs_view() -> None:
+    """The feed's first answer after a broker restart carries what consumers acknowledged since (``acked``)
+    but no report of the cursor (it waits for the tail or a publish pause): the agent had its held cursor,
+    from before the restart, looked at again with them, as if the feed had reported it. The restart had
+    just cleared what was seen; the held cursor became it, with the acknowledgements the broker lost in its
+    crash, and the poll the restart asked for, in the same round, lacked them: a new generation in the
+    region where the subscription is consumed, the other regions' claims dropped, and a final move out of
+    it never judged safe (lab chaos seed 29869 on b7ca85e, twice: 'rewound from 92:585 to 92:2124' 2.6 s
+    after b's broker came back, the first feed answer of its new run 0.2 s before)."""
+    a, _ = pair()
+    epoch = ["epoch-1"]
+    acked: list[pluginapi.AckedSet] = []
+    real = a.region.plugin_feed
+
+    def feed(*, since: int, epoch_: str = "", acked_: bool = True) -> pluginapi.Feed:
+        answer = real(since=since, epoch=epoch_, acked=acked_)
+        blocks, acked[:] = tuple(acked), []
+        return replace(answer, epoch=epoch[0], acked=blocks)
+
+    a.region.plugin_feed = lambda *, since, epoch="", acked=True: feed(  # type: ignore[method-assign]
+        since=since, epoch_=epoch, acked_=acked
+    )
+    a.step()  # the feed answers with acknowledgements: claims are made of them
+    a.region.consumer_acks(TOPIC, SUB, [A_LOG[0], A_LOG[1], A_LOG[3]])
+    acked.append(pluginapi.AckedSet(TOPIC, SUB, RangeSet.of([Range(Position(5, -1), A_LOG[1])])))
+    acked.append(pluginapi.AckedSet(TOPIC, SUB, RangeSet.of([Range.single(A_LOG[3])])))
+    a.step()
+    state = a.agent.subs[(TOPIC, SUB)]
+    assert state.active
+    assert state.cursor == AckState.of(A_LOG[1]).ack(A_LOG[3])
+    generation = state.generation
+    # The broker is killed before it persisted 5:3 and comes back (a new epoch); a consumer acknowledges
+    # 5:2 again (re-delivered) before the feed's first answer, which names no cursor of it.
+    epoch[0] = "epoch-2"
+    a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[2])
+    acked.append(pluginapi.AckedSet(TOPIC, SUB, RangeSet.of([Range.single(A_LOG[2])])))
+    a.step(0.01)
+    assert a.agent.stats.counters["cursor_polls"] >= 1
+    assert a.agent.stats.counters["rewinds"] == 0
+    assert state.generation == generation
