@@ -43,7 +43,7 @@ from geosync_agent.core import mirror as core
 from geosync_agent.core import mirrorevents as ev
 from geosync_agent.core import mirroring as machine
 from geosync_core import deletions, envelopes, policies
-from geosync_sim import running, schedules
+from geosync_sim import harness, running, schedules
 from geosync_sim.policystores import ROOT, PolicyStores, Stored, clusters_of
 from geosync_sim.schedules import Schedule, Step
 from geosync_sim.world import WALL0
@@ -307,7 +307,7 @@ class Simulation(running.Simulation):
         self.stores.trace = self.trace
         for r in self.stores.regions.values():
             r.skew_ms = rng.randint(-300, 300)
-        keys = running.keys_for(schedule.regions)
+        keys = harness.keys_for(schedule.regions)
         self.mirrors = {r: Shell(self.stores, r, keys[r], regions) for r in regions}
         self.operators = Operators(self.stores, regions)
         self.drained = False

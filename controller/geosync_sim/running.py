@@ -2,147 +2,46 @@
 time.
 
 Why here and not in the agent's shell: the shell reads clocks and starts threads (``supervising``); this loop
-does what the shell does, deterministically: it runs a discovery pass every ``DISCOVER_S`` (or when the agent
-asks for one), a round every ``ROUND_S`` with ``Now`` set from virtual time (without meters: no work costs
-CPU or time, so no plan or publish is ever heavy; the agent's parts read no clock of their own), delivers
-readers' messages between rounds, performs effects inline (the ``Effector`` tells sends' outcomes at virtual
-time), and takes the agent's checkpoint every ``CHECKPOINT_S`` as its checkpoint task would. An agent crash
-drops the agent (no graceful close) and closes its readers; the restart builds a new one, restored from the
-last checkpoint or not. Every agent has its region's incarnation, as one configured with the region's
-ZooKeeper has (``geosync_agent.incarnating``): created when the region's life began, a new one after a
-rebuild, whose agent starts with no checkpoint (it was kept in the wiped region).
+does what the shell does, deterministically (the agents themselves are built by ``harness``): it runs a
+discovery pass every ``DISCOVER_S`` (or when the agent asks for one), a round every ``ROUND_S`` with ``Now``
+set from virtual time (without meters: no work costs CPU or time, so no plan or publish is ever heavy; the
+agent's parts read no clock of their own), delivers readers' messages between rounds, performs effects inline
+(the ``Effector`` tells sends' outcomes at virtual time), and takes the agent's checkpoint every
+``CHECKPOINT_S`` as its checkpoint task would. An agent crash drops the agent (no graceful close) and closes
+its readers; the restart builds a new one, restored from the last checkpoint or not. Every agent has its
+region's incarnation, as one configured with the region's ZooKeeper has (``geosync_agent.incarnating``):
+created when the region's life began, a new one after a rebuild, whose agent starts with no checkpoint (it was
+kept in the wiped region).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import os
 import random
-import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from geosync_agent import checkpointing, discovering
-from geosync_agent import effects as fx
-from geosync_agent.config import AgentConfig
-from geosync_agent.runtime import ROUND_ERRORS, Agent, Now
-from geosync_core import envelopes
+from geosync_agent import checkpointing
+from geosync_agent.runtime import ROUND_ERRORS, Now
 from geosync_core.incarnations import Incarnation
+from geosync_sim import harness
 from geosync_sim.apps import App, Apps
 from geosync_sim.checking import LIMITS, Checker, Violation
-from geosync_sim.ports import SimAdmin, SimMessaging
+from geosync_sim.harness import MONO0, NAMESPACE, AgentHook, Life, keys_for
 from geosync_sim.schedules import Schedule, Step, partitions_of
 from geosync_sim.world import WALL0, Ident, Msg, World
 
-NAMESPACE = "geo/sim"
 TICK_S = 0.05
 ROUND_S = 0.25
 APP_S = 0.2
 DISCOVER_S = 5.0
 CHECKPOINT_S = 10.0
-MONO0 = 1000.0
 TAIL_S = 20.0
 """Quiet seconds after the schedule's end: traffic stops, consumers keep consuming, agents keep syncing."""
-
-_KEYS: dict[tuple[str, ...], dict[str, envelopes.Keys]] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class HashSigner:
-    """A region's key in the simulator: a keyed BLAKE2b of the message (the agent's ``envelopes.Signer``).
-
-    Why not Ed25519 as in the agent's composition root (``geosync_adapters.signing``): verifying one took
-    ~150 us, about a tenth of a simulated schedule's CPU (every region reads every envelope). What the
-    simulated faults exercise is kept: an envelope signed by no region's key, altered after signing, or
-    signed by one region's key for another is refused as Ed25519 refuses it. What is lost, a verifier
-    holding public keys only, is tested against the real signer elsewhere (``tests/adapters/test_signing.py``,
-    ``tests/core/test_envelopes.py``). Signatures are as long as Ed25519's (64 bytes, hex)."""
-
-    key_id: str
-    secret: bytes = field(repr=False)
-
-    def sign(self, message: bytes) -> str:
-        return hashlib.blake2b(message, key=self.secret, digest_size=64).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class HashVerifier:
-    secret: bytes = field(repr=False)
-
-    def verify(self, message: bytes, sig: str) -> bool:
-        return sig == hashlib.blake2b(message, key=self.secret, digest_size=64).hexdigest()
-
-
-def keys_for(regions: tuple[str, ...]) -> dict[str, envelopes.Keys]:
-    """Signing keys per region (``HashSigner``), made once per process (the secrets are drawn from the OS:
-    keys never show in a trace, and signatures do not change what any agent decides)."""
-    if regions not in _KEYS:
-        signers = {region: HashSigner(f"{region}-test", os.urandom(32)) for region in regions}
-        keyring = envelopes.Keyring.of(
-            {region: {s.key_id: HashVerifier(s.secret)} for region, s in signers.items()}
-        )
-        _KEYS[regions] = {region: envelopes.Keys(s, keyring) for region, s in signers.items()}
-    return _KEYS[regions]
-
-
-class InlineExecutor(Executor):
-    """Runs submitted work at once on the caller's thread: effects complete within the round."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as e:
-            future.set_exception(e)
-        return future
-
-    def map(
-        self,
-        fn: Callable[..., Any],
-        *iterables: Iterable[Any],
-        timeout: float | None = None,
-        chunksize: int = 1,
-    ) -> Iterator[Any]:
-        """``Executor.map`` without a ``Future`` per item (each makes a lock and a condition: the agent maps
-        its polls, reads and writes over every topic due, every round): every call is made at once, and the
-        results come in order, the first error raised where its result would be."""
-        outcomes: list[tuple[bool, Any]] = []
-        for args in zip(*iterables, strict=False):
-            try:
-                outcomes.append((True, fn(*args)))
-            except BaseException as e:
-                outcomes.append((False, e))
-
-        def results() -> Iterator[Any]:
-            for ok, value in outcomes:
-                if not ok:
-                    raise value
-                yield value
-
-        return results()
-
-
-AgentHook = Callable[["Life"], None]
-"""Called on each agent's life as it starts (the checker's tests use it to break an agent on purpose)."""
-
-
-@dataclass
-class Life:
-    """One region's agent, while it runs."""
-
-    region: str
-    agent: Agent
-    messaging: SimMessaging
-    admin: SimAdmin
-    phase: float
-    next_round: float = 0.0
-    next_discovery: float = 0.0
 
 
 @dataclass
@@ -256,46 +155,25 @@ class Simulation:
         return Now(MONO0 + t, WALL0 + t)
 
     def _start(self, region: str, t: float, *, restore: bool, phase: float) -> Life:
-        config = AgentConfig(
-            region=region,
-            admin_url=f"http://{region}-broker:8080",
-            service_url=f"pulsar://{region}-broker:6650",
-            namespaces=(NAMESPACE,),
-            mirror_policies=False,
-            claims_from=self.schedule.claims_from,
-        )
-        messaging = SimMessaging(self.world, region)
-        admin = SimAdmin(self.world, region)
-        effector = fx.Effector(
-            admin_factory=lambda: admin,
-            messaging=messaging,
-            pool=InlineExecutor(),
-            clock=lambda: MONO0 + self.world.now,
-        )
         now = self.now(t)
         restored = restore and region in self.checkpoints
         if not restored:
             self.journals[region] = checkpointing.Journal()  # a lost checkpoint: its journal went with it
-        agent = Agent(
-            config,
+        life = harness.start(
+            self.world,
+            region,
+            now,
+            claims_from=self.schedule.claims_from,
             keys=self.keys[region],
-            effector=effector,
-            messaging=messaging,
-            discovered=discovering.Latest(),
-            rediscover=threading.Event(),
-            wake=threading.Event(),
+            journal=self.journals[region],
             first_seq=int(now.wall * 1_000_000) + self.seq,
             rng=random.Random(self.rng.random()),
-            started_ms=now.wall_ms,
             incarnation=self.incarnation(region),
-            journal=self.journals[region],
+            checkpoint=self.checkpoints[region] if restored else None,
+            at=t,
+            phase=phase,
         )
         self.seq += 1
-        effector.on_sent = agent.on_sent
-        if restored:
-            agent.restore(self.checkpoints[region], now)
-        agent.checkpoint_at = math.inf  # this loop writes them (every CHECKPOINT_S, or when the agent asks)
-        life = Life(region, agent, messaging, admin, phase, next_round=t + phase, next_discovery=t)
         if self.hook is not None:
             self.hook(life)
         return life
@@ -306,15 +184,8 @@ class Simulation:
         return Incarnation(int((WALL0 + r.born) * 1000), f"sim-{region}-{r.life}")
 
     def _discover(self, life: Life, t: float) -> None:
-        mono = MONO0 + t
-        views = discovering.PluginTopics(life.admin, clock=lambda: mono)
-        try:
-            found = discovering.scan(life.admin, life.agent.config, now=mono, views=views)
-        except ROUND_ERRORS:
-            return
-        life.agent.discovered.put(found)
-        life.agent.rediscover.clear()
-        life.next_discovery = t + DISCOVER_S
+        if harness.discover(life, MONO0 + t):
+            life.next_discovery = t + DISCOVER_S
 
     # -- steps --------------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
-from geosync_sim.running import InlineExecutor  # runs effects on the round's thread
+from geosync_sim.harness import InlineExecutor  # runs effects on the round's thread
 
 KEYS = signing.in_memory(("a", "b", "c"))
 """Each test region's signing key, and one keyring that lists them all."""

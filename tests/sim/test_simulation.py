@@ -10,7 +10,7 @@ import pytest
 
 from geosync_core import envelopes, pluginapi
 from geosync_core.positions import Position
-from geosync_sim import running, schedules
+from geosync_sim import harness, running, schedules
 from geosync_sim.checking import Checker
 from geosync_sim.world import Ident, Msg
 
@@ -104,9 +104,9 @@ def test_key_shared_order_is_judged_against_what_the_new_region_still_holds() ->
 
 
 def test_the_simulators_keys_refuse_what_ed25519_refuses() -> None:
-    """The simulator signs with a keyed hash (``running.HashSigner``), not Ed25519: an envelope altered after
+    """The simulator signs with a keyed hash (``harness.HashSigner``), not Ed25519: an envelope altered after
     signing, signed by one region's key for another or by a key no region lists is still refused."""
-    keys = running.keys_for(("a", "b", "c"))
+    keys = harness.keys_for(("a", "b", "c"))
     envelope = envelopes.Envelope(kind="k", region="a", seq=1, sent_at_ms=0, payload={"n": 1})
     wire = envelopes.seal(keys["a"].signer, envelope)
     opened = envelopes.open_envelope(keys["b"].keyring, wire)
@@ -122,7 +122,7 @@ def test_the_simulators_keys_refuse_what_ed25519_refuses() -> None:
     assert envelopes.open_envelope(keys["b"].keyring, as_other) == envelopes.Rejected(
         envelopes.Reason.FOREIGN_KEY
     )
-    stranger = running.HashSigner("a-test", b"not a's secret")
+    stranger = harness.HashSigner("a-test", b"not a's secret")
     assert envelopes.open_envelope(keys["b"].keyring, envelopes.seal(stranger, envelope)) == (
         envelopes.Rejected(envelopes.Reason.BAD_SIGNATURE)
     )
