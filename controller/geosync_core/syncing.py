@@ -129,26 +129,17 @@ def plan_apply(
     return _plan_by_entry(index, local, remote, stretches, size_of=size_of, budget=budget)
 
 
-def _plan_whole(
-    index: OriginIndex, local: AckState, remote: OriginAcks, stretches: Stretches, *, budget: int | None
-) -> ApplyPlan:
-    """``plan_apply`` where ``local`` holds no partly acknowledged entry and ``remote`` claims none: an entry
-    is acknowledged iff the cursor holds it or its origin lies in a claimed span, so each stretch the cursor
-    lacks is cut, along the index's runs and the claims' spans over their origins, into pieces that are
-    claimed whole or not at all, and each piece is taken at once (the budget counts its entries)."""
-    mark_delete: tuple[int, int] | None = None
-    individual: list[Position] = []
-    blocked_by: Position | None = None
-    advancing = True
-    complete = True
+def _pieces(local: AckState, stretches: Stretches) -> Iterator[tuple[bool, int, int, int]]:
+    """The entries of ``stretches`` above ``local``'s mark-delete, in order, as pieces ``(held, ledger,
+    first, last)`` of one stretch each: held whole by the cursor (up to a range's end) or not held whole
+    (up to the next range's start). Both walks of ``plan_apply`` go over these; a walk that stops inside a
+    piece it does not hold stops there for good (the budget), so the next piece is never read."""
+    # Positions as integers (Position's generated comparisons cost a call each), the local ranges followed
+    # with a cursor instead of searched per piece.
     previous = (-2, -2)
     floor = (local.mark_delete.ledger, local.mark_delete.entry)
     ranges = [(r.lower.ledger, r.lower.entry, r.upper.ledger, r.upper.entry) for r in local.ranges]
     at, count = 0, len(ranges)
-    left = -1 if budget is None else budget
-    spans_of = dict(remote.by_region)
-    # Pieces of the stretch being walked that the cursor lacks: (first, last, claimed, indexed).
-    pieces: list[tuple[int, int, bool, bool]] = []
     for ledger, first, last in stretches.items:
         if first > last or (ledger, first) <= previous:
             raise ValueError(
@@ -163,38 +154,60 @@ def _plan_whole(
             while at < count and (ranges[at][2], ranges[at][3]) < here:
                 at += 1
             if at < count and (ranges[at][0], ranges[at][1]) < here:
-                # Acknowledged here, whole, up to the range's end: nothing to write; the mark-delete may pass.
                 end = last if ranges[at][2] > ledger else min(last, ranges[at][3])
-                if advancing:
-                    mark_delete = (ledger, end)
-                entry = end + 1
-                continue
+                yield True, ledger, entry, end
+            else:
+                end = last if at >= count or ranges[at][0] > ledger else min(last, ranges[at][1])
+                yield False, ledger, entry, end
+            entry = end + 1
+
+
+def _plan_whole(
+    index: OriginIndex, local: AckState, remote: OriginAcks, stretches: Stretches, *, budget: int | None
+) -> ApplyPlan:
+    """``plan_apply`` where ``local`` holds no partly acknowledged entry and ``remote`` claims none: an entry
+    is acknowledged iff the cursor holds it or its origin lies in a claimed span, so each stretch the cursor
+    lacks is cut, along the index's runs and the claims' spans over their origins, into pieces that are
+    claimed whole or not at all, and each piece is taken at once (the budget counts its entries)."""
+    mark_delete: tuple[int, int] | None = None
+    individual: list[Position] = []
+    blocked_by: Position | None = None
+    advancing = True
+    complete = True
+    left = -1 if budget is None else budget
+    spans_of = dict(remote.by_region)
+    # Pieces of the stretch being walked that the cursor lacks: (first, last, claimed, indexed).
+    pieces: list[tuple[int, int, bool, bool]] = []
+    for held, ledger, first, last in _pieces(local, stretches):
+        if held:
+            # Acknowledged here, whole: nothing to write; the mark-delete may pass.
+            if advancing:
+                mark_delete = (ledger, last)
+            continue
+        if left == 0:
+            complete = False
+            break  # the budget is spent: the walk (and the mark-delete) stops before this entry
+        pieces.clear()
+        _cut(index, spans_of, pieces, ledger=ledger, first=first, last=last)
+        entry = first
+        for lo, hi, claimed, indexed in pieces:
             if left == 0:
-                complete = False
-                break  # the budget is spent: the walk (and the mark-delete) stops before this entry
-            gap_end = last if at >= count or ranges[at][0] > ledger else min(last, ranges[at][1])
-            pieces.clear()
-            _cut(index, spans_of, pieces, ledger=ledger, first=entry, last=gap_end)
-            for lo, hi, claimed, indexed in pieces:
-                if left == 0:
-                    complete = False
-                    break
-                take = hi - lo + 1 if left < 0 else min(hi - lo + 1, left)
-                if claimed:
-                    if advancing:
-                        mark_delete = (ledger, lo + take - 1)
-                    else:
-                        individual.extend(Position(ledger, e) for e in range(lo, lo + take))
-                elif advancing:
-                    advancing = False
-                    blocked_by = None if indexed else Position(ledger, lo)
-                if left > 0:
-                    left -= take
-                entry = lo + take
-            if not complete:
                 break
-        if not complete:
-            break
+            take = hi - lo + 1 if left < 0 else min(hi - lo + 1, left)
+            if claimed:
+                if advancing:
+                    mark_delete = (ledger, lo + take - 1)
+                else:
+                    individual.extend(Position(ledger, e) for e in range(lo, lo + take))
+            elif advancing:
+                advancing = False
+                blocked_by = None if indexed else Position(ledger, lo)
+            if left > 0:
+                left -= take
+            entry = lo + take
+        if entry <= last:
+            complete = False
+            break  # the budget ran out in this piece
     new_mark_delete = None if mark_delete is None else Position(*mark_delete)
     return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, (), complete)
 
@@ -262,47 +275,26 @@ def _plan_by_entry(
     batches: list[tuple[Position, BatchAcks]] = []
     blocked_by: Position | None = None
     advancing = True
-    # Positions as integers (Position's generated comparisons cost a call each), the local ranges followed
-    # with a cursor instead of searched per entry.
-    previous = (-2, -2)
-    floor = (local.mark_delete.ledger, local.mark_delete.entry)
-    ranges = [(r.lower.ledger, r.lower.entry, r.upper.ledger, r.upper.entry) for r in local.ranges]
-    at, count = 0, len(ranges)
     left = -1 if budget is None else budget
     partial_keys = [(p.ledger, p.entry) for p, _ in local.batches]
-    hot_until = -1  # entries of the current ledger up to here are walked one by one (see _quiet)
     complete = True
-    for ledger, first, last in stretches.items:
-        if first > last or (ledger, first) <= previous:
-            raise ValueError(
-                f"log not in increasing order: {Position(*previous)} then {Position(ledger, first)}"
-            )
-        previous = (ledger, last)
-        hot_until = -1
-        if (ledger, last) <= floor:
+    for held, ledger, first, last in _pieces(local, stretches):
+        if held:
+            # Acknowledged here, whole: nothing to write; the mark-delete may pass.
+            if advancing:
+                mark_delete = (ledger, last)
             continue
-        entry = floor[1] + 1 if ledger == floor[0] and first <= floor[1] else first
+        entry = first
+        hot_until = -1  # entries of this piece up to here are walked one by one (see _quiet)
         while entry <= last:
-            here = (ledger, entry)
-            while at < count and (ranges[at][2], ranges[at][3]) < here:
-                at += 1
-            if at < count and (ranges[at][0], ranges[at][1]) < here:
-                # Acknowledged here, whole, up to the range's end: nothing to write; the mark-delete may pass.
-                end = last if ranges[at][2] > ledger else min(last, ranges[at][3])
-                if advancing:
-                    mark_delete = (ledger, end)
-                entry = end + 1
-                continue
             if left == 0:
-                complete = False
                 break  # the budget is spent: the walk (and the mark-delete) stops before this entry
             if entry > hot_until:
-                # Not held here: pass over the entries nothing could acknowledge (no claim about their
-                # origin, whole or in part, and not held here in part) in one step, as the rule below would
-                # one by one: they stop the mark-delete and change nothing else. A subscription's backlog
-                # is mostly such entries, and a plan is made for every claim received.
-                gap_end = last if at >= count or ranges[at][0] > ledger else min(last, ranges[at][1])
-                quiet_end, hot_until = _quiet(index, remote, partial_keys, at=(ledger, entry), end=gap_end)
+                # Pass over the entries nothing could acknowledge (no claim about their origin, whole or in
+                # part, and not held here in part) in one step, as the rule below would one by one: they
+                # stop the mark-delete and change nothing else. A subscription's backlog is mostly such
+                # entries, and a plan is made for every claim received.
+                quiet_end, hot_until = _quiet(index, remote, partial_keys, at=(ledger, entry), end=last)
                 if quiet_end >= entry:
                     take = quiet_end - entry + 1 if left < 0 else min(quiet_end - entry + 1, left)
                     if advancing:
@@ -314,6 +306,7 @@ def _plan_by_entry(
                     entry += take
                     continue
             left -= 1
+            here = (ledger, entry)
             p = Position(ledger, entry)
             entry += 1
             origin = index.origin_of(p)
@@ -344,7 +337,8 @@ def _plan_by_entry(
                 if advancing:
                     advancing = False
                     blocked_by = p if origin is None else None
-        if left == 0 and entry <= last:
+        if entry <= last:
+            complete = False
             break
     new_mark_delete = None if mark_delete is None else Position(*mark_delete)
     return ApplyPlan(new_mark_delete, tuple(individual), blocked_by, tuple(batches), complete)
