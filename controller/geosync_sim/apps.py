@@ -73,7 +73,7 @@ class Apps:
             # The application subscribes with its own initial position: Earliest.
             w.create_subscription(region, app.topic, app.sub, app.kind, latest=False, cause="consumer")
         s = w.regions[region].subs[(app.topic, app.sub)]
-        s.consumers = 1
+        s.consumers, s.dispatched = 1, True
         s.next_read = s.cursor.md + 1
         app.region, app.pending, app.held = region, [], {}
 

@@ -258,12 +258,13 @@ class Checker:
         if region in self.no_plugin or ack_region in self.no_plugin:
             return "admin-path"
         if kind == "Key_Shared":
-            # The per-key minimum: a message of the key and origin given to consumers before this one and not
-            # acknowledged by the failover holds this one back (the order of two origins' messages differs
-            # between regions' logs: decision 0016).
+            # The per-key minimum: an earlier message of the key and origin (in the origin's order, which is
+            # every log's: decision 0016) given to consumers and not acknowledged by the failover holds this
+            # one back. Given before or after this one was first: a rebuilt region's new life never had the
+            # messages its old life had received, and its consumers were given the later ones first.
             for earlier in self.first_by_key.get((topic, msg.key, ident[0]), {}):
-                if earlier == ident:
-                    break
+                if earlier >= ident:
+                    continue
                 got = self.consumer_acked.get((topic, sub, earlier))
                 if got is None or got[0] > failed_over:
                     return "key-order-held"

@@ -156,3 +156,7 @@ class Subscription:
     persisted: Cursor | None = None
     """The cursor as its broker last wrote it to the cursor ledger (what a broker killed leaves)."""
     persisted_at: float = -1e9
+    dispatched: bool = False
+    """A consumer connected since the topic was loaded: the broker made the subscription's dispatcher, whose
+    type the stats report; until then they report ``None`` (``PersistentSubscription`` makes its dispatcher
+    in ``addConsumer`` and reads the type off it). A region where nobody consumed does not know the type."""

@@ -110,7 +110,7 @@ class SimAdmin:
         self._topic(topic)
         subs = {
             name: {
-                "type": s.kind,
+                "type": s.kind if s.dispatched else "None",
                 "isDurable": True,
                 "consumers": [{"consumerName": f"app-{i}"} for i in range(s.consumers)],
             }
