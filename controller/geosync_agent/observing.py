@@ -157,7 +157,7 @@ class Observing(Feeding):
         next one. A poll cannot see batch indexes: it keeps the partly acknowledged batches the feed or a
         write last reported above the polled mark-delete (acknowledgements are never taken back), unless the
         topic was ``reloaded`` since: then none are taken as acknowledged, and the claims write them again."""
-        changed = False
+        changed = doubted = False
         moved: list[Subscription] = []
         cursor_set = self.subs.cursor_set.pop(topic, None)  # set elsewhere (writes) since the last look
         reported = states if polled else self.subs.existing(topic, cursors)  # not all: their cost at 10,000
@@ -180,7 +180,17 @@ class Observing(Feeding):
                     state, cursor, source="poll" if polled else "feed", now_mono=now.mono, now_wall=now.wall
                 )
             )
-            rewound = rewind is not None and self._took_rewind(state, rewind, cursor)
+            unconfirmed = rewind is not None and rewind.kind is generations.Rewind.UNCONFIRMED
+            if unconfirmed:
+                doubted = True
+                self.stats.inc("polls_unconfirmed")
+                log.info(
+                    "%s on %s: read again before it is judged a rewind; %s",
+                    state.name,
+                    topic,
+                    generations.describe(rewind, cursor) if rewind is not None else "",
+                )
+            rewound = rewind is not None and not unconfirmed and self._took_rewind(state, rewind, cursor)
             if rewound:
                 state.acked = None  # acknowledged before the rewind: maybe delivered again, not claimed
             if (
@@ -194,6 +204,8 @@ class Observing(Feeding):
                 cursor = cursor.ack_batches(state.cursor.batches)
             if reloaded:
                 state.planned = None  # planned from what the broker may have forgotten: write it again
+            if unconfirmed:
+                continue  # not taken: the next poll, due at once, shows whether it was read mid-move
             if cursor != state.cursor:
                 changed = True
                 moved.append(state)
@@ -240,6 +252,8 @@ class Observing(Feeding):
                 # The new schedule replaced the one ``_publish`` set for states acknowledged during a publish
                 # pause: the poll that ends the earliest pause publishes them.
                 ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, *paused))
+            if doubted:
+                ts.poll = replace(ts.poll, next_at=now.mono)  # read again next round (``rewound``)
 
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
         try:

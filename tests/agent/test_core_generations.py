@@ -72,6 +72,7 @@ def test_a_rewind_says_what_it_was_judged_by_in_one_bounded_line() -> None:
     wide = at(2).ack(*(Position(5, e) for e in range(4, 400, 2)))
     assert see(state, wide, "write", now=10.0) is None
     assert see(state, at(3).ack(Position(5, 4)), "feed", now=10.5) is None  # the feed's own, merged
+    assert see(state, at(3), "poll", now=11.0) is Rewind.UNCONFIRMED  # read again first
     rewind = generations.rewound(state, at(3), source="poll", now_mono=11.0, now_wall=NOW_MS / 1000)
     assert rewind is not None
     assert rewind.kind is Rewind.NEW_GENERATION
@@ -97,10 +98,32 @@ def test_the_agents_own_rewind_seen_late_is_not_taken_for_a_new_one() -> None:
     state = active()
     see(state, at(6), "poll")
     state.reset_to = (Position(5, 2), 40.0)  # the agent rewound it to 5:2, settling until 40 s
-    assert see(state, at(3), "poll", now=20.0) is Rewind.OWN
+    assert see(state, at(3), "write", now=20.0) is Rewind.OWN
     assert state.generation == 3
-    see(state, at(6), "poll", now=21.0)
-    assert see(state, at(1), "poll", now=22.0) is Rewind.NEW_GENERATION  # below where the agent put it
+    see(state, at(6), "write", now=21.0)
+    assert see(state, at(1), "write", now=22.0) is Rewind.NEW_GENERATION  # below where the agent put it
+
+
+def test_a_poll_that_lacks_what_was_seen_is_believed_only_when_the_next_one_does_too() -> None:
+    """``internalStats`` reads a cursor's mark-delete before its ranges: a poll while the mark-delete moves
+    from 5:1 to 5:6 (a hole acknowledged) can show 5:1 with the ranges above 5:6 only, lacking 5:3 and 5:5,
+    acknowledged all along (lab chaos seed 93910: 'rewound from 167:3 to 167:3' 0.1 s after a Key_Shared
+    consumer subscribed and was given its hole again). The next poll shows the move; a rewind stays."""
+    state = active()
+    assert see(state, at(1).ack(Position(5, 3), Position(5, 5), Position(5, 8)), "poll", now=1.0) is None
+    torn = at(1).ack(Position(5, 8))
+    assert see(state, torn, "poll", now=2.0) is Rewind.UNCONFIRMED
+    assert state.generation == 3
+    assert state.seen_any == at(1).ack(Position(5, 3), Position(5, 5), Position(5, 8))  # not the torn view
+    assert see(state, at(6).ack(Position(5, 8)), "poll", now=3.0) is None
+    assert state.generation == 3
+    # A rewind: the next poll lacks it too, and it is judged then.
+    assert see(state, at(2), "poll", now=4.0) is Rewind.UNCONFIRMED
+    assert see(state, at(2), "poll", now=5.0) is Rewind.NEW_GENERATION
+    assert state.generation == NOW_MS
+    # Other sources are believed at once: the plugin reads the ranges before the mark-delete.
+    assert see(state, at(7), "write", now=6.0) is None
+    assert see(state, at(3), "write", now=7.0) is Rewind.NEW_GENERATION
 
 
 def test_a_subscription_created_again_starts_a_new_generation_with_its_first_cursor() -> None:

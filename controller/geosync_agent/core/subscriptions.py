@@ -127,6 +127,9 @@ class Subscription:
     seen_by: tuple[str, float] | None = None
     """Which source ("feed", "poll", "write") last changed ``seen_any``, and when (monotonic seconds): told
     in the log when a rewind is declared against it."""
+    poll_doubted: bool = False
+    """The last poll judged lacked whole entries seen acknowledged before: not believed until the next poll
+    (``core.generations.rewound``)."""
     recreated: bool = False
     """Created again after it was deleted here: its first cursor starts a new generation."""
     fed: tuple[tuple[object, ...], AckState] | None = None
