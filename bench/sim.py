@@ -45,7 +45,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import record
 
-from geosync_sim import checking, policies, running, schedules
+from geosync_sim import checking, policies, running, schedules, shrinking
 
 
 def seeds_of(text: str) -> list[int]:
@@ -124,7 +124,7 @@ def run_one(job: Job) -> Outcome:
         if job.shrink and job.profile == "policies":
             lines.append("  (--shrink does not run the policy mirrors yet: replay with --trace)")
         elif job.shrink:
-            small = running.shrink(result)
+            small = shrinking.shrink(result)
             lines.append(f"  shrunk from {len(schedule.steps)} to {len(small.schedule.steps)} steps:")
             lines += [f"    {step}" for step in small.schedule.steps if step.kind != "produce"]
             lines.append(f"    (and {sum(s.kind == 'produce' for s in small.schedule.steps)} produce steps)")

@@ -431,6 +431,4 @@ def run(schedule: Schedule, *, trace: bool = False, hook: AgentHook | None = Non
     return Simulation(schedule, trace=trace, hook=hook).run()
 
 
-from geosync_sim.shrinking import shrink  # noqa: E402  (it runs schedules: imported last)
-
-__all__ = ["AgentHook", "Life", "Result", "Simulation", "partitions_of", "run", "shrink"]
+__all__ = ["AgentHook", "Life", "Result", "Simulation", "partitions_of", "run"]

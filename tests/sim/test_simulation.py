@@ -10,7 +10,7 @@ import pytest
 
 from geosync_core import envelopes, pluginapi
 from geosync_core.positions import Position
-from geosync_sim import harness, running, schedules
+from geosync_sim import harness, running, schedules, shrinking
 from geosync_sim.checking import Checker
 from geosync_sim.world import Ident, Msg
 
@@ -76,7 +76,7 @@ def test_a_failing_schedule_shrinks_to_fewer_steps_that_still_fail() -> None:
     schedule = replace(schedule, plugin=(True, True))
     failed = running.run(schedule, hook=overreach)
     assert failed.failed
-    small = running.shrink(failed, budget=30, hook=overreach)
+    small = shrinking.shrink(failed, budget=30, hook=overreach)
     assert small.kinds() & failed.kinds()
     assert len(small.schedule.steps) < len(schedule.steps)
 
