@@ -496,11 +496,12 @@ def in_window(step: Step, at: float) -> int | None:
     return min(2, int(3 * (at - began) / (ended - began)))
 
 
-def transits(step: Step, agent: str) -> list[tuple[int, float]]:
-    """Control messages taken by ``agent`` during the measured load: (third, seconds in transit)."""
+def transits(step: Step, agent: str, kind: str = "transit") -> list[tuple[int, float]]:
+    """Control messages taken by ``agent`` during the measured load: (third, seconds in transit, or with
+    ``kind`` ``queued`` of that the seconds they waited in its inbox for its loop)."""
     state = step.states.get(agent) or {}
     taken = []
-    for at, ms_ in state.get("control_transit_recent") or []:
+    for at, ms_ in state.get(f"control_{kind}_recent") or []:
         third = in_window(step, float(at))
         if third is not None:
             taken.append((third, float(ms_) / 1000))
@@ -560,6 +561,11 @@ def degrade_figures(step: Step) -> dict[str, Any]:
             "p50_by_third": [percentile([v for t, v in taken if t == k], 0.5) for k in range(3)],
             "max_by_third": [max((v for t, v in taken if t == k), default=None) for k in range(3)],
         }
+        queued = transits(step, agent, "queued")
+        figures[f"control_queued_in_{agent}_s"] = {
+            **summary([v for _, v in queued]),
+            "max_by_third": [max((v for t, v in queued if t == k), default=None) for k in range(3)],
+        }
         figures[f"rounds_{agent}_s"] = {
             "p99_last_200": state.get("round_seconds_p99"),
             "max_last_200": state.get("round_seconds_max"),
@@ -578,6 +584,7 @@ def degrade_table(results: list[Step]) -> Table:
         "probes synced (not in 10 s)",
         "transit a->b p50 / p99 / max",
         "transit b->a p50 / p99 / max",
+        "of which queued for the loop, p99 / max: in b | in a",
         "rounds a p99 / max",
         "rounds b p99 / max",
         "agent CPU s / 1,000 acks",
@@ -604,6 +611,10 @@ def degrade_table(results: list[Step]) -> Table:
             f"{len(step.run.lags)} ({step.run.timeouts})",
             three(f["control_transit_into_b_s"]),
             three(f["control_transit_into_a_s"]),
+            " | ".join(
+                " / ".join("-" if q[k] is None else f"{q[k]:.2f}" for k in ("p99", "max"))
+                for q in (f["control_queued_in_b_s"], f["control_queued_in_a_s"])
+            ),
             rounds("a"),
             rounds("b"),
             f"{f['agent_cpu_s_per_1000_acks']:.3f}",
@@ -617,10 +628,12 @@ def degrade_lines(step: Step) -> list[str]:
     lines = []
     for agent, other in (("b", "a"), ("a", "b")):
         taken = transits(step, agent)
+        queued = transits(step, agent, "queued")
         rounds = long_rounds(step, agent)
         lines.append(
             f"  by third of the load, {agent}: transit {other}->{agent} p50 {by_third(taken, 0.5)}, max "
-            f"{by_third(taken, None)} ({len(taken)} messages); rounds of 0.25 s or more: "
+            f"{by_third(taken, None)} ({len(taken)} messages); queued for the loop (every message read) p50 "
+            f"{by_third(queued, 0.5)}, max {by_third(queued, None)}; rounds of 0.25 s or more: "
             f"{' / '.join(str(sum(1 for t, _ in rounds if t == k)) for k in range(3))}, max "
             f"{by_third(rounds, None)}"
         )

@@ -14,6 +14,7 @@ import os
 import pathlib
 import socket
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -113,6 +114,9 @@ class Received:
     """Messages in the entry, for a message of a batch, as the client read it from the entry's metadata
     (None: not a batch, or a client that does not say). Messages of one batch reach a reader one by one, so
     counting them as they come gives the size only once the last one is in."""
+    read_at: float = 0.0
+    """When the client handed it to this process's listener, on the machine's monotonic clock (0: not known,
+    e.g. the simulator's): how long it then waited for the agent's loop is measured from it."""
 
     @property
     def source_position(self) -> Position | None:
@@ -136,6 +140,7 @@ def received(msg: Any) -> Received:
         producer=msg.producer_name(),
         ordering_key=msg.ordering_key() or "",
         batch_size=batch_size_of(mid.serialize()) if mid.batch_index() >= 0 else None,
+        read_at=time.monotonic(),
     )
 
 

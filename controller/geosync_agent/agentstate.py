@@ -306,6 +306,9 @@ class AgentState:
         """The pause after each round (``pacing.CpuBudget``)."""
         self.transit_ms = Recent()
         """Recent control messages' time from sending (by the peer) to receipt here, for /state."""
+        self.queued_ms = Recent()
+        """Recent control messages' time from the reader's hand-over to the loop taking them (of their
+        transit, what waited on the loop: a long round), for /state."""
         self.ownership = (
             owning.Ownership(
                 config.region,

@@ -55,6 +55,9 @@ class Controlling(Indexing):
                 if tail.last is not None and message.position <= tail.last:
                     continue  # read before the restart (the reader resumes at the last entry read)
                 tail.last = message.position
+                if message.read_at:
+                    taken = now.mono + now.since()
+                    self.queued_ms.add(round((taken - message.read_at) * 1000), at=taken)
                 self.handle_control(message.data, topic=topic, now=now)
         self._track_claimed(now)
 

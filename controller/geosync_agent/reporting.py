@@ -54,6 +54,9 @@ def status(agent: Agent) -> dict[str, Any]:
         "control_transit_ms": agent.transit_ms.percentiles(),
         # [when taken (monotonic s), ms] of the last 1,000: did transit grow over a span, not only its tail
         "control_transit_recent": agent.transit_ms.timed(),
+        # of that transit, the time in the inbox until the loop took them (every message read, ours too)
+        "control_queued_ms": agent.queued_ms.percentiles(),
+        "control_queued_recent": agent.queued_ms.timed(),
         "guard": {t: dict(g.highest) for t, g in list(agent.guards.items())},
         "deleted_here": [f"{s.topic} / {s.name}" for s in list(agent.subs.values()) if s.deleted_here],
         "parked": [f"{s.topic} / {s.name}" for s in list(agent.subs.values()) if s.parked],

@@ -3,6 +3,8 @@ misplaced), transit times, two agents of one region, claims split, paced and res
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from geosync_agent.core import tuning
@@ -67,6 +69,27 @@ def test_a_control_messages_transit_is_measured_when_it_is_taken_not_when_the_ro
     assert transit["p50"] == 2_900
     # with when it was taken, on the monotonic clock (a bench keeps those of its own load's span)
     assert b.agent.status()["control_transit_recent"] == [(round(b.clock + 2.5, 3), 2_900)]
+
+
+def test_the_time_a_control_message_waited_for_the_loop_is_measured_from_the_readers_hand_over() -> None:
+    """Of a control message's transit, the part it spent in the inbox: from when the client handed it over
+    (``Received.read_at``, the monotonic clock) until the loop took it (here 2.5 s into a round that began
+    0.3 s after it was read)."""
+    _, b = pair()
+    b.clock += 1.0
+    read_at = b.clock - 0.3
+    envelope = envelopes.Envelope(
+        kind=envelopes.ACK_STATES,
+        region="a",
+        seq=1,
+        sent_at_ms=int(b.clock * 1000),
+        payload=envelopes.encode_ack_states([], region="a"),
+    )
+    data = envelopes.seal(KEYS["a"].signer, envelope)
+    b.messaging.deliver(CONTROL, replace(message(CONTROL, Position(78, 0), data=data), read_at=read_at))
+    b.agent.round(Now(b.clock, b.clock, clock=lambda: b.clock + 2.5))
+    assert b.agent.status()["control_queued_ms"]["p50"] == 2_800
+    assert b.agent.status()["control_queued_recent"] == [(round(b.clock + 2.5, 3), 2_800)]
 
 
 def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_nor_guard() -> None:

@@ -158,6 +158,7 @@ def test_transit_and_rounds_are_those_of_the_measured_load_by_third() -> None:
     b = {
         # taken before the load (its warm-up), in each third, and after it
         "control_transit_recent": [[95.0, 9000], [101.0, 100], [105.0, 200], [108.0, 5000], [111.0, 7000]],
+        "control_queued_recent": [[101.0, 50], [108.0, 4000]],
         "timeline": [
             {"kind": "round", "began": 99.0, "seconds": 8.0},
             {"kind": "round", "began": 102.0, "seconds": 0.5},
@@ -174,6 +175,7 @@ def test_transit_and_rounds_are_those_of_the_measured_load_by_third() -> None:
     assert into_b["n"] == 3
     assert into_b["max"] == 5.0
     assert into_b["max_by_third"] == [0.1, 0.2, 5.0]
+    assert figures["control_queued_in_b_s"]["max_by_third"] == [0.05, None, 4.0]
     rounds = figures["rounds_b_s"]
     assert rounds["long_rounds"] == 2  # the warm-up's 8 s round and the discovery pass are not rounds of it
     assert rounds["max_by_third"] == [0.5, None, 2.0]
