@@ -22,17 +22,17 @@ from collections.abc import Callable
 import record
 
 from geosync_adapters import signing
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.origins import OriginAcks, Span
 
 
 def envelope(states: int, spans: int) -> envelopes.Envelope:
     acks = OriginAcks.of({r: [Span(100 + i, 0, 5) for i in range(spans)] for r in "abc"})
     batch = [
-        envelopes.AckStateMessage(f"persistent://t/ns/topic-{i}", "sub", "a", acks) for i in range(states)
+        ackstates.AckStateMessage(f"persistent://t/ns/topic-{i}", "sub", "a", acks) for i in range(states)
     ]
-    payload = envelopes.encode_ack_states(batch, region="a")
-    return envelopes.Envelope(kind=envelopes.ACK_STATES, region="a", seq=1, sent_at_ms=0, payload=payload)
+    payload = ackstates.encode_ack_states(batch, region="a")
+    return envelopes.Envelope(kind=ackstates.ACK_STATES, region="a", seq=1, sent_at_ms=0, payload=payload)
 
 
 def median_us(work: Callable[[], object], rounds: int) -> float:

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from geosync_adapters import messaging
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.origins import OriginAcks, Span
 from geosync_lab import labs
 from integration_tests.helpers import Lab, consume_all, produce, read_all, wait_for
@@ -371,8 +371,8 @@ def test_forged_and_garbage_control_messages_change_nothing(lab: Lab, unique: st
     # A claim that everything of a's ledgers 0..10^6 was acknowledged, signed with a shared HMAC key as
     # earlier releases did (version 1, refused whatever the key), unsigned, altered after signing, and
     # garbage: none may move b's cursor.
-    claim = envelopes.encode_ack_state(topic, sub, region="a", acks=_everything())
-    forged = envelopes.Envelope(kind=envelopes.ACK_STATE, region="a", seq=2**62, sent_at_ms=0, payload=claim)
+    claim = ackstates.encode_ack_state(topic, sub, region="a", acks=_everything())
+    forged = envelopes.Envelope(kind=ackstates.ACK_STATE, region="a", seq=2**62, sent_at_ms=0, payload=claim)
     legacy = {**forged.fields(), "version": envelopes.LEGACY_VERSION}
     shared_key = envelopes.canonical(
         {**legacy, "sig": hmac.new(b"k" * 32, envelopes.canonical(legacy), hashlib.sha256).hexdigest()}
@@ -413,12 +413,12 @@ def test_genuine_messages_copied_onto_a_control_topic_do_not_block_its_claims(la
         kind="policy-event", region="a", seq=2**62, sent_at_ms=0, payload={"path": "/x"}
     )
     elsewhere = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region="a",
         seq=2**62 + 1,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_states(
-            [envelopes.AckStateMessage(f"persistent://geo/abc/x-{unique}", "s", "a", _everything())],
+        payload=ackstates.encode_ack_states(
+            [ackstates.AckStateMessage(f"persistent://geo/abc/x-{unique}", "s", "a", _everything())],
             region="a",
         ),
     )
@@ -449,11 +449,11 @@ def test_replayed_old_control_message_is_rejected(lab: Lab, unique: str) -> None
     )
     before = _agent_state(lab, "b")["counters"].get("control_rejected_replayed", 0)
     old = envelopes.Envelope(
-        kind=envelopes.ACK_STATE,
+        kind=ackstates.ACK_STATE,
         region="a",
         seq=1,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_state(
+        payload=ackstates.encode_ack_state(
             f"persistent://geo/ab/x-{unique}", "s", region="a", acks=_everything()
         ),
     )

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 
 from geoctl.cli import main
 from geosync_adapters import signing
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_lab import labs
 from integration_tests.helpers import Lab, consume_all, produce, wait_for
 from integration_tests.helpers import agent_state as _agent_state
@@ -133,11 +133,11 @@ def test_rotating_a_regions_key_while_syncing_keeps_failover_exact(lab: Lab, uni
     # A genuine claim signed with the dropped key now changes nothing: the one refusal expected.
     old = signing.load_signer(keys_dir / f"{old_id}.key", old_id)
     claim = envelopes.Envelope(
-        kind=envelopes.ACK_STATE,
+        kind=ackstates.ACK_STATE,
         region="a",
         seq=time.time_ns() // 1000 + 10**9,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_state(topic, sub, region="a", acks=_everything()),
+        payload=ackstates.encode_ack_state(topic, sub, region="a", acks=_everything()),
     )
     produce(lab.service_url("a"), f"persistent://geo/ab/{labs.CONTROL_TOPIC}", [envelopes.seal(old, claim)])
     wait_for(

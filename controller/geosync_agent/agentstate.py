@@ -50,14 +50,7 @@ from geosync_agent.discovering import Discovered, Latest
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import CallTimes, PhaseTimes, Recent, Timeline
 from geosync_agent.tailing import Tail
-from geosync_core import (
-    envelopes,
-    pacing,
-    pluginapi,
-    replicators,
-    resolving,
-    syncing,
-)
+from geosync_core import ackstates, envelopes, pacing, pluginapi, replicators, resolving, syncing
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks
@@ -165,7 +158,7 @@ class AgentState:
         """This region's incarnation (``geosync_core.incarnations``; None: no ZooKeeper, no guard)."""
         self.incarnations = Known({config.region: incarnation} if incarnation else {})
         """The newest incarnation known of each region (this one's own included), each from its own region."""
-        self.waiting: dict[tuple[str, Incarnation], deque[envelopes.AckStateMessage]] = {}
+        self.waiting: dict[tuple[str, Incarnation], deque[ackstates.AckStateMessage]] = {}
         """Claims about a life of a region the region has not announced here yet (``_learn_incarnations``)."""
         self.waiting_count = 0
         self.announce_at: dict[str, float] = {}
@@ -237,7 +230,7 @@ class AgentState:
         self.unretained: tuple[str, ...] = ()  # synced namespaces without retention (discovering.retains)
         self.claimed_untracked: dict[str, tuple[float, float]] = {}
         """Topics claims named that are not tracked here yet -> (next lookup, give up after), monotonic."""
-        self.outgoing: dict[str, list[envelopes.AckStateMessage]] = {}
+        self.outgoing: dict[str, list[ackstates.AckStateMessage]] = {}
         """States to publish at the end of the observe step, per namespace."""
         self.ready = False
         self.round_done_at: float | None = None

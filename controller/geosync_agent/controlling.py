@@ -24,10 +24,7 @@ from geosync_agent.core import generations, reports, sealing, tuning
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.discovering import namespace_of, synced
 from geosync_agent.indexing import Indexing
-from geosync_core import (
-    envelopes,
-    incarnations,
-)
+from geosync_core import ackstates, envelopes, incarnations
 from geosync_core.capabilities import Capability
 from geosync_core.incarnations import Incarnation
 from geosync_core.positions import Position
@@ -94,11 +91,11 @@ class Controlling(Indexing):
         # Validated whole before the replay guard moves: a genuine envelope of another kind (a policy
         # event) or of another namespace copied here by someone with produce permission only must neither
         # act nor push the guard past the sender's next sequence number (its claims would be refused).
-        decoded = envelopes.decode_ack_states(opened)
+        decoded = ackstates.decode_ack_states(opened)
         if isinstance(decoded, envelopes.Rejected):
             self._reject(decoded)
             return
-        tags = envelopes.incarnations_of(opened)
+        tags = ackstates.incarnations_of(opened)
         if isinstance(tags, envelopes.Rejected):
             self._reject(tags)
             return
@@ -145,7 +142,7 @@ class Controlling(Indexing):
                     self._take_claims(self._of_known_incarnations(message, {sender: key[1]}), now)
 
     def _wait_for_incarnations(
-        self, waiting: dict[tuple[str, Incarnation], envelopes.AckStateMessage]
+        self, waiting: dict[tuple[str, Incarnation], ackstates.AckStateMessage]
     ) -> None:
         """Keep claims about a life of a region that the region has not announced here yet, until it has;
         at most ``tuning.MAX_WAITING_CLAIMS`` (the oldest go first: their sender's next resync says them
@@ -252,8 +249,8 @@ class Controlling(Indexing):
         )
 
     def _of_known_incarnations(
-        self, message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None
-    ) -> envelopes.AckStateMessage:
+        self, message: ackstates.AckStateMessage, tags: dict[str, Incarnation] | None
+    ) -> ackstates.AckStateMessage:
         """``message`` with its claims made about the incarnations known here (``core.reports``), counted
         when that changed them."""
         known = reports.of_known_incarnations(message, tags, self.incarnations)
@@ -261,7 +258,7 @@ class Controlling(Indexing):
             self.stats.inc("claims_stale_incarnation")
         return known
 
-    def _take_claims(self, message: envelopes.AckStateMessage, now: Now) -> None:
+    def _take_claims(self, message: ackstates.AckStateMessage, now: Now) -> None:
         # The sender's rules may differ (another version or configuration): what is not synced here, a
         # broker's own subscription among them, is never written from claims.
         if not synced(self.config, message.topic, message.subscription):
@@ -388,7 +385,7 @@ class Controlling(Indexing):
                 sends.append(fx.Publish(self._control_topic(namespace), data, "incarnation_announcements"))
         return sends
 
-    def _sealed(self, states: list[envelopes.AckStateMessage], now: Now) -> list[bytes]:
+    def _sealed(self, states: list[ackstates.AckStateMessage], now: Now) -> list[bytes]:
         """``states`` as signed control messages (``core.sealing``), numbered after the last ones sent."""
         sealed = sealing.seal(
             states,

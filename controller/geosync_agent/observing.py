@@ -27,11 +27,7 @@ from geosync_agent.core.subscriptions import (
 )
 from geosync_agent.discovering import namespace_of
 from geosync_agent.feeding import Feeding
-from geosync_core import (
-    claiming,
-    envelopes,
-    pacing,
-)
+from geosync_core import ackstates, claiming, pacing
 from geosync_core.capabilities import Capability
 from geosync_core.rangesets import AckState
 
@@ -355,7 +351,7 @@ class Observing(Feeding):
         note_heavy(self.heavy_publishes_by, state, took)
         state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
         self.outgoing.setdefault(namespace, []).append(
-            envelopes.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
+            ackstates.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
         )
         state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
         return True

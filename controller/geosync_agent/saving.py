@@ -22,11 +22,7 @@ from geosync_agent.core.subscriptions import (
 from geosync_agent.discovering import partition_of
 from geosync_agent.tailing import Tail
 from geosync_agent.writing import Writing
-from geosync_core import (
-    envelopes,
-    pacing,
-    pluginapi,
-)
+from geosync_core import ackstates, pacing, pluginapi
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks
 from geosync_core.positions import Position
@@ -86,7 +82,7 @@ class Saving(Writing):
         """``acks`` as the checkpoint writes them, encoded once for as long as they do not change (claims are
         immutable values: most of 10,000 subscriptions' claims are the same objects as at the last one)."""
         hit = self.acks_wire.get(id(acks))
-        wire = hit[1] if hit is not None and hit[0] is acks else envelopes.acks_to_json(acks)
+        wire = hit[1] if hit is not None and hit[0] is acks else ackstates.acks_to_json(acks)
         self.acks_wire_next[id(acks)] = (acks, wire)
         return wire
 

@@ -4,7 +4,7 @@ between them by hand."""
 
 from __future__ import annotations
 
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.incarnations import Incarnation
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks
@@ -50,7 +50,7 @@ def states_sent(sender: Harness) -> list[tuple[str, OriginAcks]]:
     for data in sender.sent_on(CONTROL):
         opened = envelopes.open_envelope(sender.agent.keys.keyring, data)
         assert isinstance(opened, envelopes.Envelope)
-        decoded = envelopes.decode_ack_states(opened)
+        decoded = ackstates.decode_ack_states(opened)
         assert not isinstance(decoded, envelopes.Rejected)
         out.extend((m.subscription, m.acks) for m in decoded)
     return out
@@ -83,7 +83,7 @@ def acknowledge_on_a_new_subscription(a: Harness, name: str) -> None:
 
 def sealed(
     sender: str,
-    states: list[envelopes.AckStateMessage],
+    states: list[ackstates.AckStateMessage],
     *,
     seq: int,
     incarnations: dict[str, Incarnation] | None = None,
@@ -91,10 +91,10 @@ def sealed(
     """An envelope of ``states`` (``sender``'s own) as an agent of ``sender`` sends it, signed with its test
     key; ``incarnations``: the lives of regions it names (None: an agent from before incarnations)."""
     envelope = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region=sender,
         seq=seq,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_states(states, region=sender, incarnations=incarnations),
+        payload=ackstates.encode_ack_states(states, region=sender, incarnations=incarnations),
     )
     return envelopes.seal(KEYS[sender].signer, envelope)

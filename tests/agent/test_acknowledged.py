@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from geosync_agent.core import acknowledged, checkpoint
 from geosync_agent.core.acknowledged import NOTHING, absorb, own_part
 from geosync_agent.core.subscriptions import Subscription
-from geosync_core import envelopes
+from geosync_core import ackstates
 from geosync_core.batches import BatchAcks
 from geosync_core.pluginapi import AckedSet, BatchState
 from geosync_core.positions import Position
@@ -176,7 +176,7 @@ def _wire(sub: Subscription) -> dict[str, object]:
         json.dumps(
             {
                 **checkpoint.subscription_fields(sub),
-                "received": envelopes.acks_to_json(sub.received),
+                "received": ackstates.acks_to_json(sub.received),
                 "published": None,
                 "cursor": None if sub.cursor is None else checkpoint.cursor_to_wire(sub.cursor),
             }

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from geosync_agent import checkpointing, runtime, supervising
 from geosync_agent.core import tuning
 from geosync_agent.runtime import Now
-from geosync_core import envelopes, pacing
+from geosync_core import ackstates, pacing
 from geosync_core.positions import Position
 from tests.agent.fakes import Harness, message
 from tests.agent.pairs import A_LOG, B_LOG, SUB, TOPIC, carry, pair
@@ -249,7 +249,7 @@ def test_claims_are_encoded_once_while_they_do_not_change(tmp_path: pathlib.Path
     b.agent.save_checkpoint(b.now())
     first = b.agent.checkpoint()["subscriptions"]
     (item,) = [s for s in first if s["name"] == SUB]
-    assert item["received"] == envelopes.acks_to_json(state.received)
+    assert item["received"] == ackstates.acks_to_json(state.received)
     assert item["received"] is b.agent.acks_wire[id(state.received)][1]  # from the last checkpoint
     b.agent.save_checkpoint(b.now())
     assert b.agent.checkpoint()["subscriptions"] == first

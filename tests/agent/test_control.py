@@ -9,7 +9,7 @@ import pytest
 
 from geosync_agent.core import tuning
 from geosync_agent.runtime import Now
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
@@ -55,11 +55,11 @@ def test_a_control_messages_transit_is_measured_when_it_is_taken_not_when_the_ro
     sent_ms = int(b.clock * 1000) - 400  # 400 ms before the round began
     b.agent.started_ms = sent_ms - 1000  # sent after the agent started: not history read again
     envelope = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region="a",
         seq=sent_ms * 1000,
         sent_at_ms=sent_ms,
-        payload=envelopes.encode_ack_states([], region="a"),
+        payload=ackstates.encode_ack_states([], region="a"),
     )
     b.messaging.deliver(
         CONTROL, message(CONTROL, Position(78, 0), data=envelopes.seal(KEYS["a"].signer, envelope))
@@ -79,11 +79,11 @@ def test_the_time_a_control_message_waited_for_the_loop_is_measured_from_the_rea
     b.clock += 1.0
     read_at = b.clock - 0.3
     envelope = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region="a",
         seq=1,
         sent_at_ms=int(b.clock * 1000),
-        payload=envelopes.encode_ack_states([], region="a"),
+        payload=ackstates.encode_ack_states([], region="a"),
     )
     data = envelopes.seal(KEYS["a"].signer, envelope)
     b.messaging.deliver(CONTROL, replace(message(CONTROL, Position(78, 0), data=data), read_at=read_at))
@@ -101,13 +101,13 @@ def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_
         kind="policy-event", region="a", seq=2**62, sent_at_ms=0, payload={"path": "/x"}
     )
     elsewhere = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region="a",
         seq=2**62 + 1,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_states(
+        payload=ackstates.encode_ack_states(
             [
-                envelopes.AckStateMessage(
+                ackstates.AckStateMessage(
                     "persistent://geo/abc/orders", SUB, "a", OriginAcks.of({"a": [Span(5, 0, 5)]})
                 )
             ],

@@ -21,7 +21,7 @@ from geosync_agent.core.subscriptions import (
     claim_size,
     forgettable_floor,
 )
-from geosync_core import envelopes, pacing
+from geosync_core import ackstates, envelopes, pacing
 from geosync_core.batches import BatchAcks
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
@@ -263,8 +263,8 @@ def _wire(sub: Subscription) -> dict[str, object]:
         json.dumps(
             {
                 **checkpoint.subscription_fields(sub),
-                "received": envelopes.acks_to_json(sub.received),
-                "published": None if sub.published is None else envelopes.acks_to_json(sub.published),
+                "received": ackstates.acks_to_json(sub.received),
+                "published": None if sub.published is None else ackstates.acks_to_json(sub.published),
                 "cursor": None if sub.cursor is None else checkpoint.cursor_to_wire(sub.cursor),
             }
         )

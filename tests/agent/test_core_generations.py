@@ -10,7 +10,7 @@ import dataclasses
 from geosync_agent.core import generations
 from geosync_agent.core.generations import Rewind, Taken
 from geosync_agent.core.subscriptions import BEFORE_ALL, Subscription
-from geosync_core import envelopes
+from geosync_core import ackstates
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin, OriginAcks, Span
 from geosync_core.positions import Position
@@ -29,8 +29,8 @@ def claims(region: str, last: int, ledger: int = 5) -> OriginAcks:
     return OriginAcks.of({region: [Span(ledger, 0, last)]})
 
 
-def claimed(generation: int, acks: OriginAcks, region: str = "b") -> envelopes.AckStateMessage:
-    return envelopes.AckStateMessage(TOPIC, SUB, region, acks, generation)
+def claimed(generation: int, acks: OriginAcks, region: str = "b") -> ackstates.AckStateMessage:
+    return ackstates.AckStateMessage(TOPIC, SUB, region, acks, generation)
 
 
 def see(state: Subscription, cursor: AckState, source: str = "feed", now: float = 10.0) -> Rewind | None:

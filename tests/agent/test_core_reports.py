@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from geosync_agent.core import reports
-from geosync_core import envelopes, incarnations, pluginapi
+from geosync_core import ackstates, incarnations, pluginapi
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
@@ -61,7 +61,7 @@ def test_a_batch_of_unknown_size_never_claims_more_indexes_than_the_report_shows
 OLD, NEW = Incarnation(1_000, "old"), Incarnation(2_000, "new")
 KNOWN = Known({"b": NEW})
 CLAIMS = OriginAcks.of({"a": [Span(5, 0, 3)], "b": [Span(9, 0, 1)]})
-MESSAGE = envelopes.AckStateMessage(TOPIC, "billing", "c", CLAIMS)
+MESSAGE = ackstates.AckStateMessage(TOPIC, "billing", "c", CLAIMS)
 
 
 def test_claims_about_a_region_the_sender_knows_in_an_older_life_go_by_that_lifes_retired_name() -> None:

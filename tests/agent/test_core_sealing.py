@@ -11,7 +11,7 @@ import hashlib
 import pytest
 
 from geosync_agent.core import readiness, sealing, tuning
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.batches import BatchAcks
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
@@ -35,23 +35,23 @@ class HashSigner:
 KEYRING = envelopes.Keyring.of({"a": {HashSigner.key_id: HashSigner()}})
 
 
-def state(i: int, *, spans: int = 1, partial: bool = False) -> envelopes.AckStateMessage:
+def state(i: int, *, spans: int = 1, partial: bool = False) -> ackstates.AckStateMessage:
     acks = OriginAcks.of(
         {"a": [Span(5, 3 * k, 3 * k + 1) for k in range(spans)]},
         {"a": [(Position(6, i), BatchAcks.of(4, [0]))]} if partial else (),
     )
-    return envelopes.AckStateMessage(TOPIC, f"sub-{i}", "a", acks)
+    return ackstates.AckStateMessage(TOPIC, f"sub-{i}", "a", acks)
 
 
-def opened(data: bytes) -> tuple[envelopes.Envelope, list[envelopes.AckStateMessage]]:
+def opened(data: bytes) -> tuple[envelopes.Envelope, list[ackstates.AckStateMessage]]:
     envelope = envelopes.open_envelope(KEYRING, data)
     assert isinstance(envelope, envelopes.Envelope)
-    states = envelopes.decode_ack_states(envelope)
+    states = ackstates.decode_ack_states(envelope)
     assert isinstance(states, list)
     return envelope, states
 
 
-def seal(states: list[envelopes.AckStateMessage], *, seq: int = 0, now_ms: int = NOW_MS) -> sealing.Sealed:
+def seal(states: list[ackstates.AckStateMessage], *, seq: int = 0, now_ms: int = NOW_MS) -> sealing.Sealed:
     return sealing.seal(states, signer=HashSigner(), region="a", seq=seq, now_ms=now_ms, incarnations=None)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from geosync_agent.runtime import Now
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.incarnations import Incarnation
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin, OriginAcks, Span
@@ -119,8 +119,8 @@ def test_a_region_rebuilt_under_its_name_is_told_apart_from_what_it_was() -> Non
     for data in hb.sent_on(CONTROL):
         opened = envelopes.open_envelope(hb.agent.keys.keyring, data)
         assert isinstance(opened, envelopes.Envelope)
-        assert envelopes.incarnations_of(opened) == {"a": NEW_A, "b": B}
-        decoded = envelopes.decode_ack_states(opened)
+        assert ackstates.incarnations_of(opened) == {"a": NEW_A, "b": B}
+        decoded = ackstates.decode_ack_states(opened)
         assert not isinstance(decoded, envelopes.Rejected)
         assert all(not m.acks.spans("a") for m in decoded)
         assert any(m.acks.spans("a#old") for m in decoded)
@@ -152,7 +152,7 @@ def test_a_peer_that_speaks_of_incarnations_but_not_of_a_region_has_its_claims_a
     its checkpoint, say): a receiver that knows a's refuses those, and takes the rest. A sender from before
     incarnations (no tags at all) is taken at its word."""
     claims = OriginAcks.of({"a": [Span(5, 0, 4)], "b": [Span(9, 0, 0)]})
-    state = envelopes.AckStateMessage(TOPIC, SUB, "c", claims)
+    state = ackstates.AckStateMessage(TOPIC, SUB, "c", claims)
     for tags, taken in (
         ({"c": Incarnation(7, "cee"), "b": B}, (Span(5, 0, 2),)),  # a's own claim only
         (None, (Span(5, 0, 4),)),
@@ -161,11 +161,11 @@ def test_a_peer_that_speaks_of_incarnations_but_not_of_a_region_has_its_claims_a
         data = envelopes.seal(
             KEYS["c"].signer,
             envelopes.Envelope(
-                kind=envelopes.ACK_STATES,
+                kind=ackstates.ACK_STATES,
                 region="c",
                 seq=2**61,
                 sent_at_ms=0,
-                payload=envelopes.encode_ack_states([state], region="c", incarnations=tags),
+                payload=ackstates.encode_ack_states([state], region="c", incarnations=tags),
             ),
         )
         hb.messaging.deliver(CONTROL, message(CONTROL, Position(79, 0), data=data))
@@ -204,12 +204,12 @@ def say(h: Harness, sender: str, tags: dict[str, Incarnation]) -> None:
 
 def _claim_from(sender: str, tags: dict[str, Incarnation], acks: OriginAcks, *, seq: int) -> bytes:
     envelope = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region=sender,
         seq=seq,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_states(
-            [envelopes.AckStateMessage(TOPIC, SUB, sender, acks)], region=sender, incarnations=tags
+        payload=ackstates.encode_ack_states(
+            [ackstates.AckStateMessage(TOPIC, SUB, sender, acks)], region=sender, incarnations=tags
         ),
     )
     return envelopes.seal(KEYS[sender].signer, envelope)
@@ -280,8 +280,8 @@ def test_a_region_with_nothing_to_claim_still_announces_its_incarnation_once_a_r
         for data in ha.sent_on(CONTROL):
             opened = envelopes.open_envelope(ha.agent.keys.keyring, data)
             assert isinstance(opened, envelopes.Envelope)
-            assert envelopes.decode_ack_states(opened) == []
-            assert envelopes.incarnations_of(opened) == {"a": NEW_A}
+            assert ackstates.decode_ack_states(opened) == []
+            assert ackstates.incarnations_of(opened) == {"a": NEW_A}
             out.append(opened)
         ha.messaging.producers[CONTROL].sent.clear()
         return out

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from geosync_adapters import admin as adm
-from geosync_core import envelopes, pacing, pluginapi
+from geosync_core import ackstates, pacing, pluginapi
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
@@ -61,7 +61,7 @@ def test_a_rewind_in_the_active_region_is_followed_and_older_claims_are_dropped(
     b.step(60.0)
     assert b.agent.stats.counters["rewinds"] == 0
     carry(b, a)
-    stale = envelopes.AckStateMessage(TOPIC, SUB, "b", old_claims)
+    stale = ackstates.AckStateMessage(TOPIC, SUB, "b", old_claims)
     a.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=sealed("b", [stale], seq=2**61)))
     for _ in range(3):
         a.step()
@@ -258,7 +258,7 @@ def test_a_rewind_taken_before_the_feed_answers_is_followed_only_where_claims_ar
     restarted = Harness.build(b.region)
     restarted.discover()
     restarted.step()  # its readers open; the feed does not answer
-    newer = envelopes.AckStateMessage(TOPIC, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 0)]}), 2**40)
+    newer = ackstates.AckStateMessage(TOPIC, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 0)]}), 2**40)
     data = sealed("a", [newer], seq=2**61)
     restarted.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=data))
     deliver_b_copies(restarted)

@@ -8,7 +8,7 @@ import hmac
 from dataclasses import replace
 
 from geosync_adapters import signing
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -31,12 +31,12 @@ def test_claims_signed_by_their_region_apply_and_a_region_key_cannot_speak_for_a
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[1])
     # a's own key, claiming to be c, that everything of a's ledger was acknowledged there.
     forged = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region="c",
         seq=2**62,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_states(
-            [envelopes.AckStateMessage(TOPIC, SUB, "c", OriginAcks.of({"a": [Span(5, 0, 5)]}))], region="c"
+        payload=ackstates.encode_ack_states(
+            [ackstates.AckStateMessage(TOPIC, SUB, "c", OriginAcks.of({"a": [Span(5, 0, 5)]}))], region="c"
         ),
     )
     b.messaging.deliver(CONTROL, message(CONTROL, Position(79, 0), data=envelopes.seal(SIGNERS["a"], forged)))
@@ -65,12 +65,12 @@ def test_an_envelope_signed_with_the_old_shared_key_changes_nothing_and_is_count
     b.agent.keys = envelopes.Keys(SIGNERS["b"], RING)
     before = b.region.cursors[(TOPIC, SUB)]
     claim = envelopes.Envelope(
-        kind=envelopes.ACK_STATES,
+        kind=ackstates.ACK_STATES,
         region="a",
         seq=2**62,
         sent_at_ms=0,
-        payload=envelopes.encode_ack_states(
-            [envelopes.AckStateMessage(TOPIC, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 4)]}))], region="a"
+        payload=ackstates.encode_ack_states(
+            [ackstates.AckStateMessage(TOPIC, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 4)]}))], region="a"
         ),
     )
     legacy = _shared_key_envelope(claim, b"k" * 32)

@@ -13,7 +13,7 @@ import pytest
 from geosync_agent import discovering
 from geosync_agent.core import tuning
 from geosync_agent.snapshotting import TopicSnapshots
-from geosync_core import envelopes
+from geosync_core import ackstates
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
@@ -72,7 +72,7 @@ def test_a_claim_for_a_topic_not_tracked_yet_asks_for_discovery_at_once() -> Non
     _, b = pair()
     b.agent.rediscover.clear()
     fresh = f"persistent://{NS}/fresh"
-    claim = envelopes.AckStateMessage(fresh, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 3)]}))
+    claim = ackstates.AckStateMessage(fresh, SUB, "a", OriginAcks.of({"a": [Span(5, 0, 3)]}))
     b.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=sealed("a", [claim], seq=2**61)))
     b.step(0.0)
     assert b.agent.rediscover.is_set()

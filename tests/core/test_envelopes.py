@@ -13,30 +13,32 @@ from hypothesis import strategies as st
 
 from geosync_adapters import signing
 from geosync_core import envelopes as envelopes_module
-from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
-from geosync_core.envelopes import (
+from geosync_core.ackstates import (
     ACK_STATE,
     ACK_STATE_PARTIALS_VERSION,
     ACK_STATE_VERSION,
     ACK_STATES,
-    KEYED_VERSION,
-    LEGACY_VERSION,
-    REPLAY_WINDOW,
     AckStateMessage,
-    Envelope,
-    Reason,
-    Rejected,
-    ReplayGuard,
     _encode_state,
     _version_for,
     acks_from_json,
     acks_to_json,
-    canonical,
     decode_ack_state,
     decode_ack_states,
     encode_ack_state,
     encode_ack_states,
     incarnations_of,
+)
+from geosync_core.batches import MAX_BATCH_SIZE, BatchAcks
+from geosync_core.envelopes import (
+    KEYED_VERSION,
+    LEGACY_VERSION,
+    REPLAY_WINDOW,
+    Envelope,
+    Reason,
+    Rejected,
+    ReplayGuard,
+    canonical,
     open_envelope,
     seal,
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 from geosync_agent.core import tuning
 from geosync_agent.core.subscriptions import Subscription
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.batches import BatchAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range
@@ -81,9 +81,9 @@ def subscription_from_wire(item: Any) -> Subscription:
     sub.deleted_here = bool(item["deleted_here"])
     sub.announced = bool(item["announced"])
     sub.kind, sub.key_shared = str(item["kind"]), bool(item["key_shared"])
-    sub.received = envelopes.acks_from_json(item["received"])
+    sub.received = ackstates.acks_from_json(item["received"])
     if item["published"] is not None:
-        sub.published = envelopes.acks_from_json(item["published"])
+        sub.published = ackstates.acks_from_json(item["published"])
     # Absent in checkpoints of agents before generations: 0, the generation of their claims.
     sub.generation, sub.follow = int(item.get("generation", 0)), bool(item.get("follow", False))
     sub.active = bool(item.get("active", False))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from geosync_agent.core.subscriptions import BEFORE_ALL, Subscription
-from geosync_core import claiming, envelopes
+from geosync_core import ackstates, claiming
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import OriginAcks
 from geosync_core.rangesets import AckState
@@ -185,7 +185,7 @@ class Taken(Enum):
 
 def take_claims(
     state: Subscription,
-    message: envelopes.AckStateMessage,
+    message: ackstates.AckStateMessage,
     *,
     index: OriginIndex | None,
     now_wall: float,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from geosync_core import envelopes, incarnations, pluginapi
+from geosync_core import ackstates, incarnations, pluginapi
 from geosync_core.batches import BatchAcks
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.positions import Position
@@ -51,8 +51,8 @@ def cursor_of(report: pluginapi.CursorReport, sizes: Sizes | None) -> AckState:
 
 
 def of_known_incarnations(
-    message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None, known: Known
-) -> envelopes.AckStateMessage:
+    message: ackstates.AckStateMessage, tags: dict[str, Incarnation] | None, known: Known
+) -> ackstates.AckStateMessage:
     """``message`` with its claims about regions whose incarnation its sender (who sent ``tags``; None: an
     agent from before incarnations) does not know to be the newest made about the incarnation it knows (the
     retired name), or dropped if it knows none (made before it heard from that region: of an incarnation
@@ -66,11 +66,11 @@ def of_known_incarnations(
 
 
 def waiting_on_incarnations(
-    message: envelopes.AckStateMessage, tags: dict[str, Incarnation] | None, known: Known
-) -> tuple[envelopes.AckStateMessage, dict[tuple[str, Incarnation], envelopes.AckStateMessage]]:
+    message: ackstates.AckStateMessage, tags: dict[str, Incarnation] | None, known: Known
+) -> tuple[ackstates.AckStateMessage, dict[tuple[str, Incarnation], ackstates.AckStateMessage]]:
     """``message`` without its claims about regions whose life its sender names but the region has not
     announced here yet (``Known.waits``), and those claims, one message per (region, life) they wait for."""
-    waiting: dict[tuple[str, Incarnation], envelopes.AckStateMessage] = {}
+    waiting: dict[tuple[str, Incarnation], ackstates.AckStateMessage] = {}
     if tags is None:
         return message, waiting
     regions = message.acks.origin_regions

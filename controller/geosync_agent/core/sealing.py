@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from geosync_agent.core import tuning
-from geosync_core import envelopes
+from geosync_core import ackstates, envelopes
 from geosync_core.incarnations import Incarnation
 
 
-def chunks(states: list[envelopes.AckStateMessage]) -> list[list[envelopes.AckStateMessage]]:
+def chunks(states: list[ackstates.AckStateMessage]) -> list[list[ackstates.AckStateMessage]]:
     """``states`` in envelope-sized chunks: those without partly acknowledged batches, then those with."""
     whole = [m for m in states if not m.acks.partials]
     partial = [m for m in states if m.acks.partials]
@@ -39,7 +39,7 @@ class Sealed:
 
 
 def seal(
-    states: list[envelopes.AckStateMessage],
+    states: list[ackstates.AckStateMessage],
     *,
     signer: envelopes.Signer,
     region: str,
@@ -52,15 +52,15 @@ def seal(
     halved any more goes out as it is."""
     last, splits = seq, 0
 
-    def sealed(part: list[envelopes.AckStateMessage]) -> list[bytes]:
+    def sealed(part: list[ackstates.AckStateMessage]) -> list[bytes]:
         nonlocal last, splits
         number = max(last + 1, now_ms * 1000)
         envelope = envelopes.Envelope(
-            kind=envelopes.ACK_STATES,
+            kind=ackstates.ACK_STATES,
             region=region,
             seq=number,
             sent_at_ms=now_ms,
-            payload=envelopes.encode_ack_states(part, region=region, incarnations=incarnations),
+            payload=ackstates.encode_ack_states(part, region=region, incarnations=incarnations),
         )
         data = envelopes.seal(signer, envelope)
         if len(data) <= tuning.MAX_ENVELOPE_BYTES:

@@ -115,7 +115,7 @@ class Subscription:
     """It existed here and a discovery pass started later no longer found it: someone deleted it on
     purpose, and the agent does not create it again from other regions' claims (until it exists again)."""
     generation: int = 0
-    """The generation of the claims held and published (``envelopes.AckStateMessage.generation``): a
+    """The generation of the claims held and published (``ackstates.AckStateMessage.generation``): a
     rewind here starts a newer one; claims of an older one are dropped, a newer one replaces them."""
     seen_feed: AckState | None = None
     """The whole entries the acknowledgement feed showed acknowledged last: a later feed report that lacks
