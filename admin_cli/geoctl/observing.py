@@ -90,7 +90,9 @@ class Cell:
     key_order_from: dict[str, int] = field(default_factory=dict)
     """Key_Shared: per other region X, how many of ``duplicates_from[X]`` per-key order requires (invariant
     6): messages X acknowledged after an unacknowledged earlier message of the same key, which X's agent
-    never claims (``keyorder.key_ordered``). No sync removes them; a move is in step once only they remain."""
+    never claims (``keyorder.key_ordered``), and messages X claims that this region's agent does not apply
+    behind an earlier message of their key and origin unacknowledged here (``keyorder.key_ordered_plan``).
+    No sync removes them; a move is in step once only they remain."""
     oldest_unapplied_age_s: float | None = None
     lag_s: float | None = None
     """Since when the agent has had something to apply (its sync lag in time); None if not behind/unknown."""
@@ -273,6 +275,17 @@ def key_ordered(log: Log, cursor: AckState) -> AckState:
     )
 
 
+def _carried(log: Log, cursor: AckState, claims: OriginAcks) -> list[Position]:
+    """What of a Key_Shared subscription's ``claims`` missing here this region's agent applies: not what lies
+    behind an earlier message of its key and origin that stays unacknowledged here
+    (``keyorder.key_ordered_plan``; a rebuilt region's claims pass messages its new life never had)."""
+    missing = _missing_here(log, cursor, claims)
+    if not missing:
+        return missing
+    kept = key_ordered(log, cursor.ack(*missing))
+    return [p for p in missing if p in kept]
+
+
 def _missing_here(log: Log, cursor: AckState, claims: OriginAcks) -> list[Position]:
     out = []
     for p in log.positions:
@@ -451,7 +464,7 @@ def _row(  # noqa: PLR0917
                     missed = log.messages(_missing_here(log, here, acks))
                     cell.duplicates_from[other] = missed + cell.unapplied_batch_messages
                     if key_shared:
-                        carried = log.messages(_missing_here(log, here, claims[other]))
+                        carried = log.messages(_carried(log, here, claims[other]))
                         cell.key_order_from[other] = missed - carried
             missing = _missing_here(log, here, OriginAcks.of({}).merge(*others)) if others else []
             cell.unapplied = log.messages(missing) + cell.unapplied_batch_messages

@@ -318,3 +318,34 @@ def test_the_per_key_minimum_is_what_a_key_shared_agent_never_claims() -> None:
     assert (row.cells["b"].duplicates_from, row.cells["b"].key_order_from) == ({"a": 2}, {"a": 1})
     obs = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b"]})
     assert not failover.judge(obs, "a", "b").safe
+
+
+def test_claims_a_region_holds_back_behind_its_own_earlier_messages_are_the_per_key_minimum() -> None:
+    """A rebuilt a never had c's first two messages (k1, k2); its consumers acknowledged c's next two of the
+    same keys, and a claims them. b holds all four and its agent applies neither of the later two while the
+    earlier ones are unacknowledged there (``keyorder.key_ordered_plan``): both are the per-key minimum, and
+    the move a -> b is in step."""
+    logs = {"a": observing.Log(), "b": observing.Log()}
+    for region, first, ledger in (("a", 2, 3), ("b", 0, 9)):
+        log = logs[region]
+        for i in range(first, 4):
+            position = Position(ledger, i)
+            log.positions.append(position)
+            log.index.append(position, Origin("c", Position(14, i)))
+            log.keys[(position, 0)] = f"k{i % 2}"
+            log.publish_ms[position] = 1_795_000_000_000 + i
+    cursors = {
+        "a": {SUB: AckState.of(Position(3, -1)).ack(Position(3, 2), Position(3, 3))},
+        "b": {SUB: AckState.of(Position(9, -1))},
+    }
+    stats = {r: {"subscriptions": {SUB: {"type": "Key_Shared", "msgBacklog": 1}}} for r in ("a", "b")}
+    row = observing._row("geo/ab", TOPIC, SUB, stats, logs, cursors, {}, now=RECEIVED_AT, read=True)
+    assert (row.cells["b"].duplicates_from, row.cells["b"].key_order_from) == ({"a": 2}, {"a": 2})
+    obs = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b"]})
+    assert failover.judge(obs, "a", "b").safe
+    # Once b's consumers acknowledged c's first k1, its later k1 is owed: not in step until b applies it.
+    cursors["b"] = {SUB: AckState.of(Position(9, 0))}
+    row = observing._row("geo/ab", TOPIC, SUB, stats, logs, cursors, {}, now=RECEIVED_AT, read=True)
+    assert (row.cells["b"].duplicates_from, row.cells["b"].key_order_from) == ({"a": 2}, {"a": 1})
+    obs = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b"]})
+    assert not failover.judge(obs, "a", "b").safe
