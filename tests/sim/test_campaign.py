@@ -26,6 +26,16 @@ def _bench_sim() -> ModuleType:
 
 SIM = _bench_sim()
 SHORT = ["--regions", "2", "--topics", "2", "--duration", "40"]
+SAME_FIGURES = (
+    "schedules",
+    "failed",
+    "failovers",
+    "acks_per_schedule",
+    "duplicates",
+    "violations",
+    "profiles",
+)
+"""What a campaign gives the same however it was run (not its times)."""
 
 
 def _figures(tmp_path: pathlib.Path, name: str, *args: str) -> dict[str, object]:
@@ -51,15 +61,7 @@ def test_worker_processes_give_the_figures_one_process_gives(tmp_path: pathlib.P
     )
     assert one["failovers"]
     assert one["acks_per_schedule"]
-    for key in (
-        "schedules",
-        "failed",
-        "failovers",
-        "acks_per_schedule",
-        "duplicates",
-        "violations",
-        "profiles",
-    ):
+    for key in SAME_FIGURES:
         assert one[key] == two[key], key
     written = json.loads((tmp_path / "row.json").read_text())
     assert written["geosync"].startswith(f"**{one['failovers']:,} failovers, 0 violations**")
@@ -118,15 +120,7 @@ def test_a_journal_resumes_a_campaign_with_the_figures_of_one_run(
         tmp_path, "resumed", "--seeds", "1-3", "--profile", "faults,jumps", "--journal", str(journal)
     )
     assert ran == [3]
-    for key in (
-        "schedules",
-        "failed",
-        "failovers",
-        "acks_per_schedule",
-        "duplicates",
-        "violations",
-        "profiles",
-    ):
+    for key in SAME_FIGURES:
         assert resumed[key] == whole[key], key
     assert resumed["runs"] == 2
     assert whole["runs"] == 1
