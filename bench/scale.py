@@ -508,17 +508,30 @@ def transits(step: Step, agent: str, kind: str = "transit") -> list[tuple[int, f
     return taken
 
 
-def long_rounds(step: Step, agent: str) -> list[tuple[int, float]]:
-    """The agent's rounds of 0.25 s or more (its timeline keeps only those) that began in the measured load:
-    (third, seconds)."""
+def round_events(step: Step, agent: str) -> list[dict[str, Any]]:
+    """The agent's rounds of 0.25 s or more (its timeline keeps only those, each once it ended) that ran
+    during the measured load, whenever they began."""
     state = step.states.get(agent) or {}
+    began, ended = step.window
+    return [
+        event
+        for event in state.get("timeline") or []
+        if event.get("kind") == "round"
+        and float(event["began"]) < ended
+        and float(event["began"]) + float(event["seconds"]) > began
+    ]
+
+
+def long_rounds(step: Step, agent: str) -> list[tuple[int, float]]:
+    """``round_events`` as (the third of the load it ended in, or the last, seconds); with the round still
+    running as the load ended (``since_round_ended_s`` of /state, when over 0.25 s) in the last third."""
     rounds = []
-    for event in state.get("timeline") or []:
-        if event.get("kind") != "round":
-            continue
-        third = in_window(step, float(event["began"]))
-        if third is not None:
-            rounds.append((third, float(event["seconds"])))
+    for event in round_events(step, agent):
+        end = min(float(event["began"]) + float(event["seconds"]), step.window[1])
+        rounds.append((in_window(step, end) or 0, float(event["seconds"])))
+    running = (step.states.get(agent) or {}).get("since_round_ended_s")
+    if running is not None and float(running) >= 0.25:
+        rounds.append((2, float(running)))
     return rounds
 
 
@@ -572,6 +585,14 @@ def degrade_figures(step: Step) -> dict[str, Any]:
             "long_rounds": len(rounds),
             "max": max((v for _, v in rounds), default=None),
             "max_by_third": [max((v for t, v in rounds if t == k), default=None) for k in range(3)],
+            "unfinished_at_end_s": state.get("since_round_ended_s"),
+            # the long ones as the agent's timeline gives them: seconds, CPU (the loop's thread, all
+            # threads) and each step's seconds/CPU, from the load's start
+            "over_1_s": [
+                {**e, "began": round(float(e["began"]) - step.window[0], 2)}
+                for e in round_events(step, agent)
+                if float(e["seconds"]) >= 1.0
+            ],
         }
     return figures
 

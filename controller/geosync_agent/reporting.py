@@ -47,6 +47,11 @@ def status(agent: Agent) -> dict[str, Any]:
         "round_seconds_p50": sorted(rounds)[len(rounds) // 2] if rounds else 0,
         "round_seconds_max": max(rounds, default=0),
         "round_seconds_p99": sorted(rounds)[len(rounds) * 99 // 100] if rounds else 0,
+        # since the last round ended (with the pause after it): a round still running shows here, and
+        # nowhere else until it ends
+        "since_round_ended_s": None
+        if agent.round_done_at is None or not rounds
+        else round(max(0.0, time.monotonic() - agent.round_done_at - rounds[-1]), 3),
         "round_phases": agent.phase_seconds.report(),
         "broker_calls": agent.broker_calls.report(),
         "discovery_seconds_max": round(max(agent.discovery_seconds, default=0.0), 3),

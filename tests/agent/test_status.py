@@ -182,3 +182,13 @@ def test_readiness_reflects_failing_publishes() -> None:
     assert "control message" in why
     a.agent.on_sent(True, started + 16)
     assert a.agent.readiness(started + 16)[0]
+
+
+def test_status_shows_how_long_since_the_last_round_ended() -> None:
+    """A round still running shows nowhere else until it ends (its time, its timeline event): /state says how
+    long ago the last one ended, on the machine's clock (``round_done_at`` is the round's start)."""
+    a, _b = pair()
+    assert a.agent.status()["since_round_ended_s"] is None  # no round yet
+    a.agent.round_done_at = time.monotonic() - 10.0  # a round began 10 s ago and took 4 s
+    a.agent.round_seconds.append(4.0)
+    assert 6.0 <= a.agent.status()["since_round_ended_s"] < 7.0

@@ -164,8 +164,10 @@ def test_transit_and_rounds_are_those_of_the_measured_load_by_third() -> None:
             {"kind": "round", "began": 102.0, "seconds": 0.5},
             {"kind": "discovery", "began": 104.0, "seconds": 3.0},
             {"kind": "round", "began": 109.0, "seconds": 2.0},
+            {"kind": "round", "began": 110.0, "seconds": 9.0},
         ],
         "round_seconds_p99": 1.5,
+        "since_round_ended_s": 3.0,
         "round_seconds_max": 2.0,
     }
     step = _step((100.0, 109.0), {"a": {}, "b": b})
@@ -177,8 +179,15 @@ def test_transit_and_rounds_are_those_of_the_measured_load_by_third() -> None:
     assert into_b["max_by_third"] == [0.1, 0.2, 5.0]
     assert figures["control_queued_in_b_s"]["max_by_third"] == [0.05, None, 4.0]
     rounds = figures["rounds_b_s"]
-    assert rounds["long_rounds"] == 2  # the warm-up's 8 s round and the discovery pass are not rounds of it
-    assert rounds["max_by_third"] == [0.5, None, 2.0]
+    # a round begun in the warm-up ran into the load (8 s, ended in its last third), the ones begun as it
+    # ended or after did not, the discovery pass is no round; the one still running as the load ended (3 s)
+    # counts in its last third
+    assert rounds["long_rounds"] == 3
+    assert rounds["max_by_third"] == [0.5, None, 8.0]
+    assert [e["began"] for e in rounds["over_1_s"]] == [-1.0]
+    assert rounds["unfinished_at_end_s"] == 3.0
     assert figures["rounds_a_s"]["max"] is None
     assert figures["agent_cpu_s_per_1000_acks"] == 1.0
-    assert "2.00" in SCALE.degrade_lines(step)[0]
+    assert SCALE.degrade_lines(step)[0].endswith(
+        "rounds of 0.25 s or more: 1 / 0 / 2, max 0.50 s / - / 8.00 s"
+    )
