@@ -23,7 +23,8 @@ import requests
 
 from geosync_adapters import messaging
 from geosync_adapters.admin import AdminClient, AdminError
-from geosync_core.pluginapi import AckItem, BatchAck, CursorReport, Status
+from geosync_core.pluginapi import CursorReport, Status
+from geosync_core.pluginwrites import AckItem, BatchAck
 from geosync_core.positions import Position
 from geosync_lab import distribution, labs, plugins, regions
 from integration_tests import helpers

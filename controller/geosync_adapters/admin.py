@@ -25,7 +25,7 @@ from typing import Any
 import requests
 import tenacity
 
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.errors import PermanentError, TemporaryError
 from geosync_core.indexing import OriginRun, covering
 from geosync_core.origins import Origin
@@ -639,13 +639,13 @@ class AdminClient:
             report, pages = report.followed_by(page), pages + 1
         return report
 
-    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+    def plugin_write(self, items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckResult]:
         """``plugin_acks`` as typed values, with batch-index acknowledgements (``AckItem.batches``). One
         result per item, in order, each cursor with all its partly acknowledged entries
         (``complete_batches``). Raises AdminNotFound without the plugin, AdminForbidden where the broker
         keeps cursor writes off, and ``PluginApiError`` for an answer that is not the documented shape."""
-        body = self.post("/admin/v2/geosync/acks", pluginapi.encode_ack_request(items)) or {}
-        results = [pluginapi.AckResult.from_wire(r) for r in body.get("results") or []]
+        body = self.post("/admin/v2/geosync/acks", pluginwrites.encode_ack_request(items)) or {}
+        results = [pluginwrites.AckResult.from_wire(r) for r in body.get("results") or []]
         if len(results) != len(items):
             raise pluginapi.PluginApiError(f"{len(items)} items written but {len(results)} results answered")
         return [

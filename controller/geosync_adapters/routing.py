@@ -38,7 +38,7 @@ from geosync_adapters.admin import (
     OwnerUnreachable,
     RetryPolicy,
 )
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class RegionAdmin(AdminClient):
         self.stats("owner_retries")
         return self.client(moved).plugin_origins(topic, start=start)
 
-    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+    def plugin_write(self, items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckResult]:
         """Each item written on its topic's owner; items answered ``not_loaded`` (or whose owner does not
         answer) are looked up again and written once more. One result per item, in order."""
         if self._single():
@@ -209,13 +209,13 @@ class RegionAdmin(AdminClient):
         return results
 
     def _write_at_owners(
-        self, items: list[pluginapi.AckItem], which: Iterable[int], *, fresh: bool
-    ) -> list[pluginapi.AckResult]:
+        self, items: list[pluginwrites.AckItem], which: Iterable[int], *, fresh: bool
+    ) -> list[pluginwrites.AckResult]:
         owners = {t: self.owner(t, fresh=fresh) for t in dict.fromkeys(items[i].topic for i in which)}
         by_owner: dict[str, list[int]] = {}
         for i in which:
             by_owner.setdefault(owners[items[i].topic], []).append(i)
-        out: dict[int, pluginapi.AckResult] = {}
+        out: dict[int, pluginwrites.AckResult] = {}
         for url, indexes in by_owner.items():
             try:
                 answered = self.client(url).plugin_write([items[i] for i in indexes])
@@ -223,7 +223,9 @@ class RegionAdmin(AdminClient):
                 if e.status is not None:
                     raise
                 log.warning("broker %s does not answer cursor writes: %s", url, e)
-                answered = [pluginapi.AckResult(pluginapi.Status.NOT_LOADED, error=str(e)) for _ in indexes]
+                answered = [
+                    pluginwrites.AckResult(pluginapi.Status.NOT_LOADED, error=str(e)) for _ in indexes
+                ]
             out.update(zip(indexes, answered, strict=True))
         return [out[i] for i in sorted(out)]
 

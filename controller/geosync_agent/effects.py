@@ -43,7 +43,7 @@ from geosync_agent.core.effects import (
 from geosync_agent.core.subscriptions import SubKey
 from geosync_agent.ports import Admin, Messaging, Producer
 from geosync_agent.tailing import Tail
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.capabilities import Capability
 from geosync_core.positions import Position
 
@@ -381,14 +381,14 @@ def _gone(effect: AdminMove, moved_to: Position | None, busy: bool) -> AdminMove
     )
 
 
-def _item(ack: PluginAck) -> pluginapi.AckItem:
-    return pluginapi.AckItem(
+def _item(ack: PluginAck) -> pluginwrites.AckItem:
+    return pluginwrites.AckItem(
         topic=ack.key[0],
         subscription=ack.key[1],
         mark_delete=ack.mark_delete,
         positions=ack.positions,
         batches=tuple(
-            pluginapi.BatchAck(position, acks.size, frozenset(acks.indexes()))
+            pluginwrites.BatchAck(position, acks.size, frozenset(acks.indexes()))
             for position, acks in ack.batches
         ),
         planned_from=ack.planned_from,

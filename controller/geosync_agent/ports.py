@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from geosync_adapters.admin import EntryHeaders
 from geosync_adapters.messaging import Received
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 
@@ -47,7 +47,7 @@ class Admin(Protocol):
     def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]: ...
     def plugin_feed(self, *, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed: ...
     def plugin_topics(self, namespace: str) -> dict[str, dict[str, Any]]: ...
-    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]: ...
+    def plugin_write(self, items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckResult]: ...
 
 
 class Producer(Protocol):

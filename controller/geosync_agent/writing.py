@@ -30,12 +30,7 @@ from geosync_agent.core.subscriptions import (
     Subscription,
 )
 from geosync_agent.observing import Observing
-from geosync_core import (
-    pacing,
-    pluginapi,
-    syncing,
-    translating,
-)
+from geosync_core import pacing, pluginapi, pluginwrites, syncing, translating
 from geosync_core.capabilities import REPROBE_S, Capability
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -105,7 +100,7 @@ class Writing(Observing):
             # plugin that checks it is told the mark-delete each plan was made from: it writes nothing on a
             # cursor an operator has moved back since (a reset the feed does not report), and answers it.
             checked = (
-                self.feed.write_version >= pluginapi.WRITE_VERSION
+                self.feed.write_version >= pluginwrites.WRITE_VERSION
                 and now.mono - self.feed.planned_from_refused_at >= REPROBE_S
             )
             writes = [

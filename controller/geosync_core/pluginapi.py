@@ -1,28 +1,21 @@
-"""The wire shapes of the broker plugin's cursor endpoints, as typed values.
+"""The wire shapes of the broker plugin's cursor feed, as typed values, and what its two endpoints share.
 
 Why: the agent reads the interceptor's acknowledgement feed (``GET /admin/v2/geosync/cursors?since=N``) and
-writes cursors through it (``POST /admin/v2/geosync/acks``). The Java side builds and parses these shapes
-in ``PluginApi`` (``interceptors/geosync-plugin-common``); both are checked against the shared vectors in
+writes cursors through it (``POST /admin/v2/geosync/acks``, whose items and results are
+``geosync_core.pluginwrites``). The Java side builds and parses these shapes in ``PluginApi``
+(``interceptors/geosync-plugin-common``); both are checked against the shared vectors in
 ``testdata/plugin-api/vectors.json``, so a change on one side that the other does not know fails a test.
+A cursor report (``CursorReport``), the per-item ``Status`` and the errors are what both endpoints answer.
 
 Shapes (version 1):
 
-* feed: ``{"epoch", "seq", "cursors": [report]}``;
+* feed: ``{"epoch", "seq", "cursors": [report]}``, plus ``"write_version": 2`` from a plugin that takes
+  write items with ``planned_from`` (``pluginwrites``);
 * report: ``{"topic", "subscription", "status": "ok", "mark_delete": "L:E", "individually_deleted":
   "[(L:E..L:E]]", "batches": [{"position": "L:E", "unacked": [i, ...]}]}``, plus ``"batches_truncated":
   true`` when the cursor has more partly acknowledged entries than one answer carries (1,000): the next
   page is ``GET /admin/v2/geosync/cursor?topic=T&subscription=S&after=L:E`` (the last entry given), one
   report with the partly acknowledged entries above it, or a refusal ``{"status", ...}``;
-* write item: ``{"topic", "subscription", "mark_delete": "L:E" | null, "positions": ["L:E"], "batches":
-  [{"position": "L:E", "size": n, "acked": [i, ...]}]}``, plus ``"planned_from": "L:E"`` (``E`` may be -1)
-  for a plugin whose feed says ``"write_version": 2``: the mark-delete the write was planned from. The
-  plugin applies nothing of the item when the cursor's mark-delete is now below it (an operator reset the
-  cursor since the writer last saw it: moving it forward from there would acknowledge again what the reset
-  took back) and answers the cursor as it is, with ``"acknowledged": 0`` and ``"stale": true``. Plugins
-  without ``write_version`` refuse the field (unknown fields are ``bad_request``): it is sent only to a
-  plugin that advertises it;
-* write result: a report plus ``"acknowledged"`` (count) and ``"stale": true`` where ``planned_from`` was
-  above the cursor, or ``{"status", "error"?}`` with topic and subscription when known;
 * what consumers acknowledged (``acked_version`` 1, beside ``cursors`` in the feed; absent from plugins
   that do not record it): ``"acked": [{"topic", "subscription", "ranges": "[(L:E..L:E]]", "cumulative":
   "L:E" | null, "batches": [{"position": "L:E", "unacked": [i, ...]}], "overflowed": bool}]`` and
@@ -34,23 +27,17 @@ Shapes (version 1):
   clear-backlog, skip, reset). ``overflowed``: the plugin kept only part of it (a subset, never more);
   ``acked_lost`` grows when the plugin dropped whole blocks it had not handed over (docs: decision 0015).
 
-Invariants (each a test in ``tests/core/test_pluginapi.py``):
+Invariants (each a test in ``tests/core/test_pluginapi.py`` or ``tests/core/test_pluginapi_acked.py``):
 
 * ``X.from_wire(x.to_wire()) == x`` for every value, and the vectors' answers re-encode to themselves;
-* an ack set has bit ``i`` set while message ``i`` of the batch is NOT acknowledged (Pulsar's convention),
-  in signed 64-bit words; ``unacked(ack_set(n, acked)) == [0, n) - acked``;
-* a batch whose every index is acknowledged is ``whole``: the broker acknowledges the entry itself;
 * an entry at or below a report's ``mark_delete`` or inside its ``individually_deleted`` is fully
   acknowledged whatever ``batches`` says (the broker reads batches first, so they may be a little stale
-  but never claim more than was acknowledged); ``batches`` lists only entries above ``mark_delete``;
-* an item that is not exactly the documented shape is refused with ``BadRequest`` naming what is wrong,
-  as the broker refuses it with status ``bad_request``.
+  but never claim more than was acknowledged); ``batches`` lists only entries above ``mark_delete``.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -61,13 +48,8 @@ from geosync_core.rangesets import RangeSet
 VERSION = 1
 ACKED_VERSION = 1
 """The version of the feed's ``acked`` blocks this reader knows (another: read without them)."""
-WRITE_VERSION = 2
-"""The version of write items that may carry ``planned_from`` (a feed without ``write_version``: 1)."""
 MAX_BATCH_SIZE = 1 << 20
 """The largest batch an item may describe (Pulsar clients default to 1000 messages per batch)."""
-
-_ITEM_KEYS = ("topic", "subscription", "mark_delete", "positions", "batches", "planned_from")
-_WORD = 1 << 64
 
 
 class Status(enum.Enum):
@@ -86,46 +68,8 @@ class PluginApiError(PermanentError):
     """An answer of the plugin is not the documented shape."""
 
 
-class BadRequest(PluginApiError):
-    """A write item is not the documented shape (the broker answers it ``bad_request``)."""
-
-
-def ack_set(size: int, acked: frozenset[int] | set[int] | list[int]) -> tuple[int, ...]:
-    """Pulsar's ack set for a batch of ``size``: bits ``0..size-1`` set except the acknowledged ones, as
-    signed 64-bit words (at least one)."""
-    bits = (1 << size) - 1
-    for i in acked:
-        bits &= ~(1 << i)
-    words = []
-    for w in range(max(1, (size + 63) // 64)):
-        word = (bits >> (64 * w)) & (_WORD - 1)
-        words.append(word - _WORD if word >= 1 << 63 else word)
-    return tuple(words)
-
-
-def unacked(words: tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    """The indexes an ack set leaves unacknowledged (its set bits), ascending."""
-    out: list[int] = []
-    for w, word in enumerate(words):
-        unsigned = word % _WORD
-        out.extend(64 * w + i for i in range(64) if unsigned >> i & 1)
-    return tuple(out)
-
-
-def _position(text: Any, *, floor: bool = False) -> Position:
-    """A request position ``"L:E"`` with ``L, E >= 0`` (``floor``: also ``E == -1``, as a mark-delete)."""
-    if isinstance(text, str):
-        try:
-            p = Position.parse(text)
-        except ValueError:
-            pass
-        else:
-            if p.ledger >= 0 and (p.entry >= 0 or floor):
-                return p
-    raise BadRequest(f"a position must be a string L:E with L, E >= 0, not {text!r}")
-
-
-def _int(value: Any) -> int | None:
+def int_or_none(value: Any) -> int | None:
+    """``value`` if it is an integer (not a boolean), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -150,7 +94,7 @@ class BatchState:
     def from_wire(cls, obj: Any) -> BatchState:
         if not isinstance(obj, dict) or not isinstance(obj.get("unacked"), list):
             raise PluginApiError(f"a batch state must be {{'position', 'unacked'}}, not {obj!r}")
-        indexes = [_int(i) for i in obj["unacked"]]
+        indexes = [int_or_none(i) for i in obj["unacked"]]
         if any(i is None or i < 0 for i in indexes):
             raise PluginApiError(f"unacked indexes must be non-negative integers, not {obj['unacked']!r}")
         try:
@@ -158,142 +102,6 @@ class BatchState:
         except ValueError as e:
             raise PluginApiError(str(e)) from e
         return cls(position, tuple(i for i in indexes if i is not None))
-
-
-@dataclass(frozen=True, slots=True)
-class BatchAck:
-    """Acknowledge indexes ``acked`` of the batched entry at ``position``, which holds ``size`` messages.
-
-    ``size`` must be the entry's real batch size: the broker checks it and refuses the item otherwise."""
-
-    position: Position
-    size: int
-    acked: frozenset[int]
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.size <= MAX_BATCH_SIZE:
-            raise BadRequest(f"batch {self.position}: 'size' must be an integer in 1..{MAX_BATCH_SIZE}")
-        if any(not 0 <= i < self.size for i in self.acked):
-            raise BadRequest(
-                f"batch {self.position}: an acked index must be an integer in 0..{self.size - 1}, "
-                f"not {sorted(self.acked)!r}"
-            )
-
-    @property
-    def whole(self) -> bool:
-        """Every message acknowledged: the broker acknowledges the entry whole."""
-        return len(self.acked) == self.size
-
-    def ack_set(self) -> tuple[int, ...]:
-        return ack_set(self.size, self.acked)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"position": str(self.position), "size": self.size, "acked": sorted(self.acked)}
-
-    @classmethod
-    def from_wire(cls, obj: Any) -> BatchAck:
-        if not isinstance(obj, dict) or set(obj) != {"position", "size", "acked"}:
-            raise BadRequest(
-                'each batch must be an object {"position": "L:E", "size": n, "acked": [indexes]}'
-            )
-        position = _position(obj["position"])
-        size = _int(obj["size"])
-        if size is None or not 1 <= size <= MAX_BATCH_SIZE:
-            raise BadRequest(f"batch {position}: 'size' must be an integer in 1..{MAX_BATCH_SIZE}")
-        if not isinstance(obj["acked"], list):
-            raise BadRequest(f"batch {position}: 'acked' must be a list of indexes")
-        acked: set[int] = set()
-        for given in obj["acked"]:
-            i = _int(given)
-            if i is None or not 0 <= i < size:
-                raise BadRequest(
-                    f"batch {position}: an acked index must be an integer in 0..{size - 1}, not {given!r}"
-                )
-            if i in acked:
-                raise BadRequest(f"batch {position}: index {i} is listed twice")
-            acked.add(i)
-        return cls(position, size, frozenset(acked))
-
-
-@dataclass(frozen=True, slots=True)
-class AckItem:
-    """One cursor write: move the mark-delete (forward only), acknowledge entries and batch indexes.
-
-    ``planned_from``: the cursor's mark-delete the write was planned from (``write_version`` 2 only, None:
-    not sent); the plugin applies nothing when the cursor's mark-delete is now below it."""
-
-    topic: str
-    subscription: str
-    mark_delete: Position | None = None
-    positions: tuple[Position, ...] = ()
-    batches: tuple[BatchAck, ...] = ()
-    planned_from: Position | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "topic": self.topic,
-            "subscription": self.subscription,
-            "mark_delete": None if self.mark_delete is None else str(self.mark_delete),
-            "positions": [str(p) for p in self.positions],
-            "batches": [b.to_wire() for b in self.batches],
-        }
-        if self.planned_from is not None:
-            out["planned_from"] = str(self.planned_from)
-        return out
-
-    @classmethod
-    def from_wire(cls, obj: Any) -> AckItem:
-        """Parse an item as the broker does; raise ``BadRequest`` with the broker's reason."""
-        if not isinstance(obj, dict):
-            raise BadRequest("each item must be an object")
-        topic, subscription = obj.get("topic"), obj.get("subscription")
-        if not isinstance(topic, str) or not isinstance(subscription, str) or not topic or not subscription:
-            raise BadRequest("each item needs non-empty string fields 'topic' and 'subscription'")
-        for key in obj:
-            if key not in _ITEM_KEYS:
-                raise BadRequest(f"unknown field '{key}' (known: {', '.join(_ITEM_KEYS)})")
-        mark, basis = obj.get("mark_delete"), obj.get("planned_from")
-        return cls(
-            topic=topic,
-            subscription=subscription,
-            mark_delete=None if mark is None else _position(mark),
-            positions=tuple(_position(p) for p in _list(obj, "positions")),
-            batches=tuple(BatchAck.from_wire(b) for b in _list(obj, "batches")),
-            planned_from=None if basis is None else _position(basis, floor=True),
-        )
-
-    def stale_on(self, mark_delete: Position) -> bool:
-        """Whether a cursor whose mark-delete is ``mark_delete`` is below what this write was planned from:
-        then nothing of it is applied (the plugin's ``PluginApi.stale``)."""
-        return self.planned_from is not None and mark_delete < self.planned_from
-
-
-def _list(obj: dict[str, Any], key: str) -> list[Any]:
-    value = obj.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise BadRequest(f"'{key}' must be a list")
-    return value
-
-
-def decode_ack_request(body: bytes) -> list[Any]:
-    """The raw items of a request body ``{"acks": [...]}``; ``BadRequest`` where the broker answers 400."""
-    try:
-        parsed = json.loads(body, parse_float=_refuse_float)
-    except ValueError as e:
-        raise BadRequest(f'the body must be JSON {{"acks": [...]}}: {e}') from e
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("acks"), list):
-        raise BadRequest("the body must be a JSON object with a list 'acks'")
-    return list(parsed["acks"])
-
-
-def _refuse_float(text: str) -> Any:
-    raise ValueError(f"floats are not part of the format: {text}")
-
-
-def encode_ack_request(items: list[AckItem]) -> dict[str, Any]:
-    return {"acks": [i.to_wire() for i in items]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,14 +302,14 @@ class Feed:
         one block per subscription acknowledged on, as many as the cursors."""
         if not isinstance(obj, dict) or not isinstance(obj.get("cursors", []), list):
             raise PluginApiError(f"a feed answer must be {{'epoch', 'seq', 'cursors'}}, not {obj!r}")
-        seq = _int(obj.get("seq", 0))
+        seq = int_or_none(obj.get("seq", 0))
         if seq is None:
             raise PluginApiError(f"'seq' must be an integer, not {obj.get('seq')!r}")
         read: tuple[AckedSet, ...] | None = None
         wire: tuple[Any, ...] | None = None
         lost = 0
         version = obj.get("acked_version")
-        if version is not None and _int(version) is None:
+        if version is not None and int_or_none(version) is None:
             raise PluginApiError(f"'acked_version' must be an integer, not {version!r}")
         if version == ACKED_VERSION and acked:
             blocks = obj.get("acked")
@@ -510,14 +318,14 @@ class Feed:
             read, wire = tuple(AckedSet.from_wire(b) for b in blocks), tuple(blocks)
             if len({(a.topic, a.subscription) for a in read}) != len(read):
                 raise PluginApiError("'acked' lists a subscription twice")
-            given = _int(obj.get("acked_lost"))
+            given = int_or_none(obj.get("acked_lost"))
             if given is None or given < 0:
                 raise PluginApiError(
                     f"'acked_lost' must be a non-negative integer, not {obj.get('acked_lost')!r}"
                 )
             lost = given
         writes = obj.get("write_version", 1)
-        if _int(writes) is None or writes < 1:
+        if int_or_none(writes) is None or writes < 1:
             raise PluginApiError(f"'write_version' must be a positive integer, not {writes!r}")
         return cls(
             epoch=str(obj.get("epoch", "")),
@@ -527,56 +335,4 @@ class Feed:
             acked_lost=lost,
             acked_wire=wire,
             write_version=writes,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class AckResult:
-    """The answer to one write item: ``cursor`` (the state afterwards) and ``acknowledged`` when ``OK``,
-    else ``error`` where the broker gave a reason. ``stale``: the item's ``planned_from`` was above the
-    cursor's mark-delete, nothing was applied, and ``cursor`` is the cursor as it is."""
-
-    status: Status
-    topic: str | None = None
-    subscription: str | None = None
-    cursor: CursorReport | None = None
-    acknowledged: int = 0
-    error: str | None = field(default=None)
-    stale: bool = False
-
-    def to_wire(self) -> dict[str, Any]:
-        if self.cursor is not None:
-            written: dict[str, Any] = {**self.cursor.to_wire(), "acknowledged": self.acknowledged}
-            if self.stale:
-                written["stale"] = True
-            return written
-        out: dict[str, Any] = {"status": self.status.value}
-        for key, value in (("topic", self.topic), ("subscription", self.subscription), ("error", self.error)):
-            if value is not None:
-                out[key] = value
-        return out
-
-    @classmethod
-    def from_wire(cls, obj: Any) -> AckResult:
-        if not isinstance(obj, dict):
-            raise PluginApiError(f"a write result must be an object, not {obj!r}")
-        try:
-            status = Status(obj.get("status"))
-        except ValueError as e:
-            raise PluginApiError(f"unknown status {obj.get('status')!r}") from e
-        topic, subscription, error = obj.get("topic"), obj.get("subscription"), obj.get("error")
-        if status is Status.OK:
-            cursor = CursorReport.from_wire(obj)
-            acknowledged = _int(obj.get("acknowledged", 0))
-            if acknowledged is None:
-                raise PluginApiError(f"'acknowledged' must be an integer, not {obj.get('acknowledged')!r}")
-            stale = obj.get("stale", False)
-            if not isinstance(stale, bool) or (stale and acknowledged):
-                raise PluginApiError(f"'stale' must be true (nothing acknowledged) or absent, not {stale!r}")
-            return cls(status, cursor.topic, cursor.subscription, cursor, acknowledged, stale=stale)
-        return cls(
-            status,
-            topic if isinstance(topic, str) else None,
-            subscription if isinstance(subscription, str) else None,
-            error=error if isinstance(error, str) else None,
         )

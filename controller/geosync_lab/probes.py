@@ -11,7 +11,8 @@ import random
 from typing import Any
 
 from geosync_adapters.admin import AdminClient, AdminError
-from geosync_core.pluginapi import AckItem, PluginApiError
+from geosync_core.pluginapi import PluginApiError
+from geosync_core.pluginwrites import AckItem
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 

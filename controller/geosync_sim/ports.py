@@ -17,13 +17,13 @@ from typing import Any
 
 from geosync_adapters import admin as adm
 from geosync_adapters.messaging import Received, TopicMissing
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range, RangeSet
 from geosync_sim.world import STAMP, Entry, Region, SimReaderState, Subscription, Topic, World
 
-PLUGIN_WRITE_VERSION = pluginapi.WRITE_VERSION
+PLUGIN_WRITE_VERSION = pluginwrites.WRITE_VERSION
 """The write items the simulated plugins take (``pluginapi.Feed.write_version``; 1: an older plugin, which
 refuses ``planned_from``). Read at each call: a test sets it to run older plugins."""
 FEED_WRITE_VERSION: int | None = None
@@ -68,7 +68,7 @@ class SimAdmin:
         self.world = world
         self.r: Region = world.regions[region]
         self.calls: list[str] = []
-        self.tamper: Callable[[list[pluginapi.AckItem]], list[pluginapi.AckItem]] | None = None
+        self.tamper: Callable[[list[pluginwrites.AckItem]], list[pluginwrites.AckItem]] | None = None
         """Rewrites the agent's cursor writes before the broker sees them: a broken agent, for the checker's
         own tests (the simulation must be able to fail)."""
 
@@ -249,7 +249,7 @@ class SimAdmin:
             write_version=PLUGIN_WRITE_VERSION if FEED_WRITE_VERSION is None else FEED_WRITE_VERSION,
         )
 
-    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+    def plugin_write(self, items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckResult]:
         self.calls.append("plugin_write")  # made, answered or refused
         self._need_plugin(write=True)
         if self.tamper is not None:
@@ -263,13 +263,13 @@ class SimAdmin:
                 self.world.trace(
                     f"{self.r.name}: {item.topic.rsplit('/', 1)[-1]}/{item.subscription} no_subscription"
                 )
-                out.append(pluginapi.AckResult(pluginapi.Status.NO_SUBSCRIPTION, *key))
+                out.append(pluginwrites.AckResult(pluginapi.Status.NO_SUBSCRIPTION, *key))
                 continue
             if item.planned_from is not None and PLUGIN_WRITE_VERSION < 2:
                 error = "unknown field 'planned_from'"  # an older plugin (PluginApi.parseItem)
                 name = f"{item.topic.rsplit('/', 1)[-1]}/{item.subscription}"
                 self.world.trace(f"{self.r.name}: {name} {error}")
-                out.append(pluginapi.AckResult(pluginapi.Status.BAD_REQUEST, *key, error=error))
+                out.append(pluginwrites.AckResult(pluginapi.Status.BAD_REQUEST, *key, error=error))
                 continue
             if item.planned_from is not None and item.stale_on(at := ack_state(t, s).mark_delete):
                 # CursorDesk.acknowledge: planned over a cursor moved back since; nothing applied.
@@ -277,7 +277,7 @@ class SimAdmin:
                     f"{self.r.name}: {item.topic.rsplit('/', 1)[-1]}/{item.subscription} write planned from "
                     f"{item.planned_from} is stale at {at}: not applied"
                 )
-                out.append(pluginapi.AckResult(pluginapi.Status.OK, *key, cursor=report(t, s), stale=True))
+                out.append(pluginwrites.AckResult(pluginapi.Status.OK, *key, cursor=report(t, s), stale=True))
                 continue
             newly = []
             if item.mark_delete is not None and item.mark_delete.ledger == t.ledger:
@@ -288,14 +288,14 @@ class SimAdmin:
             for b in item.batches:
                 if b.position.ledger == t.ledger and 0 <= b.position.entry <= t.last:
                     if len(t.entries[b.position.entry].msgs) != b.size:
-                        out.append(pluginapi.AckResult(pluginapi.Status.BAD_REQUEST, *key, error="size"))
+                        out.append(pluginwrites.AckResult(pluginapi.Status.BAD_REQUEST, *key, error="size"))
                         break
                     for i in sorted(b.acked):
                         newly += s.cursor.ack_index(t, b.position.entry, i)
             else:
                 self.world.acked(self.r.name, item.topic, item.subscription, newly, "agent:plugin")
                 out.append(
-                    pluginapi.AckResult(
+                    pluginwrites.AckResult(
                         pluginapi.Status.OK, *key, cursor=report(t, s), acknowledged=len(newly)
                     )
                 )

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, cast
 import pytest
 
 from geosync_adapters import admin as adm
-from geosync_core import pluginapi
+from geosync_core import pluginwrites
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -275,7 +275,7 @@ def test_truncated_batch_reports_are_completed_page_by_page(server: tuple[str, t
     ]
     handler.routes[_page_path("3:1")] = [(200, {}, {"status": "not_loaded", "topic": "persistent://t/n/x"})]
     [written] = client.plugin_write(
-        [pluginapi.AckItem("persistent://t/n/x", "s", mark_delete=Position(3, 0))]
+        [pluginwrites.AckItem("persistent://t/n/x", "s", mark_delete=Position(3, 0))]
     )
     assert written.cursor is not None
     assert [str(b.position) for b in written.cursor.batches] == ["3:1"]

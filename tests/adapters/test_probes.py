@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from geosync_adapters.admin import AdminClient, AdminNotFound
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
 from geosync_lab import probes
@@ -20,8 +20,8 @@ class Stub:
             raise AdminNotFound("no plugin")
         return self.runs
 
-    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
-        return [pluginapi.AckResult(pluginapi.Status.OK, cursor=self.report)]
+    def plugin_write(self, items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckResult]:
+        return [pluginwrites.AckResult(pluginapi.Status.OK, cursor=self.report)]
 
 
 def admin(stub: Stub) -> AdminClient:

@@ -18,7 +18,7 @@ import pytest
 
 from geosync_adapters import admin as adm
 from geosync_adapters import routing
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.positions import Position
 
 FAST = adm.RetryPolicy(attempts=2, initial_delay=0.01, max_delay=0.02, deadline=2)
@@ -288,7 +288,7 @@ def test_origins_and_writes_go_to_the_owner_and_follow_an_unload(region: Any) ->
     admin = _admin(shared.urls[0], stats=counted.append)
     assert [r.origin for r in admin.plugin_origins(T2, start=(7, 0))] == ["b"]
     items = [
-        pluginapi.AckItem(topic=t, subscription="s", mark_delete=Position(7, 1), positions=())
+        pluginwrites.AckItem(topic=t, subscription="s", mark_delete=Position(7, 1), positions=())
         for t in (T1, T2, T1)
     ]
     assert [r.status for r in admin.plugin_write(items)] == [pluginapi.Status.OK] * 3
@@ -344,7 +344,7 @@ def test_one_broker_is_an_admin_client(region: Any) -> None:
     feed = admin.plugin_feed(since=0)
     assert (feed.epoch, feed.seq, [str(c.mark_delete) for c in feed.cursors]) == ("e1", 1, ["7:3"])
     assert admin.plugin_origins(T1) == []
-    item = pluginapi.AckItem(topic=T1, subscription="s", mark_delete=None, positions=())
+    item = pluginwrites.AckItem(topic=T1, subscription="s", mark_delete=None, positions=())
     assert admin.plugin_write([item])[0].status is pluginapi.Status.NOT_LOADED
     assert not any("lookup" in c for b in brokers for c in b.calls)
     assert brokers[1].calls == []
@@ -366,7 +366,7 @@ def test_every_call_is_timed_by_kind_at_each_broker(region: Any) -> None:
     admin = _admin(shared.urls[0], on_call=lambda kind, seconds: timed.append((kind, seconds)))
     brokers[1].report(T2, "8:1")
     admin.plugin_feed(since=0)
-    item = pluginapi.AckItem(topic=T2, subscription="s", mark_delete=Position(7, 1), positions=())
+    item = pluginwrites.AckItem(topic=T2, subscription="s", mark_delete=Position(7, 1), positions=())
     admin.plugin_write([item])  # at broker 1, the owner, through a pinned client
     kinds = [kind for kind, _ in timed]
     assert kinds.count("GET cursors") == 2  # each broker's feed

@@ -18,7 +18,7 @@ from geosync_agent import discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
 from geosync_agent.runtime import Agent, Now
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.batches import BatchAcks
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position
@@ -232,18 +232,18 @@ class FakeRegion:
             changed = [self.report(*key) for key in self.fed]
         return pluginapi.Feed("epoch-1", since + len(changed), tuple(changed))
 
-    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+    def plugin_write(self, items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckResult]:
         self._need_plugin()
         out = []
         for item in items:
             key = (item.topic, item.subscription)
             mark = None if item.mark_delete is None else str(item.mark_delete)
             if item.topic in self.not_loaded:
-                out.append(pluginapi.AckResult(pluginapi.Status.NOT_LOADED, *key))
+                out.append(pluginwrites.AckResult(pluginapi.Status.NOT_LOADED, *key))
                 continue
             self.calls.append(("plugin_ack", *key, mark, tuple(str(p) for p in item.positions)))
             if item.batches and not self.batch_acks:
-                out.append(pluginapi.AckResult(pluginapi.Status.BATCH_ACKS_OFF, *key))
+                out.append(pluginwrites.AckResult(pluginapi.Status.BATCH_ACKS_OFF, *key))
                 continue
             cursor = self.cursors[key]
             if item.mark_delete is not None:
@@ -253,7 +253,7 @@ class FakeRegion:
             )
             self.calls.extend(("batch_ack", *key, b.position, tuple(sorted(b.acked))) for b in item.batches)
             self.cursors[key] = cursor
-            out.append(pluginapi.AckResult(pluginapi.Status.OK, *key, cursor=self.report(*key)))
+            out.append(pluginwrites.AckResult(pluginapi.Status.OK, *key, cursor=self.report(*key)))
         return out
 
     def report(self, topic: str, subscription: str) -> pluginapi.CursorReport:

@@ -14,7 +14,7 @@ from geosync_agent import discovering, recent
 from geosync_agent import effects as fx
 from geosync_agent.ports import Admin, Messaging
 from geosync_agent.recent import PhaseTimes
-from geosync_core import pluginapi
+from geosync_core import pluginapi, pluginwrites
 from geosync_core.capabilities import Capability
 from geosync_core.positions import Position
 
@@ -27,12 +27,12 @@ class Writes:
         self.batches: list[list[str]] = []
         self.lock = threading.Lock()
 
-    def plugin_write(self, items: list[pluginapi.AckItem]) -> list[pluginapi.AckResult]:
+    def plugin_write(self, items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckResult]:
         self.barrier.wait()  # broken (an error) unless the batches are in flight together
         with self.lock:
             self.batches.append([i.subscription for i in items])
         return [
-            pluginapi.AckResult(
+            pluginwrites.AckResult(
                 pluginapi.Status.OK,
                 i.topic,
                 i.subscription,

@@ -10,18 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from geosync_core.pluginapi import (
-    MAX_BATCH_SIZE,
+from geosync_core.pluginapi import MAX_BATCH_SIZE, BatchState, CursorReport, Feed, PluginApiError, Status
+from geosync_core.pluginwrites import (
     WRITE_VERSION,
     AckItem,
     AckResult,
     BadRequest,
     BatchAck,
-    BatchState,
-    CursorReport,
-    Feed,
-    PluginApiError,
-    Status,
     ack_set,
     decode_ack_request,
     encode_ack_request,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from geosync_core import envelopes, pluginapi
+from geosync_core import envelopes, pluginwrites
 from geosync_core.positions import Position
 from geosync_sim import harness, running, schedules, shrinking
 from geosync_sim.checking import Checker
@@ -44,7 +44,7 @@ def test_the_same_seed_replays_the_same_trace() -> None:
 def overreach(life: running.Life) -> None:
     """A broken agent: every mark-delete it writes goes two entries further than it planned."""
 
-    def further(items: list[pluginapi.AckItem]) -> list[pluginapi.AckItem]:
+    def further(items: list[pluginwrites.AckItem]) -> list[pluginwrites.AckItem]:
         return [
             item
             if item.mark_delete is None

@@ -14,7 +14,7 @@ import java.util.TreeSet;
 /**
  * The rules and wire shapes of the interceptor's cursor endpoints, free of the broker so they can be unit
  * tested and checked against the shared vectors ({@code testdata/plugin-api/vectors.json}, also read by
- * {@code controller/geosync_core/pluginapi.py}).
+ * {@code controller/geosync_core/pluginapi.py} and {@code pluginwrites.py}).
  *
  * <p>{@code GET /admin/v2/geosync/cursors?since=N} answers {@code {"epoch", "seq", "cursors": [report]}};
  * a report is {@code {"topic", "subscription", "status": "ok", "mark_delete": "L:E", "individually_deleted":
