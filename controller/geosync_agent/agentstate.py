@@ -5,10 +5,10 @@ read (``Now``), a tracked topic partition (``TopicState``) and the counters (``S
 module each, extend it in a chain, each calling only the ones below it:
 
     AgentState <- tracking.Tracking <- indexing.Indexing <- controlling.Controlling <- feeding.Feeding
-               <- observing.Observing <- writing.Writing <- saving.Saving <- runtime.Agent
+               <- observing.Observing <- folding.Folding <- writing.Writing <- saving.Saving <- runtime.Agent
 
 Two seams go the other way and are declared here: ``_perform`` (carry out effects and fold their outcomes,
-``writing``) and ``_publish`` (decide a subscription's claim, ``observing``).
+``folding``) and ``_publish`` (decide a subscription's claim, ``observing``).
 
 Only the loop's thread reads or writes this state (see ``runtime``). The decisions that need no I/O are in
 ``geosync_agent.core``; moving the rest there is the plan of ``docs/decisions/0001-sans-io-agent.md``.
@@ -373,7 +373,7 @@ class AgentState:
     # -- seams: defined by a later part, called by earlier ones ------------------------------------
 
     def _perform(self, effects: list[fx.Effect], now: Now) -> list[fx.Outcome]:
-        """Carry out ``effects`` and fold their outcomes back (``writing.Writing``)."""
+        """Carry out ``effects`` and fold their outcomes back (``folding.Folding``)."""
         raise NotImplementedError
 
     def _publish(self, state: Subscription, *, force: bool, now: Now) -> bool:

@@ -22,6 +22,7 @@ PARTS = (
     "controlling",
     "feeding",
     "observing",
+    "folding",
     "writing",
     "saving",
     "lookups",

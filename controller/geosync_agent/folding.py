@@ -1,0 +1,146 @@
+"""Folding: the effects the parts ask for carried out, and each outcome folded back into the state.
+
+The parts ask for I/O as effects (``geosync_agent.effects``) through ``_perform``, the seam ``agentstate``
+declares; the effector carries them out and ``_fold`` takes each outcome: a plugin cursor write's cursor
+(judged for a rewind), an admin-API move or a cursor reset, a subscription created, a capability learned,
+a replicator unloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from geosync_agent import effects as fx
+from geosync_agent.agentstate import Now
+from geosync_agent.core import generations, reports, tuning
+from geosync_agent.core.subscriptions import Subscription
+from geosync_agent.observing import Observing
+from geosync_core import pacing
+
+log = logging.getLogger("geosync.agent")
+
+
+class Folding(Observing):
+    """Carrying out effects and folding their outcomes back (every round step that asks for I/O)."""
+
+    def _perform(self, effects: list[fx.Effect], now: Now) -> list[fx.Outcome]:
+        if not effects:
+            return []
+        for effect in effects:
+            if isinstance(effect, fx.Publish):
+                self.stats.inc(effect.counter)
+        outcomes = self.effector.perform(effects)
+        for outcome in outcomes:
+            self._fold(outcome, now)
+        return outcomes
+
+    def _fold(self, outcome: fx.Outcome, now: Now) -> None:
+        if isinstance(outcome, fx.Learned):
+            self.caps = self.caps.learned(outcome.capability, outcome.value, now=now.mono)
+            return
+        if isinstance(outcome, fx.Unloaded):
+            if outcome.error:
+                self.stats.inc("replicator_unload_errors")
+                log.warning("could not unload %s (tried again later): %s", outcome.topic, outcome.error)
+            else:
+                self.stats.inc("replicator_unloads")
+            return
+        state = self.subs.get(outcome.key)
+        if state is None:
+            return
+        if isinstance(outcome, fx.CursorWritten):
+            report = outcome.cursor
+            if outcome.stale:
+                self.stats.inc("plugin_writes_stale")
+                log.info(
+                    "%s on %s: moved back to %s since the write was planned; planned again",
+                    state.name,
+                    state.topic,
+                    report.mark_delete,
+                )
+            if report.batches_truncated:
+                self.stats.inc("feed_batches_truncated")
+            ts = self.topics.get(report.topic)
+            cursor = state.cursor = reports.cursor_of(report, None if ts is None else ts.tail)
+            if not self.snapshots.covers(state.topic) and self.judges_rewinds("write", now):
+                # A write never moves the mark-delete back: below what was seen, someone rewound it.
+                rewind = generations.rewound(
+                    state, cursor, source="write", now_mono=now.mono, now_wall=now.wall
+                )
+                if rewind is not None:
+                    self._took_rewind(state, rewind, cursor)
+            state.pending_move = None
+            state.pending_holes = 0
+            state.last_applied_at = now.wall
+            self.stats.inc("plugin_acks")
+            self.stats.inc("mark_delete_moves", int(outcome.moved))
+            self.stats.inc("holes_acked", outcome.holes)
+            self.stats.inc("batch_indexes_acked", outcome.batch_indexes)
+        elif isinstance(outcome, fx.NotWritten):
+            if outcome.reason == fx.PLANNED_FROM_REFUSED:
+                self.feed.planned_from_refused_at = now.mono
+                self.stats.inc("plugin_planned_from_refused")
+            if not outcome.fallback:
+                self.stats.inc("apply_errors")
+                state.planned = None  # plan again next round
+        elif isinstance(outcome, fx.Created):
+            if outcome.created:
+                self.stats.inc("subscriptions_created")
+                log.info("created subscription %s on %s at the earliest message", state.name, state.topic)
+                state.cursor = None
+            if not outcome.topic_missing:  # else the topic does not exist here yet; replication creates it
+                state.confirm(now.mono)
+                self.created.add(state.key)
+                self.rediscover.set()
+                self._poll_soon(state.topic)
+        elif isinstance(outcome, fx.AdminMoved):
+            self._fold_admin_move(state, outcome, now)
+        elif isinstance(outcome, fx.CursorReset):
+            self._fold_reset(state, outcome, now)
+
+    def _fold_reset(self, state: Subscription, outcome: fx.CursorReset, now: Now) -> None:
+        if outcome.error:
+            self.stats.inc("apply_errors")
+            state.follow = True  # try again next round
+            return
+        self.stats.inc("cursors_rewound")
+        log.info(
+            "rewound %s on %s to %s, as another region did", state.name, state.topic, outcome.mark_delete
+        )
+        state.reset_to = (outcome.mark_delete, now.mono + tuning.REWIND_SETTLE_S)
+        state.cursor = state.seen_feed = state.seen_any = None  # read it again before planning
+        # A feed report still waiting for the tail shows the cursor from before: taken later, it would have
+        # this region claim again, under the new generation, what the rewind took back.
+        self.unobserved.pop(state.key, None)
+        state.planned = state.pending_move = None
+        state.last_applied_at = now.wall
+        ts = self.topics.get(state.topic)
+        if ts is not None:
+            ts.poll = replace(ts.poll, next_at=0.0)
+
+    def _fold_admin_move(self, state: Subscription, outcome: fx.AdminMoved, now: Now) -> None:
+        if outcome.gone:
+            # Deleted here since discovery listed it: as a discovery pass that no longer finds it (not
+            # created again from claims; synced again once it exists), not an error to retry every round.
+            log.info("%s", outcome.error)
+            state.planned = None
+            self._absent(state, now.mono)
+            return
+        if outcome.error:
+            self.stats.inc("apply_errors")
+            log.warning("applying failed, will retry: %s", outcome.error)
+            state.planned = None
+            return
+        state.consumers = outcome.consumers
+        if outcome.busy:
+            self.stats.inc("expire_busy")
+        if outcome.moved_to is not None:
+            self.stats.inc(outcome.counter)
+            state.last_applied_at = now.wall
+            if not self.snapshots.covers(state.topic):
+                state.pending_move = pacing.PendingMove(outcome.moved_to, now.mono)
+        state.pending_holes = outcome.held_back
+        if outcome.holes_acked:
+            self.stats.inc("holes_acked", outcome.holes_acked)
+            state.last_applied_at = now.wall
