@@ -351,7 +351,9 @@ class Observing(Feeding):
         note_heavy(self.heavy_publishes_by, state, took)
         state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
         self.outgoing.setdefault(namespace, []).append(
-            ackstates.AckStateMessage(state.topic, state.name, self.config.region, sent, state.generation)
+            ackstates.AckStateMessage(
+                state.topic, state.name, self.config.region, sent, state.generation, state.key_shared
+            )
         )
         state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
         return True

@@ -24,6 +24,12 @@ Invariants:
   claims replace the older ones). It is written only when not 0, so states of subscriptions never rewound
   are byte for byte what agents without generations write and read; those agents ignore the field (they
   merge a newer generation's claims into the older ones: the rewind is not followed there, nothing more).
+* a state may carry ``"key_shared": true`` (absent means false; any other value is malformed), in both
+  payload versions: the sender knows the subscription for a Key_Shared one (its consumers were seen so
+  there, or claims said so), and a receiver keeps per-key order where it applies them
+  (``keyorder.key_ordered_plan``): a region where nobody consumed cannot tell the type (its stats say
+  ``None``). Written only when true, so other states are byte for byte what agents without it write; those
+  agents ignore it (they apply the claims as they come, as before).
 * an ``ack-states`` payload may carry ``"incarnations": {region: [created_ms, id], ...}``: the sender's own
   incarnation and those it knows of the regions whose origins it claims (``geosync_core.incarnations``).
   ``incarnations_of`` returns what ``encode_ack_states`` wrote, ``None`` when absent (agents before
@@ -71,6 +77,8 @@ class AckStateMessage:
     acks: OriginAcks
     generation: int = 0
     """The claims' generation (see the module docstring): claims of different generations never merge."""
+    key_shared: bool = False
+    """The sender knows the subscription for a Key_Shared one (see the module docstring)."""
 
 
 def encode_ack_state(topic: str, subscription: str, *, region: str, acks: OriginAcks) -> JsonObject:
@@ -91,7 +99,15 @@ def encode_ack_states(
         "version": version,
         "region": region,
         "states": [
-            _encode_state(m.topic, m.subscription, region, m.acks, version, generation=m.generation)
+            _encode_state(
+                m.topic,
+                m.subscription,
+                region,
+                m.acks,
+                version,
+                generation=m.generation,
+                key_shared=m.key_shared,
+            )
             for m in states
         ],
     }
@@ -120,7 +136,14 @@ def _version_for(acks: list[OriginAcks]) -> int:
 
 
 def _encode_state(
-    topic: str, subscription: str, region: str, acks: OriginAcks, version: int, *, generation: int = 0
+    topic: str,
+    subscription: str,
+    region: str,
+    acks: OriginAcks,
+    version: int,
+    *,
+    generation: int = 0,
+    key_shared: bool = False,
 ) -> JsonObject:
     payload: JsonObject = {
         "version": version,
@@ -139,6 +162,8 @@ def _encode_state(
         }
     if generation:
         payload["generation"] = generation
+    if key_shared:
+        payload["key_shared"] = True
     return payload
 
 
@@ -263,6 +288,9 @@ def _decode_state(
     generation = payload.get("generation", 0)
     if not is_count(generation) or ("generation" in payload and generation == 0):
         return Rejected(Reason.MALFORMED)
+    key_shared = "key_shared" in payload
+    if key_shared and payload["key_shared"] is not True:
+        return Rejected(Reason.MALFORMED)
     try:
         decoded = OriginAcks.decoded(
             {origin: [_span(pair) for pair in spans] for origin, spans in acks.items()},
@@ -270,7 +298,7 @@ def _decode_state(
         )
     except (ValueError, TypeError):
         return Rejected(Reason.MALFORMED)
-    return AckStateMessage(str(topic), str(subscription), sender, decoded, generation)
+    return AckStateMessage(str(topic), str(subscription), sender, decoded, generation, key_shared)
 
 
 def _span(pair: Any) -> Span:

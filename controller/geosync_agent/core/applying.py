@@ -12,6 +12,10 @@ do not name. Those checks are here too, over the tail's log as ``Log`` describes
 Where batch indexes cannot be written (the admin API only, or brokers without batch-index acknowledgements)
 a plan's batch indexes are left out and counted, not retried every round.
 
+A Key_Shared subscription's plan keeps per-key order here (``keeping_key_order``): what the claims
+acknowledge behind an earlier message of its key and origin still unacknowledged here waits
+(``keyorder.key_ordered_plan``; a rebuilt region's claims pass what its new life never received).
+
 Invariants (tests in ``tests/agent/test_core_applying.py``): a mark-delete moves only through the gate
 (``pacing.may_move``); a plan with nothing to move and no holes asks for nothing; a write settles a plan
 only when the plan was whole (not cut short by its budget, not stopped at an entry not indexed yet) and the
@@ -29,7 +33,7 @@ from typing import Protocol
 from geosync_agent.core import tuning
 from geosync_agent.core.effects import SHADOW_PREFIX, AdminMove
 from geosync_agent.core.subscriptions import BEFORE_ALL, Subscription
-from geosync_core import pacing, syncing
+from geosync_core import keyorder, pacing, syncing
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import Origin, OriginAcks
 from geosync_core.positions import Position
@@ -53,6 +57,38 @@ class Log(Protocol):
     """Entries read whose origin could not be named yet (in order)."""
 
     def stretches_above(self, floor: Position) -> syncing.Stretches: ...
+
+
+class KeyedLog(Log, Protocol):
+    """The log with what its entries' keys are, for a Key_Shared subscription's plans."""
+
+    def positions_above(self, floor: Position) -> list[Position]: ...
+
+    def key_of(self, position: Position) -> str | None: ...
+
+    def key_of_message(self, position: Position, index: int) -> str | None: ...
+
+    def size_of(self, position: Position) -> int | None: ...
+
+    def origin_region_of(self, position: Position) -> str | None: ...
+
+
+def keeping_key_order(state: Subscription, log: KeyedLog, plan: syncing.ApplyPlan) -> syncing.ApplyPlan:
+    """``plan`` (made from ``state``'s cursor over ``log``) as it may be written here: unchanged unless the
+    subscription is Key_Shared (seen so here, or claims said so), else less what it acknowledges behind an
+    earlier message of its key and origin still unacknowledged here (``keyorder.key_ordered_plan``, over the
+    first entries above the mark-delete the log gives; ``held`` counts what waits)."""
+    if not state.key_shared or plan.is_empty or state.cursor is None:
+        return plan
+    return keyorder.key_ordered_plan(
+        plan,
+        state.cursor,
+        log.positions_above(state.cursor.mark_delete),
+        log.key_of,
+        size_of=log.size_of,
+        key_of_message=log.key_of_message,
+        origin_of=log.origin_region_of,
+    )
 
 
 Appended = dict[tuple[str, Position], list[Origin] | None]
@@ -102,7 +138,8 @@ def settle_plan(state: Subscription, plan: syncing.ApplyPlan) -> bool:
     wrote (``syncing.carried_out``), take that cursor as planned (with the log and claims the plan was made
     from), and say so. Planning it again would find nothing to do; at 10,000 subscriptions that second plan
     was made for every write, a round later. Not when the plan was cut short by its budget or stopped at an
-    entry not indexed yet: the next plan may go on from there."""
+    entry not indexed yet: the next plan may go on from there; nor when it held claims back for per-key order
+    (``held``): consumers here acknowledging what held them frees them."""
     planned = state.planned
     if (
         planned is None
@@ -110,6 +147,7 @@ def settle_plan(state: Subscription, plan: syncing.ApplyPlan) -> bool:
         or state.cursor is None
         or not plan.complete
         or plan.blocked_by is not None
+        or plan.held
     ):
         return False
     if not syncing.carried_out(state.cursor, planned[0], plan):

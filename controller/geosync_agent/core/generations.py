@@ -199,9 +199,14 @@ def take_claims(
     this region's consumers acknowledged before belongs to the old generation: it is not claimed again
     (invariant 7: a reset is never replicated implicitly).
     Claims that tell of acknowledgements not made here first make this region passive: the subscription is
-    consumed there now (judged against the topic's origin ``index``, or by the claims' form without one)."""
+    consumed there now (judged against the topic's origin ``index``, or by the claims' form without one).
+    Claims that say the subscription is Key_Shared make it so here (``Subscription.key_shared``): a region
+    where nobody consumed cannot tell the type, and keeps per-key order applying them only when it knows."""
     if message.generation < state.generation:
         return Taken.SUPERSEDED
+    if message.key_shared and not state.key_shared:
+        state.key_shared = True
+        state.planned = None  # planned without per-key order
     if message.generation > state.generation:
         if follow_rewinds:
             follow(state, message.generation)

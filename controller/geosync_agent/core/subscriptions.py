@@ -101,7 +101,8 @@ class Subscription:
     kind: str = ""
     """The subscription type the broker last reported with consumers attached ("" until seen)."""
     key_shared: bool = False
-    """Seen with Key_Shared consumers here: claims keep per-key order (see keyorder.key_ordered)."""
+    """Seen with Key_Shared consumers here, or claims received said so: claims keep per-key order (see
+    keyorder.key_ordered), and so do the plans applying others' (keyorder.key_ordered_plan)."""
     last_applied_at: float = 0.0
     behind_since: float | None = None
     """Wall-clock time since which some remote acknowledgement waits to be applied here (None: in step)."""
