@@ -658,6 +658,22 @@ def degrade_lines(step: Step) -> list[str]:
             f"{' / '.join(str(sum(1 for t, _ in rounds if t == k)) for k in range(3))}, max "
             f"{by_third(rounds, None)}"
         )
+    for agent in AGENTS:
+        longest = sorted(round_events(step, agent), key=lambda e: -float(e["seconds"]))[:3]
+        for e in longest:
+            steps = e.get("steps") or {}
+            top = sorted(steps.items(), key=lambda kv: -float(kv[1][0]))[:5]
+            began, took = float(e["began"]) - step.window[0], float(e["seconds"])
+            lines.append(
+                f"  {agent}'s round +{began:.1f}/{took:.2f} s, CPU {e.get('cpu_s', '-')} (all threads "
+                f"{e.get('process_cpu_s', '-')}): " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in top)
+            )
+        counters = (step.states.get(agent) or {}).get("counters") or {}
+        lines.append(
+            f"  {agent} at the load's end: round running or paused for "
+            f"{(step.states.get(agent) or {}).get('since_round_ended_s', '-')} s; claimed topics looked up "
+            f"{counters.get('claimed_lookups', 0)}, claims received {counters.get('claims_received', 0)}"
+        )
     if step.hog_cpu:
         lines.append(f"  hog: {step.hog_cpu}")
     return lines

@@ -69,6 +69,7 @@ class Controlling(Indexing):
                 continue
             if now.mono < next_at or namespace_of(topic) not in self.namespaces:
                 continue
+            self.stats.inc("claimed_lookups")  # an admin call in the round, between control messages
             try:
                 stats = self.effector.call(calls.TopicStats(topic))
             except adm.AdminError:  # not there yet (404), or the admin API failing: the next round asks again
