@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from geoctl.cli import main
 from geoctl.errors import EXIT_UNHEALTHY
-from geosync_lab import chaos, chaos_checker
+from geosync_lab import chaos, chaos_causes, chaos_checker
 
 REGIONS = ["a", "b", "c"]
 
@@ -381,7 +381,7 @@ def test_a_duplicate_in_the_same_region_needs_a_crash_to_be_allowed() -> None:
 
 def test_a_crash_long_after_the_acknowledgement_explains_nothing() -> None:
     h = _both(H().send("a-b-0"), "a-b-0")
-    h.t += chaos_checker.CRASH_REACH_S + 5
+    h.t += chaos_causes.CRASH_REACH_S + 5
     h.fault("broker-kill", "a").got("shared", "a", "a-b-0")
     assert h.check().duplicates == {"unexplained": 1}
 
