@@ -92,6 +92,32 @@ def test_the_time_a_control_message_waited_for_the_loop_is_measured_from_the_rea
     assert b.agent.status()["control_queued_recent"] == [(round(b.clock + 2.5, 3), 2_800)]
 
 
+def test_a_receive_step_takes_what_had_arrived_and_leaves_what_arrives_meanwhile_for_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Messages arriving while the step takes others wait for its next turn: a step that drained its inbox
+    until empty never ended while they came faster than it took them, and the round's apply step never came
+    (issue 46.4). Here each message taken brings another."""
+    _, b = pair()
+    now = Now(b.clock, b.clock)
+    b.agent.receive(now)  # what pair() left there
+    taken: list[bytes] = []
+
+    def handle(data: bytes, *, topic: str, now: Now) -> None:
+        taken.append(data)
+        if len(taken) > 50:
+            raise AssertionError("the receive step never ends while messages keep coming")
+        b.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=b"later %d" % len(taken)))
+
+    monkeypatch.setattr(b.agent, "handle_control", handle)
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=b"first"))
+    b.messaging.deliver(CONTROL, message(CONTROL, Position(78, 0), data=b"second"))
+    b.agent.receive(now)
+    assert taken == [b"first", b"second"]
+    b.agent.receive(now)  # the next turn takes what came meanwhile
+    assert taken == [b"first", b"second", b"later 1", b"later 2"]
+
+
 def test_a_genuine_message_copied_where_it_does_not_belong_moves_neither_cursor_nor_guard() -> None:
     """Issue 14: someone with produce permission only copies genuine signed envelopes onto geo/ab's
     control topic: a policy event with a high sequence number, and a's states for another namespace. Both
