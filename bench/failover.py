@@ -49,7 +49,8 @@ import requests
 from rich.console import Console
 from rich.table import Table
 
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
 from geosync_agent.collector import Collections
 from geosync_agent.recent import Timeline

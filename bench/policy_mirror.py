@@ -45,7 +45,8 @@ from typing import Any
 import record
 
 from geosync_adapters import signing
-from geosync_adapters.admin import AdminClient, AdminError, AdminNotFound
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError, AdminNotFound
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
 from geosync_core import envelopes

@@ -42,7 +42,8 @@ from rich.console import Console
 from rich.table import Table
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_core.positions import Position
 from geosync_lab import labs, probes, wan
 

@@ -22,7 +22,8 @@ import pytest
 import requests
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_core.pluginapi import CursorReport, Status
 from geosync_core.pluginwrites import AckItem, BatchAck
 from geosync_core.positions import Position

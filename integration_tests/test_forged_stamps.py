@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from geosync_adapters import admin as adm
-from geosync_adapters import messaging
+from geosync_adapters import adminorigins, messaging
 from geosync_core import resolving
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -43,7 +42,7 @@ def test_a_forged_stamp_names_no_other_message_without_the_interceptors_index(la
     got = {m.data: m for m in read_all(lab.service_url("a"), topic, expect=4)}
     copy = got[b"forged-in-b"]
     assert copy.properties[resolving.REPL_SOURCE_POSITION] == str(predicted), "clients keep the first stamp"
-    r = adm.header_resolver("a", lab.admin("a"), plugin=False)
+    r = adminorigins.header_resolver("a", lab.admin("a"), plugin=False)
     named = {
         data: r.origin_of(
             topic,

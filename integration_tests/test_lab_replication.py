@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from geosync_adapters.admin import AdminNotFound
+from geosync_adapters.adminhttp import AdminNotFound
 from geosync_adapters.messaging import REPL_SOURCE_POSITION
 from geosync_lab import labs
 from integration_tests.helpers import (

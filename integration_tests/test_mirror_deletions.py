@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from geoctl.cli import main
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_adapters import zookeeper as zk
 from integration_tests.helpers import Lab, produce_batched, wait_for
 
@@ -65,7 +65,7 @@ def _held_in(lab: Lab, region: str, namespace: str) -> str:
 def _exists(lab: Lab, region: str, namespace: str) -> bool:
     try:
         lab.admin(region).namespace_policies(namespace)
-    except adm.AdminNotFound:
+    except adminhttp.AdminNotFound:
         return False
     return True
 
@@ -82,16 +82,19 @@ def _delete_as_pulsar_asks(lab: Lab, region: str, namespace: str) -> None:
     seen: set[str] = set()
     deadline = time.monotonic() + 60
     while True:
-        with contextlib.suppress(adm.AdminNotFound):
+        with contextlib.suppress(adminhttp.AdminNotFound):
             seen.update(admin.every_topic(namespace))
         seen.update(_managed_ledgers(lab, region, namespace))  # what a marked namespace no longer lists
         for topic in sorted(seen):
-            with contextlib.suppress(adm.AdminNotFound):
+            with contextlib.suppress(adminhttp.AdminNotFound):
                 admin.delete_topic(topic, partitioned=admin.partitioned_metadata(topic) > 0, force=True)
         try:
             admin.delete_namespace(namespace)
             return
-        except (adm.AdminConflict, adm.AdminPreconditionFailed):  # 412: a broker's cache not yet narrowed
+        except (
+            adminhttp.AdminConflict,
+            adminhttp.AdminPreconditionFailed,
+        ):  # 412: a broker's cache not yet narrowed
             if time.monotonic() > deadline:
                 raise
             time.sleep(1.0)

@@ -25,7 +25,8 @@ import pulsar
 import pytest
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_lab import labs, regions
 from integration_tests.helpers import (
     Lab,

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from geoctl.cli import main
 from geoctl.errors import EXIT_UNHEALTHY, EXIT_UNKNOWN
 from geosync_adapters import admin as adm
-from geosync_adapters import messaging
+from geosync_adapters import adminhttp, messaging
 from integration_tests.helpers import Lab, produce, read_all, wait_for
 
 
@@ -254,14 +254,14 @@ def test_tenant_migration_keeps_consumers_positions(lab: Lab, tmp_path: pathlib.
     try:
         b.delete_namespace(ns, force=True)
         b.delete_tenant(tenant)
-    except adm.AdminError:
+    except adminhttp.AdminError:
         pass
 
 
 def _backlog(admin: adm.AdminClient, topic: str, sub: str) -> int | None:
     try:
         subs = admin.topic_stats(topic).get("subscriptions") or {}
-    except adm.AdminError:
+    except adminhttp.AdminError:
         return None
     found = subs.get(sub, {}).get("msgBacklog")
     return None if found is None else int(found)
@@ -277,7 +277,7 @@ def test_migration_replaces_the_source_and_keeps_every_other_region(lab: Lab, tm
     a, b, c = lab.admin("a"), lab.admin("b"), lab.admin("c")
     for region in (a, c):  # each region's store holds its own copy (the policy mirror may copy it too)
         region.upsert_tenant(tenant, allowed_clusters=["a", "c"])
-        with contextlib.suppress(adm.AdminConflict):
+        with contextlib.suppress(adminhttp.AdminConflict):
             region.create_namespace_with_policies(
                 ns, {"replication_clusters": ["a", "c"], "allowed_clusters": ["a", "c"]}
             )
@@ -317,5 +317,5 @@ def test_migration_replaces_the_source_and_keeps_every_other_region(lab: Lab, tm
         try:
             region.delete_namespace(ns, force=True)
             region.delete_tenant(tenant)
-        except adm.AdminError:
+        except adminhttp.AdminError:
             pass

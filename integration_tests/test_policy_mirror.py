@@ -26,8 +26,7 @@ from kazoo.client import KazooClient
 
 from geoctl import errors
 from geoctl.cli import main
-from geosync_adapters import admin as adm
-from geosync_adapters import signing
+from geosync_adapters import adminhttp, signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent.config import AgentConfig
 from geosync_agent.core.mirror import Checkpoint, decode_checkpoint, encode_checkpoint
@@ -93,7 +92,7 @@ def mirrors(lab: Lab) -> Iterator[Mirrors]:
 def _policies(lab: Lab, region: str, namespace: str) -> dict[str, Any] | None:
     try:
         return lab.admin(region).namespace_policies(namespace)
-    except adm.AdminNotFound:
+    except adminhttp.AdminNotFound:
         return None
 
 

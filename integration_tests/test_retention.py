@@ -16,7 +16,7 @@ import pulsar
 import requests
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminNotFound
+from geosync_adapters.adminhttp import AdminNotFound
 from geosync_lab import labs
 from integration_tests.helpers import Lab, assert_exact, consume_all, produce_batched, wait_for
 from integration_tests.test_batch_failover import consume_and_ack, wait_applied

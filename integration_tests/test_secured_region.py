@@ -28,7 +28,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 
 from geosync_adapters import admin as adm
-from geosync_adapters import signing
+from geosync_adapters import adminhttp, signing
 from geosync_lab import distribution, labs, plugins, regions
 from integration_tests.helpers import wait_for
 from integration_tests.test_token_auth import hs256_token
@@ -118,15 +118,17 @@ def test_superusers_and_the_geosync_role_may_read_and_write(region: Region, toke
 
 
 def test_the_agents_admin_adapter_sends_its_token_to_the_plugin(region: Region) -> None:
-    with_token = adm.AdminClient(region.proc.admin_url, token=region.agent, retry=adm.NO_RETRY)
+    with_token = adm.AdminClient(region.proc.admin_url, token=region.agent, retry=adminhttp.NO_RETRY)
     feed = with_token.plugin_feed(since=0)
     assert feed.epoch
     assert with_token.plugin_write([]) == []
-    without = adm.AdminClient(region.proc.admin_url, retry=adm.NO_RETRY)
-    with pytest.raises(adm.AdminUnauthorized):
+    without = adm.AdminClient(region.proc.admin_url, retry=adminhttp.NO_RETRY)
+    with pytest.raises(adminhttp.AdminUnauthorized):
         without.plugin_feed(since=0)
-    with pytest.raises(adm.AdminForbidden):
-        adm.AdminClient(region.proc.admin_url, token=region.app, retry=adm.NO_RETRY).plugin_feed(since=0)
+    with pytest.raises(adminhttp.AdminForbidden):
+        adm.AdminClient(region.proc.admin_url, token=region.app, retry=adminhttp.NO_RETRY).plugin_feed(
+            since=0
+        )
 
 
 # --- secrets never in the agent's log, /state or /metrics ----------------------------------------------

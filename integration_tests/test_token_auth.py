@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from geoctl.cli import main
 from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE
 from geosync_adapters import admin as adm
-from geosync_adapters import messaging
+from geosync_adapters import adminhttp, messaging
 from geosync_agent import discovering
 from geosync_agent.config import AgentConfig
 from geosync_lab import certs, distribution, labs, regions
@@ -93,10 +93,10 @@ def secured(secured_region: Secured) -> tuple[regions.RegionProcess, str]:
 
 def test_admin_api_requires_the_token(secured: tuple[regions.RegionProcess, str]) -> None:
     proc, token = secured
-    fast = adm.RetryPolicy(attempts=1)
-    with pytest.raises(adm.AdminUnauthorized):
+    fast = adminhttp.RetryPolicy(attempts=1)
+    with pytest.raises(adminhttp.AdminUnauthorized):
         adm.AdminClient(proc.admin_url, retry=fast).clusters()
-    with pytest.raises(adm.AdminUnauthorized):
+    with pytest.raises(adminhttp.AdminUnauthorized):
         adm.AdminClient(
             proc.admin_url, token=hs256_token(b"another secret" * 3, "geosync-admin"), retry=fast
         ).clusters()
@@ -132,7 +132,7 @@ def test_agent_reads_its_token_from_a_file_and_never_logs_it(
             token_file=token_file,
         )
 
-    with pytest.raises(adm.AdminUnauthorized):
+    with pytest.raises(adminhttp.AdminUnauthorized):
         discovering.scan(config().admin_client(timeout=10.0), config())
     found = discovering.scan(config(str(token_file)).admin_client(timeout=10.0), config(str(token_file)))
     assert found.namespaces == {}  # one region: nothing replicated, but every call was authorized
@@ -155,11 +155,11 @@ def test_agent_picks_up_a_rotated_token_file_without_a_restart(
         token_file=str(token_file),
     )
     admin = config.admin_client(timeout=10.0)
-    admin.retry = adm.RetryPolicy(attempts=1)
+    admin.retry = adminhttp.RetryPolicy(attempts=1)
     agent_messaging = config.messaging()
     topic = "persistent://public/default/rotated-token"
     try:
-        with pytest.raises(adm.AdminUnauthorized):
+        with pytest.raises(adminhttp.AdminUnauthorized):
             admin.clusters()
         sent: list[bool] = []
         with pytest.raises((pulsar.PulsarException, messaging.MessagingUnavailable)):
@@ -201,11 +201,11 @@ def test_geoctl_uses_a_token_file_and_never_prints_it(
 def test_admin_api_over_tls_verifies_the_brokers_certificate(secured_region: Secured) -> None:
     sec = secured_region
     trusted = adm.AdminClient(
-        sec.https_admin_url, token=sec.token, retry=adm.NO_RETRY, verify=str(sec.tls.ca)
+        sec.https_admin_url, token=sec.token, retry=adminhttp.NO_RETRY, verify=str(sec.tls.ca)
     )
     assert trusted.clusters() == ["sec"]
-    with pytest.raises(adm.AdminTlsError, match="tls_trust_certs_file") as refused:
-        adm.AdminClient(sec.https_admin_url, token=sec.token, retry=adm.NO_RETRY).clusters()
+    with pytest.raises(adminhttp.AdminTlsError, match="tls_trust_certs_file") as refused:
+        adm.AdminClient(sec.https_admin_url, token=sec.token, retry=adminhttp.NO_RETRY).clusters()
     assert sec.token not in str(refused.value)
 
 
@@ -237,7 +237,7 @@ def test_agent_talks_tls_to_admin_api_and_brokers(secured_region: Secured, tmp_p
             tls_trust_certs_file=ca,
         )
 
-    with pytest.raises(adm.AdminTlsError):
+    with pytest.raises(adminhttp.AdminTlsError):
         discovering.scan(config("").admin_client(timeout=10.0), config(""))
     trusted = config(str(sec.tls.ca))
     assert discovering.scan(trusted.admin_client(timeout=10.0), trusted).namespaces == {}

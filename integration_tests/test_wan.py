@@ -23,8 +23,7 @@ import requests
 from click.testing import CliRunner
 
 from geoctl.cli import main
-from geosync_adapters import admin as adm
-from geosync_adapters import messaging
+from geosync_adapters import adminhttp, messaging
 from geosync_lab import labs, wan
 from integration_tests.helpers import (
     Lab,
@@ -240,7 +239,7 @@ def test_a_cut_from_c_leaves_a_b_exact_and_c_converges_after_healing(lab: Lab, u
 def _ttl(lab: Lab, region: str, namespace: str) -> int | None:
     try:
         value = lab.admin(region).namespace_policies(namespace).get("message_ttl_in_seconds")
-    except adm.AdminNotFound:
+    except adminhttp.AdminNotFound:
         return None
     return None if value is None else int(value)
 

@@ -21,8 +21,7 @@ from kazoo import exceptions as kx
 from kazoo.client import KazooClient
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
-from geosync_adapters import admin as adm
-from geosync_adapters import signing
+from geosync_adapters import adminhttp, signing
 from geosync_agent.config import AgentConfig
 from geosync_agent.mirroring import Mirror
 from integration_tests.helpers import Lab, wait_for
@@ -108,7 +107,7 @@ def test_the_mirror_works_with_credentials_and_creates_world_open_policy_nodes(
     def in_b() -> bool:
         try:
             return sorted(lab.admin("b").namespace_policies(ns)["replication_clusters"]) == list(REGIONS)
-        except adm.AdminNotFound:
+        except adminhttp.AdminNotFound:
             return False
 
     wait_for(in_b, timeout_s=30, what=f"{ns} in b")

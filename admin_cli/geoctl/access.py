@@ -33,6 +33,7 @@ import yaml
 from geoctl import endpoints
 from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
 from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_core import topology as topo
 
 
@@ -49,12 +50,12 @@ class Site:
     """What ``failover serve`` tells Pulsar clients about this region (``clients:`` in ``--config``):
     ``service_url``, ``tls_trust_certs_file``, ``auth_plugin``, ``auth_params``."""
 
-    def admin(self, *, timeout: float = 10.0, retry: adm.RetryPolicy | None = None) -> adm.AdminClient:
+    def admin(self, *, timeout: float = 10.0, retry: adminhttp.RetryPolicy | None = None) -> adm.AdminClient:
         return adm.AdminClient(
             self.region.admin_url,
             token=self.token,
             timeout=timeout,
-            retry=retry or adm.RetryPolicy(attempts=3, deadline=10.0),
+            retry=retry or adminhttp.RetryPolicy(attempts=3, deadline=10.0),
             verify=self.ca_file or True,
         )
 
@@ -220,16 +221,16 @@ def pick(sites: dict[str, Site], name: str) -> Site:
         raise GeoctlError(f"unknown region {name!r}; known regions: {known}") from None
 
 
-def credentials_error(e: adm.AdminError, *, region: str) -> GeoctlError | None:
+def credentials_error(e: adminhttp.AdminError, *, region: str) -> GeoctlError | None:
     """The error to show when ``e`` means geoctl's own credentials are wrong (no or a bad token: 401; a
     certificate it cannot verify), else None. The token itself is never part of the message."""
-    if isinstance(e, adm.AdminUnauthorized):
+    if isinstance(e, adminhttp.AdminUnauthorized):
         return GeoctlError(
             f"region {region} refused the request (401): {e}\n  -> give geoctl a token with GEOCTL_TOKEN, "
             "--token-file or token_file in --config",
             exit_code=EXIT_REFUSED,
         )
-    if isinstance(e, adm.AdminTlsError):
+    if isinstance(e, adminhttp.AdminTlsError):
         return GeoctlError(
             f"region {region}: {e}\n  -> set ca_file in --config (top level or for this region)",
             exit_code=EXIT_UNREACHABLE,

@@ -21,6 +21,7 @@ from geoctl import access
 from geoctl.errors import EXIT_BY_STATUS, EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
 from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_core import allowedclusters as ac
 from geosync_core.allowedclusters import Rule, Violation
 
@@ -61,11 +62,11 @@ def refuse(violations: list[Violation], *, tenant: str, region: str) -> GeoctlEr
     return GeoctlError("\n".join(lines), exit_code=EXIT_BY_STATUS.get(violations[0].status, EXIT_REFUSED))
 
 
-def broker_error(e: adm.AdminError, *, region: str, action: str) -> GeoctlError:
+def broker_error(e: adminhttp.AdminError, *, region: str, action: str) -> GeoctlError:
     credentials = access.credentials_error(e, region=region)
     if credentials is not None:
         return credentials
-    if isinstance(e, adm.AdminTemporary):
+    if isinstance(e, adminhttp.AdminTemporary):
         return GeoctlError(
             f"region {region} did not answer ({e}); check it is up ('geoctl lab status') and retry",
             exit_code=EXIT_UNREACHABLE,
@@ -98,7 +99,7 @@ def read_view(client: adm.AdminClient, region: str, namespace: str) -> RegionVie
     tenant = namespace.split("/", 1)[0]
     try:
         tenant_allowed: frozenset[str] | None = frozenset(client.tenant(tenant).get("allowedClusters") or ())
-    except adm.AdminNotFound:
+    except adminhttp.AdminNotFound:
         tenant_allowed = None
     registered = {
         name: frozenset(client.cluster(name).get("peerClusterNames") or ()) for name in client.clusters()
@@ -107,7 +108,7 @@ def read_view(client: adm.AdminClient, region: str, namespace: str) -> RegionVie
     if tenant_allowed is not None:
         try:
             policies = client.namespace_policies(namespace)
-        except adm.AdminNotFound:
+        except adminhttp.AdminNotFound:
             pass
         else:
             replication = frozenset(policies.get("replication_clusters") or ())
@@ -144,7 +145,7 @@ def _admin_errors(action: str) -> Callable[..., Any]:
         def wrapper(*args: Any, **kw: Any) -> Any:
             try:
                 return fn(*args, **kw)
-            except adm.AdminError as e:
+            except adminhttp.AdminError as e:
                 raise broker_error(e, region=kw.get("region") or "?", action=action) from e
 
         return wrapper
@@ -167,11 +168,11 @@ def _check_others(
         if name == target:
             continue
         try:
-            view = read_view(site.admin(retry=adm.NO_RETRY, timeout=5.0), name, namespace)
-        except (adm.AdminUnauthorized, adm.AdminTlsError) as e:
+            view = read_view(site.admin(retry=adminhttp.NO_RETRY, timeout=5.0), name, namespace)
+        except (adminhttp.AdminUnauthorized, adminhttp.AdminTlsError) as e:
             # our credentials, not the region, are wrong: checking elsewhere would not help
             raise broker_error(e, region=name, action="read the namespace") from e
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             warnings.append(f"region {name} not checked ({e.__class__.__name__}): the mirror checks it there")
             continue
         violations = ac.check_namespace(
@@ -356,12 +357,12 @@ def get_allowed_clusters(
     names = [region] if region else sorted(sites)
     found: dict[str, list[str] | None] = {}
     for name in names:
-        client = access.pick(sites, name).admin(retry=adm.NO_RETRY, timeout=5.0)
+        client = access.pick(sites, name).admin(retry=adminhttp.NO_RETRY, timeout=5.0)
         try:
             found[name] = sorted(client.allowed_clusters(namespace))
-        except adm.AdminNotFound:
+        except adminhttp.AdminNotFound:
             found[name] = None
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             if region or access.credentials_error(e, region=name) is not None:
                 raise broker_error(e, region=name, action="read the allowed clusters") from e
             found[name] = None

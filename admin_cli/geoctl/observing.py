@@ -37,8 +37,7 @@ import pulsar
 
 from geoctl.access import AgentView, Site, probe_agent
 from geoctl.errors import EXIT_REFUSED, EXIT_UNREACHABLE, GeoctlError
-from geosync_adapters import admin as adm
-from geosync_adapters import messaging
+from geosync_adapters import adminhttp, adminorigins, messaging
 from geosync_core import keyorder, translating
 from geosync_core.indexing import OriginIndex
 from geosync_core.origins import OriginAcks
@@ -158,7 +157,7 @@ class Observation:
         self.unread.setdefault(region, problem(what, e))
 
 
-UNREACHABLE = (adm.AdminTemporary, messaging.MessagingUnavailable, pulsar.ConnectError, pulsar.Timeout)
+UNREACHABLE = (adminhttp.AdminTemporary, messaging.MessagingUnavailable, pulsar.ConnectError, pulsar.Timeout)
 
 
 def problem(what: str, e: Exception) -> str:
@@ -181,28 +180,28 @@ def synced_namespaces(
         admin = site.admin(timeout=5.0)
         try:
             names = wanted or [ns for t in admin.tenants() if t != "pulsar" for ns in admin.namespaces(t)]
-        except (adm.AdminUnauthorized, adm.AdminForbidden) as e:
+        except (adminhttp.AdminUnauthorized, adminhttp.AdminForbidden) as e:
             # A region that refuses our credentials must not look like a region with nothing to sync.
             raise GeoctlError(
                 f"region {name} refused the request ({e.status}): {e}\n  -> give geoctl a token with "
                 "GEOCTL_TOKEN, --token-file or token_file in --config",
                 exit_code=EXIT_REFUSED,
             ) from e
-        except adm.AdminTlsError as e:
+        except adminhttp.AdminTlsError as e:
             # A configuration problem, not an outage: say so instead of showing a region with nothing.
             raise GeoctlError(
                 f"region {name}: {e}\n  -> set ca_file in --config (top level or for this region)",
                 exit_code=EXIT_UNREACHABLE,
             ) from e
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             unread.setdefault(name, problem("cannot list namespaces", e))
             continue
         for ns in names:
             try:
                 clusters = set(admin.replication_clusters(ns))
-            except adm.AdminNotFound:
+            except adminhttp.AdminNotFound:
                 continue  # not a namespace of this region
-            except adm.AdminError as e:
+            except adminhttp.AdminError as e:
                 unread.setdefault(name, problem(f"cannot read the replication clusters of {ns}", e))
                 continue
             if name in clusters:
@@ -332,13 +331,13 @@ def observe(
                     for t in admin.topics(ns)
                     if t.startswith("persistent://") and t.split("/")[-1] not in INTERNAL_TOPICS
                 ]
-            except adm.AdminError as e:
+            except adminhttp.AdminError as e:
                 obs.could_not_read(region, f"cannot list topics of {ns}", e)
                 continue
             for topic in topics:
                 try:
                     stats.setdefault(topic, {})[region] = admin.topic_stats(topic)
-                except adm.AdminError as e:
+                except adminhttp.AdminError as e:
                     obs.could_not_read(region, f"no stats for {topic}", e)
         for topic, per_region in sorted(stats.items()):
             for src, st in per_region.items():
@@ -371,11 +370,15 @@ def observe(
                         logs[region] = read_log(
                             site,
                             topic,
-                            adm.header_resolver(region, site.admin(timeout=5.0)),
+                            adminorigins.header_resolver(region, site.admin(timeout=5.0)),
                             max_entries=max_entries,
                         )
                         raw = site.admin(timeout=5.0).internal_stats(topic).get("cursors") or {}
-                    except (adm.AdminError, pulsar.PulsarException, messaging.MessagingUnavailable) as e:
+                    except (
+                        adminhttp.AdminError,
+                        pulsar.PulsarException,
+                        messaging.MessagingUnavailable,
+                    ) as e:
                         obs.could_not_read(region, f"cannot read {topic}", e)
                         continue
                     cursors[region] = {

@@ -18,7 +18,7 @@ import click
 from geoctl import access
 from geoctl.errors import EXIT_UNHEALTHY, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_adapters import zookeeper as zk
 from geosync_core import clocks, policies
 from geosync_core.errors import TemporaryError
@@ -59,7 +59,7 @@ def _canonical(doc: Any) -> bytes:
 
 
 def read_admin(site: access.Site, include: tuple[str, ...], exclude: tuple[str, ...]) -> dict[str, bytes]:
-    client = site.admin(retry=adm.NO_RETRY, timeout=5.0)
+    client = site.admin(retry=adminhttp.NO_RETRY, timeout=5.0)
     found = {}
     for tenant in client.tenants():
         if not _wanted(tenant, include, exclude):
@@ -119,7 +119,7 @@ def diff(
                 values = read_zookeeper(site.region.zookeeper, include, exclude)
             else:
                 values = read_admin(site, include, exclude)
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             credentials = access.credentials_error(e, region=name)
             if credentials is not None:
                 raise credentials from e

@@ -23,6 +23,7 @@ from geoctl import access
 from geoctl.errors import EXIT_PRECONDITION, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
 from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_adapters import zookeeper as zk
 from geosync_core import deletions
 
@@ -30,7 +31,7 @@ from geosync_core import deletions
 def _exists(client: adm.AdminClient, namespace: str) -> bool:
     try:
         client.namespace_policies(namespace)
-    except adm.AdminNotFound:
+    except adminhttp.AdminNotFound:
         return False
     return True
 
@@ -38,7 +39,7 @@ def _exists(client: adm.AdminClient, namespace: str) -> bool:
 def _backlogs(client: adm.AdminClient, topic: str) -> dict[str, int]:
     try:
         subs = client.topic_stats(topic).get("subscriptions") or {}
-    except adm.AdminError:
+    except adminhttp.AdminError:
         return {}  # a partitioned topic's own name, or a non-persistent topic gone meanwhile
     return {str(name): int(s.get("msgBacklog", 0)) for name, s in sorted(subs.items())}
 
@@ -76,7 +77,8 @@ def release(
             exit_code=EXIT_PRECONDITION,
         )
     clients = {
-        name: site.admin(retry=adm.RetryPolicy(attempts=3, deadline=10.0)) for name, site in sites.items()
+        name: site.admin(retry=adminhttp.RetryPolicy(attempts=3, deadline=10.0))
+        for name, site in sites.items()
     }
     try:
         still = sorted(
@@ -92,7 +94,7 @@ def release(
             )
         topics = clients[region].every_topic(namespace)
         plan = [(t, _backlogs(clients[region], t)) for t in topics]
-    except adm.AdminError as e:
+    except adminhttp.AdminError as e:
         raise GeoctlError(
             f"cannot read {namespace}: {e}; is the region up?", exit_code=EXIT_UNREACHABLE
         ) from e
@@ -111,7 +113,7 @@ def release(
     partitioned = {t for t in topics if clients[region].partitioned_metadata(t) > 0}
     _mark_deleted(sites[region], namespace)
     for topic in topics:
-        with contextlib.suppress(adm.AdminNotFound):  # a partition deleted with its partitioned topic
+        with contextlib.suppress(adminhttp.AdminNotFound):  # a partition deleted with its partitioned topic
             clients[region].delete_topic(topic, partitioned=topic in partitioned, force=True)
     applied = _wait_gone(sites[region], namespace, wait_s) if wait_s else None
     deleted = [{"topic": t, "backlogs": b} for t, b in plan]

@@ -51,6 +51,7 @@ from geoctl import access, failover, observing
 from geoctl.errors import EXIT_REFUSED, EXIT_UNHEALTHY, EXIT_UNKNOWN, EXIT_UNREACHABLE, GeoctlError
 from geoctl.output import emit, output_option
 from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 
 STEPS = ("copy-metadata", "replicate", "sync", "switch", "cleanup")
 COPIED_POLICIES = (
@@ -165,7 +166,7 @@ def _apply(change: ReplicationChange, sites: dict[str, access.Site], *, dry: boo
 def _namespaces(admin: adm.AdminClient, tenant: str) -> list[str]:
     try:
         return sorted(admin.namespaces(tenant))
-    except adm.AdminNotFound as e:
+    except adminhttp.AdminNotFound as e:
         raise GeoctlError(f"tenant {tenant!r} does not exist in the source region", exit_code=12) from e
 
 
@@ -214,7 +215,7 @@ def copy_metadata(
         try:
             d.create_namespace_with_policies(ns, body)
             created.append(ns)
-        except adm.AdminConflict:
+        except adminhttp.AdminConflict:
             d.set_allowed_clusters(ns, ns_allowed)
         for topic, partitions in _partitioned(s, ns).items():
             if partitions and not d.partitioned_metadata(topic):
@@ -254,7 +255,7 @@ def _pre_replication_backlog(src: access.Site, dst: access.Site, start: dict[str
         if ns not in others:
             try:
                 clusters = admin.replication_clusters(ns)
-            except adm.AdminError:
+            except adminhttp.AdminError:
                 clusters = []
             others[ns] = bool(set(clusters) - {src.name, dst.name})
         if others[ns]:
@@ -262,7 +263,7 @@ def _pre_replication_backlog(src: access.Site, dst: access.Site, start: dict[str
         floor = Position.parse(last)
         try:
             cursors = admin.internal_stats(topic).get("cursors") or {}
-        except adm.AdminNotFound:
+        except adminhttp.AdminNotFound:
             continue
         for name, c in cursors.items():
             if name.startswith(observing.INTERNAL_CURSORS):
@@ -303,7 +304,7 @@ def sync(
             verdict = failover.judge(obs, src.name, dst.name)
             try:
                 pending = _pre_replication_backlog(src, dst, start)
-            except adm.AdminTemporary as e:  # the source not answering: cannot tell, like the check
+            except adminhttp.AdminTemporary as e:  # the source not answering: cannot tell, like the check
                 pending = []
                 verdict.errors.append(f"region {src.name}: cannot read the pre-replication backlog: {e}")
                 verdict.unread.setdefault(src.name, observing.problem("cannot read its cursors", e))
@@ -487,10 +488,10 @@ def migrate(  # noqa: PLR0917
             )
         emit(data, output, _stopped_text)
         raise SystemExit(EXIT_UNKNOWN if unknown else EXIT_UNHEALTHY) from None
-    except adm.AdminError as e:
+    except adminhttp.AdminError as e:
         raise GeoctlError(
             f"{e}; progress is saved in {path}: fix the cause and run again with --resume",
-            exit_code=EXIT_UNREACHABLE if isinstance(e, adm.AdminTemporary) else EXIT_REFUSED,
+            exit_code=EXIT_UNREACHABLE if isinstance(e, adminhttp.AdminTemporary) else EXIT_REFUSED,
         ) from e
     report = (
         client_report(src, dst, tenant, None if verdict is None else verdict.duplicates)

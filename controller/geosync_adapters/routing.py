@@ -30,14 +30,8 @@ from typing import Any
 
 import requests
 
-from geosync_adapters.admin import (
-    NO_RETRY,
-    AdminClient,
-    AdminError,
-    AdminTemporary,
-    OwnerUnreachable,
-    RetryPolicy,
-)
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import NO_RETRY, AdminError, AdminTemporary, OwnerUnreachable, RetryPolicy
 from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
 

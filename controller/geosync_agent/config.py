@@ -21,8 +21,7 @@ from typing import Any
 
 import yaml
 
-from geosync_adapters import admin as adm
-from geosync_adapters import messaging, routing, signing
+from geosync_adapters import adminhttp, messaging, routing, signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent import settings_groups
 from geosync_core import envelopes
@@ -268,7 +267,7 @@ class AgentConfig:
             tls_trust_certs_file=self.tls_trust_certs_file or None,
         )
 
-    def token_source(self) -> adm.Token:
+    def token_source(self) -> adminhttp.Token:
         """The token as the clients use it: from ``GEOSYNC_TOKEN`` as given, from ``token_file`` as a
         ``TokenFile`` (rotations are picked up without a restart), else None."""
         env = os.environ.get("GEOSYNC_TOKEN")
@@ -276,7 +275,7 @@ class AgentConfig:
             return env
         if not self.token_file:
             return None
-        source = adm.TokenFile(self.token_file)
+        source = adminhttp.TokenFile(self.token_file)
         source()  # an unreadable file is a configuration error now, not at the first call
         return source
 

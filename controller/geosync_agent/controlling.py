@@ -13,7 +13,7 @@ import queue
 from collections import deque
 from dataclasses import replace
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import (
     calls,
     discovering,
@@ -78,7 +78,9 @@ class Controlling(Indexing):
             self.stats.inc("claimed_lookups")  # an admin call in the round, between control messages
             try:
                 stats = self.effector.call(calls.TopicStats(topic))
-            except adm.AdminError:  # not there yet (404), or the admin API failing: the next round asks again
+            except (
+                adminhttp.AdminError
+            ):  # not there yet (404), or the admin API failing: the next round asks again
                 self.claimed_untracked[topic] = (now.mono + tuning.REDISCOVER_FOR_FEED_S, give_up_at)
                 continue
             del self.claimed_untracked[topic]
@@ -173,7 +175,7 @@ class Controlling(Indexing):
         def end(topic: str) -> Position | None:
             try:
                 return reports.log_end(self.effector.call(calls.InternalStats(topic)))
-            except adm.AdminNotFound:
+            except adminhttp.AdminNotFound:
                 return None
 
         topics = list(self.topics)

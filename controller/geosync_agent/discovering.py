@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent.config import AgentConfig
 from geosync_agent.effects import app_consumers
 from geosync_agent.ports import Admin
@@ -147,7 +147,7 @@ def synced_namespaces(admin: Admin, config: AgentConfig) -> dict[str, frozenset[
     for ns in names:
         try:
             clusters = frozenset(admin.replication_clusters(ns))
-        except adm.AdminNotFound:
+        except adminhttp.AdminNotFound:
             continue
         if config.region in clusters and len(clusters) > 1:
             out[ns] = clusters
@@ -191,7 +191,7 @@ def unretained(admin: Admin, namespaces: Iterable[str]) -> tuple[str, ...]:
             policy = admin.retention(ns)
             if policy is None and defaults is None:
                 defaults = admin.runtime_configuration()
-        except adm.AdminError:
+        except adminhttp.AdminError:
             continue
         if not retains(policy, defaults or {}):
             out.append(ns)
@@ -218,12 +218,12 @@ class PluginTopics:
             return {}
         try:
             found = self.admin.plugin_topics(namespace)
-        except (adm.AdminNotFound, adm.AdminForbidden) as e:
+        except (adminhttp.AdminNotFound, adminhttp.AdminForbidden) as e:
             if self.refused_at is None:
                 log.info("the broker plugin lists no topics (%s): discovery reads every topic's stats", e)
             self.refused_at = self.clock()
             return {}
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             log.warning("the broker plugin's topic list of %s is unavailable this pass: %s", namespace, e)
             return {}
         self.refused_at = None
@@ -252,7 +252,7 @@ def scan(
         control = f"persistent://{ns}/{config.control_topic}"
         if owns is None or owns(control):
             # Its replicators carry the claims: one stuck leaves the other regions without them.
-            with contextlib.suppress(adm.AdminError):
+            with contextlib.suppress(adminhttp.AdminError):
                 links[control] = replicators.samples_of(known.get(control) or admin.topic_stats(control))
         for topic in admin.topics(ns):
             if not synced_topic(config, topic):
@@ -265,7 +265,7 @@ def scan(
             if stats is None:
                 try:
                     stats = admin.topic_stats(topic)
-                except adm.AdminNotFound:
+                except adminhttp.AdminNotFound:
                     continue
             subscriptions[topic] = subscriptions_of(config, topic, stats)
             links[topic] = replicators.samples_of(stats)

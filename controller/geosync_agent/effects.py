@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from geosync_adapters import admin as adm
-from geosync_adapters import messaging
+from geosync_adapters import adminhttp, messaging
 from geosync_agent import calls
 from geosync_agent.core.effects import (
     PLANNED_FROM_REFUSED,
@@ -207,13 +206,13 @@ class Effector:
     def _plugin_acks(self, batch: list[PluginAck]) -> list[Outcome]:
         try:
             results = self._admin().plugin_write([_item(a) for a in batch])
-        except (adm.AdminNotFound, adm.AdminForbidden) as e:
+        except (adminhttp.AdminNotFound, adminhttp.AdminForbidden) as e:
             log.info("no cursor writes through the broker plugin (%s); using the admin API", e)
             return [
                 Learned(Capability.PLUGIN_CURSOR_WRITES, False),
                 *(NotWritten(a.key, fallback=True, reason="no plugin writes") for a in batch),
             ]
-        except (adm.AdminError, pluginapi.PluginApiError) as e:
+        except (adminhttp.AdminError, pluginapi.PluginApiError) as e:
             log.warning("acknowledging through the broker plugin failed, will retry: %s", e)
             return [NotWritten(a.key, fallback=False, reason=str(e)) for a in batch]
         out: list[Outcome] = [Learned(Capability.PLUGIN_CURSOR_WRITES, True)]
@@ -260,7 +259,7 @@ class Effector:
             return [self._reset(effect)]
         try:
             return self._admin_move(effect)
-        except (adm.AdminError, messaging.MessagingUnavailable) as e:
+        except (adminhttp.AdminError, messaging.MessagingUnavailable) as e:
             return [AdminMoved(effect.key, effect.counter, None, False, 0, 0, effect.consumers, error=str(e))]
 
     def _create(self, *effects: CreateSubscription) -> list[Outcome]:
@@ -270,9 +269,9 @@ class Effector:
         topic = effects[0].key[0]
         try:
             subscriptions = self._admin().topic_stats(topic).get("subscriptions") or {}
-        except adm.AdminNotFound:
+        except adminhttp.AdminNotFound:
             return [Created(e.key, created=False, topic_missing=True) for e in effects]
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             log.warning("cannot create %d subscription(s) on %s, will retry: %s", len(effects), topic, e)
             return [Created(e.key, created=False, topic_missing=True) for e in effects]
         out: list[Outcome] = []
@@ -296,7 +295,7 @@ class Effector:
     def _unload(self, effect: UnloadTopic) -> Outcome:
         try:
             self._admin().unload_topic(effect.topic)
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             return Unloaded(effect.topic, error=str(e)[:200])
         return Unloaded(effect.topic)
 
@@ -305,7 +304,7 @@ class Effector:
         md = effect.mark_delete
         try:
             self._admin().reset_cursor(topic, name, mark_delete=None if md is None else (md.ledger, md.entry))
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             log.warning("cannot rewind %s on %s, will retry: %s", name, topic, e)
             return CursorReset(effect.key, md, error=str(e)[:200])
         return CursorReset(effect.key, md)
@@ -327,7 +326,7 @@ class Effector:
                     partition=effect.partition,
                 )
                 moved_to = effect.move
-            except adm.AdminConflict:
+            except adminhttp.AdminConflict:
                 busy = True
         if not effect.holes:
             return [*created, AdminMoved(effect.key, effect.counter, moved_to, busy, 0, 0, effect.consumers)]
@@ -350,7 +349,7 @@ class Effector:
                     Learned(Capability.SKIP_BY_IDS, True),
                     AdminMoved(effect.key, effect.counter, moved_to, busy, len(effect.holes), 0, consumers),
                 ]
-            except (adm.AdminNotFound, adm.AdminNotAllowed):
+            except (adminhttp.AdminNotFound, adminhttp.AdminNotAllowed):
                 # A 404 is also what a broker with PIP-423 answers for a subscription that is gone: that is
                 # this subscription's outcome, not the region's capability (issue 45, case 1).
                 if name not in (self._admin().topic_stats(topic).get("subscriptions") or {}):

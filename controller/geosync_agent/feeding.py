@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now
 from geosync_agent.controlling import Controlling
@@ -46,7 +46,7 @@ class Feeding(Controlling):
         try:
             acked = self.config.claims_from == acknowledged.ACKNOWLEDGEMENTS
             feed = self.effector.call(calls.PluginFeed(self.feed.seq, self.feed.epoch, acked=acked))
-        except (adm.AdminNotFound, adm.AdminForbidden) as e:
+        except (adminhttp.AdminNotFound, adminhttp.AdminForbidden) as e:
             if self.caps.get(Capability.PLUGIN_FEED) is not False:
                 for ts in self.topics.values():
                     ts.poll = replace(ts.poll, next_at=0.0)  # their polls were paced for a feed
@@ -54,7 +54,7 @@ class Feeding(Controlling):
             self.feed.write_version = 1  # nothing tells what the plugin's writes take now
             log.info("no acknowledgement feed from the broker plugin (%s); polling cursors instead", e)
             return {}
-        except (adm.AdminError, pluginapi.PluginApiError) as e:
+        except (adminhttp.AdminError, pluginapi.PluginApiError) as e:
             self.stats.inc("feed_errors")
             self.part_outcome("acknowledgement feed", e, now.mono)
             log.warning("acknowledgement feed failed, polling meanwhile: %s", e)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import (
     calls,
     snapshotting,
@@ -129,7 +129,7 @@ class Indexing(Tracking):
         if internal is None:
             try:
                 internal = self.effector.call(calls.InternalStats(ts.tail.topic))
-            except adm.AdminError:
+            except adminhttp.AdminError:
                 return False  # not known: the next poll asks
         held = [p for p in (ts.tail.last if read is None else read, ts.tail.index.first) if p is not None]
         gone_reads = [p for p in held if reports.read_gone(p, internal)]

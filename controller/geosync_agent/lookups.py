@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_adapters import messaging as msg
 from geosync_agent import calls
 from geosync_agent import effects as fx
@@ -101,7 +102,7 @@ class OriginLookups:
         self.count("origin_lookups", 1)
         try:
             return self.effector.call(calls.ReadEntryHeaders(topic, local))
-        except adm.AdminError as e:
+        except adminhttp.AdminError as e:
             log.warning("cannot read the origin of %s %s: %s", topic, local, e)
             return None
 
@@ -139,7 +140,7 @@ class OriginLookups:
             self.asked[topic] = (now, local)
             try:
                 runs = self.effector.call(calls.PluginOrigins(topic, local))
-            except adm.AdminError as e:
+            except adminhttp.AdminError as e:
                 self._runs_unavailable(e, now)
                 return None
             self._take_runs(topic, local, runs, now)
@@ -159,8 +160,8 @@ class OriginLookups:
             asked is not None and not self.runs.get(topic) and now - asked[0] < tuning.PLUGIN_ASK_GAP_S
         )
 
-    def _runs_unavailable(self, error: adm.AdminError, now: float) -> None:
-        if isinstance(error, adm.AdminNotFound):
+    def _runs_unavailable(self, error: adminhttp.AdminError, now: float) -> None:
+        if isinstance(error, adminhttp.AdminNotFound):
             if self.caps().get(Capability.PLUGIN_INDEX) is None:
                 log.info("no GeoSync interceptor in this region: origins come from per-entry lookups")
             self.learn(Capability.PLUGIN_INDEX, False, now)
@@ -200,16 +201,16 @@ class OriginLookups:
         for topic, first in asks:
             self.asked[topic] = (now, first)
 
-        def ask(item: tuple[str, Position]) -> list[OriginRun] | adm.AdminError:
+        def ask(item: tuple[str, Position]) -> list[OriginRun] | adminhttp.AdminError:
             topic, first = item
             try:
                 return self.effector.call(calls.PluginOrigins(topic, first))
-            except adm.AdminError as e:
+            except adminhttp.AdminError as e:
                 return e
 
         self.count("origin_prefetches", len(asks))
         for (topic, first), answer in zip(asks, self.effector.map(ask, asks), strict=True):
-            if isinstance(answer, adm.AdminError):
+            if isinstance(answer, adminhttp.AdminError):
                 self._runs_unavailable(answer, now)
             else:
                 self._take_runs(topic, first, answer, now)

@@ -40,7 +40,7 @@ from typing import Protocol
 from urllib.parse import quote
 
 from geosync_adapters import zookeeper as zk
-from geosync_adapters.admin import AdminError, AdminNotFound, AdminPreconditionFailed
+from geosync_adapters.adminhttp import AdminError, AdminNotFound, AdminPreconditionFailed
 from geosync_core import deletions
 from geosync_core.deletions import Contents
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now, TopicState
 from geosync_agent.core import acknowledged, generations, reports, tuning
@@ -86,7 +86,7 @@ class Observing(Feeding):
         due = list(by_topic)  # each at its resync or its poll's time
         unreachable: list[str] = []
         for topic, internal in zip(due, self.effector.map(self._internal_stats, due), strict=True):
-            if isinstance(internal, adm.OwnerUnreachable):
+            if isinstance(internal, adminhttp.OwnerUnreachable):
                 # Its owner died: this topic waits (the others' polls, claims and writes go on).
                 unreachable.append(topic)
                 ts = self.topics[topic]
@@ -130,12 +130,12 @@ class Observing(Feeding):
             self.stats.inc("topics_reloaded")
         return reloaded
 
-    def _internal_stats(self, topic: str) -> dict[str, Any] | adm.OwnerUnreachable | None:
+    def _internal_stats(self, topic: str) -> dict[str, Any] | adminhttp.OwnerUnreachable | None:
         try:
             return self.effector.call(calls.InternalStats(topic))
-        except adm.AdminNotFound:
+        except adminhttp.AdminNotFound:
             return None
-        except adm.OwnerUnreachable as e:
+        except adminhttp.OwnerUnreachable as e:
             return e
 
     def _observe(
@@ -254,7 +254,7 @@ class Observing(Feeding):
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
         try:
             subs = self.effector.call(calls.TopicStats(topic)).get("subscriptions") or {}
-        except (adm.AdminNotFound, adm.OwnerUnreachable):
+        except (adminhttp.AdminNotFound, adminhttp.OwnerUnreachable):
             return  # learned at a later look
         for state in states:
             state.learn_kind(str((subs.get(state.name) or {}).get("type") or ""))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Container
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_adapters import messaging as msg
 from geosync_agent import calls
 from geosync_agent import effects as fx
@@ -59,7 +59,7 @@ class Readers:
                 log.info("created the control topic %s (auto topic creation is off)", tail.topic)
             self.effector.open_reader(tail)
             return True
-        except (adm.AdminError, msg.TopicMissing, msg.MessagingUnavailable) as e:
+        except (adminhttp.AdminError, msg.TopicMissing, msg.MessagingUnavailable) as e:
             return self._not_opened(tail, e, now)
 
     def _not_opened(self, tail: Tail, error: Exception, now: float) -> bool:
@@ -121,7 +121,7 @@ class Readers:
         the brokers probed already)."""
         try:
             url = str(self.effector.call(calls.LookupTopic(topic)).get("brokerUrl") or "")
-        except adm.AdminError:
+        except adminhttp.AdminError:
             return False
         if url and url not in probed:
             probed[url] = self.effector.broker_answers(url)

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_adapters import messaging as msg
 from geosync_agent import reporting
 from geosync_agent.agentstate import Now, Stats, TopicState
@@ -60,7 +60,7 @@ from geosync_core import pacing
 from geosync_core.capabilities import Capability
 
 log = logging.getLogger("geosync.agent")
-ROUND_ERRORS = (adm.AdminError, msg.MessagingUnavailable)
+ROUND_ERRORS = (adminhttp.AdminError, msg.MessagingUnavailable)
 """Failures a round survives: it is counted, and the next round tries again."""
 
 

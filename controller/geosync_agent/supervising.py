@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import allocator, checkpointing, collector, discovering, incarnating, serving, watching
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
@@ -255,7 +255,7 @@ def discover(
         started = time.monotonic()
         try:
             found = discovering.scan(admin, config, now=started, owns=owns, views=views)
-        except (adm.AdminError, OSError) as e:
+        except (adminhttp.AdminError, OSError) as e:
             on_outcome(e)
         else:
             out.put(replace(found, took_s=time.monotonic() - started))

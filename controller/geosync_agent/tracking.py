@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import (
     calls,
     owning,
@@ -51,7 +51,7 @@ class Tracking(AgentState):
             if self.lookups:
                 self.effector.call(calls.RefreshRegionOwnership(self.ownership, now.mono))
                 self._look_up_claimed(now)
-        except (adm.AdminError, owning.OwnershipUnknown) as e:
+        except (adminhttp.AdminError, owning.OwnershipUnknown) as e:
             self.part_outcome("ownership", e, now.mono)
             self.stats.inc("ownership_errors")
             log.warning("cannot tell what this agent's broker owns (keeping the last answer): %s", e)
@@ -101,7 +101,7 @@ class Tracking(AgentState):
                 continue
             try:
                 answer = self.effector.call(calls.LookupTopic(topic))
-            except adm.AdminNotFound:
+            except adminhttp.AdminNotFound:
                 continue  # not in this region yet: replication creates it
             self.stats.inc("ownership_lookups")
             if self.ownership.is_me(answer):

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_core import topology as topo
 from geosync_lab import clusters, distribution, launches, plugins, regions, wan
 from geosync_lab.agents import sidecar_name, start_agent, stop_agent, wait_agent_ready

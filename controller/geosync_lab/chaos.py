@@ -42,7 +42,8 @@ from typing import IO, Any
 import pulsar
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_core import topology as topo
 from geosync_lab import labs
 from geosync_lab.chaos_nemesis import _Nemesis

@@ -16,7 +16,8 @@ from typing import Any
 import pulsar
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_core import topology as topo
 from geosync_lab import labs, regions, wan
 from geosync_lab.chaos_plan import NAMESPACE, POLICY_FIELDS, POLICY_NAMESPACE, Step

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import pulsar
 
 from geosync_adapters import messaging
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_core import topology as topo
 
 BUILTIN_PREFIX = "pip33-"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from geosync_adapters.admin import NO_RETRY, AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import NO_RETRY, AdminError
 from geosync_core import topology as topo
 from geosync_lab import regions, wan
 from geosync_lab.topologies import PROBE_TOPIC, alive_regions, load, region_process

@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from geosync_adapters.admin import AdminClient, AdminError
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminError
 from geosync_core.pluginapi import PluginApiError
 from geosync_core.pluginwrites import AckItem
 from geosync_core.positions import Position

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_adapters.messaging import Received, TopicMissing
 from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
@@ -75,7 +76,7 @@ class SimAdmin:
     def _topic(self, topic: str) -> Topic:
         t = self.r.topics.get(topic)
         if t is None:
-            raise adm.AdminNotFound(f"404 topic {topic} not found")
+            raise adminhttp.AdminNotFound(f"404 topic {topic} not found")
         return t
 
     def _sub(self, topic: str, sub: str) -> Subscription:
@@ -84,7 +85,7 @@ class SimAdmin:
             self.world.trace(
                 f"{self.r.name}: {topic.rsplit('/', 1)[-1]}/{sub} admin call on a missing subscription"
             )
-            raise adm.AdminNotFound(f"404 Subscription not found: {topic}/{sub}")
+            raise adminhttp.AdminNotFound(f"404 Subscription not found: {topic}/{sub}")
         return s
 
     # discovery
@@ -165,7 +166,7 @@ class SimAdmin:
     def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
         self.calls.append("skip_by_message_ids")
         if not self.r.skip_by_ids:
-            raise adm.AdminNotFound("404 Not Found")
+            raise adminhttp.AdminNotFound("404 Not Found")
         t = self._topic(topic)
         s = self._sub(topic, subscription)
         newly = [p for lg, e in positions if lg == t.ledger for p in s.cursor.ack_entry(t, e)]
@@ -180,7 +181,7 @@ class SimAdmin:
     def entry_headers(self, topic: str, *, ledger: int, entry: int) -> adm.EntryHeaders:
         t = self._topic(topic)
         if ledger != t.ledger or not 0 <= entry <= t.last:
-            raise adm.AdminNotFound(f"404 no entry {ledger}:{entry}")
+            raise adminhttp.AdminNotFound(f"404 no entry {ledger}:{entry}")
         e = t.entries[entry]
         props = {} if e.replicated_from is None else {STAMP: str(e.source)}
         return adm.EntryHeaders(e.replicated_from, props, len(e.msgs) if e.batched else None)
@@ -206,9 +207,9 @@ class SimAdmin:
         ``GeoSyncInterceptor.acks`` with ``geosyncAllowCursorWrites`` off, ``PluginAccess.role`` for a role
         that is neither a superuser nor in ``geosyncAdminRoles``)."""
         if not self.r.plugin:
-            raise adm.AdminNotFound("404 no GeoSync plugin")
+            raise adminhttp.AdminNotFound("404 no GeoSync plugin")
         if self.r.refusing == "all" or (write and self.r.refusing == "writes"):
-            raise adm.AdminForbidden(f"403 the GeoSync plugin refuses this agent ({self.r.refusing})")
+            raise adminhttp.AdminForbidden(f"403 the GeoSync plugin refuses this agent ({self.r.refusing})")
 
     def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
         self._need_plugin()

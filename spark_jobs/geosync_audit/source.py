@@ -27,7 +27,9 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from geosync_adapters.admin import AdminClient, AdminNotFound, header_resolver
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminNotFound
+from geosync_adapters.adminorigins import header_resolver
 from geosync_core import drift
 from geosync_core import topology as topo
 from geosync_core.positions import Position

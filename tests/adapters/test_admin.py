@@ -21,12 +21,13 @@ from typing import Any, ClassVar, cast
 import pytest
 
 from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp, adminorigins
 from geosync_core import pluginwrites
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
-FAST = adm.RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02, deadline=5)
+FAST = adminhttp.RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02, deadline=5)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -69,15 +70,15 @@ def server() -> Iterator[tuple[str, type[_Handler]]]:
 @pytest.mark.parametrize(
     ("status", "error"),
     [
-        (400, adm.AdminBadRequest),
-        (401, adm.AdminUnauthorized),
-        (403, adm.AdminForbidden),
-        (404, adm.AdminNotFound),
-        (405, adm.AdminNotAllowed),
-        (409, adm.AdminConflict),
-        (412, adm.AdminPreconditionFailed),
-        (418, adm.AdminPermanent),
-        (503, adm.AdminTemporary),
+        (400, adminhttp.AdminBadRequest),
+        (401, adminhttp.AdminUnauthorized),
+        (403, adminhttp.AdminForbidden),
+        (404, adminhttp.AdminNotFound),
+        (405, adminhttp.AdminNotAllowed),
+        (409, adminhttp.AdminConflict),
+        (412, adminhttp.AdminPreconditionFailed),
+        (418, adminhttp.AdminPermanent),
+        (503, adminhttp.AdminTemporary),
     ],
 )
 def test_status_codes_map_to_error_types(
@@ -88,7 +89,7 @@ def test_status_codes_map_to_error_types(
     client = adm.AdminClient(url, retry=FAST)
     with pytest.raises(error) as info:
         client.clusters()
-    assert isinstance(info.value, adm.AdminError)
+    assert isinstance(info.value, adminhttp.AdminError)
     assert info.value.status == status
     assert "because" in str(info.value)
 
@@ -147,7 +148,7 @@ def test_calls_from_several_threads_retry_each_on_its_own(server: tuple[str, typ
 def test_permanent_failures_are_not_retried(server: tuple[str, type[_Handler]]) -> None:
     url, handler = server
     handler.routes["GET /admin/v2/tenants"] = [(403, {}, {"reason": "no"})]
-    with pytest.raises(adm.AdminForbidden):
+    with pytest.raises(adminhttp.AdminForbidden):
         adm.AdminClient(url, retry=FAST).tenants()
     assert len(handler.seen) == 1
 
@@ -173,7 +174,7 @@ def test_redirect_is_followed_with_credentials_and_body(server: tuple[str, type[
 def test_redirect_loops_stop_at_the_hop_limit(server: tuple[str, type[_Handler]]) -> None:
     url, handler = server
     handler.routes["GET /admin/v2/clusters"] = [(307, {"Location": f"{url}/admin/v2/clusters"}, None)]
-    with pytest.raises(adm.TooManyRedirects):
+    with pytest.raises(adminhttp.TooManyRedirects):
         adm.AdminClient(url, retry=FAST, max_redirects=3).clusters()
     assert len(handler.seen) == 4
 
@@ -190,22 +191,22 @@ def test_a_redirect_to_an_owner_that_does_not_answer_is_owner_unreachable_and_no
     url, handler = server
     path = "/admin/v2/persistent/t/n/x/internalStats"
     handler.routes[f"GET {path}"] = [(307, {"Location": f"http://127.0.0.1:{dead_port()}{path}"}, None)]
-    with pytest.raises(adm.OwnerUnreachable, match="redirected to"):
+    with pytest.raises(adminhttp.OwnerUnreachable, match="redirected to"):
         adm.AdminClient(url, retry=FAST).internal_stats("persistent://t/n/x")
     assert len(handler.seen) == 1  # once: asking again at once gets the same redirect to the same dead owner
 
 
 def test_unreachable_region_is_temporary() -> None:
     client = adm.AdminClient(
-        "http://127.0.0.1:9", retry=adm.RetryPolicy(attempts=2, initial_delay=0.01, max_delay=0.01)
+        "http://127.0.0.1:9", retry=adminhttp.RetryPolicy(attempts=2, initial_delay=0.01, max_delay=0.01)
     )
-    with pytest.raises(adm.AdminTemporary):
+    with pytest.raises(adminhttp.AdminTemporary):
         client.clusters()
 
 
 def test_topic_path_quotes_segments() -> None:
     assert adm.AdminClient.topic_path("persistent://geo/ab/my topic") == "persistent/geo/ab/my%20topic"
-    with pytest.raises(adm.AdminBadRequest):
+    with pytest.raises(adminhttp.AdminBadRequest):
         adm.AdminClient.topic_path("geo/ab/x")
 
 
@@ -229,7 +230,7 @@ def test_plugin_feed_and_writes_are_read_and_sent_as_documented(server: tuple[st
     item = {"topic": "persistent://t/n/x", "subscription": "s", "mark_delete": "3:5", "positions": ["3:7"]}
     assert client.plugin_acks([item]) == [{"status": "ok"}]
     assert json.loads(handler.seen[-1][3]) == {"acks": [item]}
-    with pytest.raises(adm.AdminForbidden):
+    with pytest.raises(adminhttp.AdminForbidden):
         client.plugin_acks([item])
     # A read names the broker run its sequence number counts in: a restarted broker confirms nothing by it.
     handler.routes["GET /admin/v2/geosync/cursors?since=9&epoch=e1"] = [(200, {}, {"epoch": "e2", "seq": 1})]
@@ -311,9 +312,9 @@ def test_a_certificate_that_cannot_be_verified_is_a_permanent_error_that_says_wh
 ) -> None:
     url, handler = server  # plain HTTP: a TLS handshake against it fails
     client = adm.AdminClient(url.replace("http://", "https://"), retry=FAST)
-    with pytest.raises(adm.AdminTlsError, match="tls_trust_certs_file") as info:
+    with pytest.raises(adminhttp.AdminTlsError, match="tls_trust_certs_file") as info:
         client.clusters()
-    assert isinstance(info.value, adm.AdminPermanent)
+    assert isinstance(info.value, adminhttp.AdminPermanent)
     assert not handler.seen
 
 
@@ -394,7 +395,7 @@ def test_entry_headers_batch_size() -> None:
 def test_a_token_file_is_read_again_when_it_changes(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "token"
     path.write_text("first\n")
-    source = adm.TokenFile(path)
+    source = adminhttp.TokenFile(path)
     client = adm.AdminClient("http://127.0.0.1:1", token=source)
     assert client._headers()["Authorization"] == "Bearer first"
     path.write_text("second-token\n")  # rotated (another size: seen even within one mtime tick)
@@ -407,7 +408,7 @@ def test_a_token_file_is_read_again_when_it_changes(tmp_path: pathlib.Path) -> N
 
 def test_an_unreadable_token_file_fails_at_once(tmp_path: pathlib.Path) -> None:
     with pytest.raises(FileNotFoundError):
-        adm.TokenFile(tmp_path / "missing")()
+        adminhttp.TokenFile(tmp_path / "missing")()
 
 
 def test_backlog_of_a_subscription_and_of_what_does_not_exist(server: tuple[str, type[_Handler]]) -> None:
@@ -435,7 +436,7 @@ def test_a_dynamic_setting_is_set_with_its_value_quoted_in_the_path_and_deleted(
         ("POST", f"/admin/v2/brokers/configuration/{name}/{quoted}"),
         ("DELETE", f"/admin/v2/brokers/configuration/{name}"),
     ]
-    with pytest.raises(adm.AdminNotFound):
+    with pytest.raises(adminhttp.AdminNotFound):
         client.set_dynamic_configuration("noSuchSetting", None)
 
 
@@ -443,7 +444,7 @@ class _IndexedAdmin:
     """Answers the interceptor's origin index from ``runs`` (or fails with ``error``) and entry headers for
     anything; counts both."""
 
-    def __init__(self, runs: list[OriginRun], error: adm.AdminError | None = None) -> None:
+    def __init__(self, runs: list[OriginRun], error: adminhttp.AdminError | None = None) -> None:
         self.runs, self.error = runs, error
         self.base_url = f"http://{uuid.uuid4().hex}"  # what tools learned is remembered per admin URL
         self.asked: list[tuple[int, int] | None] = []
@@ -468,7 +469,7 @@ class _IndexedAdmin:
 
 def test_tools_name_batched_origins_from_the_interceptors_index_with_one_call_per_stretch() -> None:
     fake = _IndexedAdmin([OriginRun(5, 0, 10, "a", Position(3, 100)), OriginRun(5, 10, 5, "b")])
-    resolver = adm.header_resolver("b", cast(adm.AdminClient, fake))
+    resolver = adminorigins.header_resolver("b", cast(adm.AdminClient, fake))
     assert resolver.source is not None
     found = [resolver.source("t", Position(5, e)) for e in range(15)]
     assert [(o.region, o.position) for o in found if o] == [
@@ -485,9 +486,13 @@ def test_tools_name_batched_origins_from_the_interceptors_index_with_one_call_pe
 
 @pytest.mark.parametrize("status", [403, 404])
 def test_without_a_usable_index_tools_fall_back_to_entry_headers_and_stop_asking(status: int) -> None:
-    error = adm.AdminNotFound("gone", status=404) if status == 404 else adm.AdminError("no", status=status)
+    error = (
+        adminhttp.AdminNotFound("gone", status=404)
+        if status == 404
+        else adminhttp.AdminError("no", status=status)
+    )
     fake = _IndexedAdmin([], error)
-    resolver = adm.header_resolver("b", cast(adm.AdminClient, fake))
+    resolver = adminorigins.header_resolver("b", cast(adm.AdminClient, fake))
     assert resolver.source is not None
     for e in range(3):
         assert resolver.source("t", Position(5, e)) == Origin("c", Position(9, 9))
@@ -496,9 +501,9 @@ def test_without_a_usable_index_tools_fall_back_to_entry_headers_and_stop_asking
 
 
 def test_what_entry_headers_named_is_remembered_across_reads() -> None:
-    fake = _IndexedAdmin([], adm.AdminNotFound("gone", status=404))
+    fake = _IndexedAdmin([], adminhttp.AdminNotFound("gone", status=404))
     for _ in range(2):  # two checks, one after the other: the second asks nothing again
-        resolver = adm.header_resolver("b", cast(adm.AdminClient, fake))
+        resolver = adminorigins.header_resolver("b", cast(adm.AdminClient, fake))
         assert resolver.source is not None
         assert resolver.source("t", Position(5, 1)) == Origin("c", Position(9, 9))
     assert fake.headers == [Position(5, 1)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from geosync_adapters.admin import AdminClient, AdminNotFound
+from geosync_adapters.admin import AdminClient
+from geosync_adapters.adminhttp import AdminNotFound
 from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
 from geosync_core.positions import Position

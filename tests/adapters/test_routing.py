@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 
-from geosync_adapters import admin as adm
-from geosync_adapters import routing
+from geosync_adapters import adminhttp, routing
 from geosync_core import pluginapi, pluginwrites
 from geosync_core.positions import Position
 
-FAST = adm.RetryPolicy(attempts=2, initial_delay=0.01, max_delay=0.02, deadline=2)
+FAST = adminhttp.RetryPolicy(attempts=2, initial_delay=0.01, max_delay=0.02, deadline=2)
 
 
 @dataclass
@@ -269,7 +268,7 @@ def test_every_brokers_topic_list_is_read_and_merged(region: Any) -> None:
     brokers[1].lists = True
     assert set(admin.plugin_topics("geo/ab")) == {T2}
     brokers[1].lists = False
-    with pytest.raises(adm.AdminTemporary):  # nobody lists, one is down: asked again next pass
+    with pytest.raises(adminhttp.AdminTemporary):  # nobody lists, one is down: asked again next pass
         admin.plugin_topics("geo/ab")
 
 
@@ -277,7 +276,7 @@ def test_a_region_whose_brokers_all_lack_the_list_refuses(region: Any) -> None:
     shared, brokers, _ = region
     for b in brokers:
         b.lists = False
-    with pytest.raises(adm.AdminNotFound):
+    with pytest.raises(adminhttp.AdminNotFound):
         _admin(shared.urls[0]).plugin_topics("geo/ab")
 
 
@@ -322,7 +321,7 @@ def test_a_call_redirected_to_a_dead_owner_does_not_fail_over(region: Any) -> No
     brokers[1].redirect = dead
     counted: list[str] = []
     admin = _admin(shared.urls[0], seeds=(shared.urls[1],), stats=counted.append)
-    with pytest.raises(adm.OwnerUnreachable):
+    with pytest.raises(adminhttp.OwnerUnreachable):
         admin.internal_stats(T1)
     assert counted == []
     assert brokers[1].calls == []
@@ -331,7 +330,7 @@ def test_a_call_redirected_to_a_dead_owner_does_not_fail_over(region: Any) -> No
 def test_a_refused_call_does_not_fail_over(region: Any) -> None:
     shared, _, _ = region
     admin = _admin(shared.urls[0], seeds=(shared.urls[1],))
-    with pytest.raises(adm.AdminNotFound):
+    with pytest.raises(adminhttp.AdminNotFound):
         admin.get("/admin/v2/nothing")
 
 
@@ -393,4 +392,4 @@ def test_every_call_is_timed_by_kind_at_each_broker(region: Any) -> None:
     ],
 )
 def test_a_calls_kind_never_holds_a_topic_or_subscription_name(method: str, url: str, kind: str) -> None:
-    assert adm.call_kind(method, url) == kind
+    assert adminhttp.call_kind(method, url) == kind

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from geosync_adapters import admin as adm
-from geosync_adapters import signing
+from geosync_adapters import adminhttp, signing
 from geosync_adapters.messaging import Received, TopicMissing
 from geosync_agent import discovering
 from geosync_agent import effects as fx
@@ -49,7 +49,7 @@ class FakeRegion:
     feed: list[pluginapi.CursorReport] = field(default_factory=list)
     fed: dict[tuple[str, str], None] = field(default_factory=dict)
     """Subscriptions the feed has named (in order): a read from the start names them again."""
-    feed_error: adm.AdminError | None = None
+    feed_error: adminhttp.AdminError | None = None
     """Raised by the feed while set (the broker down or refusing)."""
     headers: dict[tuple[str, Position], adm.EntryHeaders] = field(default_factory=dict)
     """What entry_headers answers per (topic, entry); local and not batched when absent."""
@@ -80,12 +80,12 @@ class FakeRegion:
 
     def replication_clusters(self, namespace: str) -> list[str]:
         if namespace not in self.namespaces:
-            raise adm.AdminNotFound(namespace)
+            raise adminhttp.AdminNotFound(namespace)
         return self.namespaces[namespace]
 
     def retention(self, namespace: str) -> dict[str, Any] | None:
         if namespace not in self.namespaces:
-            raise adm.AdminNotFound(namespace)
+            raise adminhttp.AdminNotFound(namespace)
         return self.retained.get(namespace, {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1})
 
     def topic_list(self, namespace: str) -> list[str]:
@@ -97,7 +97,7 @@ class FakeRegion:
 
     def _stats(self, topic: str) -> dict[str, Any]:
         if topic not in self.topics:
-            raise adm.AdminNotFound(f"404 topic {topic} not found")
+            raise adminhttp.AdminNotFound(f"404 topic {topic} not found")
         subs = {
             name: {
                 "type": "Shared",
@@ -111,7 +111,7 @@ class FakeRegion:
     def internal_stats(self, topic: str, **_: Any) -> dict[str, Any]:
         self.calls.append(("internal_stats", topic))
         if topic in self.owner_dead:
-            raise adm.OwnerUnreachable(f"GET {topic}/internalStats: redirected to a dead owner")
+            raise adminhttp.OwnerUnreachable(f"GET {topic}/internalStats: redirected to a dead owner")
         log = self.topics.get(topic) or [Position(0, 0)]
         return {
             "cursors": {
@@ -141,7 +141,7 @@ class FakeRegion:
     def unload_topic(self, topic: str) -> None:
         self.calls.append(("unload", topic))
         if topic not in self.topics:
-            raise adm.AdminNotFound(f"404 topic {topic} not found")
+            raise adminhttp.AdminNotFound(f"404 topic {topic} not found")
         self.reload(topic)
 
     def create_topic(self, topic: str) -> bool:
@@ -175,7 +175,7 @@ class FakeRegion:
 
     def skip_by_message_ids(self, topic: str, subscription: str, positions: list[tuple[int, int]]) -> None:
         if not self.skip_by_ids:
-            raise adm.AdminNotFound("no skipByMessageIds")
+            raise adminhttp.AdminNotFound("no skipByMessageIds")
         self.acknowledge(topic, subscription, [Position(*p) for p in positions])
 
     def acknowledge(self, topic: str, subscription: str, positions: list[Position]) -> None:
@@ -205,7 +205,7 @@ class FakeRegion:
     # plugin
     def _need_plugin(self) -> None:
         if not self.plugin:
-            raise adm.AdminNotFound("no GeoSync plugin")
+            raise adminhttp.AdminNotFound("no GeoSync plugin")
 
     def plugin_origins(self, topic: str, *, start: tuple[int, int] | None = None) -> list[OriginRun]:
         self._need_plugin()

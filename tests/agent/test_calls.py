@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent import effects as fx
 from geosync_agent.ports import Admin, Messaging
@@ -32,7 +32,7 @@ class Recorder:
     def __getattr__(self, name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             if name == "topic_stats" and args[0] == "missing":
-                raise adm.AdminNotFound("404 topic not found")
+                raise adminhttp.AdminNotFound("404 topic not found")
             self.log.append((name, args, kwargs))
             return {"call": name}
 
@@ -79,7 +79,7 @@ def test_each_call_makes_its_one_admin_call_and_answers_what_the_client_answered
 
 
 def test_an_admin_error_comes_back_as_the_adapter_raised_it() -> None:
-    with pytest.raises(adm.AdminNotFound):
+    with pytest.raises(adminhttp.AdminNotFound):
         effector([], []).call(calls.TopicStats("missing"))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import discovering
 from geosync_agent.config import AgentConfig
 from geosync_core.capabilities import REPROBE_S
@@ -70,7 +70,7 @@ def test_topics_the_list_leaves_out_are_read_from_their_stats() -> None:
 class Counting:
     """An admin whose plugin list answers ``error`` (when set) and counts the asks."""
 
-    def __init__(self, r: FakeRegion, error: adm.AdminError | None) -> None:
+    def __init__(self, r: FakeRegion, error: adminhttp.AdminError | None) -> None:
         self.view = AdminView(r)
         self.error = error
         self.asked = 0
@@ -87,7 +87,7 @@ class Counting:
 
 def test_a_broker_without_the_list_is_asked_again_only_after_the_reprobe_interval() -> None:
     r = region()
-    admin = Counting(r, adm.AdminNotFound("404 unknown GeoSync path"))
+    admin = Counting(r, adminhttp.AdminNotFound("404 unknown GeoSync path"))
     now = [100.0]
     views = discovering.PluginTopics(admin, clock=lambda: now[0])
     first = discovering.scan(admin, config(), now=now[0], views=views)
@@ -104,7 +104,7 @@ def test_a_broker_without_the_list_is_asked_again_only_after_the_reprobe_interva
 
 def test_a_transient_failure_falls_back_for_one_pass_only() -> None:
     r = region()
-    admin = Counting(r, adm.AdminTemporary("503 broker busy"))
+    admin = Counting(r, adminhttp.AdminTemporary("503 broker busy"))
     views = discovering.PluginTopics(admin, clock=lambda: 5.0)
     found = discovering.scan(admin, config(), now=5.0, views=views)
     assert set(found.subscriptions) == set(TOPICS)

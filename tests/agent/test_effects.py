@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import discovering, recent
 from geosync_agent import effects as fx
 from geosync_agent.ports import Admin, Messaging
@@ -113,7 +113,7 @@ class Creations:
         with self.lock:
             self.stats_read.append(topic)
         if topic in self.missing:
-            raise adm.AdminNotFound(f"404 {topic}")
+            raise adminhttp.AdminNotFound(f"404 {topic}")
         return {"subscriptions": {name: {} for name in self.existing.get(topic, set())}}
 
     def subscribe_at_earliest(self, topic: str, subscription: str, *, name: str) -> None:
@@ -191,7 +191,7 @@ IDLE: dict[str, object] = {"orders": {"consumers": []}}
 def test_a_404_from_skip_by_message_ids_for_a_subscription_deleted_meanwhile_is_its_own_outcome() -> None:
     """Issue 45, case 1: a broker with PIP-423 answers 404 for a subscription that is gone. Read as 'no such
     API', the region fell back to a shadow consumer, which re-created the subscription (at Latest)."""
-    fake = Holes([IDLE, {}], adm.AdminNotFound("404 Subscription not found"))
+    fake = Holes([IDLE, {}], adminhttp.AdminNotFound("404 Subscription not found"))
     outcomes = _holes(fake)
     assert fake.skipped == ["orders"]
     assert fake.shadowed == []
@@ -213,7 +213,7 @@ def test_holes_for_a_subscription_deleted_here_create_nothing_and_acknowledge_no
 
 
 def test_a_404_from_a_broker_without_skip_by_message_ids_is_learned_and_holes_go_through_a_shadow() -> None:
-    fake = Holes([IDLE], adm.AdminNotFound("404 Not Found"))
+    fake = Holes([IDLE], adminhttp.AdminNotFound("404 Not Found"))
     outcomes = _holes(fake)
     assert fx.Learned(Capability.SKIP_BY_IDS, False) in outcomes
     assert fake.shadowed == [("orders", (Position(5, 3), Position(5, 7)))]

@@ -10,8 +10,7 @@ import json
 
 import pytest
 
-from geosync_adapters import admin as adm
-from geosync_adapters import signing
+from geosync_adapters import adminhttp, signing
 from geosync_adapters import zookeeper as zk
 from geosync_agent import mirrorholds
 from geosync_agent.config import AgentConfig
@@ -52,12 +51,12 @@ class _Brokers:
 
     def every_topic(self, namespace: str) -> list[str]:
         if self.down:
-            raise adm.AdminTemporary("connection refused")
+            raise adminhttp.AdminTemporary("connection refused")
         return [t for t in self.topics if t.startswith(f"persistent://{namespace}/")]
 
     def namespaces(self, tenant: str) -> list[str]:
         if self.down:
-            raise adm.AdminTemporary("connection refused")
+            raise adminhttp.AdminTemporary("connection refused")
         return sorted({t.split("://")[1].rsplit("/", 1)[0] for t in self.topics if f"://{tenant}/" in t})
 
 

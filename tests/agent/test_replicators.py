@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import serving
 from geosync_core.positions import Position
 from tests.agent.fakes import Harness
@@ -148,7 +148,7 @@ def test_an_unload_the_broker_refuses_is_counted_and_tried_again_later(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     a, _ = pair(replicator_stall_s=20.0, replicator_unload_after_s=30.0)
-    refused = adm.AdminError("500 Internal Server Error: topic busy")
+    refused = adminhttp.AdminError("500 Internal Server Error: topic busy")
 
     def refuse(topic: str) -> None:
         a.region.calls.append(("unload", topic))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent.core import tuning
 from geosync_agent.runtime import Now
 from geosync_core.capabilities import Capability
@@ -83,7 +83,7 @@ def test_a_restarted_agent_that_finds_no_feed_polls_every_topic_at_once() -> Non
     counters = again.agent.stats.counters
     again.step(0.1)
     assert counters.get("cursor_polls", 0) == 0
-    hb.region.feed_error = adm.AdminNotFound("404 no geosync plugin")
+    hb.region.feed_error = adminhttp.AdminNotFound("404 no geosync plugin")
     again.discover()
     again.step(0.1)
     assert again.agent.caps.get(Capability.PLUGIN_FEED) is False

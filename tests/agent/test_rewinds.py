@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_core import ackstates, pacing, pluginapi
 from geosync_core.indexing import OriginRun
 from geosync_core.origins import OriginAcks, Span
@@ -202,7 +202,7 @@ def test_a_cursor_a_restarted_broker_shows_without_its_last_acknowledgements_is_
     a.step()
     carry(a, b)
     a.region.cursors[(TOPIC, SUB)] = AckState.of(A_LOG[1])  # the restarted broker lost 5:3
-    a.region.feed_error = adm.AdminTemporary("the plugin is not answering yet")
+    a.region.feed_error = adminhttp.AdminTemporary("the plugin is not answering yet")
     a.step(60.0)  # a resync polls the cursor; the feed read failed
     assert a.agent.stats.counters["cursor_polls"] >= 1
     assert a.agent.stats.counters["rewinds"] == 0
@@ -254,7 +254,7 @@ def test_a_rewind_taken_before_the_feed_answers_is_followed_only_where_claims_ar
     b.region.plugin_feed = lambda *, since, epoch="", acked=True: replace(  # type: ignore[method-assign]
         real(since=since, epoch=epoch, acked=acked), acked=()
     )  # the plugin reports what consumers acknowledged: claims are made of it
-    b.region.feed_error = adm.AdminError("the broker is busy")
+    b.region.feed_error = adminhttp.AdminError("the broker is busy")
     restarted = Harness.build(b.region)
     restarted.discover()
     restarted.step()  # its readers open; the feed does not answer
@@ -268,7 +268,7 @@ def test_a_rewind_taken_before_the_feed_answers_is_followed_only_where_claims_ar
     assert restarted.agent.stats.counters.get("cursors_rewound", 0) == 0  # nothing done before it is known
     assert b.region.cursors[(TOPIC, SUB)] == AckState.of(B_LOG[2])
     assert restarted.agent.stats.counters["rewinds_deferred"] == 1
-    b.region.feed_error = None if plugin else adm.AdminNotFound("no plugin")
+    b.region.feed_error = None if plugin else adminhttp.AdminNotFound("no plugin")
     for _ in range(3):
         restarted.step()
     if plugin:

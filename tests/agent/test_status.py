@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent import supervising
 from geosync_agent.recent import Timeline
 from geosync_agent.runtime import Now
@@ -146,7 +146,7 @@ def test_readiness_reflects_failing_discovery_and_feed() -> None:
     a, _ = pair()
     start = a.clock
     a.agent.part_outcome("discovery", OSError("connection refused"), start)
-    a.region.feed_error = adm.AdminError("503 Service Unavailable")
+    a.region.feed_error = adminhttp.AdminError("503 Service Unavailable")
     a.step()
     assert a.agent.readiness(a.clock)[0]  # for a second: not yet
     a.step(15)

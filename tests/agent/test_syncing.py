@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_agent.core import logview, tuning
 from geosync_core import pluginapi, syncing
 from geosync_core.capabilities import Capability
@@ -527,7 +527,7 @@ def test_a_broker_restart_has_every_topic_polled_again_but_the_agent_s_own_first
     real = region.plugin_feed
 
     def failing(*, since: int, epoch: str = "", acked: bool = True) -> pluginapi.Feed:
-        raise adm.AdminError("the broker is busy")
+        raise adminhttp.AdminError("the broker is busy")
 
     region.plugin_feed = failing  # type: ignore[method-assign]
     a.discover()

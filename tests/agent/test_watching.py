@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from geosync_adapters import admin as adm
-from geosync_adapters import signing
+from geosync_adapters import adminhttp, signing
 from geosync_agent import serving, supervising, watching
 from geosync_agent.runtime import Now, read_now
 from tests.agent.fakes import FakeRegion, Harness
@@ -90,7 +89,7 @@ class _Adapter:
 
     def refused(self) -> None:
         time.sleep(0.05)
-        raise adm.AdminTemporary("connection refused", method="GET", url="http://fake")
+        raise adminhttp.AdminTemporary("connection refused", method="GET", url="http://fake")
 
     def hang(self) -> None:
         self.release.wait()
@@ -106,7 +105,7 @@ def test_each_call_that_ends_is_progress_and_one_that_never_returns_is_not() -> 
     adapter = watching.beating(target, heartbeat.beat)
     for _ in range(5):
         clock.now += 0.9
-        with pytest.raises(adm.AdminTemporary):
+        with pytest.raises(adminhttp.AdminTemporary):
             adapter.refused()
         assert dog.liveness() == (True, "ok")
     adapter.timeout = 7.0  # attributes are the adapter's own
@@ -132,7 +131,7 @@ class _Down:
         if self.down and callable(value):
 
             def refused(*_: Any, **__: Any) -> Any:
-                raise adm.AdminTemporary(f"{name}: connection refused", method="GET", url="http://fake")
+                raise adminhttp.AdminTemporary(f"{name}: connection refused", method="GET", url="http://fake")
 
             return refused
         return value
@@ -243,20 +242,20 @@ def _free_port() -> int:
 AGENT = textwrap.dedent(
     """
     import sys, threading, time
-    from geosync_adapters import admin
+    from geosync_adapters import adminhttp
     from geosync_agent import __main__ as main, runtime
 
     def stuck(self, now):  # the injected call that never returns
         threading.Event().wait()
 
     def failing(self, now):  # the region's broker refuses every call
-        raise admin.AdminTemporary("connection refused", method="GET", url="http://broker")
+        raise adminhttp.AdminTemporary("connection refused", method="GET", url="http://broker")
 
     def slow(self, now):  # one round of failing calls, longer than the bound (a frozen region)
         for _ in range(40):
             self.messaging.broker_answers("pulsar://127.0.0.1:9")  # nothing listens: refused
             time.sleep(0.25)
-        raise admin.AdminTemporary("the round's calls all failed", method="GET", url="http://broker")
+        raise adminhttp.AdminTemporary("the round's calls all failed", method="GET", url="http://broker")
 
     runtime.Agent.round = {"stuck": stuck, "failing": failing, "slow": slow}[sys.argv[2]]
     sys.exit(main.main(["--config", sys.argv[1]]))

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from geoctl import access, failover, observing
 from geoctl.cli import main
 from geoctl.errors import EXIT_UNHEALTHY, EXIT_UNKNOWN
-from geosync_adapters import admin as adm
+from geosync_adapters import adminhttp
 from geosync_core import topology as topo
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -59,7 +59,7 @@ class Dead:
 
     def __getattr__(self, name: str) -> Any:
         def call(*_a: Any, **_k: Any) -> Any:
-            raise adm.AdminTemporary(
+            raise adminhttp.AdminTemporary(
                 "GET http://127.0.0.1:9/admin/v2/tenants: ConnectionError: Connection refused"
             )
 
