@@ -249,10 +249,18 @@ class Writing(Folding):
                     budget=logview.LOG_WINDOW,
                 )
                 self.stats.inc("plans_made")
+                # Key_Shared: what others claim behind a key's earlier message still unacknowledged here
+                # waits (a rebuilt region's claims pass what its new life never had: invariant 6).
+                plan = applying.keeping_key_order(state, ts.tail, plan)
+                if plan.held:
+                    self.stats.inc("claims_held_for_key_order", plan.held)
+                    state.waiting = f"{plan.held} claimed messages wait behind earlier ones of their keys"
                 state.plan_took = took = now.cpu() - started
                 note_heavy(self.heavy_plans, state, took)
                 state.plan_after = now.mono + plan_wait(took, heavy=heavy)
-            state.planned_nothing = plan.is_empty and plan.complete and plan.blocked_by is None
+            state.planned_nothing = (
+                plan.is_empty and plan.complete and plan.blocked_by is None and not plan.held
+            )
             state.unapplied_batches = state.unapplied_batch_messages = 0
             if plan.batch_acks and not batch_writes:
                 # Batch indexes cannot be written here: counted, not retried every round.
