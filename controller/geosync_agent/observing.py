@@ -15,19 +15,16 @@ from typing import Any
 from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import acknowledged, generations, reports, tuning
-from geosync_agent.core.applying import claimed_to
+from geosync_agent.core import generations, publishing, reports, tuning
 from geosync_agent.core.pauses import note_heavy, publish_pause
 from geosync_agent.core.subscriptions import (
     Subscription,
-    claim_size,
-    decided_already,
     forgettable_floor,
     undecided,
 )
 from geosync_agent.discovering import namespace_of
 from geosync_agent.feeding import Feeding
-from geosync_core import ackstates, claiming, pacing
+from geosync_core import pacing
 from geosync_core.capabilities import Capability
 from geosync_core.rangesets import AckState
 
@@ -275,14 +272,8 @@ class Observing(Feeding):
             return False
         # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what
         # consumers acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
-        exact, covered = self.claims_acknowledgements(), self.snapshots.covers(state.topic)
-        acked = state.acked if exact else None
-        if not (force or covered) and decided_already(
-            state, acknowledgements=exact, log_version=tail.version
-        ):
-            return True  # the same claim again (with claims_from: acknowledgements, at every poll before)
-        own = acknowledged.own_part(cursor, acked) if exact else cursor
-        if covered:
+        exact = self.claims_acknowledgements()
+        if self.snapshots.covers(state.topic):
             update = self.snapshots.on_subscription(
                 state.topic, state.name, cursor, tail.positions_above(cursor.mark_delete), tail.last
             )
@@ -290,70 +281,24 @@ class Observing(Feeding):
                 sends = self.snapshots.publishing(state.topic, [(update, None)], now_ms=now.wall_ms)
                 self._perform(list(sends), now)
             return True
-        key_order = None
-        if state.key_shared:
-            key_order = claiming.KeyOrder(
-                tail.positions_above(cursor.mark_delete),
-                tail.key_of,
-                size_of=tail.size_of,
-                key_of_message=tail.key_of_message,
-                origin_of=tail.origin_region_of,
-            )
-            if exact:
-                # Per-key order is the cursor's (as in cursor mode), then limited to what consumers
-                # acknowledged: entries others' claims moved here are no consumer's, and must not hold back
-                # the keys' later messages (they are in the claims received already).
-                own = acknowledged.own_part(key_order.ordered(cursor), state.acked)
-                key_order = None
         # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL
         # switch alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one
         # counted so.
         started = now.cpu()
-        claim = claiming.decide(
-            tail.index,
-            own,
-            received=state.received,
-            published=state.published,
-            last_translated=state.translated,
+        decided = publishing.claim(
+            state,
+            tail,
+            exact=exact,
             force=force,
-            key_order=key_order,
-            index_grew=state.incomplete_at is not None and state.incomplete_at != tail.version,
             local=self.config.region,
-            # Translated whole each time: what is claimed_to below the cursor's mark-delete need not be
-            # in the claims (a jump moved it), and consumers' acknowledgements may arrive after the move.
-            claimed_to=None if exact else state.claimed_to,
+            sendable=namespace_of(state.topic) in self.namespaces,
         )
-        if claim is None:
-            state.translated_from = (cursor, acked, exact, state.translated)
+        if not isinstance(decided, publishing.Send):
             return True
-        if not state.active and claim.news:
-            state.active = True  # acknowledged here first (messages, not forms): consumed here
-        state.translated = own
-        state.translated_from = (cursor, acked, exact, own)
-        state.incomplete_at = None if claim.complete else tail.version
-        if not claim.send:
-            # Nothing beyond what others told us (typically: our cursor just caught up with their claims).
-            state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
-            return True
-        namespace = namespace_of(state.topic)
-        if namespace not in self.namespaces:
-            return True
-        size = claim_size(claim.claims)
-        sent = claim.claims
-        if not force and size > tuning.NEWS_FROM_SPANS and state.published is not None:
-            # Receivers merge claims and hold the published ones: large claims travel as their news between
-            # resyncs (each resync sends them whole, for a receiver that missed some). Sent whole each time,
-            # 4 subscriptions of ~30,000 spans wrote 845 MB an hour to a control topic, in entries of ~190 KB
-            # that Pulsar 4.0.8's replicator then failed to read 1,000 at a time, for good.
-            sent = claim.claims.news_since(state.published)
+        if decided.as_news:
             self.stats.inc("states_sent_as_news")
         state.publish_took = took = now.cpu() - started
         note_heavy(self.heavy_publishes_by, state, took)
-        state.publish_after = now.mono + publish_pause(size, took=took, heavy=self.heavy_publishes)
-        self.outgoing.setdefault(namespace, []).append(
-            ackstates.AckStateMessage(
-                state.topic, state.name, self.config.region, sent, state.generation, state.key_shared
-            )
-        )
-        state.published, state.claimed_to = claim.claims, claimed_to(cursor, tail)
+        state.publish_after = now.mono + publish_pause(decided.size, took=took, heavy=self.heavy_publishes)
+        self.outgoing.setdefault(namespace_of(state.topic), []).append(decided.message)
         return True
