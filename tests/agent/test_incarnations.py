@@ -305,3 +305,31 @@ def test_an_agent_without_an_incarnation_announces_nothing() -> None:
     ha = start(a, None)
     ha.step(31.0)
     assert ha.sent_on(CONTROL) == []
+
+
+def test_claims_made_before_a_region_was_heard_of_go_out_again_once_it_is() -> None:
+    """b's consumer acknowledges the copies of a's messages before any envelope of a has reached b: b's claims
+    about them go out without a's incarnation, and a, which knows its own, refuses them (of a life nobody can
+    tell). Once a's announcement reaches b, b sends them again with it at once, not a resync period later
+    (simulator seed 200245: a consumer that failed over meanwhile was given those messages again)."""
+    a, b = region("a", A_LOG), region("b", B_LOG)
+    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
+    b.origin_runs[TOPIC] = [OriginRun(9, 0, len(B_LOG), "a", A_LOG[0])]
+    ha, hb = start(a, OLD_A), start(b, B)
+    for p in A_LOG:
+        ha.messaging.deliver(TOPIC, message(TOPIC, p))
+    deliver_b_copies(hb)
+    for h in (ha, hb):
+        h.step()
+    hb.region.consumer_acks(TOPIC, SUB, B_LOG[:3])
+    hb.step()
+    carry(hb, ha)
+    ha.step()
+    assert ha.agent.stats.counters["claims_stale_incarnation"] >= 1
+    assert ha.region.cursors[(TOPIC, SUB)] == AckState.of(Position(5, -1))  # refused: a's cursor stays
+    carry(ha, hb)  # a's first envelope, with its incarnation
+    hb.step()
+    assert hb.agent.incarnations.get("a") == OLD_A
+    carry(hb, ha)
+    ha.step()
+    assert ha.region.cursors[(TOPIC, SUB)] == AckState.of(A_LOG[2])

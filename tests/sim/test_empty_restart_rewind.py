@@ -7,7 +7,9 @@ Found by the simulator's campaigns (profile ``jumps``): seed 6113 (a, without th
 its checkpoint, takes c's claims of a generation it had already followed for a newer one and resets its
 cursor again over 24 messages its consumers acknowledged since), seeds 6308 and 6362 (a and c, without the
 plugin, follow a reset made in another region some seconds after it, over 8 and 45 messages their consumers
-acknowledged meanwhile). Nothing is lost in any: a rewind only takes acknowledgements back.
+acknowledged meanwhile). Nothing is lost in any: a rewind only takes acknowledgements back. Seed 6308 no
+longer reaches the limit since agents resync claims made before they heard of a region's incarnation (the
+rounds' timing changed); 6113 and 6362 still do.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from geosync_sim.checking import Checker
 LIMIT = "rewind-by-cursor-claims"
 
 
-@pytest.mark.parametrize("seed", [6113, 6308, 6362])
+@pytest.mark.parametrize("seed", [6113, 6362])
 def test_a_region_without_the_plugin_following_a_rewind_is_the_documented_limit(seed: int) -> None:
     result = running.run(schedules.draw(seed, profile="jumps"), trace=True)
     assert LIMIT in result.kinds()
