@@ -47,7 +47,16 @@ from geosync_sim.world import Ident, Msg
 
 AllowedCause = ("consumer", "setup")
 JUMPS = ("admin:clear-backlog", "admin:skip", "admin:ttl", "admin:create-latest", "agent:shadow-latest")
-LOSS = frozenset({"loss", "jump-replicated", "shadow-created-at-latest", "rewind", "rewind-replicated"})
+LOSS = frozenset(
+    {
+        "loss",
+        "jump-replicated",
+        "shadow-created-at-latest",
+        "rewind",
+        "rewind-replicated",
+        "hostile-undelivered",
+    }
+)
 """The violations that take from consumers a message they did not acknowledge (invariants 1, 2 and 7)."""
 LIMITS = frozenset(
     {"jump-replicated-by-cursor-claims", "rewind-replicated-by-cursor-claims", "rewind-by-cursor-claims"}
@@ -92,6 +101,10 @@ class Checker:
     """Key_Shared: (topic, key, origin) -> identities in origin order, as delivered."""
     first_by_key: dict[tuple[str, str, str], dict[Ident, None]] = field(default_factory=dict)
     """Key_Shared: (topic, key, origin) -> identities in the order they were first delivered."""
+    hostile_sent: dict[tuple[str, Ident], str] = field(default_factory=dict)
+    """Messages hostile producers published (forged stamps, the marker property, garbage): (topic, identity)
+    -> what they carried; each must reach a consumer (``finish``)."""
+    hostile_delivered: set[tuple[str, Ident]] = field(default_factory=set)
     violations: list[Violation] = field(default_factory=list)
     duplicates: Counter[str] = field(default_factory=Counter)
     deliveries: int = 0
@@ -174,6 +187,19 @@ class Checker:
             )
             self._violate(kind, at, region, topic, sub, detail=detail)
 
+    def hostile(self, topic: str, ident: Ident, variant: str) -> None:
+        """A hostile producer published ``ident`` (its true identity: where it was published)."""
+        self.hostile_sent[(topic, ident)] = variant
+
+    def finish(self) -> None:
+        """At the run's end: every hostile producer's message reached a consumer (``hostile-undelivered``: a
+        message no consumer was given, whatever a broker or agent did with it; issue 45, case 4)."""
+        for (topic, ident), variant in self.hostile_sent.items():
+            if (topic, ident) not in self.hostile_delivered:
+                self._violate(
+                    "hostile-undelivered", -1.0, ident[0], topic, "sub", detail=f"{fmt(ident)} ({variant})"
+                )
+
     def created(self, at: float, region: str, topic: str, sub: str) -> None:
         self.created_at[(region, topic, sub)] = at
 
@@ -187,6 +213,8 @@ class Checker:
         self, at: float, region: str, topic: str, sub: str, *, ident: Ident, msg: Msg, kind: str
     ) -> None:
         self.deliveries += 1
+        if self.hostile_sent and (topic, ident) in self.hostile_sent:
+            self.hostile_delivered.add((topic, ident))
         if kind == "Key_Shared":
             first = self.first_by_key.setdefault((topic, msg.key, ident[0]), {})
             if ident not in first:  # a message given before is given again as Pulsar does on a reconnect

@@ -25,6 +25,11 @@ class Msg:
     key: str
     producer: str
     seq: int
+    props: tuple[tuple[str, str], ...] = ()
+    """The properties its application set (a hostile producer's: a forged stamp, the marker property,
+    garbage), in the order it set them."""
+    data: bytes = b""
+    """Its payload, kept only where something reads it (a message carrying the marker property)."""
 
 
 @dataclass(slots=True)

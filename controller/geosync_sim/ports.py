@@ -20,6 +20,7 @@ from geosync_adapters import adminhttp
 from geosync_adapters.messaging import Received, TopicMissing
 from geosync_core import pluginapi, pluginwrites
 from geosync_core.indexing import OriginRun
+from geosync_core.markers import PROPERTY as MARKER_PROPERTY
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState, Range, RangeSet
 from geosync_sim.world import STAMP, Entry, Region, SimReaderState, Subscription, Topic, World
@@ -183,7 +184,12 @@ class SimAdmin:
         if ledger != t.ledger or not 0 <= entry <= t.last:
             raise adminhttp.AdminNotFound(f"404 no entry {ledger}:{entry}")
         e = t.entries[entry]
-        props = {} if e.replicated_from is None else {STAMP: str(e.source)}
+        # The entry's own properties: an unbatched message's as its application set them, then the
+        # replicator's stamp on a copy, which the headers' JSON object keeps (the last of two of a name;
+        # ``integration_tests/test_forged_stamps.py`` shows it on the lab).
+        props = dict(e.msgs[0].props) if e.msgs and not e.batched else {}
+        if e.replicated_from is not None:
+            props[STAMP] = str(e.source)
         return adm.EntryHeaders(e.replicated_from, props, len(e.msgs) if e.batched else None)
 
     def runtime_configuration(self) -> dict[str, Any]:
@@ -351,14 +357,19 @@ def received(t: Topic, e: Entry) -> list[Received]:
         return [Received(t.name, at, -1, -1, e.data, "", e.publish_ms, {}, f"{e.origin}-ctl")]
     out = []
     for i, m in enumerate(e.msgs):
-        props = {STAMP: str(e.source)} if e.replicated_from is not None and not e.batched else {}
+        props = dict(m.props)  # what its application set, first
+        if e.replicated_from is not None and not e.batched:
+            # The replicator adds its stamp after the application's properties; a client keeps the first of
+            # two of a name, so a stamp the application set is the one it shows (issue 45, case 3).
+            props.setdefault(STAMP, str(e.source))
         out.append(
             Received(
                 topic=t.name,
                 position=t.position(e.eid),
                 partition=partition_of(t.name),
                 batch_index=i if e.batched else -1,
-                data=b"",  # a data message's payload is never read (``tailing.Tail.listener`` drops it)
+                # A data message's payload is read only if it carries the marker property (``tailing``).
+                data=m.data if MARKER_PROPERTY in props else b"",
                 key=m.key,
                 publish_ms=e.publish_ms,
                 properties=props,

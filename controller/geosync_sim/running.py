@@ -27,13 +27,24 @@ from typing import Any
 
 from geosync_agent import checkpointing
 from geosync_agent.runtime import ROUND_ERRORS, Now
+from geosync_core import markers
 from geosync_core.incarnations import Incarnation
 from geosync_sim import harness
 from geosync_sim.apps import App, Apps
 from geosync_sim.checking import LIMITS, Checker, Violation
 from geosync_sim.harness import MONO0, NAMESPACE, AgentHook, Life, keys_for
 from geosync_sim.schedules import Schedule, Step, partitions_of
-from geosync_sim.world import WALL0, Ident, Msg, World
+from geosync_sim.world import STAMP, WALL0, Ident, Msg, World
+
+GARBAGE_PROPS: dict[str, list[tuple[str, str]]] = {
+    "not-a-position": [(STAMP, "garbage")],
+    "negative": [(STAMP, "-1:-1")],
+    "three-parts": [(STAMP, "1:2:3")],
+    "huge": [(STAMP, f"{2**64}:1")],
+    "empty": [(STAMP, "")],
+    "junk-keys": [("\x00", "\xff" * 3), ("", ""), ("__geosync", "{"), ("x" * 300, "y" * 3000)],
+}
+"""What a ``garbage`` hostile step's message carries (``schedules.GARBAGE``)."""
 
 TICK_S = 0.05
 ROUND_S = 0.25
@@ -243,11 +254,63 @@ class Simulation:
         elif step.kind == "kill":
             region, seconds = a
             self._kill(str(region), float(seconds))  # type: ignore[arg-type]
+        elif step.kind == "hostile":
+            self._hostile(a)
         elif step.kind == "drop":
             where, i, back = a
             for region in self.schedule.regions if where == "*" else (str(where),):
                 for topic in self.parts[int(i)]:  # type: ignore[call-overload]
                     w.delete_topic(region, topic, back_in=float(back))  # type: ignore[arg-type]
+
+    def _hostile(self, args: tuple[object, ...]) -> None:
+        """A hostile application in ``region`` publishes one unbatched message on topic ``i`` (the partition
+        its key routes to), as ``schedules.HOSTILE`` lists. Brokers keep whatever properties an
+        application sets; what they add themselves follows (the replicator's stamp after them, ``ports``)."""
+        region, i, variant, arg, ahead, borrow = args
+        w, r = self.world, self.world.regions[str(region)]
+        if r.down(w.now) or w.now < self.producers_at.get(str(region), 0.0):
+            return
+        r.produced += 1
+        key = f"k{r.produced % 7}"
+        names = self.parts[int(i)]  # type: ignore[call-overload]
+        topic = names[int(key[1:]) % len(names)]
+        t = r.topics.get(topic)
+        if t is None:
+            return
+        producer, props, data, what = f"app-{region}", [], b"", ""
+        if variant in ("forge-other", "forge-own"):
+            victim = w.regions[str(arg)].topics.get(topic)
+            if victim is None:
+                return
+            # The position of a later message there: ``ahead`` entries on, past this one in its own region.
+            predicted = victim.position(len(victim.entries) + int(ahead) - (variant == "forge-other"))  # type: ignore[call-overload]
+            props = [(STAMP, str(predicted))]
+            if borrow or variant == "forge-own":  # a producer name the agents verified for that region
+                producer = f"{arg}-0-{i}"
+            what = f"stamped {arg}@{predicted}"
+        elif variant == "marker":
+            update = markers.Update(subscription="sub", region=str(region), positions=())
+            signer = harness.HashSigner(f"{region}-test" if arg == "foreign" else "hostile", b"not-a-key")
+            kind_props, payload = markers.encode_marker(
+                signer, update, topic=topic, seq=r.produced, sent_at_ms=int((WALL0 + w.now) * 1000)
+            )
+            if arg == "garbage":
+                props, data = [(markers.PROPERTY, "snapshot\x00?")], b"\xff\x00 not an envelope"
+            elif arg == "unsigned":
+                props, data = list(kind_props.items()), payload.replace(b'"sig":"', b'"sig":"00')
+            else:
+                props, data = list(kind_props.items()), payload
+            what = f"marker property ({arg})"
+        else:
+            props = GARBAGE_PROPS[str(arg)]
+            what = f"garbage properties ({arg})"
+        msg = Msg(key, producer, r.produced, tuple(props), data)
+        entry = w.publish(str(region), topic, (msg,), batched=False)
+        if entry is not None:
+            self.checker.hostile(topic, entry.ident(0), str(variant))
+            self.trace(
+                f"{region}: {topic.rsplit('/', 1)[-1]} {variant} at {entry.source} by {producer}: {what}"
+            )
 
     def _kill(self, region: str, seconds: float) -> None:
         """The broker owning the region's topics dies with its sidecar agent; ``seconds`` later (its session
@@ -397,6 +460,7 @@ class Simulation:
                 if t >= life.next_round:
                     self._round(region, life, t)
             t = round(t + TICK_S, 6)
+        self.checker.finish()
         return Result(
             schedule=self.schedule,
             violations=list(self.checker.violations),

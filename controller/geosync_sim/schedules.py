@@ -24,7 +24,9 @@ Step kinds (``args``):
   takes over;
 * ``drop`` (region or ``*`` for every region, topic index, seconds): an operator deletes the topic by force;
   that much later it exists again, empty, with a new ledger, and its subscriptions are created again at
-  Earliest.
+  Earliest;
+* ``hostile`` (region, topic index, variant, argument, ahead, borrow): a hostile application publishes one
+  unbatched message (variants in ``HOSTILE``; ``running._hostile`` says what each carries).
 """
 
 from __future__ import annotations
@@ -33,14 +35,23 @@ import random
 from dataclasses import dataclass, replace
 
 KINDS = ("Shared", "Key_Shared", "Failover", "Exclusive")
-PROFILES = ("clean", "faults", "jumps", "rebuilds", "takeovers", "drops", "refusals", "partitions")
+PROFILES = ("clean", "faults", "jumps", "rebuilds", "takeovers", "drops", "refusals", "partitions", "hostile")
 """``clean``: traffic and failovers; ``faults``: and control faults and agent crashes; ``jumps``: and cursor
 jumps no consumer made (admin operations, TTL expiry); ``rebuilds``: the faults, a region wiped and rebuilt,
 and a peer's readers stalled around it (a seed draws the same faults as in ``faults``); ``takeovers``: the
 faults and brokers killed, their topics taken over by another broker's sidecar; ``drops``: the faults and
 topics deleted and created again, in one region or in every one; ``refusals``: the faults, and the plugin
 of each region that has one answering 403 to its agent's cursor writes or to every call, or to none;
-``partitions``: the faults, on topics of 1 to 3 partitions."""
+``partitions``: the faults, on topics of 1 to 3 partitions; ``hostile``: the faults, the plugin refusing as in
+``refusals``, and hostile producers (``HOSTILE``)."""
+
+HOSTILE = ("forge-other", "forge-own", "marker", "garbage")
+"""A hostile producer's messages: ``forge-other`` stamped with the predicted position of another region's
+later message (under that region's producer name or its own), ``forge-own`` with the predicted position of
+its own region's later message, ``marker`` carrying the GeoSync marker property (``argument``: ``garbage``,
+an ``unsigned`` envelope of the marker's kind, or ``foreign``: one signed by a key no keyring lists, under a
+region's key id), ``garbage`` with properties no broker would write (``argument``: which)."""
+GARBAGE = ("not-a-position", "negative", "three-parts", "huge", "empty", "junk-keys")
 
 
 @dataclass(frozen=True)
@@ -116,7 +127,7 @@ def draw(
             steps.append(Step(round(t, 2), "failover", (i, to, round(rng.uniform(0.0, 2.0), 2))))
             where[i] = to
             t += rng.uniform(8, 25)
-    if profile in ("faults", "jumps", "rebuilds", "takeovers", "drops", "refusals", "partitions"):
+    if profile in ("faults", "jumps", "rebuilds", "takeovers", "drops", "refusals", "partitions", "hostile"):
         for _ in range(rng.randint(1, 4)):
             fault = rng.choice(("dup", "replay", "spike"))
             steps.append(
@@ -160,8 +171,26 @@ def draw(
             scope = rng.choice((*names, "*"))
             at = round(rng.uniform(3, duration - quiet), 2)
             steps.append(Step(at, "drop", (scope, rng.randrange(topics), round(rng.uniform(0.5, 5.0), 2))))
+    if profile == "hostile":
+        for _ in range(rng.randint(3, 8)):
+            region, i = rng.choice(names), rng.randrange(topics)
+            variant = rng.choice(HOSTILE)
+            other = rng.choice([n for n in names if n != region])
+            what: object = (
+                other
+                if variant == "forge-other"
+                else region
+                if variant == "forge-own"
+                else rng.choice(("garbage", "unsigned", "foreign"))
+                if variant == "marker"
+                else rng.choice(GARBAGE)
+            )
+            at = round(rng.uniform(2, duration - 5), 2)
+            steps.append(
+                Step(at, "hostile", (region, i, variant, what, rng.randint(1, 3), rng.random() < 0.5))
+            )
     refusing: tuple[str, ...] = ()
-    if profile == "refusals":
+    if profile in ("refusals", "hostile"):
         # Each region with the plugin refuses its cursor writes, every call, or nothing (a third each).
         refusing = tuple(rng.choice(("", "writes", "all")) if has else "" for has in plugin)
     partitions = tuple(rng.randint(1, 3) for _ in range(topics)) if profile == "partitions" else ()
