@@ -34,13 +34,15 @@ the origin ``source`` names, and is ``Unresolved`` when it cannot tell; a stamp 
 counted as ``spoofed``. Only callers without ``source`` still trust the stamp and the rules below.
 
 Message properties are untrusted input (anyone with produce permission sets them): a stamp that is not a
-position is a value (``Malformed``), never an exception, and the entry is left unindexed (so no cursor
+position is a value, never an exception. The entry is named as the broker's record or view names it (as a
+forged well-formed stamp is), and where neither can, it is ``Malformed`` and left unindexed (so no cursor
 moves past it on a guess).
 
 Invariants:
 
 * ``origin_of`` never raises on any property value; a well-formed stamp yields ``Origin`` or
-  ``Unresolved``, a malformed one ``Malformed``, no stamp the entry itself;
+  ``Unresolved``, a malformed one the broker's record or view of the entry (``spoofed``) or else
+  ``Malformed``, no stamp the entry itself;
 * the lookup is called at most once per entry and, for a verified broker-generated producer, never again;
 * a producer name is remembered only when its broker-generated name claims the region the lookup named;
 * a batched entry without a visible stamp is local only if its producer name claims this region or
@@ -146,7 +148,7 @@ class OriginResolver:
                 return self._batched(topic, local, producer)
             return Origin(self.local, local)
         if isinstance(stamp, Malformed):
-            return stamp
+            return self._malformed(topic, local, stamp)
         record = self.recorded(topic, local) if self.recorded is not None else None
         if record is not None:
             region_recorded, source = record
@@ -160,6 +162,26 @@ class OriginResolver:
         if region is None:
             return Unresolved(local)
         return Origin(region, stamp)
+
+    def _malformed(self, topic: str, local: Position, stamp: Malformed) -> Origin | Malformed:
+        """A stamp that is no position (brokers write positions: an application set it), named by the
+        broker's record or view of the entry where there is one (counted as ``spoofed``), else ``Malformed``.
+        Left unindexed where the broker names it, no region would ever apply its acknowledgement (issue 45,
+        ``tests/sim/test_hostile.py``)."""
+        record = self.recorded(topic, local) if self.recorded is not None else None
+        found: Origin | None = None
+        if record is not None:
+            region, source = record
+            found = Origin(self.local, local) if region == self.local else None
+            if region != self.local and source is not None:
+                found = Origin(region, source)
+        elif self.source is not None:
+            self.source_lookups += 1
+            found = self.source(topic, local)
+        if found is None:
+            return stamp
+        self.spoofed += 1
+        return found
 
     def _untrusted_stamp(self, topic: str, local: Position, stamp: Position) -> Origin | Unresolved:
         """A stamped entry without the broker's record: named by ``source`` (the broker's own view of the

@@ -27,10 +27,13 @@ from tests.agent.pairs import (
 
 @pytest.mark.parametrize("stamp", ["not-a-position", "1:2:3", "-5:1", "", "9" * 40 + ":x"])
 def test_a_malformed_stamp_is_counted_and_blocks_no_one_else(stamp: str) -> None:
+    """Where the broker cannot name the entry either (a copy whose headers carry no stamp), it is left
+    unindexed."""
     a, b = pair()
     topic = TOPIC
     bad = Position(9, 6)
     b.region.topics[topic].append(bad)
+    b.region.headers[(topic, bad)] = adm.EntryHeaders("a", {}, None)
     b.messaging.deliver(topic, message(topic, bad, properties={"__MSG_PROP_REPL_SOURCE_POSITION": stamp}))
     b.step()  # does not raise
     assert b.agent.stats.counters["malformed_stamps"] == 1
@@ -43,6 +46,23 @@ def test_a_malformed_stamp_is_counted_and_blocks_no_one_else(stamp: str) -> None
     carry(a, b)
     b.step()
     assert b.region.cursors[(TOPIC, SUB)].mark_delete == B_LOG[2]
+
+
+@pytest.mark.parametrize("stamp", ["not-a-position", "1:2:3", ""])
+def test_a_malformed_stamp_on_an_entry_the_broker_names_is_indexed_as_the_broker_names_it(stamp: str) -> None:
+    """An application set a stamp that is no position on a message published here: the broker's view (its
+    headers: not replicated) names it, so it is indexed as this region's own and synced like any other
+    (left unindexed, no region would apply its acknowledgement: issue 45, ``tests/sim/test_hostile.py``)."""
+    _, b = pair()
+    bad = Position(9, 6)
+    b.region.topics[TOPIC].append(bad)
+    b.messaging.deliver(TOPIC, message(TOPIC, bad, properties={"__MSG_PROP_REPL_SOURCE_POSITION": stamp}))
+    b.step()
+    assert b.agent.stats.counters["malformed_stamps"] == 0
+    assert b.agent.stats.counters["spoofed_stamps"] == 1
+    tail = b.agent.topics[TOPIC].tail
+    assert bad not in tail.unresolved
+    assert tail.index.origin_of(bad) == Origin("b", bad)
 
 
 def test_a_stamp_an_application_set_acknowledges_nothing_elsewhere() -> None:
