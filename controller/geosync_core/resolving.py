@@ -60,6 +60,7 @@ from geosync_core import drift
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 
+_LONG = 2**63
 REPL_SOURCE_POSITION = "__MSG_PROP_REPL_SOURCE_POSITION"
 """The property brokers stamp on a replicated copy (3.0.11 / 3.3.6 / 4.0.4 and later)."""
 
@@ -98,8 +99,8 @@ def stamp_of(properties: Mapping[str, str]) -> Position | Malformed | None:
         position = Position.parse(str(raw))
     except ValueError:
         return Malformed(str(raw)[:64])
-    if position.ledger < 0 or position.entry < 0:
-        return Malformed(str(raw)[:64])
+    if not (0 <= position.ledger < _LONG and 0 <= position.entry < _LONG):
+        return Malformed(str(raw)[:64])  # brokers write Java longs: a checkpoint refuses anything else
     return position
 
 

@@ -67,3 +67,11 @@ def test_with_the_brokers_view_no_stamp_names_another_message(stamp: str) -> Non
         r = resolver({local: view} if view is not None else {})
         got = r.origin_of(TOPIC, local, properties={STAMP: stamp}, producer="b-0-5")
         assert got == (view if view is not None else resolving.Unresolved(local))
+
+
+@pytest.mark.parametrize("stamp", [f"{2**63}:1", f"1:{2**64}", "-1:0"])
+def test_a_stamp_beyond_what_a_broker_writes_is_malformed(stamp: str) -> None:
+    """Ledger and entry ids are Java longs: a position beyond them is an application's, and indexed it would
+    make the agent's checkpoint unreadable (the simulator's ``huge`` garbage, with a stamp trusted)."""
+    assert isinstance(resolving.stamp_of({resolving.REPL_SOURCE_POSITION: stamp}), resolving.Malformed)
+    assert resolving.stamp_of({resolving.REPL_SOURCE_POSITION: f"{2**63 - 1}:0"}) == Position(2**63 - 1, 0)
