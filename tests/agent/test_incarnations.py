@@ -38,9 +38,9 @@ def start(r: FakeRegion, incarnation: Incarnation | None, *, clock: float = 1000
     return h
 
 
-def pair(a_inc: Incarnation | None, b_inc: Incarnation | None) -> tuple[Harness, Harness]:
-    """As ``pairs.pair``, each region with its own incarnation; a's consumer has acknowledged
-    5:0..5:2 and b applied it."""
+def started(a_inc: Incarnation | None, b_inc: Incarnation | None) -> tuple[Harness, Harness]:
+    """Regions a and b with their agents, each with its own incarnation, every message indexed in both; no
+    control message carried yet."""
     a, b = region("a", A_LOG), region("b", B_LOG)
     a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
     b.origin_runs[TOPIC] = [OriginRun(9, 0, len(B_LOG), "a", A_LOG[0])]
@@ -50,6 +50,13 @@ def pair(a_inc: Incarnation | None, b_inc: Incarnation | None) -> tuple[Harness,
     deliver_b_copies(hb)
     for h in (ha, hb):
         h.step()
+    return ha, hb
+
+
+def pair(a_inc: Incarnation | None, b_inc: Incarnation | None) -> tuple[Harness, Harness]:
+    """As ``pairs.pair``, each region with its own incarnation; a's consumer has acknowledged
+    5:0..5:2 and b applied it."""
+    ha, hb = started(a_inc, b_inc)
     carry(ha, hb)
     carry(hb, ha)
     ha.region.consumer_acks(TOPIC, SUB, A_LOG[:3])
@@ -312,15 +319,7 @@ def test_claims_made_before_a_region_was_heard_of_go_out_again_once_it_is() -> N
     about them go out without a's incarnation, and a, which knows its own, refuses them (of a life nobody can
     tell). Once a's announcement reaches b, b sends them again with it at once, not a resync period later
     (simulator seed 200245: a consumer that failed over meanwhile was given those messages again)."""
-    a, b = region("a", A_LOG), region("b", B_LOG)
-    a.origin_runs[TOPIC] = [OriginRun(5, 0, len(A_LOG), "a")]
-    b.origin_runs[TOPIC] = [OriginRun(9, 0, len(B_LOG), "a", A_LOG[0])]
-    ha, hb = start(a, OLD_A), start(b, B)
-    for p in A_LOG:
-        ha.messaging.deliver(TOPIC, message(TOPIC, p))
-    deliver_b_copies(hb)
-    for h in (ha, hb):
-        h.step()
+    ha, hb = started(OLD_A, B)
     hb.region.consumer_acks(TOPIC, SUB, B_LOG[:3])
     hb.step()
     carry(hb, ha)
