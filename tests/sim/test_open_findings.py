@@ -9,8 +9,8 @@ duplicates: a message acknowledged in one region delivered again after a failove
   26.30 s, and b gave it again at 43.60 s (same slice).
 - seed 300450, profile ``clean`` (no faults), 20 topics: a's consumer acknowledged c@24:10#0 of t13 at 6.40 s
   while it held a hole (6.35 s, 20.6 s long), and c gave it again at 26.50 s (the campaign on ef16620).
-- seed 300125, profile ``drops``, 20 topics: a's consumer acknowledged a@22:6#1 of t11 at 6.15 s, and c gave it
-  again at 19.70 s (the same campaign).
+- seed 300125, profile ``drops``, 20 topics: a's consumer acknowledged a@22:6#1 of t11 at 6.15 s, and c gave
+  it again at 19.70 s (the same campaign).
 """
 
 from __future__ import annotations
