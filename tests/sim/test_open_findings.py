@@ -9,9 +9,11 @@ duplicates: a message acknowledged in one region delivered again after a failove
   26.30 s, and b gave it again at 43.60 s (same slice).
 - seed 300450, profile ``clean`` (no faults), 20 topics: a's consumer acknowledged c@24:10#0 of t13
   (Key_Shared, key k5) at 6.40 s while the earlier k5 message c@24:9#1 was unacknowledged in a, so a's claim
-  held it back (the per-key minimum); b acknowledged c@24:9#1 at 8.5 s, after which nothing held it, but a
-  never claimed it again, and c gave it again at 26.50 s (the campaign on ef16620). Likely: the write that
-  lifted the key-order cut in a is looked at only at the topic's next feed report or poll (30 s apart).
+  held it back (the per-key minimum). b acknowledged c@24:9#1 at 8.5 s, but b has no plugin and a poll
+  cannot see a batch index, so b never claimed it, a's cut stayed, and c gave c@24:10#0 again at 26.50 s (the
+  campaign on ef16620). Probably the admin path's documented blindness to batch indexes, passed on through key
+  order: then the checker should class it ``admin-path`` (it looks only at the delivering and the
+  acknowledging region, not at the region of the key's earlier message). Not settled.
 - seed 300125, profile ``drops``, 20 topics: a's consumer acknowledged a@22:6#1 of t11 at 6.15 s, and c gave
   it again at 19.70 s (the same campaign).
 """
