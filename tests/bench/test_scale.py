@@ -4,30 +4,16 @@ per third of it."""
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import shutil
-import sys
 import time
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import benchscripts
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scale"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-SCALE = _load()
+SCALE = benchscripts.load("scale")
 
 
 def test_the_loads_are_percent_of_a_core_and_nothing_means_one_run_without_a_hog() -> None:

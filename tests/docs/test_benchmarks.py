@@ -4,28 +4,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
-from types import ModuleType
 
 import pytest
+
+from tests import benchscripts
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-REPORT = _load("report")
-RECORD = _load("record")
+REPORT = benchscripts.load("report")
+RECORD = benchscripts.load("record")
 
 
 def test_benchmarks_md_is_what_the_records_give() -> None:

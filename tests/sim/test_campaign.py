@@ -3,28 +3,14 @@ gives, profiles taken in turn, and bad options refused with what to do."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
-import sys
-from types import ModuleType
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests import benchscripts
 
-
-def _bench_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_sim", ROOT / "bench" / "sim.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_sim"] = module  # the worker processes find run_one by its module's name
-    spec.loader.exec_module(module)
-    return module
-
-
-SIM = _bench_sim()
+SIM = benchscripts.load("sim")
 SHORT = ["--regions", "2", "--topics", "2", "--duration", "40"]
 SAME_FIGURES = (
     "schedules",
