@@ -30,8 +30,11 @@ Invariants (DESIGN.md numbering):
 Every duplicate (a delivery of a message a consumer of the subscription had acknowledged before) is classified
 by cause: ``in-flight`` (acknowledged less than ``settle_s`` before the failover), ``agent-down``
 (an agent of either region crashed meanwhile), ``control-fault``, ``admin-path`` (a region without the plugin
-applies holes only while no consumer is connected), ``key-order-held`` (Key_Shared: an earlier message of the
-same key and origin was still unacknowledged, so the per-key minimum held it back), ``recreated`` (an operator
+applies holes only while no consumer is connected; or, Key_Shared, an earlier message of the same key and
+origin was acknowledged before the failover only as a batch index in regions whose agents poll cursors, whose
+polls cannot see it: nobody claimed it, so the per-key minimum held this one back everywhere, docs/limits.md),
+``key-order-held`` (Key_Shared: an earlier message of the same key and origin was still unacknowledged, so the
+per-key minimum held it back), ``recreated`` (an operator
 deleted the subscription in this region: what was acknowledged before the application subscribed again was
 never applied to it), ``rewound`` (an operator moved the cursor back); anything else is ``unexplained``, a
 violation.
@@ -83,7 +86,12 @@ class Checker:
     settle_s: float = 10.0
     cursor_has: Callable[[str, str, str, Ident], bool] = lambda *_: False
     """Whether a region's cursor holds a message now (the world's ground truth, for Key_Shared order)."""
+    index_only: Callable[[str, str, str, Ident], bool] = lambda *_: False
+    """Whether a region's cursor holds a message now as an acknowledged index of a batch it holds only in part
+    (ground truth: what a poll of that region's cursor does not show)."""
     consumer_acked: dict[tuple[str, str, Ident], tuple[float, str]] = field(default_factory=dict)
+    acked_unpolled: dict[tuple[str, str, Ident], float] = field(default_factory=dict)
+    """When a consumer first acknowledged a message in a region whose agent does not poll cursors."""
     jumped: dict[tuple[str, str, Ident], str] = field(default_factory=dict)
     """Messages a cursor jump no consumer made acknowledged, and the region it happened in."""
     failover_at: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -97,6 +105,9 @@ class Checker:
     no_plugin: set[str] = field(default_factory=set)
     cursor_claims: set[str] = field(default_factory=set)
     """Regions whose claims are their cursors (no acknowledgement feed there, or ``claims_from: cursor``)."""
+    polled: set[str] = field(default_factory=set)
+    """Regions whose agents read cursors through the admin API (no plugin, or its plugin refusing every call):
+    a poll shows no batch indexes (docs/limits.md)."""
     by_key: dict[tuple[str, str, str], list[Ident]] = field(default_factory=dict)
     """Key_Shared: (topic, key, origin) -> identities in origin order, as delivered."""
     first_by_key: dict[tuple[str, str, str], dict[Ident, None]] = field(default_factory=dict)
@@ -123,6 +134,8 @@ class Checker:
         if cause in AllowedCause:
             for ident in idents:
                 self.consumer_acked.setdefault((topic, sub, ident), (at, region))
+                if region not in self.polled:
+                    self.acked_unpolled.setdefault((topic, sub, ident), at)
             return
         if cause in JUMPS:
             for ident in idents:
@@ -296,9 +309,22 @@ class Checker:
                 got = self.consumer_acked.get((topic, sub, earlier))
                 if got is None or got[0] > failed_over:
                     return "key-order-held"
+                if self._unseen(topic, sub, earlier, failed_over):
+                    return "admin-path"
         return self._unexplained(
             at, region, topic, sub, ident=ident, why=f"acknowledged in {ack_region} at {ack_at:.2f}s"
         )
+
+    def _unseen(self, topic: str, sub: str, ident: Ident, failed_over: float) -> bool:
+        """Whether consumers acknowledged ``ident`` before ``failed_over`` only where no agent could see it:
+        in regions whose agents poll cursors, as an index of a batch their cursors still hold only in part (a
+        poll shows no batch indexes, docs/limits.md). No region claimed it, so for every agent it is
+        unacknowledged and, Key_Shared, holds back the later messages of its key and origin in each region's
+        claims (per-key order, invariant 6): the admin path's limit passed on through key order (seed
+        300450)."""
+        if self.acked_unpolled.get((topic, sub, ident), failed_over + 1.0) <= failed_over:
+            return False
+        return any(self.index_only(region, topic, sub, ident) for region in self.polled)
 
     def _unexplained(self, at: float, region: str, topic: str, sub: str, *, ident: Ident, why: str) -> str:
         self._violate("unexplained-duplicate", at, region, topic, sub, detail=f"{fmt(ident)} {why}")

@@ -33,6 +33,7 @@ from geosync_sim import harness
 from geosync_sim.apps import App, Apps
 from geosync_sim.checking import LIMITS, Checker, Violation
 from geosync_sim.harness import MONO0, NAMESPACE, AgentHook, Life, keys_for
+from geosync_sim.logs import Cursor
 from geosync_sim.schedules import Schedule, Step, partitions_of
 from geosync_sim.world import STAMP, WALL0, Ident, Msg, World
 
@@ -92,7 +93,9 @@ class Simulation:
         self.rng = random.Random(schedule.seed)
         self.world = World(self.rng, list(schedule.regions), namespace=NAMESPACE)
         self.world.trace = self.trace
-        self.checker = Checker(settle_s=schedule.settle_s, cursor_has=self._cursor_has)
+        self.checker = Checker(
+            settle_s=schedule.settle_s, cursor_has=self._cursor_has, index_only=self._index_only
+        )
         self.world.on_acked = self._on_acked
         self.world.on_rewind = self.checker.rewind
         self.world.on_created = self.checker.created
@@ -109,6 +112,8 @@ class Simulation:
             self.world.regions[region].plugin, self.world.regions[region].refusing = has, refused
             if not has or refused:  # cursor writes through the admin API (and polls, if it refuses all)
                 self.checker.no_plugin.add(region)
+            if not has or refused == "all":  # cursors polled through the admin API: no batch indexes
+                self.checker.polled.add(region)
             if not has or refused == "all" or schedule.claims_from != "acknowledgements":
                 self.checker.cursor_claims.add(region)  # no acknowledgement feed read there
         for i, names in enumerate(self.parts):
@@ -146,14 +151,29 @@ class Simulation:
             self.lines.append(text)
 
     def _cursor_has(self, region: str, topic: str, sub: str, ident: Ident) -> bool:
+        found = self._entry_of(region, topic, sub, ident)
+        return found is not None and found[0].has(found[1], ident[3])
+
+    def _index_only(self, region: str, topic: str, sub: str, ident: Ident) -> bool:
+        """Whether the region's cursor holds ``ident`` as an index of a batch it holds only in part."""
+        found = self._entry_of(region, topic, sub, ident)
+        if found is None:
+            return False
+        cursor, eid = found
+        return not cursor.entry_done(eid) and ident[3] in cursor.partial.get(eid, ())
+
+    def _entry_of(self, region: str, topic: str, sub: str, ident: Ident) -> tuple[Cursor, int] | None:
+        """The region's cursor of the subscription and the id of ``ident``'s entry in its log, if both
+        exist."""
         r = self.world.regions[region]
         s = r.subs.get((topic, sub))
-        if s is None:
-            return False
-        for e in r.topics[topic].entries:  # small topics: a scan is cheap enough for a check
+        t = r.topics.get(topic)
+        if s is None or t is None:
+            return None
+        for e in t.entries:  # small topics: a scan is cheap enough for a check
             if e.ident(0)[:3] == ident[:3]:
-                return s.cursor.has(e.eid, ident[3])
-        return False
+                return s.cursor, e.eid
+        return None
 
     def _on_acked(
         self, at: float, region: str, topic: str, sub: str, *, idents: list[Ident], cause: str
