@@ -1,8 +1,9 @@
 """The agent's state, shared by its parts: what one region's agent knows between rounds.
 
-``AgentState`` declares every attribute the parts read and write (with what each holds), the time a round
-read (``Now``), a tracked topic partition (``TopicState``) and the counters (``Stats``). The parts, one
-module each, extend it in a chain, each calling only the ones below it:
+``AgentState`` declares every attribute the parts read and write (with what each holds), a tracked topic
+partition (``TopicState``) and the counters (``Stats``); the time a round read (``Now``) is the core's value
+(``core.now``), named here too. The parts, one module each, extend it in a chain, each calling only the ones
+below it:
 
     AgentState <- tracking.Tracking <- indexing.Indexing <- controlling.Controlling <- feeding.Feeding
                <- observing.Observing <- folding.Folding <- writing.Writing <- saving.Saving <- runtime.Agent
@@ -39,7 +40,8 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import acknowledged, applying, quiet, tuning
+from geosync_agent.core import acknowledged, quiet, tuning
+from geosync_agent.core.now import Now
 from geosync_agent.core.subscriptions import (
     Feed,
     SubKey,
@@ -56,35 +58,7 @@ from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks
 
 log = logging.getLogger("geosync.agent")
-
-
-def _stands_still() -> float:
-    return 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Now:
-    """The time a round read once: monotonic seconds for intervals, wall seconds for what people see and
-    for what travels between regions; and the shell's meters, for what the round's work costs as it goes
-    (``runtime.read_now`` gives the machine's). Without meters (tests, the simulator) no work costs
-    anything: no CPU, and no time passes within the round."""
-
-    mono: float
-    wall: float
-    cpu: Callable[[], float] = _stands_still
-    """The loop thread's CPU seconds (``time.thread_time``): a plan or a publish is timed with it, and a
-    subscription whose last one was heavy is paused (``core.pauses``). CPU, not wall time: on a saturated
-    machine a switch of the interpreter's lock alone (5 ms) made any plan look heavy."""
-    clock: Callable[[], float] | None = None
-    """The monotonic clock ``mono`` was read from (``time.monotonic``), for ``since``."""
-
-    @property
-    def wall_ms(self) -> int:
-        return int(self.wall * 1000)
-
-    def since(self) -> float:
-        """Seconds since ``mono`` on the clock (0 without one): how long the round's work has taken so far."""
-        return 0.0 if self.clock is None else self.clock() - self.mono
+__all__ = ["AgentState", "Draws", "Now", "Stats", "TopicState"]
 
 
 class Draws(Protocol):
@@ -222,8 +196,6 @@ class AgentState:
         it, and the feed reports each acknowledgement once)."""
         self.created: set[SubKey] = set()
         """Subscriptions this round created: confirmed again at the next round's start (see ``round``)."""
-        self._appended: applying.Appended = {}
-        """This round's appended origins per (topic, end), shared by the topic's subscriptions."""
         self.replicators = replicators.Watch()  # Pulsar's replicators out of this region (discovery's stats)
         self.stalled: list[tuple[replicators.Stall, float]] = []  # and how long each was stalled, last pass
         self.unsticking = replicators.Unsticking(after_s=config.replicator_unload_after_s)

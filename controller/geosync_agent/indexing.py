@@ -17,7 +17,7 @@ from geosync_agent import (
     snapshotting,
 )
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import reports
+from geosync_agent.core import planning, reports
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.tailing import Tail
 from geosync_agent.tracking import Tracking
@@ -87,34 +87,29 @@ class Indexing(Tracking):
             self._translate_again(frozenset(grown), now)
 
     def _behind_forgotten(self, ts: TopicState, state: Subscription, cursor: AckState) -> bool:
-        """Whether ``state``'s cursor lies below entries the tail already forgot (a subscription created at
-        the earliest message after the others moved on, or rewound): nothing is planned or claimed for it,
-        and the tail is read again from the earliest message (next round)."""
-        forgotten = ts.tail.forgot_above(cursor.mark_delete)
-        if forgotten is None:
-            state.parked = False
-            return False
-        budget_floor = ts.tail.budget_floor
-        if budget_floor is not None and cursor.mark_delete < budget_floor:
-            if not state.parked:
-                state.parked = True
-                self.stats.inc("subscriptions_parked")
-                log.warning(
-                    "%s / %s: parked: its mark-delete %s lies below the entries forgotten over the budget "
-                    "(up to %s); not synced until it catches up",
-                    state.topic,
-                    state.name,
-                    cursor.mark_delete,
-                    budget_floor,
-                )
-            return True
-        if not ts.tail.stale:
-            ts.tail.stale = True
-            ts.tail.stale_reason = (
-                f"subscription {state.name!r} is at {cursor.mark_delete}, below the entries forgotten up to "
-                f"{forgotten} once every subscription known then had acknowledged them"
+        """Whether ``state``'s cursor lies below entries the tail already forgot (``core.planning``): nothing
+        is planned or claimed for it, and the tail is read again from the earliest message (next round) or
+        the subscription is parked."""
+        behind = planning.behind_forgotten(ts.tail, state, cursor)
+        if isinstance(behind, planning.Parked):
+            self.stats.inc("subscriptions_parked")
+            self._notice(behind)
+        return behind is not False
+
+    def _notice(self, notice: planning.Notice) -> None:
+        """Log what a planning decision reports."""
+        state = notice.state
+        if isinstance(notice, planning.Parked):
+            log.warning(
+                "%s / %s: parked: its mark-delete %s lies below the entries forgotten over the budget "
+                "(up to %s); not synced until it catches up",
+                state.topic,
+                state.name,
+                notice.mark_delete,
+                notice.floor,
             )
-        return True
+        else:
+            log.info("%s on %s: the rewind elsewhere is not followed here", state.name, state.topic)
 
     def tail_gone(
         self, ts: TopicState, internal: dict[str, Any] | None, now: Now, *, read: Position | None = None
