@@ -28,16 +28,17 @@ Invariants (DESIGN.md numbering):
    given again on a reconnect in any region, as Pulsar does without GeoSync: not a violation.
 
 Every duplicate (a delivery of a message a consumer of the subscription had acknowledged before) is classified
-by cause: ``in-flight`` (acknowledged less than ``settle_s`` before the failover), ``agent-down``
-(an agent of either region crashed meanwhile), ``control-fault``, ``admin-path`` (a region without the plugin
-applies holes only while no consumer is connected; or, Key_Shared, an earlier message of the same key and
-origin was acknowledged before the failover only as a batch index in regions whose agents poll cursors, whose
-polls cannot see it: nobody claimed it, so the per-key minimum held this one back everywhere, docs/limits.md),
-``key-order-held`` (Key_Shared: an earlier message of the same key and origin was still unacknowledged, so the
-per-key minimum held it back), ``recreated`` (an operator
-deleted the subscription in this region: what was acknowledged before the application subscribed again was
-never applied to it), ``rewound`` (an operator moved the cursor back); anything else is ``unexplained``, a
-violation.
+by cause: ``in-flight`` (acknowledged less than ``settle_s`` before the failover), ``agent-down`` (an agent of
+either region crashed meanwhile), ``control-fault``, ``admin-path`` (a region without the plugin applies holes
+only while no consumer is connected; or, Key_Shared, an earlier message of the same key and origin was
+acknowledged before the failover only as a batch index in regions whose agents poll cursors, whose polls
+cannot see it: nobody claimed it, so the per-key minimum held this one back everywhere, docs/limits.md),
+``key-order-held`` (Key_Shared: an earlier message of the same key and origin was still unacknowledged, or
+acknowledged less than ``settle_s`` before the failover, so the per-key minimum held it back), ``recreated``
+(an operator deleted the subscription in this region: what was acknowledged before the application subscribed
+again was never applied to it), ``rewound`` (an operator moved the cursor back), ``topic-deleted`` (the topic
+was deleted in the acknowledging region before its agent read the acknowledgement: its cursor went with it,
+docs/limits.md); anything else is ``unexplained``, a violation.
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ class Checker:
     rewound: dict[tuple[str, str, str], float] = field(default_factory=dict)
     operator_rewound: dict[tuple[str, str], float] = field(default_factory=dict)
     deleted_at: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    unread_when_deleted: set[tuple[str, str, str, Ident]] = field(default_factory=set)
+    """Messages consumers acknowledged in a region whose topic was deleted before its agent read that (the
+    plugin's feed had not handed it over): the claim is the cursor limited to what consumers acknowledged, and
+    the cursor that would show it went with the topic (docs/limits.md)."""
     created_at: dict[tuple[str, str, str], float] = field(default_factory=dict)
     """The last time an operator moved the subscription's cursor back in some region."""
     disturbed: list[tuple[float, float, str]] = field(default_factory=list)
@@ -213,6 +218,10 @@ class Checker:
                     "hostile-undelivered", -1.0, ident[0], topic, "sub", detail=f"{fmt(ident)} ({variant})"
                 )
 
+    def deleted_unread(self, region: str, topic: str, sub: str, idents: list[Ident]) -> None:
+        """A topic was deleted in ``region`` before its agent read these acknowledgements there."""
+        self.unread_when_deleted.update((region, topic, sub, ident) for ident in idents)
+
     def created(self, at: float, region: str, topic: str, sub: str) -> None:
         self.created_at[(region, topic, sub)] = at
 
@@ -293,6 +302,8 @@ class Checker:
         failed_over = self.failover_at.get((topic, sub), 0.0)
         if ack_at > failed_over - self.settle_s:
             return "in-flight"
+        if (ack_region, topic, sub, ident) in self.unread_when_deleted:
+            return "topic-deleted"
         for start, end, cause in self.disturbed:
             if start <= failed_over and end >= ack_at - self.settle_s:
                 return cause
@@ -302,12 +313,14 @@ class Checker:
             # The per-key minimum: an earlier message of the key and origin (in the origin's order, which is
             # every log's: decision 0016) given to consumers and not acknowledged by the failover holds this
             # one back. Given before or after this one was first: a rebuilt region's new life never had the
-            # messages its old life had received, and its consumers were given the later ones first.
+            # messages its old life had received, and its consumers were given the later ones first. One
+            # acknowledged less than ``settle_s`` before the failover held it back as long: this one could be
+            # claimed only from then on, and that claim was in flight (seed 5542 of ``partitions``).
             for earlier in self.first_by_key.get((topic, msg.key, ident[0]), {}):
                 if earlier >= ident:
                     continue
                 got = self.consumer_acked.get((topic, sub, earlier))
-                if got is None or got[0] > failed_over:
+                if got is None or got[0] > failed_over - self.settle_s:
                     return "key-order-held"
                 if self._unseen(topic, sub, earlier, failed_over):
                     return "admin-path"
@@ -316,14 +329,14 @@ class Checker:
         )
 
     def _unseen(self, topic: str, sub: str, ident: Ident, failed_over: float) -> bool:
-        """Whether consumers acknowledged ``ident`` before ``failed_over`` only where no agent could see it:
-        in regions whose agents poll cursors, as an index of a batch their cursors still hold only in part (a
-        poll shows no batch indexes, docs/limits.md). No region claimed it, so for every agent it is
-        unacknowledged and, Key_Shared, holds back the later messages of its key and origin in each region's
-        claims (per-key order, invariant 6): the admin path's limit passed on through key order (seed
-        300450)."""
-        if self.acked_unpolled.get((topic, sub, ident), failed_over + 1.0) <= failed_over:
-            return False
+        """Whether consumers had acknowledged ``ident`` by ``settle_s`` before ``failed_over`` only where no
+        agent could see it: in regions whose agents poll cursors, as an index of a batch their cursors still
+        hold only in part (a poll shows no batch indexes, docs/limits.md). No region claimed it, so for every
+        agent it is unacknowledged and, Key_Shared, holds back the later messages of its key and origin in
+        each region's claims (per-key order, invariant 6): the admin path's limit passed on through key order
+        (seed 300450)."""
+        if self.acked_unpolled.get((topic, sub, ident), failed_over) <= failed_over - self.settle_s:
+            return False  # acknowledged where an agent sees it, in time for its claim to arrive
         return any(self.index_only(region, topic, sub, ident) for region in self.polled)
 
     def _unexplained(self, at: float, region: str, topic: str, sub: str, *, ident: Ident, why: str) -> str:

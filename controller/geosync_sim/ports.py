@@ -239,7 +239,8 @@ class SimAdmin:
         )
         self.r.feed_seq += len(reports) + 1
         blocks = (
-            tuple(
+            tuple(acked_block(t, s, got) for t, s, got in self.r.acked_gone)  # topics deleted since
+            + tuple(
                 acked_block(self.r.topics[t], s, got)
                 for (t, s), got in self.r.acked.items()
                 if t in self.r.topics
@@ -248,6 +249,7 @@ class SimAdmin:
             else None  # handed over all the same, not read (``Feed.from_wire(acked=False)``)
         )
         self.r.acked.clear()
+        self.r.acked_gone.clear()
         return pluginapi.Feed(
             f"{self.r.name}-epoch-{self.r.life}-{self.r.loads}",
             self.r.feed_seq,

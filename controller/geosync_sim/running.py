@@ -99,6 +99,7 @@ class Simulation:
         self.world.on_acked = self._on_acked
         self.world.on_rewind = self.checker.rewind
         self.world.on_created = self.checker.created
+        self.world.on_topic_deleted = self._topic_deleted
         self.apps = Apps(
             self.world, random.Random(schedule.seed * 7919 + 1), on_delivered=self.checker.delivered
         )
@@ -174,6 +175,15 @@ class Simulation:
             if e.ident(0)[:3] == ident[:3]:
                 return s.cursor, e.eid
         return None
+
+    def _topic_deleted(self, region: str, topic: str, pending: dict[str, list[Ident]]) -> None:
+        """What consumers acknowledged since the region's agent last read its plugin's feed goes with the
+        topic's cursor: the checker knows why those messages are delivered again. Not where the agent polls
+        (no feed there: what is pending is never read, and when it last polled is not recorded)."""
+        if region in self.checker.polled:
+            return
+        for sub, idents in pending.items():
+            self.checker.deleted_unread(region, topic, sub, idents)
 
     def _on_acked(
         self, at: float, region: str, topic: str, sub: str, *, idents: list[Ident], cause: str

@@ -64,7 +64,9 @@ What it models, and the Pulsar class each rule follows:
   region (its metadata store's counter only grows, ``PulsarLedgerIdGenerator``). Auto topic creation is off:
   no reader, shadow consumer or replicator creates it meanwhile (``TopicMissing``, the adapter's error for
   ``TopicNotFound``), copies sent to it wait (dropped if their own topic was deleted too: its replicator is
-  closed), and the applications subscribe again once it exists.
+  closed), and the applications subscribe again once it exists. What its consumers acknowledged that the
+  plugin's feed had not handed over is handed over at its next read (``AckFeed`` keeps its records by topic
+  name, and nothing removes them on a deletion).
 
 A partitioned topic is its partitions' topics (``schedules.partitions_of``); the plugin's 403 is ``ports``'.
 Not modelled: ledger rollover, several brokers sharing a region's bundles (one owner at a time), hostile
@@ -103,6 +105,9 @@ class Region:
     """(topic, subscription) each time a consumer acknowledged (the plugin's ``AckFeed``)."""
     acked: dict[tuple[str, str], set[tuple[int, int]]] = field(default_factory=dict)
     """(entry, index) pairs consumers acknowledged since the plugin's feed was last read (its ``acked``)."""
+    acked_gone: list[tuple[Topic, str, set[tuple[int, int]]]] = field(default_factory=list)
+    """The same for topics deleted since (topic, subscription, pairs): the plugin's ``AckFeed`` keys its
+    records by topic name and nothing removes them on a deletion, so the next read hands them over."""
     feed_seq: int = 0
     readers: list[SimReaderState] = field(default_factory=list)
     produced: int = 0
@@ -166,6 +171,9 @@ class World:
         self.on_created: Callable[[float, str, str, str], None] = lambda *_: None
         self.on_topic_created: Callable[[str, str], None] = lambda *_: None
         """(region, topic): a deleted topic exists again (the applications subscribe to it again)."""
+        self.on_topic_deleted: Callable[[str, str, dict[str, list[Ident]]], None] = lambda *_: None
+        """(region, topic, subscription -> messages): a topic deleted, with what its consumers acknowledged
+        that the plugin's feed had not handed over yet (``Region.acked``; never read where no feed is)."""
         self._recreations: list[tuple[float, str, str]] = []
         """(when, region, topic): deleted topics to create again, in time order."""
         self._held: dict[tuple[str, str], list[Entry]] = {}
@@ -315,6 +323,7 @@ class World:
             reader.open = False
         names = [*r.topics, *(t for (dst, t) in self._held if dst == region)]
         r.topics, r.readers, r.feed, r.acked, r.feed_seq, r.ledgers = {}, [], [], {}, 0, 10
+        r.acked_gone = []
         r.down_until = self.now + down
         self._queue = [
             (min(due, self.now + down / 2) if entry.origin == region else due, n, dst, topic, entry)
@@ -351,6 +360,13 @@ class World:
             if reader.topic == topic:
                 reader.open = False
         r.feed = [k for k in r.feed if k[0] != topic]
+        # What consumers acknowledged before the deletion and the plugin has not handed over yet stays in its
+        # feed (``AckFeed`` has no hook for a deleted topic) and goes out with the next read.
+        gone = r.topics[topic]
+        pending = {sub: got for (t, sub), got in r.acked.items() if t == topic}
+        r.acked_gone.extend((gone, sub, got) for sub, got in pending.items())
+        told = {sub: self.idents(gone, sorted(got)) for sub, got in pending.items()}
+        self.on_topic_deleted(region, topic, told)
         r.acked = {k: v for k, v in r.acked.items() if k[0] != topic}
         del r.topics[topic]
         self._recreations.append((self.now + back_in, region, topic))
@@ -387,7 +403,7 @@ class World:
         partly acknowledged entries are forgotten, and the plugin's feed starts another epoch."""
         r = self.regions[region]
         r.loads += 1
-        r.feed, r.acked = [], {}
+        r.feed, r.acked, r.acked_gone = [], {}, []
         forgotten = 0
         for (topic, sub), s in r.subs.items():
             t = r.topics[topic]
