@@ -40,7 +40,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import acknowledged, quiet, tuning
+from geosync_agent.core import acknowledged, planning, quiet, tuning
 from geosync_agent.core.now import Now
 from geosync_agent.core.subscriptions import (
     Feed,
@@ -52,7 +52,7 @@ from geosync_agent.discovering import Discovered, Latest
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import CallTimes, PhaseTimes, Recent, Timeline
 from geosync_agent.tailing import Tail
-from geosync_core import ackstates, envelopes, pacing, pluginapi, replicators, resolving, syncing
+from geosync_core import ackstates, envelopes, pacing, pluginapi, replicators, resolving
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks
@@ -218,7 +218,7 @@ class AgentState:
         self.writes_in_flight: (
             tuple[
                 Callable[[], list[fx.Outcome]],
-                dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]],
+                planning.Work,
             ]
             | None
         ) = None

@@ -1,12 +1,11 @@
-"""Applying: the round's cursor changes carried out as ``core.planning`` decides them.
+"""Applying: the round's cursor changes, carried out as the core's ``stepping.step`` decides them.
 
-Round steps 3 and 5 (``runtime``). The apply step asks ``core.planning.plan_round`` which subscriptions to
-create, reset or write and with what plans; it counts and logs what that reports, carries out the creations
-and resets at once, and sends the plans as plugin cursor writes (landed at the next round's start by
-``land_writes``) or admin-API moves (``core.planning.admin_moves``). ``land_writes`` folds the writes'
-outcomes (``folding``) and moves through the admin API what the plugin left (``core.planning.unwritten``).
-What is decided here: only I/O's own questions (the sidecar's ownership asked again when a broker says a
-topic is not loaded, a first write that found no plugin read again).
+Round steps 3 and 5 (``runtime``). The apply step hands the core an ``ApplyDue`` event; ``land_writes``, at
+the next round's start, folds the plugin writes' outcomes into the state (``folding``) and hands them over
+as ``Written`` and ``Landed``. What comes back is carried out here and nothing else: its counters added, its
+notices logged, its effects performed through the ``Effector``, the plugin writes sent (landed by the next
+round), topics polled at once. What is asked here is only what I/O itself tells: which capabilities are
+usable now, and in sidecar mode which topics a broker that refused a write as not loaded no longer owns.
 """
 
 from __future__ import annotations
@@ -15,54 +14,37 @@ import logging
 from dataclasses import replace
 
 from geosync_agent import effects as fx
-from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import planning
-from geosync_agent.core.subscriptions import SubKey, Subscription
+from geosync_agent.agentstate import Now
+from geosync_agent.core import stepping
+from geosync_agent.core.subscriptions import SubKey
 from geosync_agent.folding import Folding
-from geosync_core import pluginapi, syncing
+from geosync_core import pluginapi
 from geosync_core.capabilities import Capability
 
 log = logging.getLogger("geosync.agent")
 
 
 class Writing(Folding):
-    """Planning and writing cursor changes (round steps 3 and 5)."""
+    """Carrying out the core's cursor changes (round steps 3 and 5)."""
 
     # -- 5. apply ----------------------------------------------------------------------------------
 
     def apply(self, now: Now) -> None:
-        """Carry out what ``core.planning`` decides for this round: create and reset at once, then write the
-        plans through the plugin (their outcomes landed by the next round's ``land_writes``) or move them
-        through the admin API."""
+        """The apply step: ``stepping.ApplyDue`` with what is usable now, and what it returns carried out."""
         plugin_writes = self.caps.usable(Capability.PLUGIN_CURSOR_WRITES, now=now.mono)
-        planned = planning.plan_round(
-            self.topics,
-            self.subs,
-            now=now,
-            covered=self.snapshots.covers,
-            heavy_plans=self.heavy_plans,
+        due = stepping.ApplyDue(
+            plugin_writes=plugin_writes,
             batch_writes=plugin_writes and self.caps.usable(Capability.BATCH_ACKS, now=now.mono),
+            skip_by_ids=self.caps.usable(Capability.SKIP_BY_IDS, now=now.mono),
             acknowledgements=self.claims_acknowledgements(),
             claims_known=self.claims_known(),
+            covered=self.snapshots.covers,
         )
-        for name, n in planned.counts.items():
-            self.stats.inc(name, n)
-        for notice in planned.notices:
-            self._notice(notice)
-        self._perform(planned.effects, now)
-        work = planned.work
-        if work and plugin_writes:
-            writes = planning.plugin_writes(work, self.feed, now_mono=now.mono)
-            # Their outcomes are folded before the next round's observe step (``land_writes``): the loop
-            # reads its tails and control topics meanwhile instead of waiting on the broker (at 10,000
-            # subscriptions that wait was about a sixth of the applying region's rounds).
-            self.writes_in_flight = (self.effector.start_plugin_writes(writes), work)
-            return
-        self._admin_moves(work, now)
+        self._carry_out(stepping.step(self, due, now), now)
 
     def land_writes(self, now: Now) -> None:
         """Fold the outcomes of the cursor writes the last apply step sent (waiting for them if need be), and
-        move through the admin API the subscriptions the plugin could not write. Before ``observe``: a cursor
+        carry out what the core makes of them (``stepping.Written``, ``Landed``). Before ``observe``: a cursor
         a write answered must not be taken after a newer one the feed reported."""
         if self.writes_in_flight is None:
             return
@@ -71,38 +53,38 @@ class Writing(Folding):
         try:
             outcomes = outcomes_of()
         except BaseException:
-            for state, _, _ in work.values():
-                state.planned = None  # not known written: planned again
+            stepping.step(self, stepping.Lost(work), now)
             raise
         tried = self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is not None
         for outcome in outcomes:
             self._fold(outcome, now)
-            if planning.settled(work, outcome):
-                self.stats.inc("plans_settled_by_writes")
-        rest = planning.unwritten(work, outcomes, self._moved_away(outcomes, now))
-        if rest and not tried and self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is False:
-            # The plugin's first writes found no plugin: they were planned from cursors claims did not
-            # have read again (``_take_claims``: plugin writes answer the cursor), so they are read now,
-            # in this round's polls, and planned again for the admin API.
-            for state, ts, _ in rest.values():
-                state.planned = None
-                ts.poll = replace(ts.poll, next_at=0.0)
-            return
-        self._admin_moves(rest, now)
+        self._carry_out(stepping.step(self, stepping.Written(work, outcomes), now), now)
+        landed = stepping.Landed(
+            work,
+            outcomes,
+            moved_away=frozenset(self._moved_away(outcomes, now)),
+            no_plugin=not tried and self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is False,
+            skip_by_ids=self.caps.usable(Capability.SKIP_BY_IDS, now=now.mono),
+        )
+        self._carry_out(stepping.step(self, landed, now), now)
 
-    def _admin_moves(
-        self, work: dict[SubKey, tuple[Subscription, TopicState, syncing.ApplyPlan]], now: Now
-    ) -> None:
-        moves: list[fx.Effect] = [
-            *planning.admin_moves(
-                work.values(),
-                region=self.config.region,
-                now_mono=now.mono,
-                min_interval_s=self.config.min_apply_interval_s,
-                skip_by_ids=self.caps.usable(Capability.SKIP_BY_IDS, now=now.mono),
-            )
-        ]
-        self._perform(moves, now)
+    def _carry_out(self, stepped: stepping.Stepped, now: Now) -> None:
+        """Do what a step asked, in its order (``stepping.Stepped``)."""
+        for name, n in stepped.counts.items():
+            self.stats.inc(name, n)
+        for notice in stepped.notices:
+            self._notice(notice)
+        self._perform(stepped.effects, now)
+        if stepped.writes:
+            # Their outcomes are folded before the next round's observe step (``land_writes``): the loop
+            # reads its tails and control topics meanwhile instead of waiting on the broker (at 10,000
+            # subscriptions that wait was about a sixth of the applying region's rounds).
+            self.writes_in_flight = (self.effector.start_plugin_writes(stepped.writes), stepped.work)
+        self._perform(stepped.moves, now)
+        for topic in stepped.poll_soon:
+            ts = self.topics.get(topic)
+            if ts is not None:
+                ts.poll = replace(ts.poll, next_at=0.0)
 
     def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked

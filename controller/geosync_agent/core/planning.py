@@ -1,6 +1,6 @@
-"""Planning: which subscriptions' cursor changes a round makes, and the writes that carry them out.
+"""Planning: which subscriptions' cursor changes a round makes, and with what plans.
 
-The apply step of a round (``writing``, round step 5) asks ``plan_round`` once. Per tracked topic not
+The apply step of a round (``stepping.ApplyDue``, round step 5) asks ``plan_round`` once. Per tracked topic not
 covered by snapshot mode it looks at the subscriptions something happened to (``core.quiet``; every one
 when the log changed in a way their claims may see), and per subscription looked at it decides: the last
 plan still holds (``core.applying``'s checks: only entries nobody claims were appended, or consumers here
@@ -9,9 +9,9 @@ what the tail forgot, a rewind made elsewhere to follow first, the wait after a 
 planned now (``geosync_core.syncing.plan_apply``, per-key order kept for Key_Shared, batch indexes left out
 where they cannot be written). What comes out is values (``Planned``): the plans to write, the effects to
 carry out at once (subscriptions to create, cursors to reset to follow a rewind), counters and notices for
-the shell to count and log. ``plugin_writes`` and ``admin_moves`` turn the plans into the writes of one path
-or the other, ``unwritten`` says which plans the plugin's answers leave to the admin API. The shell carries
-the effects out and folds their outcomes back (``folding``); it decides none of this.
+the shell to count and log. ``core.stepping`` turns the plans into the writes of one path or the other and
+says what the plugin's answers leave to the admin API; the shell carries the effects out and folds their
+outcomes back (``writing``, ``folding``), and decides none of this.
 
 The subscriptions' records (``Subscription``: what was planned from, waits, why one waits) and the topics'
 ``Walked`` are updated here as the decisions are made, as ``core.publishing`` does for claims. The CPU a
@@ -28,17 +28,15 @@ Invariants (tests in ``tests/agent/test_core_planning.py``):
 * a plan that asks for nothing is no work (no write of either path), and a subscription whose plan is work
   is looked at again next round (restless);
 * after a plan that took CPU, the subscription is not planned again for log or cursor changes alone before
-  ``pauses.plan_wait`` of it has passed, but at once for new claims or claims naming entries just read;
-* a plugin write carries the mark-delete its plan was made from only when the plugin checks it
-  (``pluginwrites.WRITE_VERSION``) and has not refused one within ``REPROBE_S``.
+  ``pauses.plan_wait`` of it has passed, but at once for new claims or claims naming entries just read.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
 from geosync_agent.core import applying, logview, quiet
 from geosync_agent.core.applying import (
@@ -51,21 +49,15 @@ from geosync_agent.core.applying import (
     plan_end,
 )
 from geosync_agent.core.effects import (
-    AdminMove,
     CreateSubscription,
-    CursorWritten,
     Effect,
-    NotWritten,
-    Outcome,
-    PluginAck,
     ResetCursor,
 )
 from geosync_agent.core.logview import LogView
 from geosync_agent.core.now import Now
 from geosync_agent.core.pauses import note_heavy, plan_wait
-from geosync_agent.core.subscriptions import BEFORE_ALL, Feed, SubKey, Subscription, SubsTable
-from geosync_core import pluginwrites, syncing, translating
-from geosync_core.capabilities import REPROBE_S
+from geosync_agent.core.subscriptions import BEFORE_ALL, SubKey, Subscription, SubsTable
+from geosync_core import syncing, translating
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -82,7 +74,8 @@ class Topic(Protocol):
     walked: quiet.Walked | None
 
 
-T = TypeVar("T", bound=Topic)
+Work = dict[SubKey, tuple[Subscription, Topic, syncing.ApplyPlan]]
+"""Plans to write, by key: the subscription, its topic, the plan."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +101,19 @@ Notice = Parked | NotFollowed
 
 
 @dataclass(slots=True)
-class Planned(Generic[T]):
+class Planned:
     """A round's plans: ``work``, the cursor changes to write (by key: the subscription, its topic, the
     plan); ``effects``, what to carry out at once (subscriptions to create, cursors to reset); ``counts``,
     what to add to the agent's counters; ``notices``, what to log."""
 
-    work: dict[SubKey, tuple[Subscription, T, syncing.ApplyPlan]] = field(default_factory=dict)
+    work: Work = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     notices: list[Notice] = field(default_factory=list)
 
 
 def plan_round(
-    topics: Mapping[str, T],
+    topics: Mapping[str, Topic],
     subs: SubsTable,
     *,
     now: Now,
@@ -129,13 +122,13 @@ def plan_round(
     batch_writes: bool,
     acknowledgements: bool,
     claims_known: bool,
-) -> Planned[T]:
+) -> Planned:
     """The apply step's decisions for every tracked topic (see the module docstring). ``covered``: whether
     snapshot mode covers a topic (planned there, not here); ``heavy_plans``: the subscriptions whose last plan
     was heavy (``pauses.note_heavy``, kept up to date here); ``batch_writes``: batch indexes can be written;
     ``acknowledgements``: claims are made of what consumers acknowledged; ``claims_known``: it is known what
     claims are made of (``AgentState.claims_acknowledgements``, ``claims_known``)."""
-    planned: Planned[T] = Planned()
+    planned = Planned()
     appended: Appended = {}  # the round's appended origins per (topic, end), shared by its subscriptions
     heavy = subs.still_held(heavy_plans)
     unlooked = 0
@@ -192,9 +185,9 @@ def plan_round(
 
 
 def _plan_topic(
-    ts: T,
+    ts: Topic,
     group: list[Subscription],
-    planned: Planned[T],
+    planned: Planned,
     appended: Appended,
     now: Now,
     *,
@@ -352,7 +345,7 @@ def _plan_topic(
 
 
 def behind_forgotten(
-    log: LogView, state: Subscription, cursor: AckState, planned: Planned[T] | None = None
+    log: LogView, state: Subscription, cursor: AckState, planned: Planned | None = None
 ) -> bool | Parked:
     """Whether ``cursor`` (``state``'s) lies below entries ``log`` already forgot (a subscription created at
     the earliest message after the others moved on, or rewound): nothing is planned or claimed for it.
@@ -382,7 +375,7 @@ def behind_forgotten(
     return True
 
 
-def follow_rewind(state: Subscription, log: LogView, planned: Planned[T]) -> ResetCursor | None:
+def follow_rewind(state: Subscription, log: LogView, planned: Planned) -> ResetCursor | None:
     """The rewind that makes ``state``'s cursor acknowledge no more than its newer claims: back to the end of
     the longest prefix of the log they acknowledge (the claims' holes above it are applied after, as
     always). None when no rewind is needed (``follow`` cleared) or the tail has not read as far as the
@@ -404,89 +397,3 @@ def follow_rewind(state: Subscription, log: LogView, planned: Planned[T]) -> Res
         size_of=log.size_of,
     )
     return ResetCursor(state.key, plan.new_mark_delete)
-
-
-# -- the writes ------------------------------------------------------------------------------------
-
-
-def plugin_writes(
-    work: Mapping[SubKey, tuple[Subscription, T, syncing.ApplyPlan]], feed: Feed, *, now_mono: float
-) -> list[PluginAck]:
-    """The plugin cursor writes that carry out ``work``. ``plan_apply`` puts every individual ack above the
-    new mark-delete (a core invariant, tested). A plugin that checks it is told the mark-delete each plan was
-    made from: it writes nothing on a cursor an operator has moved back since (a reset the feed does not
-    report), and answers it; not within ``REPROBE_S`` of a plugin refusing one (older than its feed said)."""
-    checked = (
-        feed.write_version >= pluginwrites.WRITE_VERSION
-        and now_mono - feed.planned_from_refused_at >= REPROBE_S
-    )
-    return [
-        PluginAck(
-            key,
-            plan.new_mark_delete,
-            plan.individual_acks,
-            plan.batch_acks,
-            planned_from=planned_from(state) if checked else None,
-        )
-        for key, (state, _, plan) in work.items()
-    ]
-
-
-def planned_from(state: Subscription) -> Position | None:
-    """The mark-delete of the cursor ``state``'s plan was made from (``Subscription.planned``'s first part,
-    the cursor it held when planning), None if there was none."""
-    planned = state.planned
-    cursor = state.cursor if planned is None or planned[0] is None else planned[0]
-    return None if cursor is None else cursor.mark_delete
-
-
-def admin_moves(
-    work: Iterable[tuple[Subscription, T, syncing.ApplyPlan]],
-    *,
-    region: str,
-    now_mono: float,
-    min_interval_s: float,
-    skip_by_ids: bool,
-) -> list[AdminMove]:
-    """The admin-API changes that carry out ``work`` where the plugin cannot write (``applying.admin_move``:
-    mark-delete through the move gate, holes above it)."""
-    moves: list[AdminMove] = []
-    for state, ts, plan in work:
-        move = applying.admin_move(
-            state,
-            plan,
-            partition=ts.tail.partition,
-            region=region,
-            now=now_mono,
-            min_interval_s=min_interval_s,
-            skip_by_ids=skip_by_ids,
-        )
-        if move is not None:
-            moves.append(move)
-    return moves
-
-
-def settled(work: Mapping[SubKey, tuple[Subscription, T, syncing.ApplyPlan]], outcome: Outcome) -> bool:
-    """Whether ``outcome`` (folded already) is a write that did all its plan in ``work`` asked
-    (``applying.settle_plan``: the subscription is taken as planned, not planned again)."""
-    if not isinstance(outcome, CursorWritten) or outcome.stale or outcome.key not in work:
-        return False
-    state, _, plan = work[outcome.key]
-    return applying.settle_plan(state, plan)
-
-
-def unwritten(
-    work: Mapping[SubKey, tuple[Subscription, T, syncing.ApplyPlan]],
-    outcomes: Iterable[Outcome],
-    moved_away: Iterable[SubKey] = (),
-) -> dict[SubKey, tuple[Subscription, T, syncing.ApplyPlan]]:
-    """The plans of ``work`` the plugin's answers (``outcomes``) leave to the admin API: those neither written
-    nor refused for good (``NotWritten`` without ``fallback`` is planned again next round), less those
-    ``moved_away`` (their topic is handed off)."""
-    handled = {
-        o.key
-        for o in outcomes
-        if isinstance(o, CursorWritten) or (isinstance(o, NotWritten) and not o.fallback)
-    }
-    handled.update(moved_away)
-    return {k: v for k, v in work.items() if k not in handled}

@@ -1,0 +1,261 @@
+"""Stepping: the core's entry point for a round's cursor changes, ``step(state, event, now) -> Stepped``.
+
+The shell feeds events in and carries out what comes back; it decides nothing of what this covers. The
+events, in the order a round and the next one give them:
+
+* ``ApplyDue``: the round's apply step, with what the shell knows now of the brokers (which capabilities are
+  usable, what claims are made of, which topics snapshot mode covers). Every subscription's cursor change is
+  decided (``core.planning.plan_round``) and comes back as effects: creations and cursor resets to carry out
+  at once, then the plans as plugin cursor writes (``Stepped.writes``, their plans in ``Stepped.work``) or as
+  admin-API moves through the move gate (``Stepped.moves``).
+* ``Written``: the outcomes of those plugin writes, once the shell folded them into the state (the next
+  round's start, before the feed is read): a write that did all its plan asked settles it.
+* ``Landed``: then what they leave: the plans the plugin did not write go to the admin API; where the first
+  writes found no plugin, their cursors are read again at once (``Stepped.poll_soon``) and planned again.
+* ``Lost``: the writes' outcomes could not be read at all: their subscriptions are planned again.
+
+Everything that comes back is a value (``Stepped``): effects (``core.effects``), topics to poll, counters to
+add and notices to log. The state is the agent's (``Applying`` names what of it this reads: the tracked
+topics, the subscriptions, the feed's bookkeeping, the heavy plans, two settings); the subscriptions'
+records are updated as the decisions are made. The same entry runs in production (``writing``, called by
+``runtime``'s round), in the unit tests and in the simulator, which runs the real agent's rounds over
+simulated ports (``geosync_sim``).
+
+The other steps of the round still decide in the shell's parts, with the core's functions
+(``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
+
+Invariants (tests in ``tests/agent/test_core_planning.py``, through ``step``):
+
+* every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
+  in one step;
+* a plugin write carries the mark-delete its plan was made from only when the plugin checks it
+  (``pluginwrites.WRITE_VERSION``) and has not refused one within ``REPROBE_S``;
+* a plan is settled only by a write that did all it asked (``applying.settle_plan``); what the plugin
+  refused for good is planned again next round, not moved; what it could not take goes to the admin API,
+  unless its topic moved away or the plugin was found absent (then it is read again and planned again).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from geosync_agent.core import applying, planning
+from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
+from geosync_agent.core.now import Now
+from geosync_agent.core.planning import Notice, Topic, Work
+from geosync_agent.core.subscriptions import Feed, SubKey, Subscription, SubsTable
+from geosync_core import pluginwrites
+from geosync_core.capabilities import REPROBE_S
+from geosync_core.positions import Position
+
+
+class Settings(Protocol):
+    """The settings the step reads (``AgentConfig``'s)."""
+
+    @property
+    def region(self) -> str: ...
+
+    @property
+    def min_apply_interval_s(self) -> float: ...
+
+
+class Applying(Protocol):
+    """What of the agent's state the step reads and changes (``agentstate.AgentState`` has it all)."""
+
+    @property
+    def config(self) -> Settings: ...
+
+    @property
+    def topics(self) -> Mapping[str, Topic]: ...
+
+    @property
+    def subs(self) -> SubsTable: ...
+
+    @property
+    def feed(self) -> Feed: ...
+
+    @property
+    def heavy_plans(self) -> dict[SubKey, Subscription]: ...
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyDue:
+    """A round's apply step. ``plugin_writes``, ``batch_writes``, ``skip_by_ids``: those capabilities are
+    usable now; ``acknowledgements``: claims are made of what consumers acknowledged; ``claims_known``: it is
+    known what they are made of; ``covered``: whether snapshot mode covers a topic."""
+
+    plugin_writes: bool
+    batch_writes: bool
+    skip_by_ids: bool
+    acknowledgements: bool
+    claims_known: bool
+    covered: Callable[[str], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """The outcomes of the plugin writes of ``work``, folded into the state by the shell."""
+
+    work: Work
+    outcomes: list[Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """After ``Written``: ``moved_away``, the keys whose topic the broker no longer owns (handed off);
+    ``no_plugin``, the plugin was untried before these writes and is now known absent; ``skip_by_ids``: that
+    capability is usable now."""
+
+    work: Work
+    outcomes: list[Outcome]
+    moved_away: frozenset[SubKey]
+    no_plugin: bool
+    skip_by_ids: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """The outcomes of the plugin writes of ``work`` could not be read."""
+
+    work: Work
+
+
+Event = ApplyDue | Written | Landed | Lost
+
+
+@dataclass(slots=True)
+class Stepped:
+    """What a step asks for: ``effects`` to carry out now, then ``moves``, the admin-API moves (their
+    outcomes folded in between, as each batch's are); ``writes``, plugin cursor writes to send (their outcomes
+    come back as ``Written`` and ``Landed`` at the next round, with ``work``, the plans they carry);
+    ``poll_soon``, topics whose cursors are to be read again at once; ``counts`` to add to the agent's
+    counters; ``notices`` to log."""
+
+    effects: list[Effect] = field(default_factory=list)
+    moves: list[Effect] = field(default_factory=list)
+    writes: list[PluginAck] = field(default_factory=list)
+    work: Work = field(default_factory=dict)
+    poll_soon: list[str] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    notices: list[Notice] = field(default_factory=list)
+
+
+def step(state: Applying, event: Event, now: Now) -> Stepped:
+    """Take ``event`` (see the module docstring) and say what to do."""
+    if isinstance(event, ApplyDue):
+        planned = planning.plan_round(
+            state.topics,
+            state.subs,
+            now=now,
+            covered=event.covered,
+            heavy_plans=state.heavy_plans,
+            batch_writes=event.batch_writes,
+            acknowledgements=event.acknowledgements,
+            claims_known=event.claims_known,
+        )
+        out = Stepped(effects=planned.effects, counts=planned.counts, notices=planned.notices)
+        work = planned.work
+        if work and event.plugin_writes:
+            out.writes, out.work = plugin_writes(work, state.feed, now_mono=now.mono), work
+        else:
+            out.moves = admin_moves(state, work, now_mono=now.mono, skip_by_ids=event.skip_by_ids)
+        return out
+    if isinstance(event, Written):
+        out = Stepped()
+        settled = sum(_settled(event.work, outcome) for outcome in event.outcomes)
+        if settled:
+            out.counts["plans_settled_by_writes"] += settled
+        return out
+    if isinstance(event, Landed):
+        out = Stepped()
+        rest = unwritten(event.work, event.outcomes, event.moved_away)
+        if rest and event.no_plugin:
+            # The plugin's first writes found no plugin: they were planned from cursors claims did not have
+            # read again (plugin writes answer the cursor), so they are read now, in this round's polls, and
+            # planned again for the admin API.
+            for sub, ts, _ in rest.values():
+                sub.planned = None
+                out.poll_soon.append(ts.tail.topic)
+            return out
+        out.moves = admin_moves(state, rest, now_mono=now.mono, skip_by_ids=event.skip_by_ids)
+        return out
+    for sub, _, _ in event.work.values():
+        sub.planned = None  # not known written: planned again
+    return Stepped()
+
+
+def plugin_writes(work: Work, feed: Feed, *, now_mono: float) -> list[PluginAck]:
+    """The plugin cursor writes that carry out ``work``. ``plan_apply`` puts every individual ack above the
+    new mark-delete (a core invariant, tested). A plugin that checks it is told the mark-delete each plan was
+    made from: it writes nothing on a cursor an operator has moved back since (a reset the feed does not
+    report), and answers it; not within ``REPROBE_S`` of a plugin refusing one (older than its feed said)."""
+    checked = (
+        feed.write_version >= pluginwrites.WRITE_VERSION
+        and now_mono - feed.planned_from_refused_at >= REPROBE_S
+    )
+    return [
+        PluginAck(
+            key,
+            plan.new_mark_delete,
+            plan.individual_acks,
+            plan.batch_acks,
+            planned_from=planned_from(sub) if checked else None,
+        )
+        for key, (sub, _, plan) in work.items()
+    ]
+
+
+def planned_from(sub: Subscription) -> Position | None:
+    """The mark-delete of the cursor ``sub``'s plan was made from (``Subscription.planned``'s first part, the
+    cursor it held when planning), None if there was none."""
+    planned = sub.planned
+    cursor = sub.cursor if planned is None or planned[0] is None else planned[0]
+    return None if cursor is None else cursor.mark_delete
+
+
+def admin_moves(state: Applying, work: Work, *, now_mono: float, skip_by_ids: bool) -> list[Effect]:
+    """The admin-API changes that carry out ``work`` where the plugin cannot write (``applying.admin_move``:
+    mark-delete through the move gate, holes above it)."""
+    moves: list[Effect] = []
+    region, min_interval_s = state.config.region, state.config.min_apply_interval_s
+    for sub, ts, plan in work.values():
+        move = applying.admin_move(
+            sub,
+            plan,
+            partition=ts.tail.partition,
+            region=region,
+            now=now_mono,
+            min_interval_s=min_interval_s,
+            skip_by_ids=skip_by_ids,
+        )
+        if move is not None:
+            moves.append(move)
+    return moves
+
+
+def _settled(work: Work, outcome: Outcome) -> bool:
+    """Whether ``outcome`` is a write that did all its plan in ``work`` asked (``applying.settle_plan``: the
+    subscription is taken as planned, not planned again)."""
+    if not isinstance(outcome, CursorWritten) or outcome.stale or outcome.key not in work:
+        return False
+    sub, _, plan = work[outcome.key]
+    return applying.settle_plan(sub, plan)
+
+
+def unwritten(work: Work, outcomes: Iterable[Outcome], moved_away: Iterable[SubKey] = ()) -> Work:
+    """The plans of ``work`` the plugin's answers (``outcomes``) leave to the admin API: those neither written
+    nor refused for good (``NotWritten`` without ``fallback`` is planned again next round), less those
+    ``moved_away`` (their topic is handed off)."""
+    handled = {
+        o.key
+        for o in outcomes
+        if isinstance(o, CursorWritten) or (isinstance(o, NotWritten) and not o.fallback)
+    }
+    handled.update(moved_away)
+    return {k: v for k, v in work.items() if k not in handled}
