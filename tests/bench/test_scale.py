@@ -14,6 +14,7 @@ import pytest
 from tests import benchscripts
 
 SCALE = benchscripts.load("scale")
+DEGRADING = benchscripts.load("degrading")  # its sibling modules were imported with it
 
 
 def test_the_loads_are_percent_of_a_core_and_nothing_means_one_run_without_a_hog() -> None:
@@ -26,7 +27,7 @@ def test_the_loads_are_percent_of_a_core_and_nothing_means_one_run_without_a_hog
 
 
 def test_a_hog_needs_stress_ng_and_a_quiet_run_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(SCALE.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
     with pytest.raises(SystemExit, match="stress-ng"):
         SCALE.parse_hogs("0,50")
     assert SCALE.parse_hogs("0") == [0]
@@ -157,7 +158,7 @@ def test_transit_and_rounds_are_those_of_the_measured_load_by_third() -> None:
         "round_seconds_max": 2.0,
     }
     step = _step((100.0, 109.0), {"a": {}, "b": b})
-    figures = SCALE.degrade_figures(step)
+    figures = DEGRADING.degrade_figures(step)
 
     into_b = figures["control_transit_into_b_s"]
     assert into_b["n"] == 3
