@@ -23,6 +23,7 @@ cost of work from its meters, the random draws from ``rng``, all given by the sh
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
@@ -56,6 +57,7 @@ from geosync_core import ackstates, envelopes, pacing, pluginapi, replicators, r
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks
+from geosync_core.rangesets import AckState
 
 log = logging.getLogger("geosync.agent")
 __all__ = ["AgentState", "Draws", "Now", "Stats", "TopicState"]
@@ -274,6 +276,21 @@ class AgentState:
         self.queued_ms = Recent()
         """Recent control messages' time from the reader's hand-over to the loop taking them (of their
         transit, what waited on the loop: a long round), for /state."""
+        self.step_until = math.inf
+        """Until when (seconds into the round, ``Now.since``) the step running may work (``over_budget``):
+        set by the loop for each step (``tuning.STEP_BUDGET_S``), no limit outside its steps."""
+        self.index_from: str | None = None
+        """The topic the index step begins at: the first one its last turn did not reach (None: the first)."""
+        self.receive_from: str | None = None
+        """The control topic the receive step begins at: the one its last turn stopped in (None: the
+        first)."""
+        self.feed_left: dict[str, dict[str, tuple[AckState, AckState | None, bool]]] = {}
+        """What the feed step read and did not get to look at within its budget, per topic and subscription:
+        the cursor reported (or held, for acknowledgements alone), the subscription's cursor when it was read
+        (a write setting another since makes the report old news), and whether it is a held look
+        (``Feed.held_looks``). Looked at first by the next feed step; those topics' polls wait for it."""
+        self.polls_left: list[str] = []
+        """Topics due a poll that the last poll step did not get to within its budget: polled first next."""
         self.ownership = (
             owning.Ownership(
                 config.region,
@@ -291,6 +308,12 @@ class AgentState:
     def _learn(self, capability: Capability, value: bool, now_mono: float) -> None:
         """``capability`` was found (not) to be there at ``now_mono``."""
         self.caps = self.caps.learned(capability, value, now=now_mono)
+
+    def over_budget(self, now: Now) -> bool:
+        """Whether the step running has used its time (``step_until``): it then leaves the rest for its next
+        turn, resumed where it stopped. Never where the round's time stands still (``Now`` without a clock:
+        the unit tests' default, the simulator), so there every step does all its work."""
+        return now.since() >= self.step_until
 
     def part_outcome(self, part: str, error: object | None, now_mono: float) -> None:
         """Record a success (``error`` None) or failure of ``part`` for the readiness probe."""

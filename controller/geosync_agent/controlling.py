@@ -44,13 +44,25 @@ class Controlling(Indexing):
         later at most. Drained until empty, a step that took messages more slowly than they came (a machine
         that leaves the loop a fifth of a core, 64 states a message) never ended, and the round's apply step
         never came: region b's agent received 253 claims a second and planned 2 (issue 46.4's lab run,
-        record 240)."""
-        for topic, tail in self.controls.items():
+        record 240). A step that has used its budget (``over_budget``) leaves the rest for its next turn,
+        which begins in the control topic it stopped in; it takes at least one message."""
+        controls = list(self.controls.items())
+        start = next((i for i, (t, _) in enumerate(controls) if t == self.receive_from), 0)
+        self.receive_from = None
+        count = 0
+        for topic, tail in controls[start:] + controls[:start]:
+            if self.receive_from is not None:
+                break
             for _ in range(tail.inbox.qsize()):
+                if count and self.over_budget(now):
+                    self.receive_from = topic
+                    self.stats.inc("receive_turns_cut")
+                    break
                 try:
                     message = tail.inbox.get_nowait()
                 except queue.Empty:
                     break
+                count += 1
                 if tail.resume_at is not None:
                     if message.position < tail.resume_at:
                         tail.last = None  # the topic is not the one checkpointed: take everything in it

@@ -74,6 +74,7 @@ class Feeding(Controlling):
                 # made its first report look like a rewind. The polls just asked for read the cursors anew.
                 self.stats.inc("feed_reports_dropped", len(self.unobserved))
                 self.unobserved.clear()
+                self.feed_left.clear()  # and so do those the last feed step read and left for this one
             self.feed.epoch = feed.epoch
             self.feed.acked_lost = 0  # counted since the broker started
             reapplied = 0

@@ -42,7 +42,16 @@ class Indexing(Tracking):
         grown: list[str] = []
         self.origin_lookups.now = now.mono  # the time of the lookups the resolver makes while draining
         self.origin_lookups.prefetch(ts.tail for ts in self.topics.values())
-        for topic, ts in self.topics.items():
+        # From where the last turn stopped, round the topics: one that used its budget leaves the rest for the
+        # next turn (at least one topic a turn, so every reader queue is drained in its turn).
+        topics = list(self.topics.items())
+        start = next((i for i, (t, _) in enumerate(topics) if t == self.index_from), 0)
+        self.index_from = None
+        for i, (topic, ts) in enumerate(topics[start:] + topics[:start]):
+            if i and self.over_budget(now):
+                self.index_from = topic
+                self.stats.inc("index_turns_cut")
+                break
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
             before = ts.tail.last
             drained = ts.tail.drain(self.resolver, now=now.mono, keyring=self.keys.keyring)

@@ -39,22 +39,86 @@ class Observing(Feeding):
     def observe_feed(self, now: Now) -> None:
         """Take the cursors the plugin's feed reported, and send what moved at once: not after the polls (at
         10,000 subscriptions a saturated machine's polls took up to 2.9 s of a round). Before them: a poll
-        cannot see batch indexes, and keeps those the feed reported (``_observe``)."""
+        cannot see batch indexes, and keeps those the feed reported (``_observe``).
+        Within its budget (``over_budget``): the topics it did not get to wait for its next turn
+        (``feed_left``), and are looked at first then."""
         self.heavy_publishes = self.subs.still_held(self.heavy_publishes_by)
         fed = self._read_feed(now)  # first: it starts tracking what it names that discovery has not found yet
+        fed = self._with_left(fed)
         if fed:
             by_topic = self.subs.by_topic(existing_only=True, topics=fed)
-            for topic, cursors in fed.items():
+            topics = list(fed)
+            for i, topic in enumerate(topics):
+                if i and self.over_budget(now):
+                    self._leave(topics[i:], fed)
+                    break
+                cursors = fed[topic]
                 ts = self.topics.get(topic)
                 if ts is not None and self.outran_tail(ts, cursors) and self.tail_gone(ts, None, now):
                     continue
                 self._observe(topic, by_topic[topic], cursors, force=False, now=now, polled=False)
         self._flush_states(now, announce=False)  # the polls' flush announces, where there is nothing to send
 
+    def _leave(self, topics: list[str], fed: dict[str, dict[str, AckState]]) -> None:
+        """Carry what the feed step read of ``topics`` and did not look at to its next turn (``feed_left``),
+        with each subscription's cursor now: a write that sets another before then makes the report old."""
+        held = self.feed.held_looks
+        for topic in topics:
+            self.feed_left[topic] = {
+                name: (
+                    cursor,
+                    None if (state := self.subs.get((topic, name))) is None else state.cursor,
+                    (topic, name) in held,
+                )
+                for name, cursor in fed[topic].items()
+            }
+        self.stats.inc("feed_turns_cut")
+        self.stats.inc("feed_topics_left", len(topics))
+
+    def _with_left(self, fed: dict[str, dict[str, AckState]]) -> dict[str, dict[str, AckState]]:
+        """What the last feed step left (``feed_left``), first, with this read's ``fed`` over it: a newer
+        report of a subscription replaces the one left, and a report left is not replaced by a held look
+        (the cursor held here, which lacks what the report showed). A report left is dropped where a write
+        set another cursor since (newer: the broker's after the write), and so is all that was left of a
+        topic no longer tracked or owned here. A held look left is the cursor held now."""
+        left, self.feed_left = self.feed_left, {}
+        if not left:
+            return fed
+        held = self.feed.held_looks
+        fresh_held = set(held)
+        reports_left: set[tuple[str, str]] = set()
+        out: dict[str, dict[str, AckState]] = {}
+        for topic, looks in left.items():
+            if topic not in self.topics or not self.owns(topic):
+                continue
+            for name, (reported, base, was_held) in looks.items():
+                key = (topic, name)
+                state = self.subs.get(key)
+                if state is None or not state.exists or state.cursor is None:
+                    continue
+                if was_held:
+                    held.add(key)
+                elif state.cursor is not base:
+                    self.stats.inc("feed_reports_left_superseded")
+                    continue
+                else:
+                    reports_left.add(key)
+                out.setdefault(topic, {})[name] = state.cursor if was_held else reported
+        for topic, cursors in fed.items():
+            for name, cursor in cursors.items():
+                key = (topic, name)
+                if key not in fresh_held:
+                    held.discard(key)  # a report: no held look, even if one was left
+                elif key in reports_left:
+                    held.discard(key)  # the report left says more than the cursor held here
+                    continue
+                out.setdefault(topic, {})[name] = cursor
+        return out
+
     def poll(self, now: Now) -> None:
         """Read the cursors due a poll (every one at its topic's resync, to publish them whole) through the
-        admin API, and send what they changed."""
-        resync = set()
+        admin API, and send what they changed. Within its budget (``over_budget``): the topics it did not get
+        to stay due, and are polled first by its next turn (``polls_left``)."""
         period = self.resync_period()
         if self.sends_lost and self.publish_failing_since is None:
             # Sends failed and sending works again: what they carried goes out again soon, not a period on.
@@ -64,24 +128,62 @@ class Observing(Feeding):
                 ts.resync_at = min(ts.resync_at, now.mono + self.rng.random() * tuning.RESYNC_AFTER_LOSS_S)
         # Only the topics due: sorting out the subscriptions that exist, for every topic, was most of an idle
         # round's polls at 10,000 subscriptions.
-        tracked = self.topics
+        # Not those whose feed reports wait for the feed step's next turn (``feed_left``): a report looked
+        # at after a poll would be older than what the poll read. They are polled after it.
+        tracked, left = self.topics, self.feed_left
         by_topic = self.subs.by_topic(
             existing_only=True,
             topics=[
                 t
                 for t in self.subs.by_topic(existing_only=False)
-                if (seen := tracked.get(t)) is not None and now.mono >= min(seen.resync_at, seen.poll.next_at)
+                if (seen := tracked.get(t)) is not None
+                and now.mono >= min(seen.resync_at, seen.poll.next_at)
+                and t not in left
             ],
         )
-        for topic in by_topic:
+        # Each at its resync or its poll's time; first those the last turn did not get to. A turn polls
+        # POLLS_AT_ONCE topics at a time until its budget is used (all at once where the round's time stands
+        # still: nothing is cut there), and leaves the rest due for the next.
+        earlier = [t for t in self.polls_left if t in by_topic]
+        first = set(earlier)
+        due = earlier + [t for t in by_topic if t not in first]
+        self.polls_left = []
+        at_once = tuning.POLLS_AT_ONCE if now.clock is not None else max(1, len(due))
+        unreachable: list[str] = []
+        for start in range(0, len(due), at_once):
+            if start and self.over_budget(now):
+                self.polls_left = due[start:]
+                self.stats.inc("poll_turns_cut")
+                break
+            self._poll_some(due[start : start + at_once], by_topic, period, unreachable, now)
+        if unreachable:
+            self.stats.inc("polls_owner_unreachable", len(unreachable))
+            log.warning(
+                "the owners of %d topic(s) do not answer (%s...): their cursors are read again in %.0f s",
+                len(unreachable),
+                unreachable[0],
+                tuning.STALLED_S,
+            )
+        self._flush_states(now)
+
+    def _poll_some(
+        self,
+        due: list[str],
+        by_topic: dict[str, list[Subscription]],
+        period: float,
+        unreachable: list[str],
+        now: Now,
+    ) -> None:
+        """Poll the cursors of the topics ``due`` and take them (``_observe``); each at its resync publishes
+        them whole (its next one ``period`` on). Topics whose owner does not answer go to ``unreachable``."""
+        resync = set()
+        for topic in due:
             ts = self.topics[topic]
             if now.mono >= ts.resync_at:
                 resync.add(topic)
                 ts.resync_at = now.mono + period
         if resync:
             self.stats.inc("cursor_polls_for_resyncs", len(resync))
-        due = list(by_topic)  # each at its resync or its poll's time
-        unreachable: list[str] = []
         for topic, internal in zip(due, self.effector.map(self._internal_stats, due), strict=True):
             if isinstance(internal, adminhttp.OwnerUnreachable):
                 # Its owner died: this topic waits (the others' polls, claims and writes go on).
@@ -105,15 +207,6 @@ class Observing(Feeding):
             }
             states, force = by_topic[topic], topic in resync
             self._observe(topic, states, cursors, force=force, now=now, polled=True, reloaded=reloaded)
-        if unreachable:
-            self.stats.inc("polls_owner_unreachable", len(unreachable))
-            log.warning(
-                "the owners of %d topic(s) do not answer (%s...): their cursors are read again in %.0f s",
-                len(unreachable),
-                unreachable[0],
-                tuning.STALLED_S,
-            )
-        self._flush_states(now)
 
     def _reloaded(self, ts: TopicState, internal: dict[str, Any]) -> bool:
         """Whether the topic writes to another ledger than at the last poll: it was unloaded and loaded again

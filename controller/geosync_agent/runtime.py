@@ -45,6 +45,7 @@ nothing; unsigned, altered, replayed or malformed control messages change nothin
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -98,7 +99,7 @@ class Agent(Saving):
                 # What the round left alive is frozen (a full collection of it now and then): see
                 # ``geosync_agent.collector``. Not in the round's CPU, so not in the pause either.
                 self.collections.after_round(time.monotonic())
-            stop.wait(gap)
+            self.pause(stop, gap)
             # A control message ends the wait: remote acknowledgements are applied as they arrive.
             self.wake.wait(
                 pacing.round_wait(
@@ -110,6 +111,39 @@ class Agent(Saving):
                 )
             )
             self.wake.clear()
+
+    def pause(self, stop: threading.Event, seconds: float) -> None:
+        """The pause the CPU budget puts after a round (``pacing.CpuBudget``): no round, but the control
+        messages that arrive meanwhile are taken (``receive``, within a step's budget), and their CPU
+        lengthens the pause; none waits for its end (issue 46.4). If any was taken, the next round comes right
+        after it, to apply them."""
+        ends = time.monotonic() + seconds
+        taken = False
+        while not stop.is_set():
+            left = ends - time.monotonic()
+            if left <= 0 or not self.wake.wait(left):
+                break
+            self.wake.clear()
+            if stop.is_set() or not self.control_waiting():
+                continue
+            now, cpu = read_now(), time.thread_time()
+            self.step_until = tuning.STEP_BUDGET_S
+            try:
+                self.receive(now)
+            except ROUND_ERRORS as e:
+                self.stats.inc("loop_errors")
+                log.warning("taking control messages failed, retrying: %s", e)
+            finally:
+                self.step_until = math.inf
+            self.phase_seconds.lap("receive in pause", now.mono)
+            taken = True
+            ends += (time.thread_time() - cpu) / pacing.CPU_SHARE
+        if taken:
+            self.wake.set()
+
+    def control_waiting(self) -> bool:
+        """Whether a control message waits in an inbox for the loop to take it."""
+        return any(not tail.inbox.empty() for tail in self.controls.values())
 
     def round(self, now: Now) -> None:
         lap = started = time.monotonic()  # the machine's clock, whatever ``now`` says (a test's)
@@ -126,6 +160,22 @@ class Agent(Saving):
         # step -> (seconds, of which this thread's CPU): a step far above its CPU waited (on brokers, on the
         # interpreter's lock held by another thread, for one of the machine's CPUs)
         steps: dict[str, tuple[float, float]] = {}
+
+        def timed(name: str, phase: Callable[[Now], None]) -> None:
+            nonlocal lap, cpu
+            # Each step within its budget (``tuning.STEP_BUDGET_S``): the index, receive, feed and poll steps
+            # leave what they did not get to for their next turn, resumed where they stopped.
+            self.step_until = now.since() + tuning.STEP_BUDGET_S
+            try:
+                phase(now)
+            finally:
+                self.step_until = math.inf
+            began, lap = lap, self.phase_seconds.lap(name, lap)
+            cpu_began, cpu = cpu, time.thread_time()
+            took = steps.get(name, (0.0, 0.0))
+            steps[name] = (round(took[0] + lap - began, 3), round(took[1] + cpu - cpu_began, 3))
+
+        taken_at = 0.0  # seconds into the round control messages were last taken
         for name, phase in (
             ("own", self.own),
             ("adopt", self.adopt),
@@ -142,10 +192,14 @@ class Agent(Saving):
             ("bound", lambda _now: self.bound_entries()),
             ("snapshots", self.snapshot_round),
         ):
-            phase(now)
-            began, lap = lap, self.phase_seconds.lap(name, lap)
-            cpu_began, cpu = cpu, time.thread_time()
-            steps[name] = (round(lap - began, 3), round(cpu - cpu_began, 3))
+            timed(name, phase)
+            if name in ("receive", "receive again"):
+                taken_at = now.since()
+            elif now.since() - taken_at >= tuning.CONTROL_EVERY_S and self.control_waiting():
+                # Control messages are taken between the round's steps too, not only in its two receive
+                # steps: a message that came as a long round began waited for all of it (issue 46.4).
+                timed("receive between", self.receive)
+                taken_at = now.since()
         self.timeline.add(
             "round",
             now.mono,

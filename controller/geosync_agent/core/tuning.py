@@ -107,3 +107,16 @@ MAX_WAITING_CLAIMS = 10_000
 """Claims about a life of a region that the region has not announced yet, kept until it does (a region
 announces itself at least once a resync interval); past this many the oldest are dropped, and their senders'
 next resync says them again."""
+STEP_BUDGET_S = 0.5
+"""The wall seconds a round's step may work before it leaves the rest for its next turn, resumed where it
+stopped (the index, receive, feed and poll steps; ``Now.since``, so never where a round's time stands still):
+a round then has a bounded length, and what waits coalesces per subscription or topic (a newer report
+replaces an older one, a poll reads a topic's cursors whole). Beside a CPU hog at 10,000 subscriptions
+unbounded steps made rounds of 20-95 s, and control messages waited behind them (issue 46.4, records 240,
+241)."""
+CONTROL_EVERY_S = 0.2
+"""Control messages waiting are taken between a round's steps once this long has passed since they were last
+taken, and during the pause the CPU budget puts after a costly round: not once or twice a round only."""
+POLLS_AT_ONCE = 16
+"""Topics whose cursors are polled at once (two calls for each of the admin pool's 8 workers) before the poll
+step looks at its budget."""
