@@ -6,7 +6,9 @@ partition (``TopicState``) and the counters (``Stats``); the time a round read (
 below it:
 
     AgentState <- tracking.Tracking <- indexing.Indexing <- controlling.Controlling <- feeding.Feeding
-               <- observing.Observing <- folding.Folding <- writing.Writing <- saving.Saving <- runtime.Agent
+               <- observing.Observing <- folding.Folding <- runtime.Agent
+
+Checkpoints are taken and restored by functions over the state (``saving``), not by a part of the chain.
 
 Two seams go the other way and are declared here: ``_perform`` (carry out effects and fold their outcomes,
 ``folding``) and ``_publish`` (decide a subscription's claim, ``observing``).

@@ -7,20 +7,21 @@ acknowledgements, and at once when a control message arrives):
    discovery pass adopted: readers for new topics and control topics, subscriptions tracked;
 1. index (``indexing``): drain every partition's reader queue into its origin index (``tailing``);
 2. receive (``controlling``): verify and de-duplicate control messages, merge each subscription's claims;
-3. writes (``writing.land_writes``): the outcomes of the cursor writes the last round sent;
+3. writes (``folding.land_writes``): the outcomes of the cursor writes the last round sent, handed to the
+   core's entry (``core.stepping``);
 4. feed, polls (``observing``): cursors from the plugin's feed (only subscriptions consumers just
    acknowledged on) and from ``internalStats`` polls paced by ``geosync_core.pacing``; decide each
    subscription's claim (``geosync_core.claiming``) and publish what changed, one signed envelope per
    namespace and ``tuning.STATES_PER_ENVELOPE`` states (``controlling``);
-5. apply (``writing``): plan each subscription's cursor change (``geosync_core.syncing.plan_apply``), gate
-   admin-API mark-delete moves (``core.applying``), hand the effects to the ``Effector`` and fold its
-   outcomes back;
+5. apply (``folding.apply``): the core's entry (``core.stepping.step``) plans each subscription's cursor
+   change (``core.planning``) and returns the effects: plugin writes or admin-API moves through the gate;
+   the ``Effector`` carries them out and their outcomes are folded back;
 6. bound the entries held, snapshot mode for its namespaces (``indexing``, ``snapshotting``);
 7. a checkpoint when due (``saving``), written by the checkpoint writer.
 
 The state is ``agentstate.AgentState``; each step's part extends it in its own module, and ``Agent`` (here)
-is the last of them: the loop, readiness and closing. ``Agent``, ``Now`` and ``ROUND_ERRORS`` are imported
-from here.
+is the last of them: the loop, readiness and closing. Checkpoints are functions over the state (``saving``),
+named here as ``Agent``'s methods. ``Agent``, ``Now`` and ``ROUND_ERRORS`` are imported from here.
 
 Only the loop's thread reads or writes the agent's state. Reader listeners only put into queues, the
 discovery task only fills a mailbox, the effector's pool only calls ports and returns values (and opens
@@ -53,10 +54,10 @@ from typing import Any
 
 from geosync_adapters import adminhttp
 from geosync_adapters import messaging as msg
-from geosync_agent import reporting
+from geosync_agent import reporting, saving
 from geosync_agent.agentstate import Now, Stats, TopicState
 from geosync_agent.core import readiness, tuning
-from geosync_agent.saving import Saving
+from geosync_agent.folding import Folding
 from geosync_core import pacing
 from geosync_core.capabilities import Capability
 
@@ -65,7 +66,7 @@ ROUND_ERRORS = (adminhttp.AdminError, msg.MessagingUnavailable)
 """Failures a round survives: it is counted, and the next round tries again."""
 
 
-class Agent(Saving):
+class Agent(Folding):
     """The sync state of one region and the round that advances it (see the module docstring)."""
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -273,6 +274,20 @@ class Agent(Saving):
             ts.tail.close()
         for tail in self.controls.values():
             tail.close()
+
+    # -- checkpoints (``saving``) --------------------------------------------------------------------
+
+    def save_checkpoint(self, now: Now, *, background: bool = False) -> None:
+        """Write the checkpoint now (``saving.save_checkpoint``)."""
+        saving.save_checkpoint(self, now, background=background)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The checkpoint's value, taken as written (``saving.take_checkpoint``)."""
+        return saving.take_checkpoint(self)
+
+    def restore(self, state: dict[str, Any], now: Now) -> None:
+        """Take up a checkpoint before the first round (``saving.restore``)."""
+        saving.restore(self, state, now)
 
     # -- introspection -----------------------------------------------------------------------------
 

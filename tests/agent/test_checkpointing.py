@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from geosync_agent import checkpointing, runtime, supervising
+from geosync_agent import checkpointing, saving, supervising
 from geosync_agent.core import tuning
 from geosync_agent.runtime import Now
+from geosync_agent.tracking import Tracking
 from geosync_core import ackstates, pacing
 from geosync_core.positions import Position
 from tests.agent.fakes import Harness, message
@@ -264,13 +265,13 @@ def test_a_checkpoint_slow_to_take_is_taken_less_often(
     long as the last one took (at least checkpoint_interval_s)."""
     _, b = pair(state_dir=str(tmp_path), checkpoint_interval_s=0.01)
     b.metered = True  # the loop's time, as the machine's clock tells it
-    real = runtime.Agent.checkpoint_later
+    real = saving.checkpoint_later
 
-    def slow(agent: runtime.Agent) -> Callable[[], dict[str, Any]]:
+    def slow(agent: Tracking) -> Callable[[], dict[str, Any]]:
         time.sleep(0.05)
         return real(agent)
 
-    monkeypatch.setattr(runtime.Agent, "checkpoint_later", slow)
+    monkeypatch.setattr(saving, "checkpoint_later", slow)
     b.agent.checkpoint_writer.drain()  # else this round's checkpoint is skipped, not taken
     assert not b.agent.checkpoint_writer.busy()
     b.step(1.0)

@@ -23,7 +23,6 @@ PARTS = (
     "feeding",
     "observing",
     "folding",
-    "writing",
     "saving",
     "lookups",
     "discovering",

@@ -1,7 +1,7 @@
 """Planning: which subscriptions' cursor changes a round makes, and with what plans.
 
-The apply step of a round (``stepping.ApplyDue``, round step 5) asks ``plan_round`` once. Per tracked topic not
-covered by snapshot mode it looks at the subscriptions something happened to (``core.quiet``; every one
+The apply step of a round (``stepping.ApplyDue``, round step 5) asks ``plan_round`` once. Per tracked topic
+not covered by snapshot mode it looks at the subscriptions something happened to (``core.quiet``; every one
 when the log changed in a way their claims may see), and per subscription looked at it decides: the last
 plan still holds (``core.applying``'s checks: only entries nobody claims were appended, or consumers here
 moved on from a plan that had nothing to do), or it waits (not announced, its cursor not read yet, below
@@ -11,7 +11,7 @@ where they cannot be written). What comes out is values (``Planned``): the plans
 carry out at once (subscriptions to create, cursors to reset to follow a rewind), counters and notices for
 the shell to count and log. ``core.stepping`` turns the plans into the writes of one path or the other and
 says what the plugin's answers leave to the admin API; the shell carries the effects out and folds their
-outcomes back (``writing``, ``folding``), and decides none of this.
+outcomes back (``folding``), and decides none of this.
 
 The subscriptions' records (``Subscription``: what was planned from, waits, why one waits) and the topics'
 ``Walked`` are updated here as the decisions are made, as ``core.publishing`` does for claims. The CPU a

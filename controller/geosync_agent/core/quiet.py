@@ -1,7 +1,7 @@
 """Which subscriptions the apply step looks at: those something happened to, not every one at every round.
 
-The apply step (``writing``) decides per subscription whether to plan its cursor change. Most of the time
-nothing changed for almost all of them, and the step found that out by looking at each one: at 10,000
+The apply step (``core.planning``) decides per subscription whether to plan its cursor change. Most of the
+time nothing changed for almost all of them, and the step found that out by looking at each one: at 10,000
 subscriptions that look was a round's largest fixed cost, and each topic that grew had every one of its
 subscriptions test the new entries against its claims. Here is what lets the step skip them unlooked.
 

@@ -17,7 +17,7 @@ events, in the order a round and the next one give them:
 Everything that comes back is a value (``Stepped``): effects (``core.effects``), topics to poll, counters to
 add and notices to log. The state is the agent's (``Applying`` names what of it this reads: the tracked
 topics, the subscriptions, the feed's bookkeeping, the heavy plans, two settings); the subscriptions'
-records are updated as the decisions are made. The same entry runs in production (``writing``, called by
+records are updated as the decisions are made. The same entry runs in production (``folding``, called by
 ``runtime``'s round), in the unit tests and in the simulator, which runs the real agent's rounds over
 simulated ports (``geosync_sim``).
 
