@@ -27,25 +27,14 @@ from typing import Any
 
 from geosync_agent import checkpointing
 from geosync_agent.runtime import ROUND_ERRORS, Now
-from geosync_core import markers
 from geosync_core.incarnations import Incarnation
-from geosync_sim import harness
-from geosync_sim.apps import App, Apps
+from geosync_sim import enacting, harness
+from geosync_sim.apps import Apps
 from geosync_sim.checking import LIMITS, Checker, Violation
 from geosync_sim.harness import MONO0, NAMESPACE, AgentHook, Life, keys_for
 from geosync_sim.logs import Cursor
 from geosync_sim.schedules import Schedule, Step, partitions_of
-from geosync_sim.world import STAMP, WALL0, Ident, Msg, World
-
-GARBAGE_PROPS: dict[str, list[tuple[str, str]]] = {
-    "not-a-position": [(STAMP, "garbage")],
-    "negative": [(STAMP, "-1:-1")],
-    "three-parts": [(STAMP, "1:2:3")],
-    "huge": [(STAMP, f"{2**64}:1")],
-    "empty": [(STAMP, "")],
-    "junk-keys": [("\x00", "\xff" * 3), ("", ""), ("__geosync", "{"), ("x" * 300, "y" * 3000)],
-}
-"""What a ``garbage`` hostile step's message carries (``schedules.GARBAGE``)."""
+from geosync_sim.world import WALL0, Ident, Msg, World
 
 TICK_S = 0.05
 ROUND_S = 0.25
@@ -139,7 +128,7 @@ class Simulation:
         self.rounds = 0
         self.seq = 0
         for n, region in enumerate(schedule.regions):
-            self.lives[region] = self._start(
+            self.lives[region] = self.start(
                 region, 0.0, restore=False, phase=n * ROUND_S / len(schedule.regions)
             )
 
@@ -195,7 +184,13 @@ class Simulation:
     def now(self, t: float) -> Now:
         return Now(MONO0 + t, WALL0 + t)
 
-    def _start(self, region: str, t: float, *, restore: bool, phase: float) -> Life:
+    def _step(self, step: Step) -> None:
+        """Carry out ``step`` (``enacting``; a subclass adds steps of its own: ``policies``)."""
+        enacting.enact(self, step)
+
+    def start(self, region: str, t: float, *, restore: bool, phase: float) -> Life:
+        """A new agent for ``region`` at virtual time ``t`` (``harness.start``), restored from its last
+        checkpoint if ``restore`` and there is one."""
         now = self.now(t)
         restored = restore and region in self.checkpoints
         if not restored:
@@ -227,209 +222,6 @@ class Simulation:
     def _discover(self, life: Life, t: float) -> None:
         if harness.discover(life, MONO0 + t):
             life.next_discovery = t + DISCOVER_S
-
-    # -- steps --------------------------------------------------------------------------------------
-
-    def _step(self, step: Step) -> None:
-        w, a = self.world, step.args
-        self.trace(str(step).split("s ", 1)[1])
-        if step.kind == "produce":
-            region, i, n, batched = a
-            r = w.regions[str(region)]
-            if r.down(w.now) or w.now < self.producers_at.get(str(region), 0.0):
-                return  # its producers have no broker to send to, or are not started yet
-            msgs = []
-            for _ in range(int(n)):  # type: ignore[call-overload]
-                r.produced += 1
-                msgs.append(Msg(f"k{r.produced % 7}", f"{region}-0-{i}", r.produced))
-            names = self.parts[int(i)]  # type: ignore[call-overload]
-            # Routed by the first message's key (Pulsar's default routing hashes a message's key)
-            topic = names[int(msgs[0].key[1:]) % len(names)]
-            w.publish(str(region), topic, tuple(msgs), batched=bool(batched))
-        elif step.kind == "failover":
-            i, to, gap = a
-            for topic in self.parts[int(i)]:  # type: ignore[call-overload]
-                app = self.apps.apps[(topic, "sub")]
-                self.apps.disconnect(app)
-                self.pending_connects.append((w.now + float(gap), app, str(to)))  # type: ignore[arg-type]
-        elif step.kind == "hole":
-            i, seconds = a
-            for topic in self.parts[int(i)]:  # type: ignore[call-overload]
-                self.apps.apps[(topic, "sub")].hold_next = float(seconds)  # type: ignore[arg-type]
-        elif step.kind == "admin":
-            self._admin(*a)
-        elif step.kind == "control":
-            fault, region = a
-            if fault == "dup":
-                self.dup_until = w.now + 5.0
-            elif fault == "replay":
-                w.replay_control(str(region), self.rng)
-            else:
-                w.spike_until = w.now + 5.0
-                self.checker.disturbance(w.now, w.now + 8.0, "control-fault")
-        elif step.kind == "crash":
-            region, checkpointed, down = a
-            life = self.lives.get(str(region))
-            if life is not None:
-                life.messaging.close()
-                self.lives[str(region)] = None
-                self.restarts.append((w.now + float(down), str(region), bool(checkpointed)))  # type: ignore[arg-type]
-                self.checker.disturbance(w.now, w.now + float(down) + 10.0, "agent-down")  # type: ignore[arg-type]
-        elif step.kind == "stall":
-            region, seconds = a
-            w.stall_readers(str(region), float(seconds))  # type: ignore[arg-type]
-        elif step.kind == "rebuild":
-            region, down, producers = a
-            self._wipe(str(region), float(down), float(producers))  # type: ignore[arg-type]
-        elif step.kind == "kill":
-            region, seconds = a
-            self._kill(str(region), float(seconds))  # type: ignore[arg-type]
-        elif step.kind == "hostile":
-            self._hostile(a)
-        elif step.kind == "drop":
-            where, i, back = a
-            for region in self.schedule.regions if where == "*" else (str(where),):
-                for topic in self.parts[int(i)]:  # type: ignore[call-overload]
-                    w.delete_topic(region, topic, back_in=float(back))  # type: ignore[arg-type]
-
-    def _hostile(self, args: tuple[object, ...]) -> None:
-        """A hostile application in ``region`` publishes one unbatched message on topic ``i`` (the partition
-        its key routes to), as ``schedules.HOSTILE`` lists. Brokers keep whatever properties an
-        application sets; what they add themselves follows (the replicator's stamp after them, ``ports``)."""
-        region, i, variant, arg, ahead, borrow = args
-        w, r = self.world, self.world.regions[str(region)]
-        if r.down(w.now) or w.now < self.producers_at.get(str(region), 0.0):
-            return
-        r.produced += 1
-        key = f"k{r.produced % 7}"
-        names = self.parts[int(i)]  # type: ignore[call-overload]
-        topic = names[int(key[1:]) % len(names)]
-        t = r.topics.get(topic)
-        if t is None:
-            return
-        producer, props, data, what = f"app-{region}", [], b"", ""
-        if variant in ("forge-other", "forge-own"):
-            victim = w.regions[str(arg)].topics.get(topic)
-            if victim is None:
-                return
-            # The position of a later message there: ``ahead`` entries on, past this one in its own region.
-            predicted = victim.position(len(victim.entries) + int(ahead) - (variant == "forge-other"))  # type: ignore[call-overload]
-            props = [(STAMP, str(predicted))]
-            if borrow or variant == "forge-own":  # a producer name the agents verified for that region
-                producer = f"{arg}-0-{i}"
-            what = f"stamped {arg}@{predicted}"
-        elif variant == "marker":
-            update = markers.Update(subscription="sub", region=str(region), positions=())
-            signer = harness.HashSigner(f"{region}-test" if arg == "foreign" else "hostile", b"not-a-key")
-            kind_props, payload = markers.encode_marker(
-                signer, update, topic=topic, seq=r.produced, sent_at_ms=int((WALL0 + w.now) * 1000)
-            )
-            if arg == "garbage":
-                props, data = [(markers.PROPERTY, "snapshot\x00?")], b"\xff\x00 not an envelope"
-            elif arg == "unsigned":
-                props, data = list(kind_props.items()), payload.replace(b'"sig":"', b'"sig":"00')
-            else:
-                props, data = list(kind_props.items()), payload
-            what = f"marker property ({arg})"
-        else:
-            props = GARBAGE_PROPS[str(arg)]
-            what = f"garbage properties ({arg})"
-        msg = Msg(key, producer, r.produced, tuple(props), data)
-        entry = w.publish(str(region), topic, (msg,), batched=False)
-        if entry is not None:
-            self.checker.hostile(topic, entry.ident(0), str(variant))
-            self.trace(
-                f"{region}: {topic.rsplit('/', 1)[-1]} {variant} at {entry.source} by {producer}: {what}"
-            )
-
-    def _kill(self, region: str, seconds: float) -> None:
-        """The broker owning the region's topics dies with its sidecar agent; ``seconds`` later (its session
-        expired, the bundle looked up) another broker loads them and its sidecar takes over: an agent with no
-        checkpoint of them (it read the control topic all along: a fresh agent reads it again from the
-        earliest). Consumers connected there reconnect to the new owner."""
-        w = self.world
-        if w.regions[region].down(w.now) or any(r == region for _, r, _ in self.takeovers):
-            return
-        here = self._drop_agent(region)
-        self.takeovers.append((w.now + seconds, region, [app.topic for app in here]))
-        self.checker.disturbance(w.now, w.now + seconds + 10.0, "agent-down")
-
-    def _drop_agent(self, region: str) -> list[App]:
-        """The region's agent goes with no goodbye (no restart pending) and the consumers connected there lose
-        their broker; those consumers."""
-        life = self.lives.get(region)
-        if life is not None:
-            life.messaging.close()
-        self.lives[region] = None
-        self.restarts = [x for x in self.restarts if x[1] != region]
-        here = [app for app in self.apps.apps.values() if app.region == region]
-        for app in here:
-            self.apps.disconnect(app)
-        return here
-
-    def _take_over(self, region: str, t: float, topics: list[str]) -> None:
-        self.world.reload(region)
-        self._fresh_agent(region, t, topics)
-        self.trace(f"{region}: another broker's sidecar took the topics over")
-
-    def _fresh_agent(self, region: str, t: float, topics: list[str]) -> None:
-        """An agent with no checkpoint starts in ``region``, and the consumers of ``topics`` that lost their
-        broker there (and are not moving elsewhere) reconnect to it."""
-        n = list(self.schedule.regions).index(region)
-        self.lives[region] = self._start(region, t, restore=False, phase=n * 0.01)
-        moving = {id(app) for _, app, _ in self.pending_connects}
-        for app in self.apps.apps.values():
-            if app.topic in topics and app.region is None and id(app) not in moving:
-                self.apps.connect(app, region)
-
-    def _wipe(self, region: str, down: float, producers: float) -> None:
-        """The region is wiped with its agent and the agent's checkpoint; its consumers lose their broker and
-        come back to it with the region, ``down`` seconds later; its producers ``producers`` seconds after its
-        agent started (docs/limits.md: messages a rebuilt region publishes before its agent's first envelope
-        reached a peer are matched there by old claims)."""
-        w = self.world
-        if w.regions[region].down(w.now) or any(r == region for _, r, _ in self.rebuilds):
-            return
-        self.checkpoints.pop(region, None)
-        here = self._drop_agent(region)
-        w.wipe(region, down)
-        self.rebuilds.append((w.now + down, region, [app.topic for app in here]))
-        self.producers_at[region] = w.now + down + producers
-        self.checker.disturbance(w.now, w.now + down + 10.0, "rebuilt")
-
-    def _rebuilt(self, region: str, t: float, topics: list[str]) -> None:
-        """The region's new life: the operator provisions its subscriptions again (at Earliest, as at
-        setup), its agent starts with a new incarnation and no checkpoint, its consumers reconnect."""
-        w = self.world
-        w.rebuilt(region)
-        for app in self.apps.apps.values():
-            w.create_subscription(region, app.topic, app.sub, app.kind, latest=False, cause="setup")
-        self._fresh_agent(region, t, topics)
-
-    def _admin(self, region: object, i: object, op: object, arg: object) -> None:
-        # An operation on a partitioned topic is made on each of its partitions.
-        for topic in self.parts[int(i)]:  # type: ignore[call-overload]
-            self._admin_on(topic, region, i, op, arg)
-
-    def _admin_on(self, topic: str, region: object, i: object, op: object, arg: object) -> None:
-        w = self.world
-        r, kind = str(region), self.schedule.kinds[int(i)]  # type: ignore[call-overload]
-        s = w.regions[r].subs.get((topic, "sub"))
-        if op == "delete":
-            if s is not None and s.consumers == 0:  # Pulsar refuses to delete a subscription with consumers
-                w.delete_subscription(r, topic, "sub")
-        elif op in ("create-latest", "create-earliest"):
-            w.create_subscription(
-                r, topic, "sub", kind, latest=op == "create-latest", cause="admin:" + str(op)
-            )
-        elif op == "clear-backlog":
-            w.clear_backlog(r, topic, "sub")
-        elif op == "skip":
-            w.skip(r, topic, "sub", int(arg))  # type: ignore[call-overload]
-        elif op == "ttl":
-            w.expire_ttl(r, topic, "sub", float(arg))  # type: ignore[arg-type]
-        elif op == "reset":
-            w.reset_cursor(r, topic, "sub", -1, "admin:reset")
 
     # -- the loop -----------------------------------------------------------------------------------
 
@@ -468,14 +260,14 @@ class Simulation:
                 self.trace(f"{to}: {app.topic.rsplit('/', 1)[-1]} consumers connected")
             for due, region, topics in [x for x in self.rebuilds if x[0] <= t]:
                 self.rebuilds.remove((due, region, topics))
-                self._rebuilt(region, t, topics)
+                enacting.rebuilt(self, region, t, topics)
             for due, region, topics in [x for x in self.takeovers if x[0] <= t]:
                 self.takeovers.remove((due, region, topics))
-                self._take_over(region, t, topics)
+                enacting.take_over(self, region, t, topics)
             for due, region, checkpointed in [x for x in self.restarts if x[0] <= t]:
                 self.restarts.remove((due, region, checkpointed))
                 n = list(self.schedule.regions).index(region)
-                self.lives[region] = self._start(region, t, restore=checkpointed, phase=n * 0.01)
+                self.lives[region] = self.start(region, t, restore=checkpointed, phase=n * 0.01)
                 self.trace(f"{region}: agent restarted {'from its checkpoint' if checkpointed else 'empty'}")
             self.world.pump_readers()
             if t >= next_app:

@@ -26,7 +26,7 @@ Step kinds (``args``):
   that much later it exists again, empty, with a new ledger, and its subscriptions are created again at
   Earliest;
 * ``hostile`` (region, topic index, variant, argument, ahead, borrow): a hostile application publishes one
-  unbatched message (variants in ``HOSTILE``; ``running._hostile`` says what each carries).
+  unbatched message (variants in ``HOSTILE``; ``enacting.hostile`` says what each carries).
 """
 
 from __future__ import annotations
