@@ -218,6 +218,18 @@ def consume_all(
     return got
 
 
+def unacknowledged_in(lab: Lab, region: str, topic: str, sub: str, *, quiet_s: float = 3.0) -> list[str]:
+    """What a consumer of ``sub`` in ``region`` is given now, acknowledging nothing (the cursor stays)."""
+    got: list[str] = []
+    with messaging.client(lab.service_url(region)) as c:
+        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+        with contextlib.suppress(pulsar.Timeout):
+            while True:
+                got.append(consumer.receive(timeout_millis=int(quiet_s * 1000)).data().decode())
+        consumer.close()
+    return got
+
+
 def ack_some(
     service_url: str, topic: str, sub: str, *, total: int, share: float, rng: random.Random
 ) -> set[str]:
