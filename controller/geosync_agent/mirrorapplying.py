@@ -2,7 +2,7 @@
 back to it.
 
 The term (``geosync_agent.core.mirroring``) decides everything: which events it takes, what a remote record
-does to the store, when a held deletion may go, what it publishes. ``ApplyingMirror._feed`` gives it one event
+does to the store, when a held deletion may go, what it publishes. ``ApplyingMirror.feed`` gives it one event
 and carries out the effects it returns, in order, through the region's ZooKeeper (``zk.Store``, every write
 fenced by the leadership), its brokers (``mirrorholds``: what the region holds under a path) and the event
 topic's producer and reader; the answer of each is the next event fed. A failure that ends the term (a publish
@@ -48,8 +48,9 @@ class ApplyingMirror(LocalMirror):
             self.term, effects = machine.begin(self.settings, data, self.wall_ms(), counters=self.counters)
         self._pump(self._carry_out(effects))
 
-    def _feed(self, event: ev.Event) -> None:
-        """Give the term ``event``, then each answer of the effects it asks for, until it asks for none."""
+    def feed(self, event: ev.Event) -> None:
+        """Give the term ``event``, then each answer of the effects it asks for, until it asks for none (the
+        loop's one way in: ZooKeeper's watches and session changes, the ``Tick`` after each item)."""
         self._pump([event])
 
     def _pump(self, pending: list[ev.Event]) -> None:
@@ -133,11 +134,9 @@ class ApplyingMirror(LocalMirror):
     def _contents(self, path: str) -> ev.Event:
         """What the region holds under ``path``, by its store and its brokers (``mirrorholds``)."""
         try:
-            if self._brokers is None:  # each call that ends is progress for the liveness watchdog
-                self._brokers = watching.beating(self.config.admin_client(timeout=10.0), self._beat)
-            contents = mirrorholds.read_contents(
-                self._need_store(), self._brokers, path, own=self._own_topics
-            )
+            if self.brokers is None:  # each call that ends is progress for the liveness watchdog
+                self.brokers = watching.beating(self.config.admin_client(timeout=10.0), self._beat)
+            contents = mirrorholds.read_contents(self._need_store(), self.brokers, path, own=self._own_topics)
         except mirrorholds.Held as e:
             return ev.ContentsListed(path, None, e.reason)
         except zk.ZkError as e:
@@ -177,14 +176,15 @@ class ApplyingMirror(LocalMirror):
                 msg = reader.read_next(timeout_millis=5000)
             except pulsar.Timeout:
                 break
-            self._on_message(msg)
+            self.receive(msg)
 
-    def _on_message(self, msg: Any, *, read_ms: int | None = None) -> None:
-        """One event from the topic; ``read_ms``: when the reader thread got it (for the timings)."""
+    def receive(self, msg: Any, *, read_ms: int | None = None) -> None:
+        """One message of the event topic (``data()``, ``message_id()``) fed to the term; ``read_ms``: when
+        the reader thread got it (for the timings)."""
         opened = envelopes.open_envelope(self.keys.keyring, msg.data())
         taken_ms = self.wall_ms()
         applied = self.counters["applied"]
-        self._feed(ev.Received(opened, msg.message_id().serialize()))
+        self.feed(ev.Received(opened, msg.message_id().serialize()))
         if (
             self.counters["applied"] > applied
             and isinstance(opened, envelopes.Envelope)

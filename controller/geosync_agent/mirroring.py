@@ -73,6 +73,7 @@ from typing import Any
 import pulsar
 
 from geosync_adapters import zookeeper as zk
+from geosync_agent import mirrorholds
 from geosync_agent.config import AgentConfig
 from geosync_agent.core import mirrorevents as ev
 from geosync_agent.core.mirror import encode_checkpoint
@@ -118,8 +119,9 @@ class Mirror(ApplyingMirror):
         wall_ms: Callable[[], int] = wall_ms,
         new_id: Callable[[], str] = new_id,
         spawn: Spawn = own_thread,
+        brokers: mirrorholds.Listing | None = None,
     ) -> None:
-        super().__init__(config, keys, wall_ms=wall_ms, new_id=new_id)
+        super().__init__(config, keys, wall_ms=wall_ms, new_id=new_id, brokers=brokers)
         self.spawn = spawn
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -292,15 +294,15 @@ class Mirror(ApplyingMirror):
             except queue.Empty:
                 kind, item = "tick", None
             if kind == "zk":
-                self._feed(ev.Fired(item.path, children=item.kind == "children"))
+                self.feed(ev.Fired(item.path, children=item.kind == "children"))
             elif kind == "event":
                 msg, read_ms = item
-                self._on_message(msg, read_ms=read_ms)
+                self.receive(msg, read_ms=read_ms)
             elif kind == "state":
                 if item == "LOST":
                     raise SessionLost("zookeeper session lost: leadership and watches are gone")
                 if item == "CONNECTED":
-                    self._feed(ev.Reconnected())  # watches may have been missed while suspended
+                    self.feed(ev.Reconnected())  # watches may have been missed while suspended
             elif kind == "reader-failed":
                 raise TemporaryError(f"event reader failed: {item}")
-            self._feed(ev.Tick())
+            self.feed(ev.Tick())

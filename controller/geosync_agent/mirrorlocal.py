@@ -70,8 +70,11 @@ class LocalMirror:
         *,
         wall_ms: Callable[[], int],
         new_id: Callable[[], str],
+        brokers: mirrorholds.Listing | None = None,
     ) -> None:
-        """``wall_ms``: the wall clock in milliseconds; ``new_id``: a fresh, unique hex id (the shell's)."""
+        """``wall_ms``: the wall clock in milliseconds; ``new_id``: a fresh, unique hex id (the shell's);
+        ``brokers``: what the region's brokers list (``mirrorholds``), else its admin API, made when first
+        needed."""
         if not config.zookeeper:
             raise ValueError("the policy mirror needs the region's zookeeper (setting 'zookeeper')")
         self.config = config
@@ -99,11 +102,16 @@ class LocalMirror:
         self._state_node: zk.Node | None = None
         self._state_nodes: StateNodes | None = None
         self._started_ms = wall_ms()
-        self._brokers: mirrorholds.Listing | None = None  # the region's admin API, made when first needed
+        self.brokers = brokers
         # Recent remote events: ms from the sender's publish to our read, and from our read to applied.
         self.timings = {"transit_ms": Recent(), "queued_ms": Recent(), "apply_ms": Recent()}
         self.progress: Callable[[], None] = lambda: None
         """Told whenever the mirror's thread gets on (the liveness watchdog's heartbeat)."""
+
+    @property
+    def interrupted(self) -> bool:
+        """An effect of this term failed: its state is not saved at the term's end."""
+        return self._interrupted
 
     @property
     def cp(self) -> Checkpoint:

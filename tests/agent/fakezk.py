@@ -92,7 +92,7 @@ def leading(
 ) -> None:
     """``mirror`` (a ``geosync_agent.mirroring.Mirror``) in a leadership term on ``store``, caught up: its
     term leads with ``replica`` and ``registered``, publishing through ``producer``; events go in with
-    ``_feed``."""
+    ``feed``."""
     mirror._store = store
     mirror._producer = producer
     store.ensure_path(mirror.config.mirror_root)

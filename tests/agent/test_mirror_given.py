@@ -69,11 +69,11 @@ def _published(producer: _Producer) -> list[tuple[int, int, Record]]:
 def _edits(mirror: Mirror, store: FakeStore) -> None:
     """The tenant made, its namespace made, the namespace edited: each found through its watch."""
     store.nodes[TENANT] = (b'{"allowed_clusters":["a"]}', 1)
-    mirror._feed(ev.Fired(TENANT))
+    mirror.feed(ev.Fired(TENANT))
     store.nodes[NS] = (b'{"ttl":1}', 1)
-    mirror._feed(ev.Fired(NS))
+    mirror.feed(ev.Fired(NS))
     store.nodes[NS] = (b'{"ttl":2}', 2)
-    mirror._feed(ev.Fired(NS))
+    mirror.feed(ev.Fired(NS))
 
 
 def test_a_fixed_clock_gives_fixed_stamps_sequence_numbers_and_send_times() -> None:

@@ -63,8 +63,7 @@ class _Brokers:
 def _destroy(store: FakeStore, event: Record = DELETION, brokers: _Brokers | None = None) -> None:
     """A fresh mirror of region b on ``store`` receives ``event``; raises ``mirrorholds.Held`` with the
     reason when it holds it."""
-    mirror, _ = _mirror(store)
-    mirror._brokers = brokers or _Brokers(("persistent://shop/orders/geosync-control",))
+    mirror, _ = _mirror(store, brokers or _Brokers(("persistent://shop/orders/geosync-control",)))
     _receive(mirror, event)
     if event.path in mirror.holds:
         raise mirrorholds.Held(mirror.holds[event.path])
@@ -156,19 +155,23 @@ RING = envelopes.Keyring.of(
 )
 
 
-def _mirror(store: FakeStore) -> tuple[Mirror, _Producer]:
+def _mirror(
+    store: FakeStore, brokers: _Brokers | None = None, *, admin_api: bool = False
+) -> tuple[Mirror, _Producer]:
+    """A mirror of region b leading on ``store``; what its brokers list is ``brokers`` (by default none),
+    or with ``admin_api`` what the region's admin API answers (``AgentConfig.admin_client``)."""
     config = AgentConfig(
         region="b", admin_url="http://fake", service_url="pulsar://fake", zookeeper="127.0.0.1:1"
     )
     clock = iter(range(1_800_000_000_000, 1_900_000_000_000, 60_000))  # a minute a step: rechecks are due
-    mirror = Mirror(config, envelopes.Keys(SIGNERS["b"], RING), wall_ms=lambda: next(clock))
+    listing = None if admin_api else brokers or _Brokers()
+    mirror = Mirror(config, envelopes.Keys(SIGNERS["b"], RING), wall_ms=lambda: next(clock), brokers=listing)
     producer = _Producer()
     replica = {
         TENANT: Record(TENANT, TENANT_DOC, Hlc(1_600_000_000_000, 0, "b")),
         NS: Record(NS, DOC, Hlc(1_600_000_000_000, 1, "b")),
     }
     leading(mirror, store, producer, registered={r: frozenset() for r in "abc"}, replica=replica)
-    mirror._brokers = _Brokers()
     for region in "abc":
         store.add(f"/admin/clusters/{region}")  # what a recheck reads again
     return mirror, producer
@@ -179,7 +182,7 @@ def _receive(mirror: Mirror, record: Record) -> str:
     counters = dict(mirror.counters)
     sender = record.stamp.region
     _SEQS[sender] = _SEQS.get(sender, 0) + 1
-    mirror._on_message(_event_from(sender, record, seq=_SEQS[sender]))
+    mirror.receive(_event_from(sender, record, seq=_SEQS[sender]))
     for outcome in ("applied", "held", "held_applied", "parked"):
         if mirror.counters[outcome] > counters.get(outcome, 0):
             return "applied" if outcome == "held_applied" else outcome
@@ -201,18 +204,18 @@ def test_the_mirror_holds_the_deletion_keeps_local_edits_here_and_applies_it_onc
     # A local edit of the held namespace stays here: last writer wins must not bring it back everywhere.
     edited = json.dumps({"replication_clusters": ["a", "b"], "message_ttl_in_seconds": 5}).encode()
     store.nodes[NS] = (edited, store.nodes[NS][1] + 1)
-    mirror._feed(ev.Fired(NS))
-    mirror._feed(ev.Reconnected())
+    mirror.feed(ev.Fired(NS))
+    mirror.feed(ev.Reconnected())
     assert producer.sent == []
     assert mirror.counters["held_local_edits"] >= 1
 
     # The same deletion delivered again changes nothing; once drained, a recheck applies it.
     assert _receive(mirror, DELETION) != "applied"
     assert NS in mirror.holds
-    mirror._feed(ev.Tick())
+    mirror.feed(ev.Tick())
     assert NS in store.nodes
     del store.nodes["/managed-ledgers/shop/orders/persistent/keep"]
-    mirror._feed(ev.Tick())
+    mirror.feed(ev.Tick())
     assert NS not in store.nodes
     assert mirror.snapshot()["held"] == {}
     assert mirror.snapshot()["parked"] == []
@@ -259,11 +262,11 @@ def test_a_peer_speaks_only_for_its_own_policy_edits() -> None:
     same deletion stamped as a's own is applied (the namespace holds nothing here)."""
     store = _store()
     mirror, _ = _mirror(store)
-    mirror._on_message(_event_from("a", Record(NS, None, Hlc(1_700_000_000_000, 0, "c")), seq=1))
+    mirror.receive(_event_from("a", Record(NS, None, Hlc(1_700_000_000_000, 0, "c")), seq=1))
     assert mirror.counters["rejected_malformed"] == 1
     assert store.nodes[NS][0] == DOC
     assert mirror.replica()[NS].value == DOC
-    mirror._on_message(_event_from("a", Record(NS, None, Hlc(1_700_000_000_000, 0, "a")), seq=2))
+    mirror.receive(_event_from("a", Record(NS, None, Hlc(1_700_000_000_000, 0, "a")), seq=2))
     assert NS not in store.nodes
 
 
@@ -273,8 +276,7 @@ def test_each_call_to_the_brokers_in_a_held_deletions_check_is_progress(
     """A frozen region makes every admin call of the check time out: each that ends tells the liveness
     watchdog the mirror is getting on (it is failing, not stuck)."""
     store = _store()
-    mirror, _ = _mirror(store)
-    mirror._brokers = None
+    mirror, _ = _mirror(store, admin_api=True)
     monkeypatch.setattr(AgentConfig, "admin_client", lambda self, **_kw: _Brokers(down=True))
     beats: list[int] = []
     mirror.progress = lambda: beats.append(1)

@@ -225,16 +225,16 @@ def test_the_mirror_tracks_each_regions_newest_stamp_and_collects_what_every_pee
         store.add(f"/admin/clusters/{region}")
     gone = Record("/admin/policies/geo/old", None, Hlc(1_700_000_000_000, 0, "a"))
     leading(mirror, store, None, replica={gone.path: gone})
-    mirror._feed(ev.Tick())
+    mirror.feed(ev.Tick())
     assert gone.path in mirror.cp.replica  # b has not said anything yet
     for seq, wall in ((1, 1_600_000_000_000), (2, 1_700_000_000_001)):
         event = Record("/admin/policies/other/ns", b"{}", Hlc(wall, 0, "b"))  # out of scope: no store needed
         envelope = envelopes.Envelope(
             kind="policy-event", region="b", seq=seq, sent_at_ms=0, payload=policies.event_to_payload(event)
         )
-        mirror._on_message(_Message(envelopes.seal(KEYS["b"].signer, envelope)))
+        mirror.receive(_Message(envelopes.seal(KEYS["b"].signer, envelope)))
     assert mirror.cp.seen == {"b": Hlc(1_700_000_000_001, 0, "b")}
-    mirror._feed(ev.Tick())
+    mirror.feed(ev.Tick())
     assert mirror.cp.replica == {}
     assert mirror.counters["tombstones_collected"] == 1
 
@@ -255,5 +255,5 @@ def test_a_publish_that_fails_ends_the_term_and_leaves_its_state_unsaved() -> No
     store.add("/admin/policies/geo", b'{"allowedClusters":["a"]}')
     leading(mirror, store, _Down())
     with pytest.raises(TemporaryError):
-        mirror._feed(ev.Fired("/admin/policies/geo"))
-    assert mirror._interrupted
+        mirror.feed(ev.Fired("/admin/policies/geo"))
+    assert mirror.interrupted
