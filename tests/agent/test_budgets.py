@@ -69,17 +69,21 @@ def region_of_topics(**settings: object) -> Harness:
     return h
 
 
-def slowed(harness: Harness, name: str, clock: Clock, seconds: float, calls: list[Any]) -> None:
-    """Make the agent's method ``name`` take ``seconds`` of the round's clock per call, noting its first
-    argument in ``calls``."""
-    method: Callable[..., Any] = getattr(harness.agent, name)
+def slowed(
+    owner: object, name: str, clock: Clock, seconds: float, calls: list[Any], *, note: str = ""
+) -> None:
+    """Make ``owner``'s public method ``name`` (the agent's, or the fake region's: what the agent asks of the
+    region) take ``seconds`` of the round's clock per call, noting its first argument in ``calls`` (with
+    ``note``: ``(note, argument)``)."""
+    method: Callable[..., Any] = getattr(owner, name)
 
     def slow(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[0] if args else None)
+        first = args[0] if args else None
+        calls.append((note, first) if note else first)
         clock.advance(seconds)
         return method(*args, **kwargs)
 
-    setattr(harness.agent, name, slow)
+    setattr(owner, name, slow)
 
 
 def test_control_messages_are_taken_between_a_rounds_long_steps() -> None:
@@ -197,32 +201,31 @@ def test_the_receive_step_stops_at_its_budget_and_takes_the_rest_in_order_at_its
 
 
 def test_the_feed_step_leaves_what_it_did_not_look_at_to_its_next_turn_and_those_topics_polls_wait() -> None:
-    """Each topic's look at its cursors costs 0.3 s: a turn of the feed step looks at two, and carries the
-    rest to the next round's turn, first. A topic carried is not polled before its report is looked at (the
-    report would then be older than what the poll read)."""
+    """Each topic's look at its cursors costs 0.3 s (the feed step's look, ``outran_tail`` first, and a
+    poll's read): a turn of the feed step looks at two, and carries the rest to the next round's turn, first.
+    A topic carried is not polled before its report is looked at (the report would then be older than what
+    the poll read)."""
     h = region_of_topics()
     clock = Clock(h)
     for topic in TOPICS:
         h.region.consumer_acks(topic, SUB, h.region.topics[topic][:2])
-    looks: list[tuple[str, bool]] = []
-    observe = h.agent._observe
+    looks: list[tuple[str, Any]] = []
+    slowed(h.agent, "outran_tail", clock, 0.3, looks, note="feed")
+    slowed(h.region, "internal_stats", clock, 0.3, looks, note="poll")
 
-    def slow_observe(topic: str, *args: Any, **kwargs: Any) -> None:
-        looks.append((topic, kwargs["polled"]))
-        clock.advance(0.3)
-        observe(topic, *args, **kwargs)
+    def looked() -> list[tuple[str, str]]:
+        return [(how, what if how == "poll" else what.tail.topic) for how, what in looks]
 
-    h.agent._observe = slow_observe  # type: ignore[method-assign]
     clock.round()
-    fed_first = [t for t, polled in looks if not polled]
+    fed_first = [t for how, t in looked() if how == "feed"]
     assert fed_first == TOPICS[0:2]
     assert set(h.agent.feed_left) == set(TOPICS[2:])
     for _ in range(3):
         clock.round()
     assert not h.agent.feed_left
     for topic in TOPICS:
-        first = next(polled for t, polled in looks if t == topic)
-        assert first is False, f"{topic} was polled before its feed report was looked at"
+        first = next(how for how, t in looked() if t == topic)
+        assert first == "feed", f"{topic} was polled before its feed report was looked at"
         assert h.agent.subs[(topic, SUB)].cursor == h.region.cursors[(topic, SUB)]
 
 
@@ -231,13 +234,9 @@ def test_a_report_left_for_the_next_turn_is_old_news_once_a_write_set_another_cu
     clock = Clock(h)
     for topic in TOPICS:
         h.region.consumer_acks(topic, SUB, h.region.topics[topic][:1])
-    observe = h.agent._observe
-
-    def slow_observe(topic: str, *args: Any, **kwargs: Any) -> None:
-        clock.advance(0.3)
-        observe(topic, *args, **kwargs)
-
-    h.agent._observe = slow_observe  # type: ignore[method-assign]
+    looks: list[Any] = []
+    slowed(h.agent, "outran_tail", clock, 0.3, looks)  # the feed step's look at a topic
+    slowed(h.region, "internal_stats", clock, 0.3, looks)  # a poll's
     clock.round()
     last = TOPICS[-1]
     assert last in h.agent.feed_left
@@ -260,7 +259,7 @@ def test_the_poll_step_resumes_with_the_topics_it_did_not_get_to_and_polls_each_
     clock = Clock(h)
     monkeypatch.setattr(tuning, "POLLS_AT_ONCE", 1)
     polled: list[str] = []
-    slowed(h, "_internal_stats", clock, 0.3, polled)
+    slowed(h.region, "internal_stats", clock, 0.3, polled)  # what a poll reads of a topic
     for i in range(4):
         for topic in TOPICS:  # new messages keep every topic busy
             p = Position(10 + TOPICS.index(topic), 3 + i)
