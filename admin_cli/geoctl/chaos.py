@@ -36,6 +36,10 @@ def settle_by_check(
     def settle(source: str, target: str, subscription: str, timeout_s: float) -> tuple[str, dict[str, Any]]:
         started, verdict, detail = time.monotonic(), "unknown", {}
         same_since, last = started, None
+        evidence: dict[str, Any] = {}
+        """Of the last verdict read, the moving subscription's rows (what is owed, both cells with their
+        agents' views): recorded only with a verdict that is not safe, and not compared between checks
+        (ages and timestamps change every time)."""
         while True:
             try:
                 found = _bounded_check(
@@ -54,6 +58,7 @@ def settle_by_check(
                     "errors": found.errors[:3],
                     "unread": found.unread,
                 }
+                evidence = {"subscriptions": found.subscriptions[:2]}
             except Exception as e:  # a region the nemesis froze or killed: cannot tell
                 verdict, detail = "unknown", {"errors": [f"{type(e).__name__}: {e}"]}
             now = time.monotonic()
@@ -61,7 +66,8 @@ def settle_by_check(
                 same_since, last = now, (verdict, detail)
             stuck = verdict == failover_cmd.NOT_SAFE and now - same_since >= stable_s
             if verdict == failover_cmd.SAFE or stuck or now - started >= timeout_s:
-                return verdict, {**detail, "unchanged_s": round(now - same_since, 1)}
+                extra = evidence if verdict != failover_cmd.SAFE and evidence else {}
+                return verdict, {**detail, "unchanged_s": round(now - same_since, 1), **extra}
             time.sleep(1.0)
 
     return settle

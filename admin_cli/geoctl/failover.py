@@ -158,6 +158,8 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
                     "in_flight": in_flight,
                     "lag_s": dst.lag_s,
                     "wait_for": reasons,
+                    "owed": list(dst.owed_from.get(source, [])),
+                    "cells": {c.region: {**c.as_dict(), "agent": c.agent_reports} for c in (src, dst)},
                 }
             )
             wait.extend(f"{row.topic} / {row.subscription}: {r}" for r in reasons)

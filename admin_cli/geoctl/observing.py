@@ -92,6 +92,10 @@ class Cell:
     never claims (``keyorder.key_ordered``), and messages X claims that this region's agent does not apply
     behind an earlier message of their key and origin unacknowledged here (``keyorder.key_ordered_plan``).
     No sync removes them; a move is in step once only they remain."""
+    owed_from: dict[str, list[str]] = field(default_factory=dict)
+    """Per other region X: the first few messages X acknowledged that this region has not applied and
+    could (``duplicates_from[X]`` less ``key_order_from[X]``), each as ``position (origin, key)``: what a
+    failover check that waits for them names (evidence when the wait never ends)."""
     oldest_unapplied_age_s: float | None = None
     lag_s: float | None = None
     """Since when the agent has had something to apply (its sync lag in time); None if not behind/unknown."""
@@ -100,6 +104,9 @@ class Cell:
     received_from: dict[str, float] = field(default_factory=dict)
     kind: str = ""
     """The subscription's type as the broker reports it ("Key_Shared", ...; "" when not known)."""
+    agent_reports: dict[str, Any] = field(default_factory=dict)
+    """What this region's agent's ``/state`` says of the subscription (its cursor view, generation, what
+    waits), as it said it: evidence, judged by nothing."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -285,6 +292,16 @@ def _carried(log: Log, cursor: AckState, claims: OriginAcks) -> list[Position]:
     return [p for p in missing if p in kept]
 
 
+OWED_SHOWN = 5
+"""Messages a cell names of those it owes another region (``Cell.owed_from``)."""
+
+
+def _described(log: Log, p: Position) -> str:
+    origin = log.index.origin_of(p)
+    where = "origin unknown" if origin is None else f"from {origin}"
+    return f"{p} ({where}, key {log.keys.get((p, 0), '?')!r})"
+
+
 def _missing_here(log: Log, cursor: AckState, claims: OriginAcks) -> list[Position]:
     out = []
     for p in log.positions:
@@ -445,6 +462,7 @@ def _row(  # noqa: PLR0917
             )
         agent = synced.get((region, topic, sub))
         if agent is not None:
+            cell.agent_reports = dict(agent)
             cell.last_applied_at = agent.get("last_applied_at") or None
             cell.pending_holes = agent.get("pending_holes")
             cell.unapplied_batch_messages = int(agent.get("unapplied_batch_messages") or 0)
@@ -464,11 +482,15 @@ def _row(  # noqa: PLR0917
             others = [claims[r] for r in claims if r != region]
             for other, acks in acknowledged.items():
                 if other != region:
-                    missed = log.messages(_missing_here(log, here, acks))
+                    missed_at = _missing_here(log, here, acks)
+                    missed = log.messages(missed_at)
                     cell.duplicates_from[other] = missed + cell.unapplied_batch_messages
+                    owed = missed_at
                     if key_shared:
-                        carried = log.messages(_carried(log, here, claims[other]))
-                        cell.key_order_from[other] = missed - carried
+                        owed = _carried(log, here, claims[other])
+                        cell.key_order_from[other] = missed - log.messages(owed)
+                    if owed:
+                        cell.owed_from[other] = [_described(log, p) for p in owed[:OWED_SHOWN]]
             missing = _missing_here(log, here, OriginAcks.of({}).merge(*others)) if others else []
             cell.unapplied = log.messages(missing) + cell.unapplied_batch_messages
             if missing:

@@ -504,3 +504,50 @@ def test_check_refuses_a_file_that_is_not_a_history_by_its_line(tmp_path: pathli
     assert result.exit_code == 1, result.output
     assert f"{bad}:2: not JSON" in result.output
     assert "Traceback" not in result.output
+
+
+# -- waiting on failover check ---------------------------------------------------------------------
+
+
+def _settle_on(monkeypatch: pytest.MonkeyPatch, verdict: Any) -> tuple[str, dict[str, Any]]:
+    """settle_by_check's answer when every failover check answers ``verdict``, on a clock that only the
+    waits between checks move."""
+    import time
+
+    from geoctl import chaos as chaos_cmd
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(chaos_cmd, "_bounded_check", lambda *_a, **_k: verdict)
+    return chaos_cmd.settle_by_check(pathlib.Path("/nonexistent-lab"), stable_s=3.0)(
+        "c", "a", "key-shared", 60.0
+    )
+
+
+def test_a_wait_that_never_ends_records_what_was_owed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 99859 (record 233): a final move never judged safe left only 'a has not applied 17
+    acknowledgement(s) of c' behind. The last verdict's rows now go with it: which messages were owed and
+    what both agents said of the subscription (outside what the wait compares: their ages change)."""
+    from geoctl import failover as failover_cmd
+
+    waits = ["a has not applied 1 acknowledgement(s) of c"]
+    row: dict[str, Any] = {
+        "topic": "t",
+        "subscription": "key-shared",
+        "duplicates": 3,
+        "owed": ["9:3 (from c/7:3, key 'k2')"],
+        "cells": {"a": {"agent": {"generation": 2, "waiting": None}}},
+        "wait_for": waits,
+    }
+    stuck = failover_cmd.Verdict(
+        source="c", target="a", safe=False, duplicates=3, subscriptions=[row], wait_for=waits
+    )
+    verdict, detail = _settle_on(monkeypatch, stuck)
+    assert verdict == failover_cmd.NOT_SAFE
+    assert detail["unchanged_s"] >= 3.0
+    assert detail["subscriptions"] == [row]
+    safe = failover_cmd.Verdict(source="c", target="a", safe=True, duplicates=0, subscriptions=[row])
+    verdict, detail = _settle_on(monkeypatch, safe)
+    assert verdict == failover_cmd.SAFE
+    assert "subscriptions" not in detail

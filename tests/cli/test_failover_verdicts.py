@@ -317,7 +317,11 @@ def test_the_per_key_minimum_is_what_a_key_shared_agent_never_claims() -> None:
     row = observing._row("geo/ab", TOPIC, SUB, stats, logs, cursors, {}, now=RECEIVED_AT, read=True)
     assert (row.cells["b"].duplicates_from, row.cells["b"].key_order_from) == ({"a": 2}, {"a": 1})
     obs = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b"]})
-    assert not failover.judge(obs, "a", "b").safe
+    owing = failover.judge(obs, "a", "b")
+    assert not owing.safe
+    # ... and the check names it (the message k1's hole does not hold back), with both regions' cells.
+    assert owing.subscriptions[0]["owed"] == ["9:3 (from a/7:3, key 'k2')"]
+    assert owing.subscriptions[0]["cells"]["b"]["key_order_from"] == {"a": 1}
 
 
 def test_claims_a_region_holds_back_behind_its_own_earlier_messages_are_the_per_key_minimum() -> None:
