@@ -79,7 +79,6 @@ from geosync_agent.core import mirrorevents as ev
 from geosync_agent.core.mirror import encode_checkpoint
 from geosync_agent.mirrorapplying import ApplyingMirror
 from geosync_agent.mirrorlocal import SessionLost
-from geosync_agent.mirrorstate import StateNodes
 from geosync_core import envelopes
 from geosync_core.errors import TemporaryError
 
@@ -191,15 +190,7 @@ class Mirror(ApplyingMirror):
                 self._check_state_items()
             if self._stop.is_set():
                 return
-            self._store = store
-            self._fence = (f"{lock.path}/{lock.node}", 0)
-            self._state_nodes = StateNodes(
-                store,
-                root,
-                budget=self.config.mirror_checkpoint_part_bytes,
-                fence=self._fence,
-                new_id=self.new_id,
-            )
+            self.lead_on(store, fence=(f"{lock.path}/{lock.node}", 0))
             self.terms += 1
             log.info("policy mirror %s: leading (%s)", self.region, self.identifier)
             client = pulsar.Client(

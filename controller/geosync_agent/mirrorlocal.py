@@ -149,6 +149,21 @@ class LocalMirror:
         with self._lock:
             return dict(self.term.cp.replica)
 
+    def lead_on(self, store: zk.Store, *, fence: tuple[str, int] | None, producer: Any = None) -> None:
+        """Lead on ``store`` (the region's ZooKeeper): every write of the term fenced by ``fence`` (the
+        leadership's lock node and its version), the checkpoint in its nodes under ``mirror_root``;
+        ``producer``: the event topic's, where it is made already."""
+        self._store = store
+        self._fence = fence
+        self._state_nodes = StateNodes(
+            store,
+            self.config.mirror_root.rstrip("/"),
+            budget=self.config.mirror_checkpoint_part_bytes,
+            fence=fence,
+            new_id=self.new_id,
+        )
+        self._producer = producer
+
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self.counters[name] += n

@@ -8,7 +8,6 @@ from typing import Any
 
 from geosync_adapters import zookeeper as zk
 from geosync_agent.core.mirroring import Term
-from geosync_agent.mirrorstate import StateNodes
 from geosync_core.policies import Record
 
 
@@ -93,10 +92,8 @@ def leading(
     """``mirror`` (a ``geosync_agent.mirroring.Mirror``) in a leadership term on ``store``, caught up: its
     term leads with ``replica`` and ``registered``, publishing through ``producer``; events go in with
     ``feed``."""
-    mirror._store = store
-    mirror._producer = producer
     store.ensure_path(mirror.config.mirror_root)
-    mirror._state_nodes = StateNodes(store, mirror.config.mirror_root)  # type: ignore[arg-type]
+    mirror.lead_on(store, fence=None, producer=producer)
     mirror.term = Term(
         mirror.settings,
         phase="leading",

@@ -17,6 +17,7 @@ from geosync_agent.config import AgentConfig
 from geosync_agent.core import mirrorevents as ev
 from geosync_agent.core.mirror import EVENT_KIND
 from geosync_agent.mirroring import Mirror
+from geosync_agent.mirrorlocal import SessionLost
 from geosync_core import envelopes, policies
 from geosync_core.clocks import Hlc
 from geosync_core.policies import Record
@@ -283,3 +284,16 @@ def test_each_call_to_the_brokers_in_a_held_deletions_check_is_progress(
     assert _receive(mirror, DELETION) == "held"
     assert len(beats) >= 1
     assert "cannot list" in mirror.snapshot()["held"][NS]
+
+
+def test_a_term_led_on_a_fence_another_session_took_writes_nothing() -> None:
+    """Every store write of a term is fenced by its leadership's lock node (``Mirror.lead_on``): once the
+    node is another session's, a peer's deletion that nothing here holds ends the term and deletes nothing."""
+    store = _store()
+    mirror, producer = _mirror(store)
+    mirror.lead_on(store, fence=("/fence", 0), producer=producer)  # type: ignore[arg-type]
+    store.nodes["/fence"] = (b"", 1)  # the lock node is another session's now
+    with pytest.raises(SessionLost, match="no longer the leader"):
+        _receive(mirror, DELETION)
+    assert store.nodes[NS][0] == DOC
+    assert store.log == []
