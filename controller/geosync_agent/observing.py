@@ -19,6 +19,7 @@ from geosync_agent.core import acknowledged, generations, publishing, reports, t
 from geosync_agent.core.pauses import note_heavy, publish_pause
 from geosync_agent.core.subscriptions import (
     Subscription,
+    decided_already,
     forgettable_floor,
     undecided,
 )
@@ -248,6 +249,9 @@ class Observing(Feeding):
         cursor_set = self.subs.cursor_set.pop(topic, None)  # set elsewhere (writes) since the last look
         reported = states if polled else self.subs.existing(topic, cursors)  # not all: their cost at 10,000
         held_looks = self.feed.held_looks
+        source = "poll" if polled else "feed"
+        # The same for every subscription of the look: whether rewinds are judged in it.
+        judged = not self.snapshots.covers(topic) and self.judges_rewinds(source, now)
         for state in reported:
             cursor = cursors.get(state.name)
             if cursor is None:
@@ -259,12 +263,8 @@ class Observing(Feeding):
             held = not polled and (topic, state.name) in held_looks
             rewind = (
                 None
-                if held
-                or self.snapshots.covers(topic)
-                or not self.judges_rewinds("poll" if polled else "feed", now)
-                else generations.rewound(
-                    state, cursor, source="poll" if polled else "feed", now_mono=now.mono, now_wall=now.wall
-                )
+                if held or not judged
+                else generations.rewound(state, cursor, source=source, now_mono=now.mono, now_wall=now.wall)
             )
             unconfirmed = rewind is not None and rewind.kind is generations.Rewind.UNCONFIRMED
             if unconfirmed:
@@ -377,6 +377,8 @@ class Observing(Feeding):
                 sends = self.snapshots.publishing(state.topic, [(update, None)], now_ms=now.wall_ms)
                 self._perform(list(sends), now)
             return True
+        if not force and decided_already(state, acknowledgements=exact, log_version=tail.version):
+            return True  # ``claim`` would answer "same": not timed (a poll looks at every subscription)
         # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL
         # switch alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one
         # counted so.
