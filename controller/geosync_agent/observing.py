@@ -15,13 +15,12 @@ from typing import Any
 from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import acknowledged, generations, publishing, reports, tuning
+from geosync_agent.core import acknowledged, generations, publishing, reports, subscriptions, tuning
 from geosync_agent.core.pauses import note_heavy, publish_pause
 from geosync_agent.core.subscriptions import (
     Subscription,
     decided_already,
     forgettable_floor,
-    undecided,
 )
 from geosync_agent.discovering import namespace_of
 from geosync_agent.feeding import Feeding
@@ -312,8 +311,13 @@ class Observing(Feeding):
         unpublished: dict[str, None] = {}
         names = {**dict.fromkeys(s.name for s in reported), **(cursor_set or {}), **ts.unpublished}
         for state in states if polled else self.subs.existing(topic, names):
-            if (
-                polled or id(state) in moved_ids or (claims and undecided(state, exact, ts.tail.version))
+            if subscriptions.to_decide(
+                state,
+                polled=polled,
+                moved=id(state) in moved_ids,
+                claims=claims,
+                acknowledgements=exact,
+                log_version=ts.tail.version,
             ) and not self._publish(state, force=force, now=now):
                 unpublished[state.name] = None
         ts.unpublished = unpublished

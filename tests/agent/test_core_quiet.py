@@ -10,14 +10,13 @@ of those whose cursor was set since (``SubsTable.cursor_set``), not of every sub
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from geosync_agent import observing
-from geosync_agent.agentstate import Now
-from geosync_agent.core import quiet, tuning
+from geosync_agent.core import quiet, subscriptions, tuning
 from geosync_agent.core.subscriptions import (
     APPLY_READS,
     Subscription,
@@ -236,15 +235,19 @@ def trio() -> tuple[Harness, Harness]:
     return ha, hb
 
 
-def counting_publishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+def counting_publishes(monkeypatch: pytest.MonkeyPatch, harness: Harness) -> list[tuple[str, str]]:
+    """The subscriptions a look at their topic's cursors decides the claims of (``to_decide``), by region:
+    the ``harness``'s agent's looks from now on (the other agents' are not counted)."""
     seen: list[tuple[str, str]] = []
-    publish = observing.Observing._publish
+    decides = subscriptions.to_decide
 
-    def counted(self: observing.Observing, state: Subscription, *, force: bool, now: Now) -> None:
-        seen.append((self.config.region, state.name))
-        publish(self, state, force=force, now=now)
+    def counted(state: Subscription, **kwargs: Any) -> bool:
+        decided = decides(state, **kwargs)
+        if decided and harness.agent.subs.get((state.topic, state.name)) is state:
+            seen.append((harness.agent.config.region, state.name))
+        return decided
 
-    monkeypatch.setattr(observing.Observing, "_publish", counted)
+    monkeypatch.setattr(subscriptions, "to_decide", counted)
     return seen
 
 
@@ -252,7 +255,7 @@ def test_a_feed_round_decides_the_claims_of_the_subscriptions_it_names_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a, _b = trio()
-    seen = counting_publishes(monkeypatch)
+    seen = counting_publishes(monkeypatch, a)
     a.region.consumer_acks(TOPIC, "s1", A_LOG[:2])
     a.step()
     assert seen == [("a", "s1")]
@@ -269,12 +272,38 @@ def test_a_cursor_a_write_set_is_decided_at_the_next_feed_round_of_its_topic(
     b.step()  # the claim is written to b's s1
     b.step()  # the write lands: s1's cursor is set
     assert b.region.cursors[(TOPIC, "s1")] == AckState.of(B_LOG[1])
-    seen = counting_publishes(monkeypatch)
+    seen = counting_publishes(monkeypatch, b)
     b.region.consumer_acks(TOPIC, "s2", B_LOG[:1])  # the feed names s2 only
     b.step()
     assert ("b", "s2") in seen
     assert ("b", "s1") in seen  # its cursor was set by the write: its claims may have to follow
     assert ("b", "s3") not in seen
+
+
+@pytest.mark.parametrize(
+    ("polled", "moved", "claims", "written", "decided"),
+    [
+        (True, False, True, False, True),  # a poll decides every subscription it read
+        (False, True, True, False, True),  # the feed's look, one it moved
+        (False, False, True, False, False),  # ... not one decided already from its cursor
+        (False, False, True, True, True),  # ... but one a write moved since
+        (False, False, False, True, False),  # ... unless no claims are made (snapshots)
+    ],
+)
+def test_a_look_decides_what_it_polled_moved_or_left_undecided(
+    polled: bool, moved: bool, claims: bool, written: bool, decided: bool
+) -> None:
+    cursor = AckState.of(Position(9, 2))
+    state = Subscription(TOPIC, SUB, cursor=cursor, published=claims_up_to(2), translated=cursor)
+    state.translated_from = (cursor, None, False, cursor)
+    if written:
+        state.cursor = AckState.of(Position(9, 3))
+    assert (
+        subscriptions.to_decide(
+            state, polled=polled, moved=moved, claims=claims, acknowledgements=False, log_version=3
+        )
+        is decided
+    )
 
 
 def test_decided_already_holds_for_the_very_objects_decided_from() -> None:

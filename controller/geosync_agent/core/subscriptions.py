@@ -412,6 +412,21 @@ def undecided(state: Subscription, acknowledgements: bool, log_version: int) -> 
     )
 
 
+def to_decide(
+    state: Subscription, *, polled: bool, moved: bool, claims: bool, acknowledgements: bool, log_version: int
+) -> bool:
+    """Whether a look at ``state``'s topic decides its claim: a poll's, every subscription it read (a resync
+    publishes them whole); the feed's, one the look ``moved``, and where ``claims`` are made one a write moved
+    since it was decided or that was not decidable then (``undecided``: claims and the tail follow it). The
+    feed's look is given only the subscriptions it named, those set since (``SubsTable.cursor_set``) and
+    those left undecided: not every subscription of the topic."""
+    return (
+        polled
+        or moved
+        or (claims and undecided(state, acknowledgements=acknowledgements, log_version=log_version))
+    )
+
+
 def claim_size(acks: OriginAcks | None) -> int:
     """Spans and partly claimed entries in ``acks``: what a subscription's claims cost to keep and send."""
     if acks is None:
