@@ -190,8 +190,10 @@ def consume_all(
     quiet_s: float = 3.0,
     limit_s: float = 60.0,
     batch_index_acks: bool = False,
+    acknowledge: bool = True,
 ) -> list[str]:
-    """Connect a consumer and receive (and acknowledge) until nothing arrives for ``quiet_s``. Without
+    """Connect a consumer and receive (and acknowledge, unless not ``acknowledge``: then the cursor stays and
+    what comes is what the broker holds unacknowledged) until nothing arrives for ``quiet_s``. Without
     ``batch_index_acks`` the client acknowledges an entry only once every message in it is acknowledged
     (README): the messages of a batch partly acknowledged before are delivered, but their acknowledgements
     never reach the broker (seen on the WAN lab: b's cursor stayed where the agent had put it)."""
@@ -212,21 +214,10 @@ def consume_all(
                 except pulsar.Timeout:
                     break
                 got.append(msg.data().decode())
-                consumer.acknowledge(msg)
+                if acknowledge:
+                    consumer.acknowledge(msg)
         finally:
             consumer.close()
-    return got
-
-
-def unacknowledged_in(lab: Lab, region: str, topic: str, sub: str, *, quiet_s: float = 3.0) -> list[str]:
-    """What a consumer of ``sub`` in ``region`` is given now, acknowledging nothing (the cursor stays)."""
-    got: list[str] = []
-    with messaging.client(lab.service_url(region)) as c:
-        consumer = c.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
-        with contextlib.suppress(pulsar.Timeout):
-            while True:
-                got.append(consumer.receive(timeout_millis=int(quiet_s * 1000)).data().decode())
-        consumer.close()
     return got
 
 
