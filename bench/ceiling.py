@@ -75,6 +75,8 @@ class Phase:
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU-seconds over the phase: agent a, agent b, region a, region b, bench (its clients)
     (``scale.machine_cpu``)."""
+    load: tuple[float, float] | None = None
+    """The machine's 1-minute load average at the phase's start and end (others' work shares the cores)."""
 
     @property
     def rate(self) -> float:
@@ -130,12 +132,14 @@ class Sampler:
         at = self.began
         for phase in self.phases:
             cpu, acked = scale.machine_cpu(self.agent_pids, self.region_pids), self.run.acked
+            load = os.getloadavg()[0]
             at += phase.seconds
             if self.stop.wait(max(0.0, at - time.monotonic())):
                 return
             after = scale.machine_cpu(self.agent_pids, self.region_pids)
             phase.cpu = {k: round(after[k] - cpu[k], 2) for k in after}
             phase.acked = self.run.acked - acked
+            phase.load = (round(load, 1), round(os.getloadavg()[0], 1))
 
 
 def one_load(
@@ -194,6 +198,7 @@ COLUMNS = (
     "probes (not in 10 s)",
     "agents CPU-s / 1,000 acks",
     "CPU-s: agents a+b / regions a+b / bench",
+    "load (1 min)",
 )
 
 
@@ -218,6 +223,7 @@ def rows(phases: list[Phase], limit: float) -> list[list[str]]:
                     for k in ("agent", "region")
                 )
                 + f" / {ph.cpu.get(BENCH, 0.0):.1f}",
+                "-" if ph.load is None else f"{min(ph.load):.1f}-{max(ph.load):.1f}",
             ]
         )
     return out
@@ -246,6 +252,9 @@ def ceiling(run: list[Phase], limit: float) -> str:
         text += f", broke at {broke.rate:,.0f} ({why}, {broke.timeouts} probes late)"
     else:
         text += f", never broke up to {run[-1].rate:,.0f}"
+    loads = [x for ph in run if ph.load for x in ph.load]
+    if loads:
+        text += f"; machine load {min(loads):.1f}-{max(loads):.1f}"
     return text
 
 
@@ -371,7 +380,8 @@ def main() -> None:
                     for ph in ran:
                         console.print(
                             f"  {ph.asked:,.0f}/s asked: {ph.rate:,.0f}/s made, p50 {s(ph.p(0.5))} p99 "
-                            f"{s(ph.p(0.99))}, {len(ph.lags)} probes ({ph.timeouts} late), CPU {ph.cpu}"
+                            f"{s(ph.p(0.99))}, {len(ph.lags)} probes ({ph.timeouts} late), CPU {ph.cpu}, "
+                            f"load {ph.load}"
                         )
                     phases += ran
     console.print(table(phases, args.limit))

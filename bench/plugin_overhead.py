@@ -22,6 +22,7 @@ row of BENCHMARKS.md (``bench/record.py``).
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import statistics
 import sys
@@ -62,6 +63,8 @@ class Run:
     failed_sends: int = 0
     cpu_s: dict[str, float] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list)
+    load: tuple[float, float] = (0.0, 0.0)
+    """The machine's 1-minute load average as the measurement began and ended (others' work shares it)."""
 
     @property
     def rate(self) -> float:
@@ -88,6 +91,7 @@ class Run:
             "failed_sends": self.failed_sends,
             "region_cpu_s": {k: round(v, 2) for k, v in self.cpu_s.items()},
             "region_cpu_s_per_1000_acks": round(self.cpu_per_1000, 4),
+            "load_1min": list(self.load),
             "publish_ms": {
                 "p50": round(self.p(0.5), 2),
                 "p99": round(self.p(0.99), 2),
@@ -169,12 +173,14 @@ def load(topology: topo.Topology, run: Run, args: argparse.Namespace) -> None:
             if not measuring.is_set() and now >= began + args.warm_up:
                 cpu0 = {r: sum(scale.cpu_seconds(p) for p in ps) for r, ps in pids.items()}
                 measured_at = now
+                load0 = os.getloadavg()[0]
                 measuring.set()
             send(producers[n % len(producers)])
             n += 1
             time.sleep(max(0.0, began + n * interval - time.monotonic()))
         measuring.clear()
         run.seconds = time.monotonic() - measured_at
+        run.load = (round(load0, 1), round(os.getloadavg()[0], 1))
         run.cpu_s = {f"region {r}": sum(scale.cpu_seconds(p) for p in ps) - cpu0[r] for r, ps in pids.items()}
         run.acked, run.published, run.failed_sends = acked.n, sent.n, failed.n
         run.latencies_ms = latencies
@@ -200,7 +206,7 @@ def one_run(kind: str, args: argparse.Namespace) -> Run:
     console.print(
         f"  {kind}: {run.rate:,.0f} acks/s, region CPU {run.cpu_per_1000:.3f} s per 1,000 acks "
         f"{ {k: round(v, 1) for k, v in run.cpu_s.items()} }, publish p50 {run.p(0.5):.1f} ms p99 "
-        f"{run.p(0.99):.1f} ms max {run.p(None):.1f} ms, {run.failed_sends} failed sends"
+        f"{run.p(0.99):.1f} ms max {run.p(None):.1f} ms, {run.failed_sends} failed sends, load {run.load}"
     )
     return run
 
@@ -274,6 +280,8 @@ def main() -> None:
         f"bare brokers (no plugins): {bare['cpu_per_1000']:.3f} s per 1,000 acks, p99 {bare['p99_ms']:.1f} "
         f"ms, max {bare['max_ms']:.1f} ms"
     )
+    loads = [x for r in runs for x in r.load]
+    geosync += f"; machine load {min(loads):.1f}-{max(loads):.1f}"
     figures = {"runs": [r.figures() for r in runs], "medians": medians}
     record.write(args.record, record.make(scenario, geosync, bare_cell, figures))
 
