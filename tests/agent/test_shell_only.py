@@ -39,6 +39,8 @@ PARTS = (
     "core/mirror",
     "core/mirrorevents",
     "core/mirroring",
+    "core/mirrorterm",
+    "core/mirrorreleasing",
 )
 """The parts and the modules they decide with, the policy mirror's among them. The shell: ``runtime`` (the
 loop), ``effects`` (the ``Effector``), ``supervising``, ``serving``, ``reporting``, ``watching``,

@@ -19,8 +19,10 @@ the term: a publish or checkpoint the shell cannot make ends it, and the next te
 checkpoint and the store (``mirroring``'s docstring: nothing lost). The term counts an effect as made when it
 asks for it, so a shell saves the state of a term none of whose effects failed, never of one that did.
 
-The decisions themselves are ``geosync_agent.core.mirror`` (events taken, remote records judged, local
-changes found) and ``geosync_core.deletions`` (held deletions: mark, check, then delete).
+The term's state is ``core.mirrorterm``'s values; its held deletions are released by
+``core.mirrorreleasing`` (invariant 3). The decisions themselves are ``geosync_agent.core.mirror`` (events
+taken, remote records judged, local changes found) and ``geosync_core.deletions`` (held deletions: mark,
+check, then delete).
 
 Invariants (tests in ``tests/agent/test_mirror_term.py``, driving ``step`` with events):
 
@@ -37,59 +39,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from geosync_agent.core import mirror as core
 from geosync_agent.core import mirrorevents as ev
 from geosync_agent.core.mirror import Checkpoint
-from geosync_core import allowedclusters, clocks, deletions, policies
+from geosync_agent.core.mirrorreleasing import Releasing
+from geosync_agent.core.mirrorterm import Internal, Job, Term, clock_of
+from geosync_core import clocks, policies
 from geosync_core.policies import Record
 
+__all__ = ["MAX_ATTEMPTS", "Internal", "Job", "Term", "begin", "step"]
+
 MAX_ATTEMPTS = 5  # compare-and-set rounds for one remote record before it is parked
-MAX_RELEASE_STEPS = 4  # mark, look again, delete: anything more means the store keeps changing under us
-
-
-@dataclass
-class Job:
-    """What the term is doing while it waits for an answer of a type in ``waiting`` about ``path``."""
-
-    kind: str  # "clusters", "recheck", "walk", "drain", "observe", "children", "apply", "release"
-    waiting: tuple[type, ...]
-    path: str = ""
-    record: Record | None = None
-    attempt: int = 0
-    node: ev.Node | None = None
-    replica: policies.Replica | None = None
-    unmarked: bytes | None = None
-    bootstrap: bool = False
-    then: str = (
-        ""  # in a release: "node", "contents", "mark", "marked", "unmark", "apply", "reread", "restore"
-    )
-    reason: str = ""
-
-
-Internal = tuple[str, str]
-"""Work the term queued for itself: ("observe" | "children" | "recheck", path), or ("finish", "")."""
-
-
-@dataclass
-class Term:
-    """One leadership term's state; ``cp`` is what the next term is handed (``SaveCheckpoint``)."""
-
-    settings: ev.Settings
-    cp: Checkpoint = field(default_factory=Checkpoint)
-    holds: dict[str, str] = field(default_factory=dict)
-    """Destroying changes held (path -> why); each is parked and is the replica's record."""
-    registered: allowedclusters.Registered = field(default_factory=dict)
-    counters: Counter[str] = field(default_factory=Counter)
-    phase: str = "starting"  # "starting", "draining", "walking", "leading", "ended"
-    have_checkpoint: bool = False
-    job: Job | None = None
-    inbox: list[ev.Event | Internal] = field(default_factory=list)
-    dirty: bool = False
-    next_recheck_ms: int = 0
-    rechecking: bool = False
-    drained: int = 0
 
 
 def begin(
@@ -107,7 +68,7 @@ def begin(
     term.holds = dict.fromkeys(term.cp.held(), "not yet checked")
     if term.cp.clock is not None and term.cp.clock.region != settings.region:
         term.cp.clock = None
-    _clock(term)
+    clock_of(term)
     term.next_recheck_ms = now_ms + settings.recheck_ms
     term.job = Job("clusters", (ev.ClustersRead,))
     return term, [*effects, ev.OpenReader(term.cp.reader), ev.ReadClusters()]
@@ -131,31 +92,8 @@ def step(term: Term, event: ev.Event, now_ms: int) -> tuple[Term, list[ev.Effect
     return term, run.effects
 
 
-def _clock(term: Term) -> clocks.Hlc:
-    if term.cp.clock is None:
-        term.cp.clock = clocks.start(term.settings.region)
-    return term.cp.clock
-
-
-class _Run:
-    """One ``step``: the term, the time, and the effects asked for so far."""
-
-    def __init__(self, term: Term, now_ms: int) -> None:
-        self.term = term
-        self.cp = term.cp
-        self.now_ms = now_ms
-        self.effects: list[ev.Effect] = []
-
-    def ask(self, job: Job, effect: ev.Effect, *answers: type) -> None:
-        if answers:
-            job.waiting = answers
-        self.term.job = job
-        self.effects.append(effect)
-
-    def end(self, reason: str) -> None:
-        self.term.phase = "ended"
-        self.term.job = None
-        self.effects.append(ev.StepDown(reason))
+class _Run(Releasing):
+    """One ``step`` of the term: what it takes from the inbox, local changes, remote records, the recheck."""
 
     # -- what comes out of the inbox ----------------------------------------------------------------
 
@@ -256,7 +194,7 @@ class _Run:
         self.term.dirty = True
 
     def tick(self) -> clocks.Hlc:
-        self.cp.clock, stamp = clocks.tick(_clock(self.term), now_ms=self.now_ms)
+        self.cp.clock, stamp = clocks.tick(clock_of(self.term), now_ms=self.now_ms)
         return stamp
 
     def publish(self, record: Record) -> None:
@@ -276,7 +214,7 @@ class _Run:
     def scan(self, held: policies.Replica, found: Mapping[str, ev.Node]) -> int:
         replica, clock, events = policies.scan_store(
             held,
-            _clock(self.term),
+            clock_of(self.term),
             found={p: (n.value, n.mtime_ms) for p, n in found.items()},
             now_ms=self.now_ms,
         )
@@ -368,7 +306,7 @@ class _Run:
         self.cp.replica = dict(replica)
         self.cp.parked.pop(record.path, None)
         self.term.holds.pop(record.path, None)
-        self.cp.clock = clocks.receive(_clock(self.term), record.stamp, now_ms=self.now_ms)
+        self.cp.clock = clocks.receive(clock_of(self.term), record.stamp, now_ms=self.now_ms)
         self.term.dirty = True
         self.term.counters["applied"] += 1
 
@@ -394,86 +332,6 @@ class _Run:
         if self.cp.parked.get(record.path) == record and record.path not in self.term.holds:
             self.cp.parked.pop(record.path, None)
             self.term.dirty = True
-
-    # -- held deletions (invariant 3) ---------------------------------------------------------------
-
-    def hold(self, record: Record, replica: policies.Replica) -> None:
-        """Take a destroying change as the policy, not yet written here."""
-        self.cp.replica = dict(replica)
-        self.cp.parked[record.path] = record
-        self.term.holds[record.path] = "not yet checked"
-        self.cp.clock = clocks.receive(_clock(self.term), record.stamp, now_ms=self.now_ms)
-        self.term.dirty = True
-
-    def release(self, path: str) -> None:
-        """Apply the change held for ``path`` if the region now holds nothing it would destroy: read the
-        node, ask what the region holds, then mark, look again and delete (``deletions.next_step``)."""
-        self.ask(Job("release", (ev.NodeRead,), path, self.cp.parked[path], then="node"), ev.ReadNode(path))
-
-    def release_answered(self, job: Job, answer: ev.Event) -> None:
-        path, record = job.path, job.record
-        assert record is not None
-        if isinstance(answer, ev.WriteFailed):
-            if answer.failure is ev.Failure.FENCED:
-                self.end(f"no longer the leader: {answer.detail}")
-            elif job.then == "apply" and answer.failure is ev.Failure.NOT_EMPTY and job.unmarked is not None:
-                job.then, job.reason = "reread", answer.detail  # children Pulsar keeps: leave it as it was
-                self.ask(job, ev.ReadNode(path), ev.NodeRead)
-            elif job.then == "apply" and answer.failure is ev.Failure.NOT_EMPTY:
-                self.held(path, answer.detail)
-            elif job.then in ("unmark", "restore"):
-                self.held(path, job.reason)
-            else:
-                self.term.holds[path] = f"not applied yet: {answer.failure.value}: {answer.detail}"
-        elif isinstance(answer, ev.NodeRead) and job.then == "reread":
-            job.then = "restore"
-            self.ask(job, ev.WriteNode(path, job.unmarked, answer.node), ev.Wrote, ev.WriteFailed)
-        elif isinstance(answer, ev.NodeRead):
-            job.node, job.then = answer.node, "contents"
-            self.ask(job, ev.ListContents(path), ev.ContentsListed)
-        elif isinstance(answer, ev.ContentsListed):
-            if answer.contents is None:
-                self.held(path, answer.reason)
-            elif job.attempt >= MAX_RELEASE_STEPS:
-                self.term.holds[path] = f"not applied yet: {path} kept changing while being deleted"
-            else:
-                job.attempt += 1
-                self.next_release_step(job, answer.contents)
-        elif isinstance(answer, ev.Wrote) and job.then == "mark":
-            job.then = "marked"
-            self.ask(job, ev.ReadNode(path), ev.NodeRead)
-        elif isinstance(answer, ev.Wrote) and job.then in ("unmark", "restore"):
-            self.held(path, job.reason)
-        elif isinstance(answer, ev.Wrote):
-            self.cp.parked.pop(path, None)
-            self.term.holds.pop(path, None)
-            self.effects.append(ev.Note("info", f"applied the held {path}"))
-            self.term.dirty = True
-            self.term.counters["held_applied"] += 1
-
-    def next_release_step(self, job: Job, contents: deletions.Contents) -> None:
-        path, record = job.path, job.record
-        assert record is not None
-        current = None if job.node is None else job.node.value
-        action = deletions.next_step(record, current, contents, unmarked=job.unmarked)
-        if isinstance(action, deletions.Hold):
-            self.held(path, action.reason)
-        elif isinstance(action, deletions.Unmark):
-            job.then, job.reason = "unmark", action.reason
-            self.effects.append(ev.Note("info", f"{path}: a topic appeared after the mark; mark undone"))
-            self.ask(job, ev.WriteNode(path, action.doc, job.node), ev.Wrote, ev.WriteFailed)
-        elif isinstance(action, deletions.Mark):
-            job.unmarked, job.then = current, "mark"
-            self.ask(job, ev.WriteNode(path, action.doc, job.node), ev.Wrote, ev.WriteFailed)
-        else:
-            job.then = "apply"
-            self.ask(job, ev.WriteNode(path, record.value, job.node), ev.Wrote, ev.WriteFailed)
-
-    def held(self, path: str, reason: str) -> None:
-        if self.term.holds.get(path) != reason:
-            self.effects.append(ev.Note("warning", f"holding {path}: {reason}"))
-            self.term.counters["held"] += 1
-        self.term.holds[path] = reason
 
     # -- the recheck --------------------------------------------------------------------------------
 
