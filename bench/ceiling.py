@@ -48,15 +48,17 @@ from rich.table import Table
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import failover
+import monitoring
 import record
 import scale
+import scalesteps
 
 from geosync_lab import labs
 from geosync_lab.probes import percentile
 
 console = Console(width=160)
 BENCH = "bench (its clients)"
-"""This process's CPU in ``scale.machine_cpu``."""
+"""This process's CPU in ``monitoring.machine_cpu``."""
 EXTRAPOLATE = (10_000, 50_000)
 """Acknowledgements a second at which the sidecar's CPU is extrapolated."""
 
@@ -74,7 +76,7 @@ class Phase:
     timeouts: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU-seconds over the phase: agent a, agent b, region a, region b, bench (its clients)
-    (``scale.machine_cpu``)."""
+    (``monitoring.machine_cpu``)."""
     load: tuple[float, float] | None = None
     """The machine's 1-minute load average at the phase's start and end (others' work shares the cores)."""
 
@@ -112,8 +114,8 @@ class Sampler:
     def __init__(self, lab_dir: pathlib.Path, run: failover.LoadRun, phases: list[Phase]) -> None:
         self.lab_dir, self.run, self.phases = lab_dir, run, phases
         topology = labs.load(lab_dir)
-        self.agent_pids = scale.pids(lab_dir)
-        self.region_pids = {name: topology.region(name).pids for name in scale.AGENTS}
+        self.agent_pids = monitoring.pids(lab_dir)
+        self.region_pids = {name: topology.region(name).pids for name in monitoring.AGENTS}
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.began = 0.0
@@ -131,12 +133,12 @@ class Sampler:
     def _sample(self) -> None:
         at = self.began
         for phase in self.phases:
-            cpu, acked = scale.machine_cpu(self.agent_pids, self.region_pids), self.run.acked
+            cpu, acked = monitoring.machine_cpu(self.agent_pids, self.region_pids), self.run.acked
             load = os.getloadavg()[0]
             at += phase.seconds
             if self.stop.wait(max(0.0, at - time.monotonic())):
                 return
-            after = scale.machine_cpu(self.agent_pids, self.region_pids)
+            after = monitoring.machine_cpu(self.agent_pids, self.region_pids)
             phase.cpu = {k: round(after[k] - cpu[k], 2) for k in after}
             phase.acked = self.run.acked - acked
             phase.load = (round(load, 1), round(os.getloadavg()[0], 1))
@@ -149,7 +151,7 @@ def one_load(
     phases = [Phase(mode, subs, holes, rate, args.phase) for rate in args.rates]
     run = failover.LoadRun(mode=mode)
     sampler = Sampler(lab_dir, run, phases)
-    topics, per_topic = scale.shape(subs)
+    topics, per_topic = scalesteps.shape(subs)
     starts = [i * args.phase for i in range(len(phases))]
 
     def rate_at(elapsed: float) -> float:

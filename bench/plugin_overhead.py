@@ -39,6 +39,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
+import monitoring
 import record
 import scale
 
@@ -171,7 +172,7 @@ def load(topology: topo.Topology, run: Run, args: argparse.Namespace) -> None:
         end = began + args.warm_up + args.duration
         while (now := time.monotonic()) < end:
             if not measuring.is_set() and now >= began + args.warm_up:
-                cpu0 = {r: sum(scale.cpu_seconds(p) for p in ps) for r, ps in pids.items()}
+                cpu0 = {r: sum(monitoring.cpu_seconds(p) for p in ps) for r, ps in pids.items()}
                 measured_at = now
                 load0 = os.getloadavg()[0]
                 measuring.set()
@@ -181,7 +182,9 @@ def load(topology: topo.Topology, run: Run, args: argparse.Namespace) -> None:
         measuring.clear()
         run.seconds = time.monotonic() - measured_at
         run.load = (round(load0, 1), round(os.getloadavg()[0], 1))
-        run.cpu_s = {f"region {r}": sum(scale.cpu_seconds(p) for p in ps) - cpu0[r] for r, ps in pids.items()}
+        run.cpu_s = {
+            f"region {r}": sum(monitoring.cpu_seconds(p) for p in ps) - cpu0[r] for r, ps in pids.items()
+        }
         run.acked, run.published, run.failed_sends = acked.n, sent.n, failed.n
         run.latencies_ms = latencies
         for producer in producers:
