@@ -10,8 +10,9 @@ below it:
 
 Checkpoints are taken and restored by functions over the state (``saving``), not by a part of the chain.
 
-Two seams go the other way and are declared here: ``_perform`` (carry out effects and fold their outcomes,
-``folding``) and ``_publish`` (decide a subscription's claim, ``observing``).
+Three seams go the other way and are declared here: ``_perform`` (carry out effects and fold their outcomes,
+``folding``), ``_carry_out`` (do what a step of the core asked, ``folding``) and ``_publish`` (have a
+subscription's claim decided, ``observing``).
 
 Only the loop's thread reads or writes this state (see ``runtime``). The decisions that need no I/O are in
 ``geosync_agent.core``; moving the rest there is the plan of ``docs/decisions/0001-sans-io-agent.md``.
@@ -43,7 +44,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import acknowledged, planning, quiet, tuning
+from geosync_agent.core import acknowledged, planning, quiet, stepping, tuning
 from geosync_agent.core.now import Now
 from geosync_agent.core.subscriptions import (
     Feed,
@@ -371,6 +372,10 @@ class AgentState:
 
     def _perform(self, effects: list[fx.Effect], now: Now) -> list[fx.Outcome]:
         """Carry out ``effects`` and fold their outcomes back (``folding.Folding``)."""
+        raise NotImplementedError
+
+    def _carry_out(self, stepped: stepping.Stepped, now: Now) -> None:
+        """Do what a step of the core asked (``folding.Folding``)."""
         raise NotImplementedError
 
     def _publish(self, state: Subscription, *, force: bool, now: Now) -> bool:

@@ -21,8 +21,9 @@ from geosync_agent import (
 from geosync_agent import effects as fx
 from geosync_agent.agentstate import Now
 from geosync_agent.core import generations, reports, sealing, tuning
+from geosync_agent.core.publishing import namespace_of
 from geosync_agent.core.subscriptions import Subscription
-from geosync_agent.discovering import namespace_of, synced
+from geosync_agent.discovering import synced
 from geosync_agent.indexing import Indexing
 from geosync_core import ackstates, envelopes, incarnations
 from geosync_core.capabilities import Capability

@@ -85,13 +85,6 @@ def partition_of(topic: str) -> int:
 
 
 @functools.lru_cache(maxsize=65_536)
-def namespace_of(topic: str) -> str:
-    """``tenant/namespace`` of ``topic`` (asked for each state published and each claim received)."""
-    rest = topic.split("://", 1)[-1]
-    tenant, ns = rest.split("/")[:2]
-    return f"{tenant}/{ns}"
-
-
 def wanted(config: AgentConfig, topic: str, subscription: str) -> bool:
     """Whether ``subscription`` on ``topic`` is synced (the include/exclude patterns on ``topic/sub``)."""
     return _wanted(config.include, config.exclude, topic, subscription)

@@ -18,7 +18,8 @@ from geosync_agent import calls
 from geosync_agent.agentstate import Now
 from geosync_agent.controlling import Controlling
 from geosync_agent.core import acknowledged, reports, tuning
-from geosync_agent.discovering import namespace_of, synced
+from geosync_agent.core.publishing import namespace_of
+from geosync_agent.discovering import synced
 from geosync_core import pacing, pluginapi
 from geosync_core.capabilities import Capability
 from geosync_core.rangesets import AckState

@@ -212,6 +212,11 @@ class Folding(Observing):
             ts = self.topics.get(topic)
             if ts is not None:
                 ts.poll = replace(ts.poll, next_at=0.0)
+        for topic, at in stepped.poll_by.items():
+            ts = self.topics[topic]
+            ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, at))
+        for namespace, claim in stepped.claims:
+            self.outgoing.setdefault(namespace, []).append(claim)
 
     def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked

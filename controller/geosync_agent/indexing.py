@@ -18,7 +18,6 @@ from geosync_agent import (
 )
 from geosync_agent.agentstate import Now, TopicState
 from geosync_agent.core import planning, reports
-from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.tailing import Tail
 from geosync_agent.tracking import Tracking
 from geosync_core import pacing
@@ -94,16 +93,6 @@ class Indexing(Tracking):
                     self._on_marker(ts, position, properties, data, now)
         if grown:
             self._translate_again(frozenset(grown), now)
-
-    def _behind_forgotten(self, ts: TopicState, state: Subscription, cursor: AckState) -> bool:
-        """Whether ``state``'s cursor lies below entries the tail already forgot (``core.planning``): nothing
-        is planned or claimed for it, and the tail is read again from the earliest message (next round) or
-        the subscription is parked."""
-        behind = planning.behind_forgotten(ts.tail, state, cursor)
-        if isinstance(behind, planning.Parked):
-            self.stats.inc("subscriptions_parked")
-            self._notice(behind)
-        return behind is not False
 
     def _notice(self, notice: planning.Notice) -> None:
         """Log what a planning decision reports."""

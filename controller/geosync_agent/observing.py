@@ -2,8 +2,8 @@
 
 Round step 4 (``runtime``): cursors from the feed (only subscriptions consumers just acknowledged on) and
 from polls paced by ``geosync_core.pacing``; rewinds noticed (``core.generations``); each subscription's
-claim decided (``geosync_core.claiming``) and queued when it changed, to be sealed and sent by
-``controlling``.
+claim decided by the core (``core.stepping.step`` with ``Decide``) and queued when it changed, to be sealed
+and sent by ``controlling``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ from typing import Any
 from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import acknowledged, generations, publishing, reports, subscriptions, tuning
-from geosync_agent.core.pauses import note_heavy, publish_pause
+from geosync_agent.core import acknowledged, generations, reports, stepping, subscriptions, tuning
 from geosync_agent.core.subscriptions import (
     Subscription,
-    decided_already,
     forgettable_floor,
 )
-from geosync_agent.discovering import namespace_of
 from geosync_agent.feeding import Feeding
 from geosync_core import pacing
 from geosync_core.capabilities import Capability
@@ -357,50 +354,28 @@ class Observing(Feeding):
             state.learn_kind(str((subs.get(state.name) or {}).get("type") or ""))
 
     def _publish(self, state: Subscription, *, force: bool, now: Now) -> bool:
-        """Decide ``state``'s claim and queue it if it changed; False: not decidable yet (``_observe``)."""
-        ts = self.topics.get(state.topic)
-        if ts is None or state.cursor is None or state.follow:
-            return False  # following a rewind: this cursor may acknowledge what the newer claims do not
-        tail, cursor = ts.tail, state.cursor
-        if tail.stale or self._behind_forgotten(ts, state, cursor):
-            return False  # the tail is read again first (next round): claims made now could leave entries out
-        if not force and now.mono < state.publish_after:
-            # Claims too large to translate and send at every acknowledgement: the next due poll brings this
-            # cursor back (it still differs from ``translated``), and with it everything acknowledged since.
-            ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, state.publish_after))
-            self.stats.inc("publishes_paused")
-            return False
-        # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what
-        # consumers acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
-        exact = self.claims_acknowledgements()
-        if self.snapshots.covers(state.topic):
-            update = self.snapshots.on_subscription(
-                state.topic, state.name, cursor, tail.positions_above(cursor.mark_delete), tail.last
-            )
-            if update is not None and self._markers_allowed(now):
-                sends = self.snapshots.publishing(state.topic, [(update, None)], now_ms=now.wall_ms)
-                self._perform(list(sends), now)
-            return True
-        if not force and decided_already(state, acknowledgements=exact, log_version=tail.version):
-            return True  # ``claim`` would answer "same": not timed (a poll looks at every subscription)
-        # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL
-        # switch alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one
-        # counted so.
-        started = now.cpu()
-        decided = publishing.claim(
+        """Have the core decide ``state``'s claim (``stepping.Decide``) and carry out what it says: the claim
+        queued for this round's envelopes, or the cursor handed to snapshot mode. False: not decidable yet
+        (``_observe`` keeps it as not published)."""
+        decide = stepping.Decide(
             state,
-            tail,
-            exact=exact,
             force=force,
-            local=self.config.region,
-            sendable=namespace_of(state.topic) in self.namespaces,
+            acknowledgements=self.claims_acknowledgements(),
+            covered=self.snapshots.covers(state.topic),
         )
-        if not isinstance(decided, publishing.Send):
-            return True
-        if decided.as_news:
-            self.stats.inc("states_sent_as_news")
-        state.publish_took = took = now.cpu() - started
-        note_heavy(self.heavy_publishes_by, state, took)
-        state.publish_after = now.mono + publish_pause(decided.size, took=took, heavy=self.heavy_publishes)
-        self.outgoing.setdefault(namespace_of(state.topic), []).append(decided.message)
-        return True
+        stepped = stepping.step(self, decide, now)
+        self._carry_out(stepped, now)
+        for sub in stepped.snapshot:
+            self._snapshot(sub, now)
+        return not stepped.undecided
+
+    def _snapshot(self, state: Subscription, now: Now) -> None:
+        """Snapshot mode takes ``state``'s cursor: its markers go out, if the entry filter hides them."""
+        tail, cursor = self.topics[state.topic].tail, state.cursor
+        assert cursor is not None  # decided only with a cursor
+        update = self.snapshots.on_subscription(
+            state.topic, state.name, cursor, tail.positions_above(cursor.mark_delete), tail.last
+        )
+        if update is not None and self._markers_allowed(now):
+            sends = self.snapshots.publishing(state.topic, [(update, None)], now_ms=now.wall_ms)
+            self._perform(list(sends), now)

@@ -17,6 +17,7 @@ from geosync_adapters.messaging import Received, TopicMissing
 from geosync_agent import discovering
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
+from geosync_agent.core import publishing
 from geosync_agent.runtime import Agent, Now
 from geosync_core import pluginapi, pluginwrites
 from geosync_core.batches import BatchAcks
@@ -89,7 +90,7 @@ class FakeRegion:
         return self.retained.get(namespace, {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1})
 
     def topic_list(self, namespace: str) -> list[str]:
-        return [t for t in self.topics if discovering.namespace_of(t) == namespace]
+        return [t for t in self.topics if publishing.namespace_of(t) == namespace]
 
     def topic_stats(self, topic: str, **_: Any) -> dict[str, Any]:
         self.stats_reads.append(topic)

@@ -29,6 +29,13 @@ from geosync_agent.core.subscriptions import Subscription, claim_size, decided_a
 from geosync_core import ackstates, claiming
 
 
+def namespace_of(topic: str) -> str:
+    """``tenant/namespace`` of ``topic``: the control topic its claims go out on is that namespace's."""
+    rest = topic.split("://", 1)[-1]
+    tenant, ns = rest.split("/")[:2]
+    return f"{tenant}/{ns}"
+
+
 @dataclass(frozen=True, slots=True)
 class Send:
     """A claim to publish: ``message`` (whole, or its news when ``as_news``), ``size`` spans in all."""
