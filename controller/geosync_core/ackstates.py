@@ -50,6 +50,7 @@ from geosync_core.envelopes import (
     JsonOnly,
     Reason,
     Rejected,
+    derived,
     is_count,
     is_text,
 )
@@ -120,7 +121,19 @@ def encode_ack_states(
 
 def incarnations_of(envelope: Envelope) -> dict[str, Incarnation] | Rejected | None:
     """The incarnations an ``ack-states`` envelope speaks of (``None``: its sender predates them); never
-    raises."""
+    raises. Kept with the envelope as its states are (``decode_ack_states``); each caller gets a dict of its
+    own."""
+    memo = derived(envelope)
+    if memo is not None and "incarnations" in memo:
+        tags = memo["incarnations"]
+    else:
+        tags = _incarnations_of(envelope)
+        if memo is not None:
+            memo["incarnations"] = tags
+    return dict(tags) if isinstance(tags, dict) else tags
+
+
+def _incarnations_of(envelope: Envelope) -> dict[str, Incarnation] | Rejected | None:
     if envelope.kind != ACK_STATES or "incarnations" not in envelope.payload:
         return None
     value = envelope.payload["incarnations"]
@@ -178,7 +191,21 @@ def decode_ack_state(envelope: Envelope) -> AckStateMessage | Rejected:
 
 
 def decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
-    """Decode an opened ``ack-state`` or ``ack-states`` envelope into its states; never raises."""
+    """Decode an opened ``ack-state`` or ``ack-states`` envelope into its states; never raises. Decoded once
+    for an envelope ``envelopes.open_envelope`` remembers (every agent of a process that reads the same bytes
+    gets the same envelope: the simulator's regions); states are immutable values, and each caller gets a
+    list of its own."""
+    memo = derived(envelope)
+    decoded = None if memo is None else memo.get("states")
+    if decoded is None:
+        made = _decode_ack_states(envelope)
+        decoded = made if isinstance(made, Rejected) else tuple(made)
+        if memo is not None:
+            memo["states"] = decoded
+    return decoded if isinstance(decoded, Rejected) else list(decoded)
+
+
+def _decode_ack_states(envelope: Envelope) -> list[AckStateMessage] | Rejected:
     if envelope.kind == ACK_STATE:
         one = _decode_state(envelope.payload, envelope.region)
         return one if isinstance(one, Rejected) else [one]

@@ -345,15 +345,23 @@ def _merged_with_partials(one: OriginAcks, other: OriginAcks) -> OriginAcks:
     (a full one becomes a span, one a span covers goes). Gathering both whole again cost a receiver three
     times a merge of spans alone, for every batched claim."""
     regions = _joined_spans(one, other)
-    united: dict[str, dict[Position, BatchAcks]] = {}
-    for acks in (one, other):
-        for region, batches in acks.partials:
-            entries = united.setdefault(region, {})
-            for position, batch in batches:
-                seen = entries.get(position)
-                entries[position] = batch if seen is None else seen.union(batch)
+    mine, theirs = dict(one.partials), dict(other.partials)
     kept: list[tuple[str, Batches]] = []
-    for region, entries in sorted(united.items()):
+    for region in sorted(mine.keys() | theirs.keys()):
+        if region not in mine or region not in theirs:
+            # One side's partials of the region (the most common case, a claim merged into the history that
+            # holds the rest): canonical already, none full; only those the other side's spans now cover go.
+            side, alone = (one, mine[region]) if region in mine else (other, theirs[region])
+            spans = regions.get(region, ())
+            if spans is not side.spans(region):
+                alone = tuple(item for item in alone if not _covers(spans, item[0]))
+            if alone:
+                kept.append((region, alone))
+            continue
+        entries: dict[Position, BatchAcks] = dict(mine[region])
+        for position, batch in theirs[region]:
+            seen = entries.get(position)
+            entries[position] = batch if seen is None else seen.union(batch)
         full = [Span(p.ledger, p.entry, p.entry) for p, batch in entries.items() if batch.is_full]
         if full:
             regions[region] = _canonical((*regions.get(region, ()), *full))

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geosync_adapters import signing
+from geosync_core import ackstates as ackstates_module
 from geosync_core import envelopes as envelopes_module
 from geosync_core.ackstates import (
     ACK_STATE,
@@ -165,6 +166,32 @@ def test_sealed_bytes_are_verified_as_they_came(envelope: Envelope) -> None:
         assert open_envelope(RING, wire) == signed(envelope)
     # under another key, the check of any spelling (which encodes) decides, and refuses
     assert open_envelope(OTHER_RING, wire) == Rejected(Reason.BAD_SIGNATURE)
+
+
+def test_bytes_opened_once_are_opened_again_under_another_keyring() -> None:
+    # The memo of opened bytes (several agents of one process read every envelope) answers only for the
+    # keyring it opened them with: a keyring without the sender's key refuses them even right after another
+    # accepted them, and a keyring equal to the first but another object opens them itself.
+    env = Envelope(kind="k", region="eu", seq=3, sent_at_ms=0, payload={"n": 1})
+    wire = sealed(env)
+    first = open_envelope(RING, wire)
+    assert first == signed(env)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(envelopes_module, "_parse_object", lambda data: None)  # nothing parses any more
+        assert open_envelope(RING, wire) is first  # the same keyring: what it opened before
+        assert open_envelope(envelopes_module.Keyring.of(RING.regions), wire) == Rejected(Reason.MALFORMED)
+    assert open_envelope(OTHER_RING, wire) == Rejected(Reason.BAD_SIGNATURE)
+    assert open_envelope(envelopes_module.Keyring.of({"us": RING.regions["us"]}), wire) == Rejected(
+        Reason.UNKNOWN_KEY
+    )
+    assert open_envelope(RING, wire) == first
+    assert envelopes_module.derived(first) is None  # forgotten when other keyrings opened its bytes
+    # what a message too large to keep opens to is not kept
+    large = sealed(replace(env, payload={"n": "x" * (envelopes_module.OPENED_BYTES_MAX // 16)}))
+    opened = open_envelope(RING, large)
+    assert isinstance(opened, Envelope)
+    assert open_envelope(RING, large) is not opened
+    assert envelopes_module.derived(opened) is None
 
 
 @fast
@@ -392,6 +419,35 @@ def test_ack_states_batch_round_trips_in_order(states: list[tuple[str, OriginAck
     )
     assert isinstance(opened, Envelope)
     assert decode_ack_states(opened) == batch
+
+
+def test_an_envelope_decoded_again_gives_the_same_states_in_a_list_of_its_own() -> None:
+    # The states and incarnations of an envelope ``open_envelope`` remembers are decoded once (every agent of
+    # a process reading the same bytes gets the same envelope), and each caller gets a list of its own.
+    batch = [AckStateMessage(TOPIC, "s", "eu", OriginAcks.of({"us": [Span(1, 0, 2)]}))]
+    payload = encode_ack_states(batch, region="eu", incarnations={"eu": Incarnation(5, "x")})
+    env = Envelope(kind=ACK_STATES, region="eu", seq=7, sent_at_ms=0, payload=payload)
+    opened = open_envelope(RING, sealed(env))
+    assert isinstance(opened, Envelope)
+    first = decode_ack_states(opened)
+    assert first == batch
+    assert incarnations_of(opened) == {"eu": Incarnation(5, "x")}
+    assert isinstance(first, list)
+    first.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ackstates_module, "_decode_ack_states", lambda envelope: [])
+        patch.setattr(ackstates_module, "_incarnations_of", lambda envelope: None)
+        again = decode_ack_states(opened)
+        assert again == batch
+        assert again is not decode_ack_states(opened)
+        tags = incarnations_of(opened)
+        assert tags == {"eu": Incarnation(5, "x")}
+        assert isinstance(tags, dict)
+        tags.clear()
+        assert incarnations_of(opened) == {"eu": Incarnation(5, "x")}
+        # an envelope open_envelope does not remember (built here) is decoded itself
+        assert decode_ack_states(env) == []
+        assert incarnations_of(env) is None
 
 
 def test_a_single_ack_state_decodes_as_a_batch_of_one() -> None:
