@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from geosync_core.positions import Position
+from geosync_core.rangesets import AckState
 
 WALL0 = 1_800_000_000.0
 """The wall clock (seconds) at virtual time 0: publish times and incarnations are wall-clock milliseconds."""
@@ -87,6 +88,11 @@ class Cursor:
     md: int = -1
     acked: set[int] = field(default_factory=set)
     partial: dict[int, set[int]] = field(default_factory=dict)
+    printed: tuple[tuple[int, int, frozenset[int]], AckState] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """((ledger, md, acked), the ack state ``ports.ack_state`` made of them): polls read a cursor again and
+    again as it was."""
 
     def copy(self) -> Cursor:
         return Cursor(self.md, set(self.acked), {e: set(p) for e, p in self.partial.items()})

@@ -34,8 +34,26 @@ brokers run both versions (an upgrade: the feed read from a newer broker than a 
 
 
 def ack_state(t: Topic, s: Subscription) -> AckState:
+    """The cursor as its broker prints it: each run of consecutive deleted entries one range (the same set
+    as a range per entry, sorted and joined, at a range per run), kept on the cursor until it changes: the
+    agent polls every cursor of a topic, mostly as it was."""
     c = s.cursor
-    return AckState.of(t.position(c.md)).ack(*(t.position(e) for e in sorted(c.acked)))
+    key = (t.ledger, c.md, frozenset(c.acked))
+    if c.printed is not None and c.printed[0] == key:
+        return c.printed[1]
+    ranges = []
+    first = last = -2
+    for e in sorted(c.acked):
+        if e != last + 1:
+            if first >= 0:
+                ranges.append(Range(t.position(first - 1), t.position(last)))
+            first = e
+        last = e
+    if first >= 0:
+        ranges.append(Range(t.position(first - 1), t.position(last)))
+    made = AckState.of(t.position(c.md), RangeSet.of(ranges))
+    c.printed = (key, made)
+    return made
 
 
 def report(t: Topic, s: Subscription) -> pluginapi.CursorReport:
@@ -358,25 +376,29 @@ def received(t: Topic, e: Entry) -> list[Received]:
         at = t.position(e.eid)
         return [Received(t.name, at, -1, -1, e.data, "", e.publish_ms, {}, f"{e.origin}-ctl")]
     out = []
+    # What every message of the entry shares, made once for it.
+    position, partition, publish_ms = t.position(e.eid), partition_of(t.name), e.publish_ms
+    batch_size = len(e.msgs) if e.batched else None
+    stamp = str(e.source) if e.replicated_from is not None and not e.batched else None
     for i, m in enumerate(e.msgs):
         props = dict(m.props)  # what its application set, first
-        if e.replicated_from is not None and not e.batched:
+        if stamp is not None:
             # The replicator adds its stamp after the application's properties; a client keeps the first of
             # two of a name, so a stamp the application set is the one it shows (issue 45, case 3).
-            props.setdefault(STAMP, str(e.source))
+            props.setdefault(STAMP, stamp)
         out.append(
             Received(
                 topic=t.name,
-                position=t.position(e.eid),
-                partition=partition_of(t.name),
+                position=position,
+                partition=partition,
                 batch_index=i if e.batched else -1,
                 # A data message's payload is read only if it carries the marker property (``tailing``).
                 data=m.data if MARKER_PROPERTY in props else b"",
                 key=m.key,
-                publish_ms=e.publish_ms,
+                publish_ms=publish_ms,
                 properties=props,
                 producer=m.producer,
-                batch_size=len(e.msgs) if e.batched else None,
+                batch_size=batch_size,
             )
         )
     return out

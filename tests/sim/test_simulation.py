@@ -4,14 +4,17 @@ broken on purpose, so a green simulation means something."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
 
 from geosync_core import envelopes, pluginwrites
 from geosync_core.positions import Position
-from geosync_sim import harness, running, schedules, shrinking
+from geosync_core.rangesets import AckState
+from geosync_sim import harness, ports, running, schedules, shrinking
 from geosync_sim.checking import Checker
+from geosync_sim.logs import Cursor, Subscription, Topic
 from geosync_sim.world import Ident, Msg
 
 SEEDS = range(1, 9)
@@ -126,3 +129,22 @@ def test_the_simulators_keys_refuse_what_ed25519_refuses() -> None:
     assert envelopes.open_envelope(keys["b"].keyring, envelopes.seal(stranger, envelope)) == (
         envelopes.Rejected(envelopes.Reason.BAD_SIGNATURE)
     )
+
+
+def test_a_cursor_is_printed_as_its_entries_acknowledged_one_by_one() -> None:
+    # ``ports.ack_state`` makes a range per run of deleted entries and keeps it on the cursor until the
+    # cursor changes: the same value as the mark-delete with each deleted entry acknowledged one by one,
+    # whenever it is read.
+    rng = random.Random(45)
+    for _ in range(300):
+        topic = Topic("t", rng.randint(1, 3))
+        cursor = Cursor()
+        sub = Subscription("s", "Shared", cursor)
+        for _ in range(30):
+            ports.ack_state(topic, sub)  # printed before it changes
+            if rng.random() < 0.1:
+                cursor.reset(rng.randint(-1, 20))
+            else:
+                cursor.acked.add(rng.randint(0, 40))
+            entries = map(topic.position, sorted(cursor.acked))
+            assert ports.ack_state(topic, sub) == AckState.of(topic.position(cursor.md)).ack(*entries)
