@@ -1,16 +1,16 @@
 """The control topics: claims received from the other regions, and this region's states sent.
 
 Round step 2 (``runtime``): verify and de-duplicate control messages (``geosync_core.envelopes``), learn the
-regions' incarnations (a region rebuilt under its name), hold claims about a life not announced yet, and
-merge each subscription's claims (``core.generations.take_claims``). Out: the states the observe step
-queued, sealed into envelopes per namespace (``core.sealing``), and the incarnations announced.
+regions' incarnations (a region rebuilt under its name: the logs' ends read, the tails renamed or read
+again), and hand each state's claims to the core (``core.stepping.step`` with ``ClaimsReceived``: held
+while they name a life not announced yet, else merged into the subscription's claims). Out: the states the
+observe step queued, sealed into envelopes per namespace (``core.sealing``), and the incarnations announced.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-from collections import deque
 from dataclasses import replace
 
 from geosync_adapters import adminhttp
@@ -20,7 +20,7 @@ from geosync_agent import (
 )
 from geosync_agent import effects as fx
 from geosync_agent.agentstate import Now
-from geosync_agent.core import generations, reports, sealing, tuning
+from geosync_agent.core import generations, reports, sealing, stepping, tuning
 from geosync_agent.core.publishing import namespace_of
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.discovering import synced
@@ -136,9 +136,7 @@ class Controlling(Indexing):
             # Sent before this agent started: history re-read from the control topic (see _region_rebuilt).
             self._learn_incarnations(opened.region, tags, now, history=opened.sent_at_ms < self.started_ms)
         for received in decoded:
-            message, waiting = reports.waiting_on_incarnations(received, tags, self.incarnations)
-            self._wait_for_incarnations(waiting)
-            self._take_claims(self._of_known_incarnations(message, tags), now)
+            self._claims_received(received, tags, now)
 
     def _learn_incarnations(
         self, sender: str, tags: dict[str, Incarnation], now: Now, *, history: bool = False
@@ -163,7 +161,7 @@ class Controlling(Indexing):
                 messages = self.waiting.pop(key)
                 self.waiting_count -= len(messages)
                 for message in messages:
-                    self._take_claims(self._of_known_incarnations(message, {sender: key[1]}), now)
+                    self._claims_received(message, {sender: key[1]}, now, waited=True)
 
     def _resend_untagged(self, region: str, now: Now) -> None:
         """Claims about ``region``'s messages published before this agent knew its incarnation went out
@@ -183,24 +181,6 @@ class Controlling(Indexing):
                 ts.resync_at = min(ts.resync_at, now.mono)
         if topics:
             self.stats.inc("resyncs_for_incarnations", len(topics))
-
-    def _wait_for_incarnations(
-        self, waiting: dict[tuple[str, Incarnation], ackstates.AckStateMessage]
-    ) -> None:
-        """Keep claims about a life of a region that the region has not announced here yet, until it has;
-        at most ``tuning.MAX_WAITING_CLAIMS`` (the oldest go first: their sender's next resync says them
-        again)."""
-        for key, message in waiting.items():
-            self.stats.inc("claims_waiting_incarnation")
-            self.waiting.setdefault(key, deque()).append(message)
-            self.waiting_count += 1
-        while self.waiting_count > tuning.MAX_WAITING_CLAIMS:
-            key = next(iter(self.waiting))
-            self.waiting[key].popleft()
-            self.waiting_count -= 1
-            self.stats.inc("claims_waiting_dropped")
-            if not self.waiting[key]:
-                del self.waiting[key]
 
     def _log_ends(self) -> dict[str, Position | None]:
         """The last entry each tracked topic holds now (``internalStats``, asked in parallel as the polls
@@ -291,71 +271,30 @@ class Controlling(Indexing):
             retired,
         )
 
-    def _of_known_incarnations(
-        self, message: ackstates.AckStateMessage, tags: dict[str, Incarnation] | None
-    ) -> ackstates.AckStateMessage:
-        """``message`` with its claims made about the incarnations known here (``core.reports``), counted
-        when that changed them."""
-        known = reports.of_known_incarnations(message, tags, self.incarnations)
-        if known is not message:
-            self.stats.inc("claims_stale_incarnation")
-        return known
-
-    def _take_claims(self, message: ackstates.AckStateMessage, now: Now) -> None:
-        # The sender's rules may differ (another version or configuration): what is not synced here, a
-        # broker's own subscription among them, is never written from claims.
-        if not synced(self.config, message.topic, message.subscription):
-            return
-        state = self._subscription(message.topic, message.subscription, exists=False)
-        ts = self.topics.get(message.topic)
-        generation = state.generation
-        taken = generations.take_claims(
-            state,
+    def _claims_received(
+        self,
+        message: ackstates.AckStateMessage,
+        tags: dict[str, Incarnation] | None,
+        now: Now,
+        *,
+        waited: bool = False,
+    ) -> None:
+        """Hand one state's claims to the core (``stepping.ClaimsReceived``), with what this region's
+        configuration, ownership and capabilities say of its topic now, and carry out what it says."""
+        topic, writes = message.topic, Capability.PLUGIN_CURSOR_WRITES
+        event = stepping.ClaimsReceived(
             message,
-            index=None if ts is None else ts.tail.index,
-            now_wall=now.wall,
-            follow_rewinds=not self.claims_acknowledgements(),
+            tags,
+            waited=waited,
+            synced=synced(self.config, topic, message.subscription),
+            synced_topic=discovering.synced_topic(self.config, topic),
+            owned=self.owns(topic),
+            sidecar=self.ownership is not None,
+            plugin_writes=self.caps.get(writes) is not False and self.caps.usable(writes, now=now.mono),
+            acknowledgements=self.claims_acknowledgements(),
+            claims_known=self.claims_known(),
         )
-        if taken is generations.Taken.SUPERSEDED:
-            self.stats.inc("claims_superseded")  # from before a rewind: they would undo it
-            return
-        if state.generation != generation and state.follow and not self.claims_known():
-            self.stats.inc("rewinds_deferred")  # the apply step follows it or not once that is known
-            log.info(
-                "%s on %s was rewound in another region: followed only if claims here are the cursor's (the "
-                "feed has not answered yet)",
-                state.name,
-                state.topic,
-            )
-        elif state.generation != generation and state.follow:
-            self.stats.inc("rewinds_followed")
-            log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
-        elif state.generation != generation:
-            self.stats.inc("rewinds_not_followed")
-            log.info("%s on %s was rewound in another region: claims start again", state.name, state.topic)
-        if message.topic not in self.topics and not self.owns(message.topic):
-            # Sidecar mode: another broker's agent applies them (the claims are kept for a takeover).
-            if self.ownership is not None and len(self.lookups) < tuning.MAX_UNOBSERVED:
-                self.lookups.add(message.topic)
-        elif message.topic not in self.topics:
-            if (
-                discovering.synced_topic(self.config, message.topic)
-                and len(self.claimed_untracked) < tuning.MAX_UNOBSERVED
-            ):
-                self.claimed_untracked.setdefault(
-                    message.topic, (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S)
-                )
-            self._rediscover_soon(now, "rediscover_for_claims")
-        if taken is generations.Taken.CHANGED:
-            self.stats.inc("claims_received")
-            writes = Capability.PLUGIN_CURSOR_WRITES
-            if ts is not None and (
-                self.caps.get(writes) is False or not self.caps.usable(writes, now=now.mono)
-            ):
-                # Plugin writes answer the cursor's state; admin calls need a fresh read to plan from. (Not
-                # while the plugin's writes are untried: a restarted agent's first claims then made every
-                # topic due a poll for two rounds, until its first writes were answered.)
-                ts.poll = replace(ts.poll, next_at=0.0)
+        self._carry_out(stepping.step(self, event, now), now)
 
     def _took_rewind(self, state: Subscription, rewind: generations.Rewound, cursor: AckState) -> bool:
         """``cursor`` went back (``core.generations.rewound`` said how): whether that started a new

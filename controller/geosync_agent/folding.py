@@ -217,6 +217,8 @@ class Folding(Observing):
             ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, at))
         for namespace, claim in stepped.claims:
             self.outgoing.setdefault(namespace, []).append(claim)
+        for counter in stepped.rediscover:
+            self._rediscover_soon(now, counter)
 
     def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked

@@ -17,7 +17,7 @@ from geosync_agent import (
     snapshotting,
 )
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import planning, reports
+from geosync_agent.core import generations, planning, reports, stepping
 from geosync_agent.tailing import Tail
 from geosync_agent.tracking import Tracking
 from geosync_core import pacing
@@ -94,10 +94,21 @@ class Indexing(Tracking):
         if grown:
             self._translate_again(frozenset(grown), now)
 
-    def _notice(self, notice: planning.Notice) -> None:
-        """Log what a planning decision reports."""
+    def _notice(self, notice: stepping.Notice) -> None:
+        """Log what a decision of the core reports."""
         state = notice.state
-        if isinstance(notice, planning.Parked):
+        if isinstance(notice, generations.RewoundElsewhere) and notice.how == "deferred":
+            log.info(
+                "%s on %s was rewound in another region: followed only if claims here are the cursor's (the "
+                "feed has not answered yet)",
+                state.name,
+                state.topic,
+            )
+        elif isinstance(notice, generations.RewoundElsewhere) and notice.how == "followed":
+            log.info("%s on %s was rewound in another region: following it", state.name, state.topic)
+        elif isinstance(notice, generations.RewoundElsewhere):
+            log.info("%s on %s was rewound in another region: claims start again", state.name, state.topic)
+        elif isinstance(notice, planning.Parked):
             log.warning(
                 "%s / %s: parked: its mark-delete %s lies below the entries forgotten over the budget "
                 "(up to %s); not synced until it catches up",

@@ -91,9 +91,9 @@ class Tracking(AgentState):
         log.info("%s moved to another broker: handed off to its agent", topic)
 
     def _look_up_claimed(self, now: Now) -> None:
-        """Look up the claimed topics this broker does not own (queued by ``_take_claims``) that no broker
-        owns: the look-up has some broker take the bundle, whose agent applies the claims; one taken by this
-        broker is picked up by a refresh now."""
+        """Look up the claimed topics this broker does not own (queued by claims received, ``core.receiving``)
+        that no broker owns: the look-up has some broker take the bundle, whose agent applies the claims; one
+        taken by this broker is picked up by a refresh now."""
         assert self.ownership is not None
         queued, self.lookups = self.lookups, set()
         for topic in queued:

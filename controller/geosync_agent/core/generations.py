@@ -183,6 +183,16 @@ class Taken(Enum):
     """The claims held grew."""
 
 
+@dataclass(frozen=True, slots=True)
+class RewoundElsewhere:
+    """Claims of a newer generation came for ``state``: it was rewound in another region. ``how``:
+    "deferred" (followed or not once it is known what claims here are made of: the feed has not answered
+    yet), "followed" (its cursor here is rewound to them) or "not followed" (claims start again)."""
+
+    state: Subscription
+    how: str
+
+
 def take_claims(
     state: Subscription,
     message: ackstates.AckStateMessage,

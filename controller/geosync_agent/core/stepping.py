@@ -4,13 +4,14 @@ its cursor changes.
 The shell feeds events in and carries out what comes back; it decides nothing of what this covers. The
 events, in the order a round and the next one give them:
 
-* ``Decide`` (steps 3-4): a subscription's claim is to be decided, because a look at its topic's cursors
-  (the feed's, a poll's) chose it or its tail caught up with its cursor. The gates come first (a rewind
-  followed, a tail to read again or a cursor below what it forgot, a publish pause: ``Stepped.undecided``,
-  with the poll that ends the pause in ``Stepped.poll_by``); then snapshot mode's topics go to it
-  (``Stepped.snapshot``) and the others' claim is decided (``core.publishing.claim``), timed, and queued
-  for its namespace's envelopes (``Stepped.claims``), with the publish pause that follows it
-  (``core.pauses``).
+* ``Decide`` (steps 3-4, ``core.deciding``): a subscription's claim is to be decided, because a look at
+  its topic's cursors (the feed's, a poll's) chose it or its tail caught up with its cursor: the gates
+  (``Stepped.undecided``, and the poll that ends a publish pause in ``Stepped.poll_by``), then snapshot
+  mode (``Stepped.snapshot``) or the claim, queued for its namespace's envelopes (``Stepped.claims``).
+* ``ClaimsReceived`` (steps 8-9, ``core.receiving``): one state of an envelope another region sent, opened
+  by the shell: held while it names a life of a region not announced here, else made about the lives known
+  here and merged into the subscription's claims; what that asks of the shell comes back (a poll brought
+  forward, a discovery pass in ``Stepped.rediscover``, a rewind elsewhere as a notice).
 * ``ApplyDue``: the round's apply step, with what the shell knows now of the brokers (which capabilities are
   usable, what claims are made of, which topics snapshot mode covers). Every subscription's cursor change is
   decided (``core.planning.plan_round``) and comes back as effects: creations and cursor resets to carry out
@@ -22,21 +23,19 @@ events, in the order a round and the next one give them:
   writes found no plugin, their cursors are read again at once (``Stepped.poll_soon``) and planned again.
 * ``Lost``: the writes' outcomes could not be read at all: their subscriptions are planned again.
 
-Everything that comes back is a value (``Stepped``): effects (``core.effects``), claims to send, topics to
-poll, counters to add and notices to log. The state is the agent's (``Applying`` and ``Deciding`` name
-what of it each event reads: the tracked topics, the subscriptions, the feed's bookkeeping, the heavy plans
-and publishes, the namespaces synced, two settings); the subscriptions' records are updated as the
-decisions are made. The same entry runs in production (``folding``, called by
-``runtime``'s round), in the unit tests and in the simulator, which runs the real agent's rounds over
-simulated ports (``geosync_sim``).
+Everything that comes back is a value (``core.stepped.Stepped``): effects (``core.effects``), claims to
+send, topics to poll, counters to add and notices to log. The state is the agent's (``Applying``,
+``Deciding`` and ``Receiving`` name what of it each event reads); the subscriptions' records are updated as
+the decisions are made. The same entry runs in production (the shell's parts, called by ``runtime``'s
+round), in the unit tests and in the simulator, which runs the real agent's rounds over simulated ports
+(``geosync_sim``).
 
 The other steps of the round still decide in the shell's parts, with the core's functions
 (``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
 
-Invariants (tests in ``tests/agent/test_core_planning.py`` and ``test_core_deciding.py``, through ``step``):
+Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
+the others in their modules, ``core.deciding`` and ``core.receiving``):
 
-* no claim is decided while its subscription follows a rewind, its tail is to be read again or its cursor
-  lies below what the tail forgot, nor within a publish pause unless at a resync;
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
   in one step;
 * a plugin write carries the mark-delete its plan was made from only when the plugin checks it
@@ -48,22 +47,33 @@ Invariants (tests in ``tests/agent/test_core_planning.py`` and ``test_core_decid
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, cast, overload
 
-from geosync_agent.core import applying, planning, publishing
+from geosync_agent.core import applying, planning
+from geosync_agent.core.deciding import Decide, Deciding, decide
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
-from geosync_agent.core.logview import LogView
 from geosync_agent.core.now import Now
-from geosync_agent.core.pauses import note_heavy, publish_pause
-from geosync_agent.core.planning import Notice, Topic, Work
-from geosync_agent.core.subscriptions import Feed, SubKey, Subscription, SubsTable, decided_already
-from geosync_core import ackstates, pluginwrites
+from geosync_agent.core.planning import Topic, Work
+from geosync_agent.core.receiving import ClaimsReceived, Receiving, receive
+from geosync_agent.core.stepped import Notice, Stepped
+from geosync_agent.core.subscriptions import Feed, SubKey, Subscription, SubsTable
+from geosync_core import pluginwrites
 from geosync_core.capabilities import REPROBE_S
 from geosync_core.positions import Position
-from geosync_core.rangesets import AckState
+
+__all__ = [
+    "ApplyDue",
+    "ClaimsReceived",
+    "Decide",
+    "Landed",
+    "Lost",
+    "Notice",
+    "Stepped",
+    "Written",
+    "step",
+]
 
 
 class Settings(Protocol):
@@ -93,31 +103,6 @@ class Applying(Protocol):
 
     @property
     def heavy_plans(self) -> dict[SubKey, Subscription]: ...
-
-
-class Deciding(Protocol):
-    """What of the agent's state a claim's decision (``Decide``) reads and changes."""
-
-    @property
-    def config(self) -> Settings: ...
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def namespaces(self) -> Mapping[str, frozenset[str]]:
-        """The namespaces synced here: claims go out on their control topics only."""
-        ...
-
-    @property
-    def heavy_publishes_by(self) -> dict[SubKey, Subscription]:
-        """The subscriptions whose last publish took ``tuning.HEAVY_PLAN_S`` or more (``pauses``)."""
-        ...
-
-    @property
-    def heavy_publishes(self) -> int:
-        """How many of them this round began with."""
-        ...
 
 
 # -- events ----------------------------------------------------------------------------------------
@@ -168,46 +153,7 @@ class Lost:
 ApplyEvent = ApplyDue | Written | Landed | Lost
 
 
-@dataclass(frozen=True, slots=True)
-class Decide:
-    """Round steps 3-4: decide ``sub``'s claim. A look at its topic's cursors chose it (the feed's or a
-    poll's, ``subscriptions.to_decide``), or its tail read as far as its cursor acknowledged. ``force``: at
-    its topic's resync (whole, and not held by a publish pause); ``acknowledgements``: claims are made of
-    what consumers acknowledged; ``covered``: snapshot mode covers its topic (markers, not claims)."""
-
-    sub: Subscription
-    force: bool
-    acknowledgements: bool
-    covered: bool
-
-
-Event = ApplyEvent | Decide
-
-
-@dataclass(slots=True)
-class Stepped:
-    """What a step asks for: ``effects`` to carry out now, then ``moves``, the admin-API moves (their
-    outcomes folded in between, as each batch's are); ``writes``, plugin cursor writes to send (their outcomes
-    come back as ``Written`` and ``Landed`` at the next round, with ``work``, the plans they carry);
-    ``poll_soon``, topics whose cursors are to be read again at once; ``counts`` to add to the agent's
-    counters; ``notices`` to log; and what a claim's decision (``Decide``) says, below."""
-
-    effects: list[Effect] = field(default_factory=list)
-    moves: list[Effect] = field(default_factory=list)
-    writes: list[PluginAck] = field(default_factory=list)
-    work: Work = field(default_factory=dict)
-    poll_soon: list[str] = field(default_factory=list)
-    counts: Counter[str] = field(default_factory=Counter)
-    notices: list[Notice] = field(default_factory=list)
-    claims: list[tuple[str, ackstates.AckStateMessage]] = field(default_factory=list)
-    """``Decide``: a claim to seal and send on its namespace's control topic, with this round's others."""
-    poll_by: dict[str, float] = field(default_factory=dict)
-    """``Decide``: topics whose cursors are to be read again by then (monotonic), if not sooner."""
-    snapshot: list[Subscription] = field(default_factory=list)
-    """``Decide``: subscriptions whose cursor goes to snapshot mode (``snapshotting``), not to claims."""
-    undecided: bool = False
-    """``Decide``: the claim could not be decided yet (its tail is read again first, a rewind is followed,
-    a publish pause holds it): the look keeps it as not published."""
+Event = ApplyEvent | Decide | ClaimsReceived
 
 
 @overload
@@ -218,11 +164,17 @@ def step(state: Applying, event: ApplyEvent, now: Now) -> Stepped: ...
 def step(state: Deciding, event: Decide, now: Now) -> Stepped: ...
 
 
-def step(state: Applying | Deciding, event: Event, now: Now) -> Stepped:
+@overload
+def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
+
+
+def step(state: Applying | Deciding | Receiving, event: Event, now: Now) -> Stepped:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
-    state it is about (``Applying``, ``Deciding``); ``agentstate.AgentState`` has them all."""
+    state it is about (``Applying``, ``Deciding``, ``Receiving``); ``agentstate.AgentState`` has them all."""
     if isinstance(event, Decide):
-        return _decide(cast(Deciding, state), event, now)
+        return decide(cast(Deciding, state), event, now)
+    if isinstance(event, ClaimsReceived):
+        return receive(cast(Receiving, state), event, now)
     return _apply(cast(Applying, state), event, now)
 
 
@@ -239,7 +191,7 @@ def _apply(state: Applying, event: ApplyEvent, now: Now) -> Stepped:
             acknowledgements=event.acknowledgements,
             claims_known=event.claims_known,
         )
-        out = Stepped(effects=planned.effects, counts=planned.counts, notices=planned.notices)
+        out = Stepped(effects=planned.effects, counts=planned.counts, notices=[*planned.notices])
         work = planned.work
         if work and event.plugin_writes:
             out.writes, out.work = plugin_writes(work, state.feed, now_mono=now.mono), work
@@ -268,69 +220,6 @@ def _apply(state: Applying, event: ApplyEvent, now: Now) -> Stepped:
     for sub, _, _ in event.work.values():
         sub.planned = None  # not known written: planned again
     return Stepped()
-
-
-def _decide(state: Deciding, event: Decide, now: Now) -> Stepped:
-    """Steps 3-4: the gates before a claim (a rewind followed, a tail to read again, a publish pause), then
-    snapshot mode or the claim (``publishing.claim``), timed, and the publish pause that follows it."""
-    out, sub = Stepped(), event.sub
-    ts = state.topics.get(sub.topic)
-    if ts is None or sub.cursor is None or sub.follow:
-        out.undecided = True  # following a rewind: this cursor may acknowledge what the newer claims do not
-        return out
-    tail, cursor = ts.tail, sub.cursor
-    if tail.stale or _behind_forgotten(tail, sub, cursor, out):
-        out.undecided = (
-            True  # the tail is read again first (next round): claims made now could leave entries out
-        )
-        return out
-    if not event.force and now.mono < sub.publish_after:
-        # Claims too large to translate and send at every acknowledgement: the next due poll brings this
-        # cursor back (it still differs from ``translated``), and with it everything acknowledged since.
-        out.poll_by[sub.topic] = sub.publish_after
-        out.counts["publishes_paused"] += 1
-        out.undecided = True
-        return out
-    if event.covered:
-        out.snapshot.append(sub)
-        return out
-    # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what consumers
-    # acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
-    exact = event.acknowledgements
-    if not event.force and decided_already(sub, acknowledgements=exact, log_version=tail.version):
-        return out  # ``claim`` would answer "same": not timed (a poll looks at every subscription)
-    # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL switch
-    # alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one counted so.
-    started = now.cpu()
-    namespace = publishing.namespace_of(sub.topic)
-    decided = publishing.claim(
-        sub,
-        tail,
-        exact=exact,
-        force=event.force,
-        local=state.config.region,
-        sendable=namespace in state.namespaces,
-    )
-    if not isinstance(decided, publishing.Send):
-        return out
-    if decided.as_news:
-        out.counts["states_sent_as_news"] += 1
-    sub.publish_took = took = now.cpu() - started
-    note_heavy(state.heavy_publishes_by, sub, took)
-    sub.publish_after = now.mono + publish_pause(decided.size, took=took, heavy=state.heavy_publishes)
-    out.claims.append((namespace, decided.message))
-    return out
-
-
-def _behind_forgotten(tail: LogView, sub: Subscription, cursor: AckState, out: Stepped) -> bool:
-    """Whether ``sub``'s cursor lies below entries the tail already forgot (``planning.behind_forgotten``):
-    nothing is claimed for it, and the tail is read again from the earliest message or the subscription is
-    parked (counted and noticed in ``out``)."""
-    behind = planning.behind_forgotten(tail, sub, cursor)
-    if isinstance(behind, planning.Parked):
-        out.counts["subscriptions_parked"] += 1
-        out.notices.append(behind)
-    return behind is not False
 
 
 def plugin_writes(work: Work, feed: Feed, *, now_mono: float) -> list[PluginAck]:

@@ -1,0 +1,140 @@
+"""Deciding: a subscription's claim through the core's entry (``core.stepping.step`` with ``Decide``, round
+steps 3-4).
+
+A look at a topic's cursors (the feed's, a poll's: ``observing``) chooses the subscriptions whose claim is
+to be decided (``subscriptions.to_decide``), and so does a tail that read as far as a cursor acknowledged
+(``indexing``). For each, the gates come first: no claim while its subscription follows a rewind (its cursor
+may acknowledge what the newer claims do not), while its tail is to be read again or its cursor lies below
+what the tail forgot (claims made now could leave entries out; parked below what the budget of entries held
+made it forget), or within its publish pause unless at a resync (``Stepped.undecided``; the poll that ends
+the pause in ``Stepped.poll_by``). Then a topic snapshot mode covers goes to it (``Stepped.snapshot``: its
+markers are the shell's), and any other has its claim decided (``core.publishing.claim``), timed with the
+round's CPU meter, queued for its namespace's envelopes (``Stepped.claims``), and paused for what it cost
+(``core.pauses``).
+
+Invariants (tests in ``tests/agent/test_core_deciding.py``, through ``step``): the gates above; a claim goes
+out only for a namespace synced here; the same claim is not decided twice unless a resync forces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from geosync_agent.core import planning, publishing
+from geosync_agent.core.logview import LogView
+from geosync_agent.core.now import Now
+from geosync_agent.core.pauses import note_heavy, publish_pause
+from geosync_agent.core.planning import Topic
+from geosync_agent.core.stepped import Stepped
+from geosync_agent.core.subscriptions import SubKey, Subscription, decided_already
+from geosync_core.rangesets import AckState
+
+
+class Regional(Protocol):
+    """The setting a claim's decision reads (``AgentConfig``'s)."""
+
+    @property
+    def region(self) -> str: ...
+
+
+class Deciding(Protocol):
+    """What of the agent's state a claim's decision (``Decide``) reads and changes."""
+
+    @property
+    def config(self) -> Regional: ...
+
+    @property
+    def topics(self) -> Mapping[str, Topic]: ...
+
+    @property
+    def namespaces(self) -> Mapping[str, frozenset[str]]:
+        """The namespaces synced here: claims go out on their control topics only."""
+        ...
+
+    @property
+    def heavy_publishes_by(self) -> dict[SubKey, Subscription]:
+        """The subscriptions whose last publish took ``tuning.HEAVY_PLAN_S`` or more (``pauses``)."""
+        ...
+
+    @property
+    def heavy_publishes(self) -> int:
+        """How many of them this round began with."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """Round steps 3-4: decide ``sub``'s claim. A look at its topic's cursors chose it (the feed's or a
+    poll's, ``subscriptions.to_decide``), or its tail read as far as its cursor acknowledged. ``force``: at
+    its topic's resync (whole, and not held by a publish pause); ``acknowledgements``: claims are made of
+    what consumers acknowledged; ``covered``: snapshot mode covers its topic (markers, not claims)."""
+
+    sub: Subscription
+    force: bool
+    acknowledgements: bool
+    covered: bool
+
+
+def decide(state: Deciding, event: Decide, now: Now) -> Stepped:
+    """Steps 3-4: the gates before a claim (a rewind followed, a tail to read again, a publish pause), then
+    snapshot mode or the claim (``publishing.claim``), timed, and the publish pause that follows it."""
+    out, sub = Stepped(), event.sub
+    ts = state.topics.get(sub.topic)
+    if ts is None or sub.cursor is None or sub.follow:
+        out.undecided = True  # following a rewind: this cursor may acknowledge what the newer claims do not
+        return out
+    tail, cursor = ts.tail, sub.cursor
+    if tail.stale or _behind_forgotten(tail, sub, cursor, out):
+        out.undecided = (
+            True  # the tail is read again first (next round): claims made now could leave entries out
+        )
+        return out
+    if not event.force and now.mono < sub.publish_after:
+        # Claims too large to translate and send at every acknowledgement: the next due poll brings this
+        # cursor back (it still differs from ``translated``), and with it everything acknowledged since.
+        out.poll_by[sub.topic] = sub.publish_after
+        out.counts["publishes_paused"] += 1
+        out.undecided = True
+        return out
+    if event.covered:
+        out.snapshot.append(sub)
+        return out
+    # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what consumers
+    # acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
+    exact = event.acknowledgements
+    if not event.force and decided_already(sub, acknowledgements=exact, log_version=tail.version):
+        return out  # ``claim`` would answer "same": not timed (a poll looks at every subscription)
+    # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL switch
+    # alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one counted so.
+    started = now.cpu()
+    namespace = publishing.namespace_of(sub.topic)
+    decided = publishing.claim(
+        sub,
+        tail,
+        exact=exact,
+        force=event.force,
+        local=state.config.region,
+        sendable=namespace in state.namespaces,
+    )
+    if not isinstance(decided, publishing.Send):
+        return out
+    if decided.as_news:
+        out.counts["states_sent_as_news"] += 1
+    sub.publish_took = took = now.cpu() - started
+    note_heavy(state.heavy_publishes_by, sub, took)
+    sub.publish_after = now.mono + publish_pause(decided.size, took=took, heavy=state.heavy_publishes)
+    out.claims.append((namespace, decided.message))
+    return out
+
+
+def _behind_forgotten(tail: LogView, sub: Subscription, cursor: AckState, out: Stepped) -> bool:
+    """Whether ``sub``'s cursor lies below entries the tail already forgot (``planning.behind_forgotten``):
+    nothing is claimed for it, and the tail is read again from the earliest message or the subscription is
+    parked (counted and noticed in ``out``)."""
+    behind = planning.behind_forgotten(tail, sub, cursor)
+    if isinstance(behind, planning.Parked):
+        out.counts["subscriptions_parked"] += 1
+        out.notices.append(behind)
+    return behind is not False
