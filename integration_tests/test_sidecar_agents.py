@@ -258,8 +258,9 @@ def test_the_surviving_brokers_sidecar_takes_over_from_a_killed_one(sidecars: La
             entry = [x for x in state.get("synced", []) if x["topic"] == topic]
             raise AssertionError(f"{e}: {survivor} shows {entry}; counters {state.get('counters')}") from e
         # What the cursors and the survivor held before the failover consumes. Two losses seen in CI: a batch
-        # read in part taken for its size (session 15), and the victim's broker killed between the admin
-        # API's create-subscription (cursor persisted at the latest entry) and its reset to the earliest
+        # read in part taken for its size (session 15; the 3 of 2045f7c, session 13, had its signature), and
+        # the victim's broker killed between the admin API's create-subscription (cursor persisted at the
+        # latest entry) and its reset to the earliest
         # (session 16: b's cursor came back at 27:2 on the survivor; agents now subscribe at the earliest).
         # Third (session 17): killed before b's subscription existed, so on the survivor the topic had only
         # the replicator's cursor, done with ledger 28, and Pulsar deleted the ledger as it loaded the topic;
