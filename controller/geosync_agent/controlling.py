@@ -25,7 +25,7 @@ from geosync_agent.core.publishing import namespace_of
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.discovering import synced
 from geosync_agent.indexing import Indexing
-from geosync_core import ackstates, envelopes, incarnations
+from geosync_core import ackstates, incarnations
 from geosync_core.capabilities import Capability
 from geosync_core.incarnations import Incarnation
 from geosync_core.positions import Position
@@ -104,39 +104,21 @@ class Controlling(Indexing):
             self.stats.inc("tracked_from_claims")
 
     def handle_control(self, data: bytes, *, topic: str, now: Now) -> None:
-        opened = envelopes.open_envelope(self.keys.keyring, data)
-        if isinstance(opened, envelopes.Rejected):
-            self._reject(opened)
-            return
-        if opened.region == self.config.region:
-            return  # our own message, replicated back to us through the local log
-        # Validated whole before the replay guard moves: a genuine envelope of another kind (a policy
-        # event) or of another namespace copied here by someone with produce permission only must neither
-        # act nor push the guard past the sender's next sequence number (its claims would be refused).
-        decoded = ackstates.decode_ack_states(opened)
-        if isinstance(decoded, envelopes.Rejected):
-            self._reject(decoded)
-            return
-        tags = ackstates.incarnations_of(opened)
-        if isinstance(tags, envelopes.Rejected):
-            self._reject(tags)
-            return
-        if any(namespace_of(m.topic) != namespace_of(topic) for m in decoded):
-            self._reject(envelopes.Rejected(envelopes.Reason.MISPLACED))
-            return
-        if opened.sent_at_ms >= self.started_ms:  # not history re-read from the control topic
+        """Have the core open an entry read from the control topic ``topic`` (``stepping.EnvelopeRead``), then
+        learn the incarnations it names and hand its states to the core, one ``ClaimsReceived`` each."""
+        opened = stepping.step(self, stepping.EnvelopeRead(data, topic, self.keys.keyring), now)
+        if opened.sent_at_ms is not None:
             # Until now, not the round's start: a message may be taken late in the round (``receive again``).
             taken = now.since()
             self.transit_ms.add(int((now.wall + taken) * 1000) - opened.sent_at_ms, at=now.mono + taken)
-        self.guards[topic], admitted = self.guards.get(topic, envelopes.ReplayGuard()).admit(opened)
-        if isinstance(admitted, envelopes.Rejected):
-            self._reject(admitted)
+        if opened.rejected is not None:
+            self._reject(opened.rejected)
             return
-        if tags is not None:
+        if opened.tags is not None:
             # Sent before this agent started: history re-read from the control topic (see _region_rebuilt).
-            self._learn_incarnations(opened.region, tags, now, history=opened.sent_at_ms < self.started_ms)
-        for received in decoded:
-            self._claims_received(received, tags, now)
+            self._learn_incarnations(opened.sender, opened.tags, now, history=opened.history)
+        for received in opened.states:
+            self._claims_received(received, opened.tags, now)
 
     def _learn_incarnations(
         self, sender: str, tags: dict[str, Incarnation], now: Now, *, history: bool = False

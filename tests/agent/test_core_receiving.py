@@ -8,16 +8,18 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from geosync_agent.core import generations, receiving, stepping, tuning
+from geosync_agent.core import generations, receiving, sealing, stepping, tuning
 from geosync_agent.core.now import Now
 from geosync_agent.core.subscriptions import Subscription, SubsTable
+from geosync_core import envelopes
 from geosync_core.ackstates import AckStateMessage
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
-from .test_core_planning import SUB, TOPIC, Topic, copies
+from .fakes import KEYRING, KEYS
+from .test_core_planning import SUB, TOPIC, Settings, Topic, copies
 
 OTHER = "persistent://geo/ab/other"
 A1, A2 = Incarnation(1_000, "one"), Incarnation(2_000, "two")
@@ -34,6 +36,9 @@ class State:
     waiting_count: int = 0
     lookups: set[str] = field(default_factory=set)
     claimed_untracked: dict[str, tuple[float, float]] = field(default_factory=dict)
+    config: Settings = field(default_factory=Settings)  # region b
+    guards: dict[str, envelopes.ReplayGuard] = field(default_factory=dict)
+    started_ms: int = 1_000_000
 
 
 def claims(up_to: int, *, topic: str = TOPIC, generation: int = 0) -> AckStateMessage:
@@ -148,3 +153,55 @@ def test_claims_on_a_topic_not_tracked_ask_for_discovery_or_in_sidecar_mode_for_
 def test_new_claims_bring_the_poll_forward_where_plugin_writes_cannot_be_used() -> None:
     assert receive(State(), claims(3), plugin_writes=False).poll_soon == [TOPIC]
     assert receive(State(), claims(3, topic=OTHER), plugin_writes=False).poll_soon == []  # not tracked
+
+
+CONTROL = "persistent://geo/ab/geosync-control"
+
+
+def envelope(*states: AckStateMessage, sender: str = "a", seq: int = 0, sent_at_ms: int = 2_000_000) -> bytes:
+    """``states`` sealed as ``sender``'s agent sends them, naming its life ``A1``."""
+    sealed = sealing.seal(
+        list(states),
+        signer=KEYS[sender].signer,
+        region=sender,
+        seq=seq,
+        now_ms=sent_at_ms,
+        incarnations={"a": A1},
+    )
+    (data,) = sealed.messages
+    return data
+
+
+def read(state: State, data: bytes, *, topic: str = CONTROL) -> receiving.Opened:
+    return stepping.step(state, stepping.EnvelopeRead(data, topic, KEYRING), Now(100.0, 1_100.0))
+
+
+def test_an_envelope_read_gives_its_sender_lives_and_states_and_moves_the_replay_guard() -> None:
+    state = State()
+    opened = read(state, envelope(claims(3)))
+    assert (opened.rejected, opened.sender, opened.tags) == (None, "a", {"a": A1})
+    assert opened.states == [claims(3)]
+    assert (opened.sent_at_ms, opened.history) == (2_000_000, False)
+    assert CONTROL in state.guards
+    history = read(State(started_ms=3_000_000), envelope(claims(3)))
+    assert (history.sent_at_ms, history.history, len(history.states)) == (None, True, 1)
+
+
+def test_an_envelope_replayed_altered_misplaced_or_own_yields_no_claim() -> None:
+    state = State()
+    data = envelope(claims(3))
+    read(state, data)
+    guard = state.guards[CONTROL]
+    replayed = read(state, data)
+    assert replayed.rejected is not None
+    assert replayed.states == []
+    assert replayed.sent_at_ms == 2_000_000  # a current envelope, valid whole: its transit counts
+    altered = read(state, data[:-3] + b"xyz")
+    assert (altered.rejected is not None, altered.states) == (True, [])
+    elsewhere = "persistent://geo/other/geosync-control"
+    misplaced = read(state, envelope(claims(3), seq=5_000_000_000), topic=elsewhere)
+    assert misplaced.rejected == envelopes.Rejected(envelopes.Reason.MISPLACED)
+    assert elsewhere not in state.guards  # refused before its guard moved
+    assert state.guards[CONTROL] == guard
+    own = read(state, envelope(AckStateMessage(TOPIC, SUB, "b", OriginAcks.of({})), sender="b"))
+    assert own == receiving.Opened()

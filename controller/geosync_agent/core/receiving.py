@@ -1,14 +1,19 @@
 """Receiving: claims from the other regions through the core's entry (``core.stepping.step`` with
-``ClaimsReceived``, round steps 8-9).
+``EnvelopeRead`` and ``ClaimsReceived``, round steps 7-9).
 
-The shell opens an envelope read from a control topic (its signature, its sender's key, replays and misplaced
-states: ``geosync_core.envelopes``), decodes the states it carries and learns the incarnations it announces
-(``controlling``: a region rebuilt asks the brokers where their logs end, which is I/O); each state then
-comes here as an event. Its claims about a life of a region that the region has not announced here yet wait
-for it (``reports.waiting_on_incarnations``; at most ``tuning.MAX_WAITING_CLAIMS``, the oldest dropped:
-their sender's next resync says them again) and come back as an event of their own once it has
-(``waited``). The rest are made about the incarnations known here (``reports.of_known_incarnations``) and
-merged into the subscription's claims (``generations.take_claims``).
+An entry read from a control topic comes in as ``EnvelopeRead``: it is opened (``geosync_core.envelopes``:
+signature, the sender's key; ``geosync_core.ackstates``: the states and incarnations it carries), and
+refused if it is malformed, misplaced (a state of another namespace than its control topic's) or a replay
+(the topic's ``ReplayGuard``); this region's own envelopes, replicated back, are ignored. What comes back
+(``Opened``) is what the shell needs to go on: the sender, the incarnations it names, its states. The shell
+learns those incarnations (``controlling``: a region rebuilt asks the brokers where their logs end, which
+is I/O), then hands each state over as ``ClaimsReceived``.
+
+A state's claims about a life of a region that the region has not announced here yet wait for it
+(``reports.waiting_on_incarnations``; at most ``tuning.MAX_WAITING_CLAIMS``, the oldest dropped: their
+sender's next resync says them again) and come back as an event of their own once it has (``waited``). The
+rest are made about the incarnations known here (``reports.of_known_incarnations``) and merged into the
+subscription's claims (``generations.take_claims``).
 
 What the shell knows of the claims' topic comes with the event, as it is now: whether this region syncs the
 subscription and its topic (its configuration), whether this agent syncs the topic (sidecar mode: its
@@ -16,6 +21,8 @@ broker owns it), whether plugin cursor writes are usable, what claims are made o
 
 Invariants (tests in ``tests/agent/test_core_receiving.py``, through ``step``):
 
+* an envelope that is unsigned, altered, malformed, misplaced or replayed yields no claim, and a replay
+  guard moves only for an envelope valid whole (``Opened.rejected`` says why);
 * claims about a subscription this region does not sync change nothing;
 * claims of an older generation than the one held are dropped (they would undo a rewind);
 * claims about a region's life not announced here are held, not taken, until it is;
@@ -29,15 +36,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from geosync_agent.core import generations, reports, tuning
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic
+from geosync_agent.core.publishing import namespace_of
 from geosync_agent.core.stepped import Stepped
 from geosync_agent.core.subscriptions import Subscription, SubsTable
-from geosync_core import ackstates
+from geosync_core import ackstates, envelopes
 from geosync_core.incarnations import Incarnation, Known
 
 Waiting = dict[tuple[str, Incarnation], deque[ackstates.AckStateMessage]]
@@ -73,6 +81,80 @@ class Receiving(Protocol):
     def claimed_untracked(self) -> dict[str, tuple[float, float]]:
         """Claimed topics not tracked here yet, looked up alone: topic -> (next look-up, give up at)."""
         ...
+
+
+class Regional(Protocol):
+    @property
+    def region(self) -> str: ...
+
+
+class Opening(Protocol):
+    """What of the agent's state opening an envelope reads and changes."""
+
+    @property
+    def config(self) -> Regional: ...
+
+    @property
+    def guards(self) -> dict[str, envelopes.ReplayGuard]:
+        """Each control topic's replay guard."""
+        ...
+
+    @property
+    def started_ms(self) -> int:
+        """When this agent started (wall ms): envelopes sent before are the control topic's history."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeRead:
+    """Round step 7: ``data``, an entry read from the control topic ``topic``; ``keyring``, the regions' keys
+    trusted now (the shell reloads them)."""
+
+    data: bytes
+    topic: str
+    keyring: envelopes.Keyring
+
+
+@dataclass(slots=True)
+class Opened:
+    """What an envelope read says. ``rejected``: why it changes nothing (the shell counts and logs it), or
+    None. ``sent_at_ms``: when it was sent, for the transit time, if it is current (not the control topic's
+    history) and valid whole, replayed or not. ``sender``, ``tags`` (the incarnations it names; None: none)
+    and ``states`` (its claims, one ``ClaimsReceived`` each once the incarnations are learned): empty when it
+    was rejected or is this region's own. ``history``: it was sent before this agent started."""
+
+    rejected: envelopes.Rejected | None = None
+    sent_at_ms: int | None = None
+    sender: str = ""
+    tags: dict[str, Incarnation] | None = None
+    states: list[ackstates.AckStateMessage] = field(default_factory=list)
+    history: bool = False
+
+
+def open_envelope(state: Opening, event: EnvelopeRead) -> Opened:
+    """Step 7 (see the module docstring)."""
+    opened = envelopes.open_envelope(event.keyring, event.data)
+    if isinstance(opened, envelopes.Rejected):
+        return Opened(rejected=opened)
+    if opened.region == state.config.region:
+        return Opened()  # our own message, replicated back to us through the local log
+    # Validated whole before the replay guard moves: a genuine envelope of another kind (a policy event) or
+    # of another namespace copied here by someone with produce permission only must neither act nor push the
+    # guard past the sender's next sequence number (its claims would be refused).
+    decoded = ackstates.decode_ack_states(opened)
+    if isinstance(decoded, envelopes.Rejected):
+        return Opened(rejected=decoded)
+    tags = ackstates.incarnations_of(opened)
+    if isinstance(tags, envelopes.Rejected):
+        return Opened(rejected=tags)
+    if any(namespace_of(m.topic) != namespace_of(event.topic) for m in decoded):
+        return Opened(rejected=envelopes.Rejected(envelopes.Reason.MISPLACED))
+    history = opened.sent_at_ms < state.started_ms  # re-read from the control topic
+    sent_at_ms = None if history else opened.sent_at_ms
+    state.guards[event.topic], admitted = state.guards.get(event.topic, envelopes.ReplayGuard()).admit(opened)
+    if isinstance(admitted, envelopes.Rejected):
+        return Opened(rejected=admitted, sent_at_ms=sent_at_ms)
+    return Opened(sent_at_ms=sent_at_ms, sender=opened.region, tags=tags, states=decoded, history=history)
 
 
 @dataclass(frozen=True, slots=True)

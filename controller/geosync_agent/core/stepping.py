@@ -8,10 +8,13 @@ events, in the order a round and the next one give them:
   its topic's cursors (the feed's, a poll's) chose it or its tail caught up with its cursor: the gates
   (``Stepped.undecided``, and the poll that ends a publish pause in ``Stepped.poll_by``), then snapshot
   mode (``Stepped.snapshot``) or the claim, queued for its namespace's envelopes (``Stepped.claims``).
-* ``ClaimsReceived`` (steps 8-9, ``core.receiving``): one state of an envelope another region sent, opened
-  by the shell: held while it names a life of a region not announced here, else made about the lives known
-  here and merged into the subscription's claims; what that asks of the shell comes back (a poll brought
-  forward, a discovery pass in ``Stepped.rediscover``, a rewind elsewhere as a notice).
+* ``EnvelopeRead`` (step 7, ``core.receiving``): an entry read from a control topic, opened, checked and
+  admitted past the topic's replay guard, or refused; what comes back is ``Opened`` (the sender, the lives
+  it names, its states), for the shell to learn those lives (I/O when a region was rebuilt) and go on with:
+* ``ClaimsReceived`` (steps 8-9, ``core.receiving``): one state of that envelope: held while it names a life
+  of a region not announced here, else made about the lives known here and merged into the subscription's
+  claims; what that asks of the shell comes back (a poll brought forward, a discovery pass in
+  ``Stepped.rediscover``, a rewind elsewhere as a notice).
 * ``ApplyDue``: the round's apply step, with what the shell knows now of the brokers (which capabilities are
   usable, what claims are made of, which topics snapshot mode covers). Every subscription's cursor change is
   decided (``core.planning.plan_round``) and comes back as effects: creations and cursor resets to carry out
@@ -23,12 +26,12 @@ events, in the order a round and the next one give them:
   writes found no plugin, their cursors are read again at once (``Stepped.poll_soon``) and planned again.
 * ``Lost``: the writes' outcomes could not be read at all: their subscriptions are planned again.
 
-Everything that comes back is a value (``core.stepped.Stepped``): effects (``core.effects``), claims to
-send, topics to poll, counters to add and notices to log. The state is the agent's (``Applying``,
-``Deciding`` and ``Receiving`` name what of it each event reads); the subscriptions' records are updated as
-the decisions are made. The same entry runs in production (the shell's parts, called by ``runtime``'s
-round), in the unit tests and in the simulator, which runs the real agent's rounds over simulated ports
-(``geosync_sim``).
+Everything that comes back is a value (``core.stepped.Stepped``, or ``Opened`` for an envelope): effects
+(``core.effects``), claims to send, topics to poll, counters to add and notices to log. The state is the
+agent's (``Applying``, ``Deciding``, ``Opening`` and ``Receiving`` name what of it each event reads); the
+subscriptions' records are updated as the decisions are made. The same entry runs in production (the
+shell's parts, called by ``runtime``'s round), in the unit tests and in the simulator, which runs the real
+agent's rounds over simulated ports (``geosync_sim``).
 
 The other steps of the round still decide in the shell's parts, with the core's functions
 (``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
@@ -56,7 +59,15 @@ from geosync_agent.core.deciding import Decide, Deciding, decide
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic, Work
-from geosync_agent.core.receiving import ClaimsReceived, Receiving, receive
+from geosync_agent.core.receiving import (
+    ClaimsReceived,
+    EnvelopeRead,
+    Opened,
+    Opening,
+    Receiving,
+    open_envelope,
+    receive,
+)
 from geosync_agent.core.stepped import Notice, Stepped
 from geosync_agent.core.subscriptions import Feed, SubKey, Subscription, SubsTable
 from geosync_core import pluginwrites
@@ -67,9 +78,11 @@ __all__ = [
     "ApplyDue",
     "ClaimsReceived",
     "Decide",
+    "EnvelopeRead",
     "Landed",
     "Lost",
     "Notice",
+    "Opened",
     "Stepped",
     "Written",
     "step",
@@ -165,12 +178,21 @@ def step(state: Deciding, event: Decide, now: Now) -> Stepped: ...
 
 
 @overload
+def step(state: Opening, event: EnvelopeRead, now: Now) -> Opened: ...
+
+
+@overload
 def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
 
 
-def step(state: Applying | Deciding | Receiving, event: Event, now: Now) -> Stepped:
+def step(
+    state: Applying | Deciding | Opening | Receiving, event: Event | EnvelopeRead, now: Now
+) -> Stepped | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
-    state it is about (``Applying``, ``Deciding``, ``Receiving``); ``agentstate.AgentState`` has them all."""
+    state it is about (``Applying``, ``Deciding``, ``Opening``, ``Receiving``); ``agentstate.AgentState`` has
+    them all."""
+    if isinstance(event, EnvelopeRead):
+        return open_envelope(cast(Opening, state), event)
     if isinstance(event, Decide):
         return decide(cast(Deciding, state), event, now)
     if isinstance(event, ClaimsReceived):
