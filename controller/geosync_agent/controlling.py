@@ -20,7 +20,7 @@ from geosync_agent import (
 )
 from geosync_agent import effects as fx
 from geosync_agent.agentstate import Now
-from geosync_agent.core import generations, reports, sealing, stepping, tuning
+from geosync_agent.core import generations, looking, reports, sealing, stepping, tuning
 from geosync_agent.core.publishing import namespace_of
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.discovering import synced
@@ -278,45 +278,18 @@ class Controlling(Indexing):
         )
         self._carry_out(stepping.step(self, event, now), now)
 
-    def _took_rewind(self, state: Subscription, rewind: generations.Rewound, cursor: AckState) -> bool:
+    def _took_rewind(
+        self, state: Subscription, rewind: generations.Rewound, cursor: AckState, now: Now
+    ) -> bool:
         """``cursor`` went back (``core.generations.rewound`` said how): whether that started a new
-        generation of ``state``'s claims; if so, a tail that forgot entries it acknowledges is read again."""
-        if rewind.kind is generations.Rewind.OWN:
-            return False
-        if rewind.kind is generations.Rewind.PASSIVE:
-            self.stats.inc("rewinds_passive")  # a passive copy: the active region's claims undo it
-            return False
-        self.stats.inc("rewinds")
-        ts = self.topics.get(state.topic)
-        if ts is not None and ts.tail.index.floor is not None and not ts.tail.stale:
-            # The new claims are this cursor's whole translation, but the tail forgot entries it acknowledges
-            # (every subscription had acknowledged them): read the topic again before claiming anything.
-            ts.tail.stale = True
-            ts.tail.stale_reason = (
-                f"subscription {state.name!r} was rewound and its claims start again, from entries forgotten "
-                f"up to {ts.tail.index.floor}"
-            )
-        feed = self.feed
-        log.info(
-            "%s on %s was %s here: its claims start again from this cursor (generation %d); judged %s; "
-            "feed: epoch %s, seq %d, %s, acknowledgements %s",
-            state.name,
-            state.topic,
-            "created again"
-            if rewind.recreated
-            else f"rewound from {rewind.seen and rewind.seen.mark_delete} to {cursor.mark_delete}",
-            state.generation,
-            generations.describe(rewind, cursor),
-            feed.epoch[:8] or "-",
-            feed.seq,
-            "answered this round"
-            if feed.read_at == rewind.at
-            else f"last answered {rewind.at - feed.read_at:.2f} s before"
-            if feed.read_at >= 0
-            else "never answered",
-            "claimed" if self.claims_acknowledgements() else "not claimed",
+        generation of ``state``'s claims (``core.looking.took_rewind``, its counters and notice carried
+        out)."""
+        out = stepping.Stepped()
+        took = looking.took_rewind(
+            self, state, rewind, cursor, out, acknowledgements=self.claims_acknowledgements()
         )
-        return True
+        self._carry_out(out, now)
+        return took
 
     def _flush_states(self, now: Now, *, announce: bool = True) -> None:
         """Send the states published since the last flush: per namespace, one signed envelope for up to

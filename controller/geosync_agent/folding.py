@@ -78,7 +78,7 @@ class Folding(Observing):
                     state, cursor, source="write", now_mono=now.mono, now_wall=now.wall
                 )
                 if rewind is not None:
-                    self._took_rewind(state, rewind, cursor)
+                    self._took_rewind(state, rewind, cursor, now)
             state.pending_move = None
             state.pending_holes = 0
             state.last_applied_at = now.wall

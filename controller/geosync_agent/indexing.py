@@ -97,7 +97,35 @@ class Indexing(Tracking):
     def _notice(self, notice: stepping.Notice) -> None:
         """Log what a decision of the core reports."""
         state = notice.state
-        if isinstance(notice, generations.RewoundElsewhere) and notice.how == "deferred":
+        if isinstance(notice, generations.Unconfirmed):
+            log.info(
+                "%s on %s: read again before it is judged a rewind; %s",
+                state.name,
+                state.topic,
+                generations.describe(notice.rewind, notice.cursor),
+            )
+        elif isinstance(notice, generations.RewindTaken):
+            rewind, cursor = notice.rewind, notice.cursor
+            log.info(
+                "%s on %s was %s here: its claims start again from this cursor (generation %d); judged %s; "
+                "feed: epoch %s, seq %d, %s, acknowledgements %s",
+                state.name,
+                state.topic,
+                "created again"
+                if rewind.recreated
+                else f"rewound from {rewind.seen and rewind.seen.mark_delete} to {cursor.mark_delete}",
+                notice.generation,
+                generations.describe(rewind, cursor),
+                notice.epoch[:8] or "-",
+                notice.seq,
+                "answered this round"
+                if notice.read_at == rewind.at
+                else f"last answered {rewind.at - notice.read_at:.2f} s before"
+                if notice.read_at >= 0
+                else "never answered",
+                "claimed" if notice.claimed else "not claimed",
+            )
+        elif isinstance(notice, generations.RewoundElsewhere) and notice.how == "deferred":
             log.info(
                 "%s on %s was rewound in another region: followed only if claims here are the cursor's (the "
                 "feed has not answered yet)",

@@ -1,9 +1,11 @@
 """Observing: cursors read from the plugin's feed and from ``internalStats`` polls, and claims published.
 
 Round step 4 (``runtime``): cursors from the feed (only subscriptions consumers just acknowledged on) and
-from polls paced by ``geosync_core.pacing``; rewinds noticed (``core.generations``); each subscription's
-claim decided by the core (``core.stepping.step`` with ``Decide``) and queued when it changed, to be sealed
-and sent by ``controlling``.
+from polls paced by ``geosync_core.pacing``, taken by the core (``core.stepping.step`` with ``CursorsRead``:
+rewinds judged); each subscription a look chose (``core.subscriptions.to_decide``) has its claim decided by
+the core (``Decide``) and queued when it changed, to be sealed and sent by ``controlling``. What is left
+here: which topics are read when (the feed's turns and what they leave, the polls due, their budget), a
+subscription's type learned (an admin call), the tail's floor and the next poll's time.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import acknowledged, generations, reports, stepping, subscriptions, tuning
+from geosync_agent.core import reports, stepping, subscriptions, tuning
 from geosync_agent.core.subscriptions import (
     Subscription,
     forgettable_floor,
@@ -240,67 +242,25 @@ class Observing(Feeding):
         next one. A poll cannot see batch indexes: it keeps the partly acknowledged batches the feed or a
         write last reported above the polled mark-delete (acknowledgements are never taken back), unless the
         topic was ``reloaded`` since: then none are taken as acknowledged, and the claims write them again."""
-        changed = doubted = False
-        moved: list[Subscription] = []
         cursor_set = self.subs.cursor_set.pop(topic, None)  # set elsewhere (writes) since the last look
-        reported = states if polled else self.subs.existing(topic, cursors)  # not all: their cost at 10,000
-        held_looks = self.feed.held_looks
         source = "poll" if polled else "feed"
-        # The same for every subscription of the look: whether rewinds are judged in it.
-        judged = not self.snapshots.covers(topic) and self.judges_rewinds(source, now)
-        for state in reported:
-            cursor = cursors.get(state.name)
-            if cursor is None:
-                continue
-            # A cursor held here, looked at again for the acknowledgements the feed brought, is nothing the
-            # broker showed: neither judged nor remembered as seen. Held from before a broker restart, it
-            # had become what was seen, acknowledgements the crash lost included, and the poll of the same
-            # round a rewind nobody made (lab chaos seed 29869).
-            held = not polled and (topic, state.name) in held_looks
-            rewind = (
-                None
-                if held or not judged
-                else generations.rewound(state, cursor, source=source, now_mono=now.mono, now_wall=now.wall)
-            )
-            unconfirmed = rewind is not None and rewind.kind is generations.Rewind.UNCONFIRMED
-            if unconfirmed:
-                doubted = True
-                self.stats.inc("polls_unconfirmed")
-                log.info(
-                    "%s on %s: read again before it is judged a rewind; %s",
-                    state.name,
-                    topic,
-                    generations.describe(rewind, cursor) if rewind is not None else "",
-                )
-            rewound = rewind is not None and not unconfirmed and self._took_rewind(state, rewind, cursor)
-            if rewound and state.acked is not None:
-                # Acknowledged before the rewind: maybe delivered again, not claimed; but what the cursor
-                # after it still shows acknowledged was not taken back (acknowledged after the reset, and
-                # reported in the same answer): kept, or nobody would claim it (simulator seed 200171).
-                state.acked = acknowledged.own_part(cursor, state.acked)
-            if (
-                polled
-                and not rewound  # a rewind cleared the batch indexes acknowledged before it
-                and not reloaded  # Pulsar may have forgotten them
-                and state.cursor is not None
-                and state.cursor.batches
-                and cursor.mark_delete >= state.cursor.mark_delete  # not reset backwards by someone
-            ):
-                cursor = cursor.ack_batches(state.cursor.batches)
-            if reloaded:
-                state.planned = None  # planned from what the broker may have forgotten: write it again
-            if unconfirmed:
-                continue  # not taken: the next poll, due at once, shows whether it was read mid-move
-            if cursor != state.cursor:
-                changed = True
-                moved.append(state)
-                state.cursor = cursor
-            # else the same value read again keeps its object: the apply step and the checkpoint tell an
-            # unchanged subscription by identity (a poll parses all its topic's cursors anew)
-        if any(not s.kind for s in moved):
+        read = stepping.CursorsRead(
+            topic,
+            cursors,
+            states,
+            polled=polled,
+            reloaded=reloaded,
+            # The same for every subscription of the look: whether rewinds are judged in it.
+            judged=not self.snapshots.covers(topic) and self.judges_rewinds(source, now),
+            acknowledgements=self.claims_acknowledgements(),
+        )
+        looked = stepping.step(self, read, now)
+        self._carry_out(looked.out, now)
+        if looked.learn_kinds:
             # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
             # per-key order) before the first claim, while the consumer that acknowledged is still there.
             self._learn_kinds(topic, states)
+        changed, doubted, moved, reported = looked.changed, looked.doubted, looked.moved, looked.reported
         # A poll publishes every state it read (a resync forces it); the feed the states it moved, and those
         # a write moved since they were decided or not decidable then (claims and tail follow them).
         claims, moved_ids = not self.snapshots.covers(topic), {id(s) for s in moved}

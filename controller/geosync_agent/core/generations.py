@@ -184,6 +184,32 @@ class Taken(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Unconfirmed:
+    """A poll alone showed ``state``'s cursor (``cursor``) going back: read again before it is judged."""
+
+    state: Subscription
+    rewind: Rewound
+    cursor: AckState
+
+
+@dataclass(frozen=True, slots=True)
+class RewindTaken:
+    """``state``'s cursor (``cursor``) was rewound here: its claims start again from it, as ``generation``.
+    What the feed had said by then (``epoch``, ``seq``, ``read_at``: when it last answered, monotonic, -1:
+    never) and whether claims are made of what consumers acknowledged (``claimed``), to tell a broker's
+    restart from a rewind when reading the log."""
+
+    state: Subscription
+    rewind: Rewound
+    cursor: AckState
+    generation: int
+    epoch: str
+    seq: int
+    read_at: float
+    claimed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RewoundElsewhere:
     """Claims of a newer generation came for ``state``: it was rewound in another region. ``how``:
     "deferred" (followed or not once it is known what claims here are made of: the feed has not answered

@@ -16,7 +16,7 @@ from geosync_agent.core.planning import Work
 from geosync_agent.core.subscriptions import Subscription
 from geosync_core import ackstates
 
-Notice = planning.Notice | generations.RewoundElsewhere
+Notice = planning.Notice | generations.RewoundElsewhere | generations.Unconfirmed | generations.RewindTaken
 """What a decision made that people should read of (the shell logs it)."""
 
 

@@ -4,6 +4,9 @@ its cursor changes.
 The shell feeds events in and carries out what comes back; it decides nothing of what this covers. The
 events, in the order a round and the next one give them:
 
+* ``CursorsRead`` (step 2, ``core.looking``): the cursors a look at a topic read (the feed's report, a
+  poll's): rewinds judged, cursors taken; what comes back is ``Looked`` (which moved, a rewind doubted,
+  types to learn first), after which the look chooses the subscriptions to decide:
 * ``Decide`` (steps 3-4, ``core.deciding``): a subscription's claim is to be decided, because a look at
   its topic's cursors (the feed's, a poll's) chose it or its tail caught up with its cursor: the gates
   (``Stepped.undecided``, and the poll that ends a publish pause in ``Stepped.poll_by``), then snapshot
@@ -26,18 +29,18 @@ events, in the order a round and the next one give them:
   writes found no plugin, their cursors are read again at once (``Stepped.poll_soon``) and planned again.
 * ``Lost``: the writes' outcomes could not be read at all: their subscriptions are planned again.
 
-Everything that comes back is a value (``core.stepped.Stepped``, or ``Opened`` for an envelope): effects
+Everything that comes back is a value (``core.stepped.Stepped``; ``Looked``, ``Opened``): effects
 (``core.effects``), claims to send, topics to poll, counters to add and notices to log. The state is the
-agent's (``Applying``, ``Deciding``, ``Opening`` and ``Receiving`` name what of it each event reads); the
-subscriptions' records are updated as the decisions are made. The same entry runs in production (the
-shell's parts, called by ``runtime``'s round), in the unit tests and in the simulator, which runs the real
-agent's rounds over simulated ports (``geosync_sim``).
+agent's (``Applying``, ``Deciding``, ``Looking``, ``Opening`` and ``Receiving`` name what of it each event
+reads); the subscriptions' records are updated as the decisions are made. The same entry runs in
+production (the shell's parts, called by ``runtime``'s round), in the unit tests and in the simulator,
+which runs the real agent's rounds over simulated ports (``geosync_sim``).
 
 The other steps of the round still decide in the shell's parts, with the core's functions
 (``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
 
 Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
-the others in their modules, ``core.deciding`` and ``core.receiving``):
+the others in their modules, ``core.looking``, ``core.deciding`` and ``core.receiving``):
 
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
   in one step;
@@ -57,6 +60,7 @@ from typing import Protocol, cast, overload
 from geosync_agent.core import applying, planning
 from geosync_agent.core.deciding import Decide, Deciding, decide
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
+from geosync_agent.core.looking import CursorsRead, Looked, Looking, take_cursors
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic, Work
 from geosync_agent.core.receiving import (
@@ -77,9 +81,11 @@ from geosync_core.positions import Position
 __all__ = [
     "ApplyDue",
     "ClaimsReceived",
+    "CursorsRead",
     "Decide",
     "EnvelopeRead",
     "Landed",
+    "Looked",
     "Lost",
     "Notice",
     "Opened",
@@ -178,6 +184,10 @@ def step(state: Deciding, event: Decide, now: Now) -> Stepped: ...
 
 
 @overload
+def step(state: Looking, event: CursorsRead, now: Now) -> Looked: ...
+
+
+@overload
 def step(state: Opening, event: EnvelopeRead, now: Now) -> Opened: ...
 
 
@@ -186,11 +196,15 @@ def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
 
 
 def step(
-    state: Applying | Deciding | Opening | Receiving, event: Event | EnvelopeRead, now: Now
-) -> Stepped | Opened:
+    state: Applying | Deciding | Looking | Opening | Receiving,
+    event: Event | CursorsRead | EnvelopeRead,
+    now: Now,
+) -> Stepped | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
-    state it is about (``Applying``, ``Deciding``, ``Opening``, ``Receiving``); ``agentstate.AgentState`` has
-    them all."""
+    state it is about (``Applying``, ``Deciding``, ``Looking``, ``Opening``, ``Receiving``);
+    ``agentstate.AgentState`` has them all."""
+    if isinstance(event, CursorsRead):
+        return take_cursors(cast(Looking, state), event, now)
     if isinstance(event, EnvelopeRead):
         return open_envelope(cast(Opening, state), event)
     if isinstance(event, Decide):
