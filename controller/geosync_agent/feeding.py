@@ -3,9 +3,9 @@
 Round step 4's first half (``runtime``, through ``observing.Observing.observe_feed``): one read of the feed
 (``calls.PluginFeed``, naming the broker run its ``since`` counts in), what a broker restart means (every
 topic polled again, this region's own claims applied again), the cursor reports held until their topic is
-tracked and their batches read, and what consumers acknowledged (``acked``, decision 0015) added per
-subscription (``core.acknowledged``): journalled first (``checkpointing.Journal``), held for a subscription
-not tracked yet. ``observing`` takes the cursors this returns and decides the claims.
+tracked and their batches read, and what consumers acknowledged (``acked``, decision 0015): journalled
+first (``checkpointing.Journal``), then handed to the core (``core.stepping.step`` with ``AckedRead``:
+added per subscription, held for one not tracked yet). ``observing`` takes the cursors this returns.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now
 from geosync_agent.controlling import Controlling
-from geosync_agent.core import acknowledged, reports, tuning
+from geosync_agent.core import acknowledged, reports, stepping, tuning
 from geosync_agent.core.publishing import namespace_of
 from geosync_agent.discovering import synced
 from geosync_core import pacing, pluginapi
@@ -153,7 +153,7 @@ class Feeding(Controlling):
                     {"epoch": feed.epoch, "seq": feed.seq, "acked": feed.acked_wire_or_encoded()}
                 )
             replayed, self.feed.replay = self.feed.replay, ()
-            self._take_acked((*replayed, *feed.acked), feed.acked_lost, out, now.mono)
+            self._take_acked((*replayed, *feed.acked), feed.acked_lost, out, now)
         if unknown:
             self._rediscover_soon(now, "rediscover_for_feed")
         return out
@@ -163,60 +163,18 @@ class Feeding(Controlling):
         blocks: tuple[pluginapi.AckedSet, ...],
         lost: int,
         out: dict[str, dict[str, AckState]],
-        now: float,
+        now: Now,
     ) -> None:
-        """Add the answer's ``acked`` blocks to what consumers were seen acknowledging, per subscription
-        (``core.acknowledged``), and have those whose set grew published again (into ``out``, with the cursor
-        held where the answer reported none: ``Feed.held_looks``, not judged for a rewind). A batch whose
-        entry the tail has not read yet (its size unknown) waits for a later read.
-        A block for a subscription not tracked here yet (its namespace not discovered yet, its topic not yet
-        seen) is held for it up to tuning.HELD_ACKED_S: the plugin hands a block over once, and dropping it
-        lost those acknowledgements for good (claims made of the cursor had the next poll to fall back on).
-        Whatever cannot be taken makes the claims smaller, never larger: a block held too long or for a topic
-        another broker owns now, a batch whose size the tail cannot tell once read, an
-        ``overflowed`` block (a subset), a grown ``acked_lost`` (whole blocks the plugin dropped). Each is
-        counted in the stats: re-delivery is possible after a failover."""
-        self.feed.acked = True
-        if lost > self.feed.acked_lost:
-            self.stats.inc("acked_blocks_lost", lost - self.feed.acked_lost)
+        """Have the core add the answer's ``acked`` blocks to what consumers were seen acknowledging
+        (``stepping.AckedRead``, ``core.absorbing``), and look again at those whose set grew (into ``out``,
+        with the cursor held here where the answer reported none)."""
+        absorbed = stepping.step(self, stepping.AckedRead(blocks, lost, out, owned=self.owns), now)
+        if absorbed.lost is not None:
             log.warning(
                 "the plugin dropped %d acknowledged blocks: those acknowledgements are not claimed "
                 "(re-delivery possible after a failover)",
-                lost - self.feed.acked_lost,
+                absorbed.lost.blocks,
             )
-        self.feed.acked_lost = lost
-        waiting, self.feed.waiting = self.feed.waiting, {}
-        again = tuple(pluginapi.AckedSet(t, n, batches=tuple(b)) for (t, n), b in waiting.items())
-        held, self.feed.held = self.feed.held, {}
-        since = {key: first for key, (first, _) in held.items()}
-        for block in (*(b for _, bs in held.values() for b in bs), *blocks, *again):
-            key = (block.topic, block.subscription)
-            state = self.subs.get(key)
-            ts = self.topics.get(block.topic)
-            if ts is not None and not self.owns(block.topic):
-                self.stats.inc("acked_blocks_dropped")  # another broker's now: its feed starts from there
-                continue
-            if state is None or not state.exists or ts is None:
-                first = since.get(key, now)
-                room = key in self.feed.held or len(self.feed.held) < tuning.MAX_UNOBSERVED
-                if now - first < tuning.HELD_ACKED_S and room:
-                    self.feed.held[key] = (first, (*self.feed.held.get(key, (first, ()))[1], block))
-                else:
-                    self.stats.inc("acked_blocks_dropped")
-                continue
-            if block.overflowed:
-                self.stats.inc("acked_blocks_overflowed")
-            grown, left_out = acknowledged.absorb(state.acked, block, ts.tail.size_of)
-            tail = ts.tail
-            wait = tuple(b for b in left_out if not tail.has_read(b.position))
-            if wait:
-                self.feed.waiting[key] = (*self.feed.waiting.get(key, ()), *wait)
-            if len(wait) < len(left_out):
-                self.stats.inc("acked_batches_left_out", len(left_out) - len(wait))
-            if grown != state.acked:
-                state.acked = grown
-                if state.cursor is not None:
-                    looks = out.setdefault(block.topic, {})
-                    if block.subscription not in looks:  # no report of it: the cursor held (held_looks)
-                        looks[block.subscription] = state.cursor
-                        self.feed.held_looks.add(key)
+        self._carry_out(absorbed.out, now)
+        for topic, name, cursor in absorbed.looks:
+            out.setdefault(topic, {})[name] = cursor

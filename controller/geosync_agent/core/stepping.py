@@ -1,9 +1,12 @@
-"""Stepping: the core's entry point, ``step(state, event, now) -> Stepped``: a round's claims decided and
-its cursor changes.
+"""Stepping: the core's entry point, ``step(state, event, now) -> Stepped``: what a round read taken, its
+claims decided and received, its cursor changes.
 
 The shell feeds events in and carries out what comes back; it decides nothing of what this covers. The
 events, in the order a round and the next one give them:
 
+* ``AckedRead`` (step 1, ``core.absorbing``): a feed answer's ``acked`` blocks, journalled by the shell:
+  added to what each subscription's consumers were seen acknowledging; ``Absorbed`` says which to look at
+  again with the cursor held here.
 * ``CursorsRead`` (step 2, ``core.looking``): the cursors a look at a topic read (the feed's report, a
   poll's): rewinds judged, cursors taken; what comes back is ``Looked`` (which moved, a rewind doubted,
   types to learn first), after which the look chooses the subscriptions to decide:
@@ -29,18 +32,19 @@ events, in the order a round and the next one give them:
   writes found no plugin, their cursors are read again at once (``Stepped.poll_soon``) and planned again.
 * ``Lost``: the writes' outcomes could not be read at all: their subscriptions are planned again.
 
-Everything that comes back is a value (``core.stepped.Stepped``; ``Looked``, ``Opened``): effects
-(``core.effects``), claims to send, topics to poll, counters to add and notices to log. The state is the
-agent's (``Applying``, ``Deciding``, ``Looking``, ``Opening`` and ``Receiving`` name what of it each event
-reads); the subscriptions' records are updated as the decisions are made. The same entry runs in
-production (the shell's parts, called by ``runtime``'s round), in the unit tests and in the simulator,
-which runs the real agent's rounds over simulated ports (``geosync_sim``).
+Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Looked``, ``Opened``):
+effects (``core.effects``), claims to send, topics to poll, counters to add and notices to log. The state
+is the agent's (``Absorbing``, ``Applying``, ``Deciding``, ``Looking``, ``Opening`` and ``Receiving`` name
+what of it each event reads); the subscriptions' records are updated as the decisions are made. The same
+entry runs in production (the shell's parts, called by ``runtime``'s round), in the unit tests and in the
+simulator, which runs the real agent's rounds over simulated ports (``geosync_sim``).
 
 The other steps of the round still decide in the shell's parts, with the core's functions
 (``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
 
 Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
-the others in their modules, ``core.looking``, ``core.deciding`` and ``core.receiving``):
+the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding`` and
+``core.receiving``):
 
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
   in one step;
@@ -58,6 +62,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast, overload
 
 from geosync_agent.core import applying, planning
+from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
 from geosync_agent.core.deciding import Decide, Deciding, decide
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, take_cursors
@@ -79,6 +84,8 @@ from geosync_core.capabilities import REPROBE_S
 from geosync_core.positions import Position
 
 __all__ = [
+    "Absorbed",
+    "AckedRead",
     "ApplyDue",
     "ClaimsReceived",
     "CursorsRead",
@@ -184,6 +191,10 @@ def step(state: Deciding, event: Decide, now: Now) -> Stepped: ...
 
 
 @overload
+def step(state: Absorbing, event: AckedRead, now: Now) -> Absorbed: ...
+
+
+@overload
 def step(state: Looking, event: CursorsRead, now: Now) -> Looked: ...
 
 
@@ -196,13 +207,15 @@ def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
 
 
 def step(
-    state: Applying | Deciding | Looking | Opening | Receiving,
-    event: Event | CursorsRead | EnvelopeRead,
+    state: Absorbing | Applying | Deciding | Looking | Opening | Receiving,
+    event: Event | AckedRead | CursorsRead | EnvelopeRead,
     now: Now,
-) -> Stepped | Looked | Opened:
+) -> Stepped | Absorbed | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
     state it is about (``Applying``, ``Deciding``, ``Looking``, ``Opening``, ``Receiving``);
     ``agentstate.AgentState`` has them all."""
+    if isinstance(event, AckedRead):
+        return absorb(cast(Absorbing, state), event, now)
     if isinstance(event, CursorsRead):
         return take_cursors(cast(Looking, state), event, now)
     if isinstance(event, EnvelopeRead):

@@ -371,7 +371,7 @@ class Feed:
     """The round (its ``now.mono``) the feed last answered in."""
     held_looks: set[SubKey] = field(default_factory=set)
     """Subscriptions the last answer named in ``acked`` alone, without a report of their cursor: looked at
-    again with the cursor held here (``Feeding._take_acked``), which the broker did not show this time."""
+    again with the cursor held here (``core.absorbing``), which the broker did not show this time."""
     write_version: int = 1
     """The plugin's write items, as its last feed answer said (``pluginapi.Feed.write_version``): from 2,
     writes carry the mark-delete they were planned from (``PluginAck.planned_from``); older plugins refuse
