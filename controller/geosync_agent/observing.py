@@ -2,10 +2,10 @@
 
 Round step 4 (``runtime``): cursors from the feed (only subscriptions consumers just acknowledged on) and
 from polls paced by ``geosync_core.pacing``, taken by the core (``core.stepping.step`` with ``CursorsRead``:
-rewinds judged); each subscription a look chose (``core.subscriptions.to_decide``) has its claim decided by
-the core (``Decide``) and queued when it changed, to be sealed and sent by ``controlling``. What is left
-here: which topics are read when (the feed's turns and what they leave, the polls due, their budget), a
-subscription's type learned (an admin call), the tail's floor and the next poll's time.
+rewinds judged), then the claims of the subscriptions the look chose decided by it (``ClaimsDue``) and
+queued when they changed, to be sealed and sent by ``controlling``. What is left here: which topics are
+read when (the feed's turns and what they leave, the polls due, their budget), a subscription's type
+learned between the two (an admin call), snapshot mode's markers, and the next poll's time.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from typing import Any
 from geosync_adapters import adminhttp
 from geosync_agent import calls
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import reports, stepping, subscriptions, tuning
+from geosync_agent.core import reports, stepping, tuning
 from geosync_agent.core.subscriptions import (
     Subscription,
-    forgettable_floor,
 )
 from geosync_agent.feeding import Feeding
 from geosync_core import pacing
@@ -238,12 +237,11 @@ class Observing(Feeding):
         polled: bool,
         reloaded: bool = False,
     ) -> None:
-        """Take ``topic``'s cursors (name -> state) and publish what changed; after a poll, schedule the
-        next one. A poll cannot see batch indexes: it keeps the partly acknowledged batches the feed or a
-        write last reported above the polled mark-delete (acknowledgements are never taken back), unless the
-        topic was ``reloaded`` since: then none are taken as acknowledged, and the claims write them again."""
+        """Have the core take ``topic``'s cursors (name -> state; ``stepping.CursorsRead``) and decide the
+        claims of what changed (``stepping.ClaimsDue``), learning a subscription's type between the two (an
+        admin call); after a poll, schedule the next one."""
         cursor_set = self.subs.cursor_set.pop(topic, None)  # set elsewhere (writes) since the last look
-        source = "poll" if polled else "feed"
+        source, covered = "poll" if polled else "feed", self.snapshots.covers(topic)
         read = stepping.CursorsRead(
             topic,
             cursors,
@@ -251,7 +249,7 @@ class Observing(Feeding):
             polled=polled,
             reloaded=reloaded,
             # The same for every subscription of the look: whether rewinds are judged in it.
-            judged=not self.snapshots.covers(topic) and self.judges_rewinds(source, now),
+            judged=not covered and self.judges_rewinds(source, now),
             acknowledgements=self.claims_acknowledgements(),
         )
         looked = stepping.step(self, read, now)
@@ -260,37 +258,31 @@ class Observing(Feeding):
             # Claims can never be taken back, so learn the subscription type (Key_Shared claims keep
             # per-key order) before the first claim, while the consumer that acknowledged is still there.
             self._learn_kinds(topic, states)
-        changed, doubted, moved, reported = looked.changed, looked.doubted, looked.moved, looked.reported
-        # A poll publishes every state it read (a resync forces it); the feed the states it moved, and those
-        # a write moved since they were decided or not decidable then (claims and tail follow them).
-        claims, moved_ids = not self.snapshots.covers(topic), {id(s) for s in moved}
-        ts, exact = self.topics[topic], self.claims_acknowledgements()
-        unpublished: dict[str, None] = {}
-        names = {**dict.fromkeys(s.name for s in reported), **(cursor_set or {}), **ts.unpublished}
-        for state in states if polled else self.subs.existing(topic, names):
-            if subscriptions.to_decide(
-                state,
-                polled=polled,
-                moved=id(state) in moved_ids,
-                claims=claims,
-                acknowledgements=exact,
-                log_version=ts.tail.version,
-            ) and not self._publish(state, force=force, now=now):
-                unpublished[state.name] = None
-        ts.unpublished = unpublished
-        self.subs.cursor_set.pop(topic, None)  # what this look set itself
-        if polled or now.mono >= ts.floor_at:
-            ts.floor_at = now.mono + tuning.FLOOR_EVERY_S
-            floor = forgettable_floor(states, claims=claims)
-            if floor is not None:
-                ts.tail.forget_up_to(floor)
+        due = stepping.ClaimsDue(
+            topic,
+            states,
+            looked.reported,
+            looked.moved,
+            polled=polled,
+            force=force,
+            cursor_set=cursor_set,
+            acknowledgements=self.claims_acknowledgements(),
+            covered=covered,
+        )
+        decided = stepping.step(self, due, now)
+        self._carry_out(decided, now)
+        for sub in decided.snapshot:
+            # After the tail forgot what every subscription acknowledged: below every cursor, so not what
+            # snapshot mode reads (the entries above this one's).
+            self._snapshot(sub, now)
+        ts = self.topics[topic]
         if polled:
             ts.poll = pacing.after_poll(
                 ts.poll,
                 now=now.mono,
                 base_s=self.config.poll_interval_s,
                 feed=self.caps.get(Capability.PLUGIN_FEED) is True,
-                changed=changed,
+                changed=looked.changed,
                 pending_move=any(s.pending_move for s in states),
                 consumers=any(s.consumers for s in states),
                 spread=self.rng.random(),
@@ -302,7 +294,7 @@ class Observing(Feeding):
                 # The new schedule replaced the one ``_publish`` set for states acknowledged during a publish
                 # pause: the poll that ends the earliest pause publishes them.
                 ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, *paused))
-            if doubted:
+            if looked.doubted:
                 ts.poll = replace(ts.poll, next_at=now.mono)  # read again next round (``rewound``)
 
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
@@ -314,9 +306,9 @@ class Observing(Feeding):
             state.learn_kind(str((subs.get(state.name) or {}).get("type") or ""))
 
     def _publish(self, state: Subscription, *, force: bool, now: Now) -> bool:
-        """Have the core decide ``state``'s claim (``stepping.Decide``) and carry out what it says: the claim
-        queued for this round's envelopes, or the cursor handed to snapshot mode. False: not decidable yet
-        (``_observe`` keeps it as not published)."""
+        """Have the core decide ``state``'s claim (``stepping.Decide``: a tail caught up with its cursor,
+        ``indexing``) and carry out what it says: the claim queued for this round's envelopes, or the cursor
+        handed to snapshot mode. False: not decidable yet."""
         decide = stepping.Decide(
             state,
             force=force,

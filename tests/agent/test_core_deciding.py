@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from geosync_agent.core import stepping, tuning
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Parked
-from geosync_agent.core.subscriptions import SubKey, Subscription
+from geosync_agent.core.subscriptions import SubKey, Subscription, SubsTable
 from geosync_core.origins import OriginAcks, Span
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
@@ -123,3 +123,72 @@ def test_a_costly_claim_is_timed_and_paused_for_its_cost() -> None:
     assert len(out.claims) == 1
     assert sub.publish_took == 2 * tuning.HEAVY_PLAN_S
     assert state.heavy_publishes_by == {sub.key: sub}
+
+
+@dataclass
+class LookedTopic(Topic):
+    """A tracked topic as a look's decisions read it (``deciding.LookedTopic``)."""
+
+    unpublished: dict[str, None] = field(default_factory=dict)
+    floor_at: float = 0.0
+
+
+@dataclass
+class LookState:
+    """The agent's state as a look's decisions read it (``deciding.DecidingLook``)."""
+
+    topics: dict[str, LookedTopic]
+    subs: SubsTable = field(default_factory=SubsTable)
+    config: Settings = field(default_factory=lambda: Settings(region="a"))
+    namespaces: dict[str, frozenset[str]] = field(default_factory=lambda: {NS: frozenset({"a", "b"})})
+    heavy_publishes_by: dict[SubKey, Subscription] = field(default_factory=dict)
+    heavy_publishes: int = 0
+
+
+def look_state(topic: LookedTopic, *subs: Subscription) -> LookState:
+    state = LookState({TOPIC: topic})
+    for sub in subs:
+        state.subs[sub.key] = sub
+    return state
+
+
+def due(
+    state: LookState, *, moved: list[Subscription], polled: bool = False, mono: float = 100.0
+) -> stepping.Stepped:
+    states = list(state.subs.values())
+    event = stepping.ClaimsDue(
+        TOPIC,
+        states,
+        moved if not polled else states,
+        moved,
+        polled=polled,
+        force=False,
+        cursor_set=None,
+        acknowledgements=False,
+        covered=False,
+    )
+    return stepping.step(state, event, Now(mono, 1_000.0 + mono))
+
+
+def test_a_look_decides_what_it_moved_and_keeps_what_was_not_decidable_for_the_next() -> None:
+    paused, other = acked(3), acked(2)
+    other.name = "audit"
+    paused.publish_after = 150.0
+    state = look_state(LookedTopic(copies(6)), paused, other)
+    out = due(state, moved=[paused, other])
+    assert [m.subscription for _, m in out.claims] == ["audit"]
+    assert state.topics[TOPIC].unpublished == {SUB: None}
+    assert out.poll_by == {TOPIC: 150.0}
+    later = due(state, moved=[], mono=200.0)  # the feed named neither: the one left undecided is decided
+    assert [m.subscription for _, m in later.claims] == [SUB]
+    assert state.topics[TOPIC].unpublished == {}
+
+
+def test_a_poll_lets_the_tail_forget_what_every_subscription_acknowledged() -> None:
+    low, high = acked(2), acked(4)
+    high.name = "audit"
+    topic = LookedTopic(copies(6))
+    state = look_state(topic, low, high)
+    due(state, moved=[], polled=True)
+    assert topic.tail.index.first == Position(9, 3)  # up to the lower cursor forgotten
+    assert topic.floor_at == 100.0 + tuning.FLOOR_EVERY_S

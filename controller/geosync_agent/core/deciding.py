@@ -1,9 +1,14 @@
-"""Deciding: a subscription's claim through the core's entry (``core.stepping.step`` with ``Decide``, round
-steps 3-4).
+"""Deciding: subscriptions' claims through the core's entry (``core.stepping.step`` with ``ClaimsDue`` and
+``Decide``, round steps 3-4).
 
-A look at a topic's cursors (the feed's, a poll's: ``observing``) chooses the subscriptions whose claim is
-to be decided (``subscriptions.to_decide``), and so does a tail that read as far as a cursor acknowledged
-(``indexing``). For each, the gates come first: no claim while its subscription follows a rewind (its cursor
+Once a look at a topic's cursors (the feed's, a poll's: ``observing``) has taken them (``core.looking``),
+``ClaimsDue`` chooses the subscriptions whose claim is to be decided (``subscriptions.to_decide``: a poll's,
+every one it read; the feed's, those it moved and those a write moved since or left undecided), decides
+each, keeps those not decidable yet for the next look (``unpublished``), and lets the topic's tail forget
+what every subscription acknowledged (at each poll, else every ``tuning.FLOOR_EVERY_S``). A tail that read
+as far as a cursor acknowledged asks for one decision alone (``Decide``, from ``indexing``).
+
+For each, the gates come first: no claim while its subscription follows a rewind (its cursor
 may acknowledge what the newer claims do not), while its tail is to be read again or its cursor lies below
 what the tail forgot (claims made now could leave entries out; parked below what the budget of entries held
 made it forget), or within its publish pause unless at a resync (``Stepped.undecided``; the poll that ends
@@ -13,7 +18,9 @@ round's CPU meter, queued for its namespace's envelopes (``Stepped.claims``), an
 (``core.pauses``).
 
 Invariants (tests in ``tests/agent/test_core_deciding.py``, through ``step``): the gates above; a claim goes
-out only for a namespace synced here; the same claim is not decided twice unless a resync forces it.
+out only for a namespace synced here; the same claim is not decided twice unless a resync forces it; a
+subscription a look could not decide is decided by the next look at its topic, named or not; a tail
+forgets only what every subscription of its topic acknowledged (``subscriptions.forgettable_floor``).
 """
 
 from __future__ import annotations
@@ -22,14 +29,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from geosync_agent.core import planning, publishing
+from geosync_agent.core import planning, publishing, subscriptions, tuning
 from geosync_agent.core.logview import LogView
 from geosync_agent.core.now import Now
 from geosync_agent.core.pauses import note_heavy, publish_pause
 from geosync_agent.core.planning import Topic
 from geosync_agent.core.stepped import Stepped
-from geosync_agent.core.subscriptions import SubKey, Subscription, decided_already
+from geosync_agent.core.subscriptions import (
+    SubKey,
+    Subscription,
+    SubsTable,
+    decided_already,
+    forgettable_floor,
+)
 from geosync_core.rangesets import AckState
+
+
+class LookedTopic(Topic, Protocol):
+    """A tracked topic as a look's decisions read and change it (the shell's ``agentstate.TopicState``)."""
+
+    unpublished: dict[str, None]
+    """Its subscriptions whose claim a look could not decide yet (looked at again by the next one)."""
+    floor_at: float
+    """When its tail may next forget what every subscription acknowledged (monotonic)."""
 
 
 class Regional(Protocol):
@@ -62,6 +84,35 @@ class Deciding(Protocol):
     def heavy_publishes(self) -> int:
         """How many of them this round began with."""
         ...
+
+
+class DecidingLook(Deciding, Protocol):
+    """What of the agent's state a look's decisions (``ClaimsDue``) read and change."""
+
+    @property
+    def topics(self) -> Mapping[str, LookedTopic]: ...
+
+    @property
+    def subs(self) -> SubsTable: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimsDue:
+    """Round steps 3-4 after a look at ``topic`` took its cursors: ``states``, the topic's subscriptions that
+    exist here; ``reported`` and ``moved``, those the look showed and those whose cursor it took
+    (``looking.Looked``); ``polled``: a poll's look, else the feed's; ``force``: at the topic's resync;
+    ``cursor_set``: the subscriptions a write set the cursor of since the last look (``SubsTable.cursor_set``,
+    taken by the shell before the look); ``acknowledgements`` and ``covered`` as in ``Decide``."""
+
+    topic: str
+    states: list[Subscription]
+    reported: list[Subscription]
+    moved: list[Subscription]
+    polled: bool
+    force: bool
+    cursor_set: Mapping[str, None] | None
+    acknowledgements: bool
+    covered: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +189,39 @@ def _behind_forgotten(tail: LogView, sub: Subscription, cursor: AckState, out: S
         out.counts["subscriptions_parked"] += 1
         out.notices.append(behind)
     return behind is not False
+
+
+def decide_look(state: DecidingLook, event: ClaimsDue, now: Now) -> Stepped:
+    """Steps 3-4 after a look (see the module docstring): every decision's values, in the look's order."""
+    out, topic = Stepped(), event.topic
+    claims, moved = not event.covered, {id(s) for s in event.moved}
+    ts = state.topics[topic]
+    unpublished: dict[str, None] = {}
+    names = {**dict.fromkeys(s.name for s in event.reported), **(event.cursor_set or {}), **ts.unpublished}
+    for sub in event.states if event.polled else state.subs.existing(topic, names):
+        if not subscriptions.to_decide(
+            sub,
+            polled=event.polled,
+            moved=id(sub) in moved,
+            claims=claims,
+            acknowledgements=event.acknowledgements,
+            log_version=ts.tail.version,
+        ):
+            continue
+        one = decide(state, Decide(sub, event.force, event.acknowledgements, event.covered), now)
+        if one.undecided:
+            unpublished[sub.name] = None
+        out.counts.update(one.counts)
+        out.notices += one.notices
+        out.claims += one.claims
+        out.snapshot += one.snapshot
+        for paused, at in one.poll_by.items():
+            out.poll_by[paused] = min(out.poll_by.get(paused, at), at)
+    ts.unpublished = unpublished
+    state.subs.cursor_set.pop(topic, None)  # what this look set itself
+    if event.polled or now.mono >= ts.floor_at:
+        ts.floor_at = now.mono + tuning.FLOOR_EVERY_S
+        floor = forgettable_floor(event.states, claims=claims)
+        if floor is not None:
+            ts.tail.forget_up_to(floor)
+    return out

@@ -9,9 +9,11 @@ events, in the order a round and the next one give them:
   again with the cursor held here.
 * ``CursorsRead`` (step 2, ``core.looking``): the cursors a look at a topic read (the feed's report, a
   poll's): rewinds judged, cursors taken; what comes back is ``Looked`` (which moved, a rewind doubted,
-  types to learn first), after which the look chooses the subscriptions to decide:
-* ``Decide`` (steps 3-4, ``core.deciding``): a subscription's claim is to be decided, because a look at
-  its topic's cursors (the feed's, a poll's) chose it or its tail caught up with its cursor: the gates
+  types to learn first);
+* ``ClaimsDue`` (steps 3-4, ``core.deciding``): after that look, the subscriptions whose claim is to be
+  decided are chosen, each decided as ``Decide`` says, and the topic's tail forgets what all acknowledged;
+* ``Decide`` (steps 3-4, ``core.deciding``): one subscription's claim is to be decided (a look chose it, or
+  its tail caught up with its cursor): the gates
   (``Stepped.undecided``, and the poll that ends a publish pause in ``Stepped.poll_by``), then snapshot
   mode (``Stepped.snapshot``) or the claim, queued for its namespace's envelopes (``Stepped.claims``).
 * ``EnvelopeRead`` (step 7, ``core.receiving``): an entry read from a control topic, opened, checked and
@@ -63,7 +65,7 @@ from typing import Protocol, cast, overload
 
 from geosync_agent.core import applying, planning
 from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
-from geosync_agent.core.deciding import Decide, Deciding, decide
+from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, take_cursors
 from geosync_agent.core.now import Now
@@ -87,6 +89,7 @@ __all__ = [
     "Absorbed",
     "AckedRead",
     "ApplyDue",
+    "ClaimsDue",
     "ClaimsReceived",
     "CursorsRead",
     "Decide",
@@ -191,6 +194,10 @@ def step(state: Deciding, event: Decide, now: Now) -> Stepped: ...
 
 
 @overload
+def step(state: DecidingLook, event: ClaimsDue, now: Now) -> Stepped: ...
+
+
+@overload
 def step(state: Absorbing, event: AckedRead, now: Now) -> Absorbed: ...
 
 
@@ -208,7 +215,7 @@ def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
 
 def step(
     state: Absorbing | Applying | Deciding | Looking | Opening | Receiving,
-    event: Event | AckedRead | CursorsRead | EnvelopeRead,
+    event: Event | AckedRead | CursorsRead | ClaimsDue | EnvelopeRead,
     now: Now,
 ) -> Stepped | Absorbed | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
@@ -220,6 +227,8 @@ def step(
         return take_cursors(cast(Looking, state), event, now)
     if isinstance(event, EnvelopeRead):
         return open_envelope(cast(Opening, state), event)
+    if isinstance(event, ClaimsDue):
+        return decide_look(cast(DecidingLook, state), event, now)
     if isinstance(event, Decide):
         return decide(cast(Deciding, state), event, now)
     if isinstance(event, ClaimsReceived):
