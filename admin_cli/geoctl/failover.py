@@ -3,8 +3,9 @@
 A move is safe when, for every replicated subscription of the namespaces both regions serve, the target
 region has applied everything the source acknowledged (no duplicates; in a Key_Shared subscription, no
 duplicates beyond the per-key minimum that invariant 6 requires, ``observing.Cell.key_order_from``),
-nothing the source's producers wrote is still waiting to be replicated to the target, and the target's
-agent is up and ready. Otherwise
+nothing the source's producers wrote is still waiting to be replicated to the target, nor anything a third
+region published that the source acknowledged (while that region's replicator into the target has a backlog),
+and the target's agent is up and ready. Otherwise
 the verdict lists, per subscription, what it would cost now (duplicates) and what to wait for.
 
 A verdict is one of three (``Verdict.outcome``): safe, not safe, or unknown. It is unknown whenever
@@ -129,6 +130,14 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
         key_order = min(dst.key_order_from.get(source, 0), dup)
         unsynced = dup - key_order
         in_flight = obs.replication_backlog.get((row.topic, source, target), 0)
+        # What the source acknowledged of a third region's messages that have not reached the target: counted
+        # while some third region's replicator into the target has a backlog (record 276's chaos run).
+        third = sum(
+            n
+            for (t, r, d), n in obs.replication_backlog.items()
+            if t == row.topic and d == target and r not in (source, target)
+        )
+        not_arrived = dst.not_arrived_from.get(source, 0) if third else 0
         reasons = []
         if not dst.exists:
             reasons.append(f"the subscription does not exist in {target} yet (its agent creates it)")
@@ -141,6 +150,11 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
                 )
         if in_flight:
             reasons.append(f"{in_flight} message(s) from {source} not yet replicated to {target}")
+        if not_arrived:
+            reasons.append(
+                f"{not_arrived} entr(y/ies) of other regions that {source} acknowledged not yet replicated "
+                f"to {target}"
+            )
         if src.consumers:
             reasons.append(
                 f"{src.consumers} consumer(s) still connected in {source}: they may still acknowledge; "
@@ -156,6 +170,7 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
                     "duplicates": dup,
                     "key_order_duplicates": key_order,
                     "in_flight": in_flight,
+                    "not_arrived": not_arrived,
                     "lag_s": dst.lag_s,
                     "wait_for": reasons,
                     "owed": list(dst.owed_from.get(source, [])),
@@ -168,6 +183,7 @@ def judge(obs: observing.Observation, source: str, target: str) -> Verdict:
         for s in subs
         if s["duplicates"] > s["key_order_duplicates"]
         or s["in_flight"]
+        or s["not_arrived"]
         or any("does not exist" in r for r in s["wait_for"])
     ]
     safe = not blocking and not (agent is not None and agent.url and not (agent.alive and agent.ready))

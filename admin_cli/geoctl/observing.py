@@ -96,6 +96,11 @@ class Cell:
     """Per other region X: the first few messages X acknowledged that this region has not applied and
     could (``duplicates_from[X]`` less ``key_order_from[X]``), each as ``position (origin, key)``: what a
     failover check that waits for them names (evidence when the wait never ends)."""
+    not_arrived_from: dict[str, int] = field(default_factory=dict)
+    """Per other region X: entries X acknowledged that a third region published and that have not reached
+    this region yet (past the last entry it holds from that region: replication keeps each origin's order).
+    Consumers failing over from X to here would be given them as they arrive, before this region's agent
+    could apply X's claims to them (the 30-minute chaos run of record 276: 5 such duplicates)."""
     oldest_unapplied_age_s: float | None = None
     lag_s: float | None = None
     """Since when the agent has had something to apply (its sync lag in time); None if not behind/unknown."""
@@ -118,6 +123,7 @@ class Cell:
             "consumers": self.consumers,
             "unapplied": self.unapplied,
             "duplicates_from": dict(self.duplicates_from),
+            "not_arrived_from": dict(self.not_arrived_from),
             "oldest_unapplied_age_s": _round(self.oldest_unapplied_age_s),
             "lag_s": _round(self.lag_s),
             "last_applied_at": self.last_applied_at,
@@ -300,6 +306,27 @@ def _described(log: Log, p: Position) -> str:
     origin = log.index.origin_of(p)
     where = "origin unknown" if origin is None else f"from {origin}"
     return f"{p} ({where}, key {log.keys.get((p, 0), '?')!r})"
+
+
+def _not_arrived(log: Log, claims: OriginAcks, skip: set[str]) -> int:
+    """The entries ``claims`` names of origin regions not in ``skip`` that lie past the last entry ``log``
+    holds from that region (all of them where it holds none): not replicated here yet, since replication
+    keeps each origin's order."""
+    last: dict[str, Position] = {}
+    for p in log.positions:
+        origin = log.index.origin_of(p)
+        if origin is not None and (origin.region not in last or origin.position > last[origin.region]):
+            last[origin.region] = origin.position
+    count = 0
+    for region in sorted(claims.origin_regions - skip):
+        top = last.get(region)
+        for span in claims.spans(region):
+            if top is None or span.ledger > top.ledger:
+                count += len(span)
+            elif span.ledger == top.ledger and span.last > top.entry:
+                count += span.last - max(span.first, top.entry + 1) + 1
+        count += sum(1 for position, _ in claims.partials_of(region) if top is None or position > top)
+    return count
 
 
 def _missing_here(log: Log, cursor: AckState, claims: OriginAcks) -> list[Position]:
@@ -491,6 +518,9 @@ def _row(  # noqa: PLR0917
                         cell.key_order_from[other] = missed - log.messages(owed)
                     if owed:
                         cell.owed_from[other] = [_described(log, p) for p in owed[:OWED_SHOWN]]
+                    not_arrived = _not_arrived(log, acks, {region, other})
+                    if not_arrived:
+                        cell.not_arrived_from[other] = not_arrived
             missing = _missing_here(log, here, OriginAcks.of({}).merge(*others)) if others else []
             cell.unapplied = log.messages(missing) + cell.unapplied_batch_messages
             if missing:

@@ -353,3 +353,42 @@ def test_claims_a_region_holds_back_behind_its_own_earlier_messages_are_the_per_
     assert (row.cells["b"].duplicates_from, row.cells["b"].key_order_from) == ({"a": 2}, {"a": 1})
     obs = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b"]})
     assert not failover.judge(obs, "a", "b").safe
+
+
+def _third_region_row(a_holds: int, a_applied: int) -> observing.Row:
+    """c published 5 messages (origin 19:0..4); b holds all 5 (ledger 50) and its consumers acknowledged
+    them; a holds the first ``a_holds`` (ledger 31), of which its agent applied the first ``a_applied``."""
+    logs = {"a": observing.Log(), "b": observing.Log()}
+    for region, ledger, held in (("a", 31, a_holds), ("b", 50, 5)):
+        for i in range(held):
+            position = Position(ledger, i)
+            logs[region].positions.append(position)
+            logs[region].index.append(position, Origin("c", Position(19, i)))
+            logs[region].publish_ms[position] = 1_795_000_000_000 + i
+    cursors = {"a": {SUB: AckState.of(Position(31, a_applied - 1))}, "b": {SUB: AckState.of(Position(50, 4))}}
+    stats = {r: {"subscriptions": {SUB: {"type": "Shared", "msgBacklog": 0}}} for r in ("a", "b")}
+    return observing._row("geo/ab", TOPIC, SUB, stats, logs, cursors, {}, now=RECEIVED_AT, read=True)
+
+
+def test_a_third_regions_messages_the_source_acknowledged_must_reach_the_target_first() -> None:
+    """Record 276's chaos run: c's messages sent while a and c were partitioned reached b, whose consumers
+    acknowledged them, but not a; the check said b -> a was safe (a had applied all it held, b's own backlog
+    into a was 0), and a's consumers were given them as they arrived. Not safe while c's replicator into a
+    has a backlog and b acknowledged c's entries past the last one a holds; safe once they arrived and
+    were applied."""
+    row = _third_region_row(a_holds=2, a_applied=2)
+    assert row.cells["a"].duplicates_from == {"b": 0}
+    assert row.cells["a"].not_arrived_from == {"b": 3}
+    behind = observing.Observation(rows=[row], agents={}, namespaces={"geo/ab": ["a", "b", "c"]})
+    behind.replication_backlog[(TOPIC, "c", "a")] = 3
+    verdict = failover.judge(behind, "b", "a")
+    assert not verdict.safe
+    assert any("3 entr(y/ies) of other regions that b acknowledged not yet" in r for r in verdict.wait_for)
+    # c's replicator into a has nothing left: what a lacks of c is not on its way (trimmed, say): no wait.
+    behind.replication_backlog[(TOPIC, "c", "a")] = 0
+    assert failover.judge(behind, "b", "a").safe
+    arrived = _third_region_row(a_holds=5, a_applied=5)
+    assert arrived.cells["a"].not_arrived_from == {}
+    obs = observing.Observation(rows=[arrived], agents={}, namespaces={"geo/ab": ["a", "b", "c"]})
+    obs.replication_backlog[(TOPIC, "c", "a")] = 2  # later messages of c's, which b did not acknowledge
+    assert failover.judge(obs, "b", "a").safe
