@@ -5,7 +5,8 @@ from polls paced by ``geosync_core.pacing``, taken by the core (``core.stepping.
 rewinds judged), then the claims of the subscriptions the look chose decided by it (``ClaimsDue``) and
 queued when they changed, to be sealed and sent by ``controlling``. What is left here: which topics are
 read when (the feed's turns and what they leave, the polls due, their budget), a subscription's type
-learned between the two (an admin call), snapshot mode's markers, and the next poll's time.
+learned between the two (an admin call), snapshot mode's markers; after a poll, the core says when the
+next is (``Polled``), given a random draw.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from geosync_agent.core.subscriptions import (
     Subscription,
 )
 from geosync_agent.feeding import Feeding
-from geosync_core import pacing
 from geosync_core.capabilities import Capability
 from geosync_core.rangesets import AckState
 
@@ -275,27 +275,16 @@ class Observing(Feeding):
             # After the tail forgot what every subscription acknowledged: below every cursor, so not what
             # snapshot mode reads (the entries above this one's).
             self._snapshot(sub, now)
-        ts = self.topics[topic]
         if polled:
-            ts.poll = pacing.after_poll(
-                ts.poll,
-                now=now.mono,
-                base_s=self.config.poll_interval_s,
-                feed=self.caps.get(Capability.PLUGIN_FEED) is True,
+            ended = stepping.Polled(
+                topic,
+                states,
                 changed=looked.changed,
-                pending_move=any(s.pending_move for s in states),
-                consumers=any(s.consumers for s in states),
-                spread=self.rng.random(),
+                doubted=looked.doubted,
+                feed=self.caps.get(Capability.PLUGIN_FEED) is True,
+                spread=self.rng.random(),  # after snapshot mode's draws, from the same generator
             )
-            paused = [
-                s.publish_after for s in states if s.publish_after > now.mono and s.cursor != s.translated
-            ]
-            if paused:
-                # The new schedule replaced the one ``_publish`` set for states acknowledged during a publish
-                # pause: the poll that ends the earliest pause publishes them.
-                ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, *paused))
-            if looked.doubted:
-                ts.poll = replace(ts.poll, next_at=now.mono)  # read again next round (``rewound``)
+            self._carry_out(stepping.step(self, ended, now), now)
 
     def _learn_kinds(self, topic: str, states: list[Subscription]) -> None:
         try:

@@ -13,6 +13,7 @@ from geosync_agent.core.now import Now
 from geosync_agent.core.subscriptions import Feed, Subscription, SubsTable
 from geosync_core.batches import BatchAcks
 from geosync_core.origins import OriginAcks
+from geosync_core.pacing import PollState
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
@@ -121,3 +122,39 @@ def test_a_poll_keeps_the_partly_acknowledged_batches_held_unless_the_topic_was_
     assert sub.cursor == at(2)
     assert reloaded.moved == [sub]
     assert sub.planned is None  # planned again: the broker may have forgotten them
+
+
+@dataclass
+class PolledTopic(Topic):
+    poll: PollState = field(default_factory=PollState)
+
+
+@dataclass
+class PollSettings:
+    poll_interval_s: float = 5.0
+
+
+@dataclass
+class PollingState:
+    """The agent's state as a poll's end reads it (``looking.Polling``)."""
+
+    topics: dict[str, PolledTopic]
+    config: PollSettings = field(default_factory=PollSettings)
+
+
+def polled(
+    sub: Subscription, *, doubted: bool = False, changed: bool = False, mono: float = 100.0
+) -> PolledTopic:
+    topic = PolledTopic(copies(6))
+    event = stepping.Polled(TOPIC, [sub], changed=changed, doubted=doubted, feed=False, spread=0.5)
+    stepping.step(PollingState({TOPIC: topic}), event, Now(mono, 1_000.0 + mono))
+    return topic
+
+
+def test_after_a_poll_the_next_is_paced_brought_forward_to_a_pause_end_or_to_a_doubt() -> None:
+    sub = Subscription(TOPIC, SUB, cursor=at(3))
+    paced = polled(sub).poll.next_at
+    assert paced > 100.0
+    assert polled(sub, doubted=True).poll.next_at == 100.0  # read again next round
+    sub.publish_after = 100.5  # its claim waits for the pause to end, and differs from what was sent
+    assert polled(sub).poll.next_at == min(paced, 100.5)

@@ -10,7 +10,10 @@ showed, and is not judged. Then it is taken: a poll, which cannot see batch inde
 a write last reported above its mark-delete, unless the topic was reloaded since (Pulsar may have forgotten
 them: planned and written again). What comes back (``Looked``) says which subscriptions moved, whether the
 look doubted a rewind (the next poll is due at once), whether their type must be learned before the first
-claim (I/O, the shell's), and the counters and notices.
+claim (I/O, the shell's), and the counters and notices. Once the look's claims are decided
+(``core.deciding``), a poll's look ends with ``Polled``: when the topic's cursors are read next
+(``geosync_core.pacing.after_poll``, brought forward to the end of a publish pause, or to the next round
+after a doubted rewind).
 
 Invariants (tests in ``tests/agent/test_core_looking.py``, through ``step``):
 
@@ -25,7 +28,7 @@ Invariants (tests in ``tests/agent/test_core_looking.py``, through ``step``):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from geosync_agent.core import acknowledged, generations
@@ -33,6 +36,7 @@ from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic
 from geosync_agent.core.stepped import Stepped
 from geosync_agent.core.subscriptions import Feed, Subscription, SubsTable
+from geosync_core import pacing
 from geosync_core.rangesets import AckState
 
 
@@ -47,6 +51,42 @@ class Looking(Protocol):
 
     @property
     def feed(self) -> Feed: ...
+
+
+class PolledTopic(Topic, Protocol):
+    """A tracked topic as a poll's end reads and changes it (the shell's ``agentstate.TopicState``)."""
+
+    poll: pacing.PollState
+    """When its cursors are read next."""
+
+
+class PollInterval(Protocol):
+    @property
+    def poll_interval_s(self) -> float: ...
+
+
+class Polling(Protocol):
+    """What of the agent's state a poll's end reads and changes."""
+
+    @property
+    def topics(self) -> Mapping[str, PolledTopic]: ...
+
+    @property
+    def config(self) -> PollInterval: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Polled:
+    """A poll's look at ``topic`` (its subscriptions ``states``) ended: ``changed`` and ``doubted`` as its
+    ``Looked`` said; ``feed``, the plugin's feed is known present; ``spread``, a random draw in [0, 1) that
+    spreads the topics' polls (the shell's: the core draws no random number)."""
+
+    topic: str
+    states: list[Subscription]
+    changed: bool
+    doubted: bool
+    feed: bool
+    spread: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,3 +217,26 @@ def took_rewind(
         )
     )
     return True
+
+
+def polled(state: Polling, event: Polled, now: Now) -> Stepped:
+    """When a polled topic's cursors are read next (see the module docstring)."""
+    ts, states = state.topics[event.topic], event.states
+    ts.poll = pacing.after_poll(
+        ts.poll,
+        now=now.mono,
+        base_s=state.config.poll_interval_s,
+        feed=event.feed,
+        changed=event.changed,
+        pending_move=any(s.pending_move for s in states),
+        consumers=any(s.consumers for s in states),
+        spread=event.spread,
+    )
+    paused = [s.publish_after for s in states if s.publish_after > now.mono and s.cursor != s.translated]
+    if paused:
+        # The new schedule replaced the one a decision set for states acknowledged during a publish pause
+        # (``Stepped.poll_by``): the poll that ends the earliest pause publishes them.
+        ts.poll = replace(ts.poll, next_at=min(ts.poll.next_at, *paused))
+    if event.doubted:
+        ts.poll = replace(ts.poll, next_at=now.mono)  # read again next round (``rewound``)
+    return Stepped()

@@ -12,6 +12,7 @@ events, in the order a round and the next one give them:
   types to learn first);
 * ``ClaimsDue`` (steps 3-4, ``core.deciding``): after that look, the subscriptions whose claim is to be
   decided are chosen, each decided as ``Decide`` says, and the topic's tail forgets what all acknowledged;
+* ``Polled`` (``core.looking``): a poll's look ended: when the topic's cursors are read next;
 * ``Decide`` (steps 3-4, ``core.deciding``): one subscription's claim is to be decided (a look chose it, or
   its tail caught up with its cursor): the gates
   (``Stepped.undecided``, and the poll that ends a publish pause in ``Stepped.poll_by``), then snapshot
@@ -67,7 +68,7 @@ from geosync_agent.core import applying, planning
 from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
 from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
-from geosync_agent.core.looking import CursorsRead, Looked, Looking, take_cursors
+from geosync_agent.core.looking import CursorsRead, Looked, Looking, Polled, Polling, polled, take_cursors
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic, Work
 from geosync_agent.core.receiving import (
@@ -99,6 +100,7 @@ __all__ = [
     "Lost",
     "Notice",
     "Opened",
+    "Polled",
     "Stepped",
     "Written",
     "step",
@@ -206,6 +208,10 @@ def step(state: Looking, event: CursorsRead, now: Now) -> Looked: ...
 
 
 @overload
+def step(state: Polling, event: Polled, now: Now) -> Stepped: ...
+
+
+@overload
 def step(state: Opening, event: EnvelopeRead, now: Now) -> Opened: ...
 
 
@@ -214,8 +220,8 @@ def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
 
 
 def step(
-    state: Absorbing | Applying | Deciding | Looking | Opening | Receiving,
-    event: Event | AckedRead | CursorsRead | ClaimsDue | EnvelopeRead,
+    state: Absorbing | Applying | Deciding | Looking | Opening | Polling | Receiving,
+    event: Event | AckedRead | CursorsRead | ClaimsDue | EnvelopeRead | Polled,
     now: Now,
 ) -> Stepped | Absorbed | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
@@ -223,6 +229,8 @@ def step(
     ``agentstate.AgentState`` has them all."""
     if isinstance(event, AckedRead):
         return absorb(cast(Absorbing, state), event, now)
+    if isinstance(event, Polled):
+        return polled(cast(Polling, state), event, now)
     if isinstance(event, CursorsRead):
         return take_cursors(cast(Looking, state), event, now)
     if isinstance(event, EnvelopeRead):
