@@ -107,7 +107,7 @@ def quiet_clients() -> None:
         kwargs.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
         return made(*args, **kwargs)
 
-    failover.pulsar.Client = client
+    pulsar.Client = client  # the module failover's loads make their clients from
 
 
 def restart_agents(lab_dir: pathlib.Path, settings: dict[str, Any]) -> None:

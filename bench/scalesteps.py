@@ -91,7 +91,7 @@ def load_step(
 def overlapping(step: Step, began: float, ended: float) -> str:
     """The agents' long events (their /state timelines at the load's end) and the bench's own stalls that
     overlapped ``began``..``ended``, times relative to ``began``."""
-    events = [("bench", e) for e in step.run.stalls.report()]
+    events: list[tuple[str, dict[str, Any]]] = [("bench", e) for e in step.run.stalls.report()]
     events += [(name, e) for name, events_of in step.timelines.items() for e in events_of]
     shown = []
     for who, e in sorted(events, key=lambda x: float(x[1]["began"])):
