@@ -84,7 +84,6 @@ def partition_of(topic: str) -> int:
     return int(match["n"]) if match else -1
 
 
-@functools.lru_cache(maxsize=65_536)
 def wanted(config: AgentConfig, topic: str, subscription: str) -> bool:
     """Whether ``subscription`` on ``topic`` is synced (the include/exclude patterns on ``topic/sub``)."""
     return _wanted(config.include, config.exclude, topic, subscription)

@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,8 +30,10 @@ from geosync_agent.core.subscriptions import Subscription, claim_size, decided_a
 from geosync_core import ackstates, claiming
 
 
+@functools.lru_cache(maxsize=65_536)
 def namespace_of(topic: str) -> str:
-    """``tenant/namespace`` of ``topic``: the control topic its claims go out on is that namespace's."""
+    """``tenant/namespace`` of ``topic``: the control topic its claims go out on is that namespace's (asked
+    for each claim decided and each claim received: remembered)."""
     rest = topic.split("://", 1)[-1]
     tenant, ns = rest.split("/")[:2]
     return f"{tenant}/{ns}"
