@@ -2,7 +2,7 @@
 
 Round step 2 (``runtime``): verify and de-duplicate control messages (``geosync_core.envelopes``), learn the
 regions' incarnations (a region rebuilt under its name: the logs' ends read, the tails renamed or read
-again), and hand each state's claims to the core (``core.stepping.step`` with ``ClaimsReceived``: held
+again), and hand each envelope's states to the core (``core.stepping.step`` with ``ClaimsReceived``: held
 while they name a life not announced yet, else merged into the subscription's claims). Out: the states the
 observe step queued, sealed into envelopes per namespace (``core.sealing``), and the incarnations announced.
 """
@@ -105,7 +105,7 @@ class Controlling(Indexing):
 
     def handle_control(self, data: bytes, *, topic: str, now: Now) -> None:
         """Have the core open an entry read from the control topic ``topic`` (``stepping.EnvelopeRead``), then
-        learn the incarnations it names and hand its states to the core, one ``ClaimsReceived`` each."""
+        learn the incarnations it names and hand its states to the core, all in one ``ClaimsReceived``."""
         opened = stepping.step(self, stepping.EnvelopeRead(data, topic, self.keys.keyring), now)
         if opened.sent_at_ms is not None:
             # Until now, not the round's start: a message may be taken late in the round (``receive again``).
@@ -117,8 +117,8 @@ class Controlling(Indexing):
         if opened.tags is not None:
             # Sent before this agent started: history re-read from the control topic (see _region_rebuilt).
             self._learn_incarnations(opened.sender, opened.tags, now, history=opened.history)
-        for received in opened.states:
-            self._claims_received(received, opened.tags, now)
+        if opened.states:
+            self._claims_received(opened.states, opened.tags, now)
 
     def _learn_incarnations(
         self, sender: str, tags: dict[str, Incarnation], now: Now, *, history: bool = False
@@ -142,8 +142,7 @@ class Controlling(Indexing):
             if not self.incarnations.waits(*key, tagged=True):
                 messages = self.waiting.pop(key)
                 self.waiting_count -= len(messages)
-                for message in messages:
-                    self._claims_received(message, {sender: key[1]}, now, waited=True)
+                self._claims_received(list(messages), {sender: key[1]}, now, waited=True)
 
     def _resend_untagged(self, region: str, now: Now) -> None:
         """Claims about ``region``'s messages published before this agent knew its incarnation went out
@@ -255,22 +254,22 @@ class Controlling(Indexing):
 
     def _claims_received(
         self,
-        message: ackstates.AckStateMessage,
+        messages: list[ackstates.AckStateMessage],
         tags: dict[str, Incarnation] | None,
         now: Now,
         *,
         waited: bool = False,
     ) -> None:
-        """Hand one state's claims to the core (``stepping.ClaimsReceived``), with what this region's
-        configuration, ownership and capabilities say of its topic now, and carry out what it says."""
-        topic, writes = message.topic, Capability.PLUGIN_CURSOR_WRITES
+        """Hand an envelope's states to the core (``stepping.ClaimsReceived``), with what this region's
+        configuration, ownership and capabilities say of their topics now, and carry out what it says."""
+        writes, config = Capability.PLUGIN_CURSOR_WRITES, self.config
         event = stepping.ClaimsReceived(
-            message,
+            messages,
             tags,
             waited=waited,
-            synced=synced(self.config, topic, message.subscription),
-            synced_topic=discovering.synced_topic(self.config, topic),
-            owned=self.owns(topic),
+            synced=lambda topic, subscription: synced(config, topic, subscription),
+            synced_topic=lambda topic: discovering.synced_topic(config, topic),
+            owned=self.owns,
             sidecar=self.ownership is not None,
             plugin_writes=self.caps.get(writes) is not False and self.caps.usable(writes, now=now.mono),
             acknowledgements=self.claims_acknowledgements(),

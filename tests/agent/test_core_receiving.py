@@ -60,12 +60,12 @@ def receive(
     claims_known: bool = True,
 ) -> stepping.Stepped:
     event = stepping.ClaimsReceived(
-        message,
+        [message],
         tags,
         waited=waited,
-        synced=synced,
-        synced_topic=synced,
-        owned=owned,
+        synced=lambda topic, subscription: synced,
+        synced_topic=lambda topic: synced,
+        owned=lambda topic: owned,
         sidecar=sidecar,
         plugin_writes=plugin_writes,
         acknowledgements=acknowledgements,
@@ -153,6 +153,37 @@ def test_claims_on_a_topic_not_tracked_ask_for_discovery_or_in_sidecar_mode_for_
 def test_new_claims_bring_the_poll_forward_where_plugin_writes_cannot_be_used() -> None:
     assert receive(State(), claims(3), plugin_writes=False).poll_soon == [TOPIC]
     assert receive(State(), claims(3, topic=OTHER), plugin_writes=False).poll_soon == []  # not tracked
+
+
+def test_an_envelope_s_states_are_taken_in_one_event_each_asking_only_what_it_needs() -> None:
+    """One ``ClaimsReceived`` per envelope: every state merged, their counters and asks in one ``Stepped``;
+    the configuration is asked per claim, ownership and the topic's syncing only for a topic not tracked."""
+    state, asked = State(), []
+
+    def owned(topic: str) -> bool:
+        asked.append(topic)
+        return True
+
+    other_sub = AckStateMessage(TOPIC, "audit", "a", OriginAcks.of({"a": [Span(5, 0, 1)]}))
+    event = stepping.ClaimsReceived(
+        [claims(3), other_sub, claims(2, topic=OTHER)],
+        None,
+        waited=False,
+        synced=lambda topic, subscription: subscription != "audit",
+        synced_topic=lambda topic: True,
+        owned=owned,
+        sidecar=False,
+        plugin_writes=False,
+        acknowledgements=False,
+        claims_known=True,
+    )
+    out = stepping.step(state, event, Now(100.0, 1_100.0))
+    assert state.subs[(TOPIC, SUB)].received == OriginAcks.of({"a": [Span(5, 0, 3)]})
+    assert (TOPIC, "audit") not in state.subs  # not synced here
+    assert state.subs[(OTHER, SUB)].received == OriginAcks.of({"a": [Span(5, 0, 2)]})
+    assert out.counts["claims_received"] == 2
+    assert (out.poll_soon, out.rediscover) == ([TOPIC], ["rediscover_for_claims"])
+    assert asked == [OTHER]
 
 
 CONTROL = "persistent://geo/ab/geosync-control"

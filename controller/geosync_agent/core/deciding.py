@@ -131,32 +131,35 @@ class Decide:
 def decide(state: Deciding, event: Decide, now: Now) -> Stepped:
     """Steps 3-4: the gates before a claim (a rewind followed, a tail to read again, a publish pause), then
     snapshot mode or the claim (``publishing.claim``), timed, and the publish pause that follows it."""
-    out, sub = Stepped(), event.sub
+    out = Stepped()
+    out.undecided = not _decide(state, event.sub, event, now, out)
+    return out
+
+
+def _decide(state: Deciding, sub: Subscription, how: Decide | ClaimsDue, now: Now, out: Stepped) -> bool:
+    """``decide``'s work for ``sub``, as ``how`` says (its ``force``, ``acknowledgements`` and ``covered``),
+    added to ``out`` (a look's decisions share one); False: not decidable yet."""
     ts = state.topics.get(sub.topic)
     if ts is None or sub.cursor is None or sub.follow:
-        out.undecided = True  # following a rewind: this cursor may acknowledge what the newer claims do not
-        return out
+        return False  # following a rewind: this cursor may acknowledge what the newer claims do not
     tail, cursor = ts.tail, sub.cursor
     if tail.stale or _behind_forgotten(tail, sub, cursor, out):
-        out.undecided = (
-            True  # the tail is read again first (next round): claims made now could leave entries out
-        )
-        return out
-    if not event.force and now.mono < sub.publish_after:
+        return False  # the tail is read again first (next round): claims made now could leave entries out
+    if not how.force and now.mono < sub.publish_after:
         # Claims too large to translate and send at every acknowledgement: the next due poll brings this
         # cursor back (it still differs from ``translated``), and with it everything acknowledged since.
-        out.poll_by[sub.topic] = sub.publish_after
+        at = sub.publish_after
+        out.poll_by[sub.topic] = min(out.poll_by.get(sub.topic, at), at)
         out.counts["publishes_paused"] += 1
-        out.undecided = True
-        return out
-    if event.covered:
+        return False
+    if how.covered:
         out.snapshot.append(sub)
-        return out
+        return True
     # With claims_from: acknowledgements (and a feed that reports them), the claim is made of what consumers
     # acknowledged, limited to the cursor (core.acknowledged); else of the cursor.
-    exact = event.acknowledgements
-    if not event.force and decided_already(sub, acknowledgements=exact, log_version=tail.version):
-        return out  # ``claim`` would answer "same": not timed (a poll looks at every subscription)
+    exact = how.acknowledgements
+    if not how.force and decided_already(sub, acknowledgements=exact, log_version=tail.version):
+        return True  # ``claim`` would answer "same": not timed (a poll looks at every subscription)
     # The cost is the loop thread's CPU (``Now.cpu``), not the wall time: on a saturated machine a GIL switch
     # alone (5 ms) made any publish or plan look heavy, and the pauses grew with every one counted so.
     started = now.cpu()
@@ -165,19 +168,19 @@ def decide(state: Deciding, event: Decide, now: Now) -> Stepped:
         sub,
         tail,
         exact=exact,
-        force=event.force,
+        force=how.force,
         local=state.config.region,
         sendable=namespace in state.namespaces,
     )
     if not isinstance(decided, publishing.Send):
-        return out
+        return True
     if decided.as_news:
         out.counts["states_sent_as_news"] += 1
     sub.publish_took = took = now.cpu() - started
     note_heavy(state.heavy_publishes_by, sub, took)
     sub.publish_after = now.mono + publish_pause(decided.size, took=took, heavy=state.heavy_publishes)
     out.claims.append((namespace, decided.message))
-    return out
+    return True
 
 
 def _behind_forgotten(tail: LogView, sub: Subscription, cursor: AckState, out: Stepped) -> bool:
@@ -208,15 +211,8 @@ def decide_look(state: DecidingLook, event: ClaimsDue, now: Now) -> Stepped:
             log_version=ts.tail.version,
         ):
             continue
-        one = decide(state, Decide(sub, event.force, event.acknowledgements, event.covered), now)
-        if one.undecided:
+        if not _decide(state, sub, event, now, out):
             unpublished[sub.name] = None
-        out.counts.update(one.counts)
-        out.notices += one.notices
-        out.claims += one.claims
-        out.snapshot += one.snapshot
-        for paused, at in one.poll_by.items():
-            out.poll_by[paused] = min(out.poll_by.get(paused, at), at)
     ts.unpublished = unpublished
     state.subs.cursor_set.pop(topic, None)  # what this look set itself
     if event.polled or now.mono >= ts.floor_at:

@@ -7,7 +7,7 @@ refused if it is malformed, misplaced (a state of another namespace than its con
 (the topic's ``ReplayGuard``); this region's own envelopes, replicated back, are ignored. What comes back
 (``Opened``) is what the shell needs to go on: the sender, the incarnations it names, its states. The shell
 learns those incarnations (``controlling``: a region rebuilt asks the brokers where their logs end, which
-is I/O), then hands each state over as ``ClaimsReceived``.
+is I/O), then hands the states over as one ``ClaimsReceived``.
 
 A state's claims about a life of a region that the region has not announced here yet wait for it
 (``reports.waiting_on_incarnations``; at most ``tuning.MAX_WAITING_CLAIMS``, the oldest dropped: their
@@ -15,9 +15,10 @@ sender's next resync says them again) and come back as an event of their own onc
 rest are made about the incarnations known here (``reports.of_known_incarnations``) and merged into the
 subscription's claims (``generations.take_claims``).
 
-What the shell knows of the claims' topic comes with the event, as it is now: whether this region syncs the
-subscription and its topic (its configuration), whether this agent syncs the topic (sidecar mode: its
-broker owns it), whether plugin cursor writes are usable, what claims are made of here.
+What the shell knows of the claims' topics comes with the event, as it is now, asked where a claim needs
+it: whether this region syncs the subscription and its topic (its configuration), whether this agent syncs
+the topic (sidecar mode: its broker owns it); and whether plugin cursor writes are usable, what claims are
+made of here.
 
 Invariants (tests in ``tests/agent/test_core_receiving.py``, through ``step``):
 
@@ -35,7 +36,7 @@ Invariants (tests in ``tests/agent/test_core_receiving.py``, through ``step``):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -159,20 +160,21 @@ def open_envelope(state: Opening, event: EnvelopeRead) -> Opened:
 
 @dataclass(frozen=True, slots=True)
 class ClaimsReceived:
-    """One state of an envelope from another region: ``message``, a subscription's claims; ``tags``, the
-    incarnations the envelope names (None: none, an agent from before incarnations); ``waited``: these claims
-    waited for a region's life that is now announced (not held again). Of the claims' topic: ``synced``, this
-    region syncs the subscription; ``synced_topic``, and the topic; ``owned``, this agent syncs the topic
-    (sidecar mode: its broker owns it); ``sidecar``, this agent shards by ownership; ``plugin_writes``, plugin
-    cursor writes are usable and not known absent. ``acknowledgements`` and ``claims_known`` as in
-    ``stepping.ApplyDue``."""
+    """The states of an envelope from another region (or those that waited for a region's life): each
+    ``messages``' one, a subscription's claims; ``tags``, the incarnations the envelope names (None: none, an
+    agent from before incarnations); ``waited``: these claims waited for a region's life that is now
+    announced (not held again). What the shell knows of a claim's topic, asked only where a claim needs it:
+    ``synced(topic, subscription)``, this region syncs the subscription; ``synced_topic(topic)``, and the
+    topic; ``owned(topic)``, this agent syncs the topic (sidecar mode: its broker owns it). ``sidecar``, this
+    agent shards by ownership; ``plugin_writes``, plugin cursor writes are usable and not known absent.
+    ``acknowledgements`` and ``claims_known`` as in ``stepping.ApplyDue``."""
 
-    message: ackstates.AckStateMessage
+    messages: Sequence[ackstates.AckStateMessage]
     tags: dict[str, Incarnation] | None
     waited: bool
-    synced: bool
-    synced_topic: bool
-    owned: bool
+    synced: Callable[[str, str], bool]
+    synced_topic: Callable[[str], bool]
+    owned: Callable[[str], bool]
     sidecar: bool
     plugin_writes: bool
     acknowledgements: bool
@@ -180,15 +182,17 @@ class ClaimsReceived:
 
 
 def receive(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped:
-    """Steps 8-9 (see the module docstring)."""
-    out, message = Stepped(), event.message
-    if not event.waited:
-        message, waiting = reports.waiting_on_incarnations(message, event.tags, state.incarnations)
-        _wait(state, waiting, out)
-    known = reports.of_known_incarnations(message, event.tags, state.incarnations)
-    if known is not message:
-        out.counts["claims_stale_incarnation"] += 1
-    _take(state, known, event, now, out)
+    """Steps 8-9 (see the module docstring), for each state in turn; one ``Stepped`` for them all."""
+    out = Stepped()
+    for received in event.messages:
+        message = received
+        if not event.waited:
+            message, waiting = reports.waiting_on_incarnations(received, event.tags, state.incarnations)
+            _wait(state, waiting, out)
+        known = reports.of_known_incarnations(message, event.tags, state.incarnations)
+        if known is not message:
+            out.counts["claims_stale_incarnation"] += 1
+        _take(state, known, event, now, out)
     return out
 
 
@@ -214,9 +218,10 @@ def _take(
 ) -> None:
     # The sender's rules may differ (another version or configuration): what is not synced here, a broker's
     # own subscription among them, is never written from claims.
-    if not event.synced:
+    topic = message.topic
+    if not event.synced(topic, message.subscription):
         return
-    topic, key = message.topic, (message.topic, message.subscription)
+    key = (topic, message.subscription)
     sub = state.subs.get(key)
     if sub is None:
         sub = state.subs[key] = Subscription(topic, message.subscription, exists=False)
@@ -243,12 +248,12 @@ def _take(
         )
         out.counts[f"rewinds_{how.replace(' ', '_')}"] += 1
         out.notices.append(generations.RewoundElsewhere(sub, how))
-    if topic not in state.topics and not event.owned:
+    if ts is None and not event.owned(topic):
         # Sidecar mode: another broker's agent applies them (the claims are kept for a takeover).
         if event.sidecar and len(state.lookups) < tuning.MAX_UNOBSERVED:
             state.lookups.add(topic)
-    elif topic not in state.topics:
-        if event.synced_topic and len(state.claimed_untracked) < tuning.MAX_UNOBSERVED:
+    elif ts is None:
+        if event.synced_topic(topic) and len(state.claimed_untracked) < tuning.MAX_UNOBSERVED:
             state.claimed_untracked.setdefault(topic, (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S))
         out.rediscover.append("rediscover_for_claims")
     if taken is generations.Taken.CHANGED:

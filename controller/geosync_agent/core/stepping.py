@@ -20,9 +20,9 @@ events, in the order a round and the next one give them:
 * ``EnvelopeRead`` (step 7, ``core.receiving``): an entry read from a control topic, opened, checked and
   admitted past the topic's replay guard, or refused; what comes back is ``Opened`` (the sender, the lives
   it names, its states), for the shell to learn those lives (I/O when a region was rebuilt) and go on with:
-* ``ClaimsReceived`` (steps 8-9, ``core.receiving``): one state of that envelope: held while it names a life
-  of a region not announced here, else made about the lives known here and merged into the subscription's
-  claims; what that asks of the shell comes back (a poll brought forward, a discovery pass in
+* ``ClaimsReceived`` (steps 8-9, ``core.receiving``): that envelope's states, in one event: each held while
+  it names a life of a region not announced here, else made about the lives known here and merged into the
+  subscription's claims; what that asks of the shell comes back (a poll brought forward, a discovery pass in
   ``Stepped.rediscover``, a rewind elsewhere as a notice).
 * ``ApplyDue``: the round's apply step, with what the shell knows now of the brokers (which capabilities are
   usable, what claims are made of, which topics snapshot mode covers). Every subscription's cursor change is
