@@ -138,7 +138,7 @@ class AgentState:
         self.incarnations = Known({config.region: incarnation} if incarnation else {})
         """The newest incarnation known of each region (this one's own included), each from its own region."""
         self.waiting: dict[tuple[str, Incarnation], deque[ackstates.AckStateMessage]] = {}
-        """Claims about a life of a region the region has not announced here yet (``_learn_incarnations``)."""
+        """Claims about a life of a region the region has not announced here yet (``core.incarnating``)."""
         self.waiting_count = 0
         self.announce_at: dict[str, float] = {}
         """Per namespace, when (monotonic) its control topic is next told this region's incarnation if no

@@ -1,8 +1,9 @@
 """The control topics: claims received from the other regions, and this region's states sent.
 
-Round step 2 (``runtime``): verify and de-duplicate control messages (``geosync_core.envelopes``), learn the
-regions' incarnations (a region rebuilt under its name: the logs' ends read, the tails renamed or read
-again), and hand each envelope's states to the core (``core.stepping.step`` with ``ClaimsReceived``: held
+Round step 2 (``runtime``): verify and de-duplicate control messages (``geosync_core.envelopes``), have the
+core learn the regions' incarnations (``IncarnationsNamed``; a region rebuilt under its name: the logs' ends
+read here, then ``RegionRebuilt``, and the tails it names read again), and hand each envelope's states to
+the core (``core.stepping.step`` with ``ClaimsReceived``: held
 while they name a life not announced yet, else merged into the subscription's claims). Out: the states the
 observe step queued, sealed into envelopes per namespace (``core.sealing``), and the incarnations announced.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import queue
-from dataclasses import replace
 
 from geosync_adapters import adminhttp
 from geosync_agent import (
@@ -25,7 +25,7 @@ from geosync_agent.core.publishing import namespace_of
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.discovering import synced
 from geosync_agent.indexing import Indexing
-from geosync_core import ackstates, incarnations
+from geosync_core import ackstates
 from geosync_core.capabilities import Capability
 from geosync_core.incarnations import Incarnation
 from geosync_core.positions import Position
@@ -115,7 +115,7 @@ class Controlling(Indexing):
             self._reject(opened.rejected)
             return
         if opened.tags is not None:
-            # Sent before this agent started: history re-read from the control topic (see _region_rebuilt).
+            # Sent before this agent started: history re-read from the control topic (``core.incarnating``).
             self._learn_incarnations(opened.sender, opened.tags, now, history=opened.history)
         if opened.states:
             self._claims_received(opened.states, opened.tags, now)
@@ -123,45 +123,31 @@ class Controlling(Indexing):
     def _learn_incarnations(
         self, sender: str, tags: dict[str, Incarnation], now: Now, *, history: bool = False
     ) -> None:
-        """Take up the incarnation ``sender`` announces of itself if it is newer than the one known here, and
-        the claims that waited for it. A region speaks only for itself: what a peer says of a third region's
-        incarnation (or of this one's, which this region's ZooKeeper says) is never taken up."""
-        incarnation = tags.get(sender)
-        if incarnation is None or sender == self.config.region:
-            return
-        known = self.incarnations.get(sender)
-        # Asked before anything is learned: if a broker cannot answer, the round fails and the region's next
-        # envelope brings the news again.
-        ends = self._log_ends() if known is not None and incarnation > known else {}
-        self.incarnations, replaced = self.incarnations.learn(sender, incarnation)
-        if replaced is not None:
-            self._region_rebuilt(sender, replaced, incarnation, now, ends, history=history)
-        if known is None:
-            self._resend_untagged(sender, now)
-        for key in [k for k in self.waiting if k[0] == sender]:
-            if not self.incarnations.waits(*key, tagged=True):
-                messages = self.waiting.pop(key)
-                self.waiting_count -= len(messages)
-                self._claims_received(list(messages), {sender: key[1]}, now, waited=True)
-
-    def _resend_untagged(self, region: str, now: Now) -> None:
-        """Claims about ``region``'s messages published before this agent knew its incarnation went out
-        without it, and a peer that knows it refuses them (``reports.of_known_incarnations``: of a life
-        nobody can tell): the topics that hold such claims are resynced now, so they go out again with it,
-        not a resync period later (a consumer failing over meanwhile was given those messages again:
-        simulator seed 200245, takeovers profile: c claimed b's first message 0.3 s after it started, before
-        b's first envelope reached it, and a refused the claim)."""
-        topics = {
-            s.topic
-            for s in self.subs.values()
-            if s.published is not None and region in s.published.origin_regions
-        }
-        for topic in topics:
-            ts = self.topics.get(topic)
-            if ts is not None:
-                ts.resync_at = min(ts.resync_at, now.mono)
-        if topics:
-            self.stats.inc("resyncs_for_incarnations", len(topics))
+        """Have the core learn the life ``sender`` names of itself (``stepping.IncarnationsNamed``); for a
+        rebuilt region, read where the logs end first and hand them over (``stepping.RegionRebuilt``). Then
+        carry out what it says: counters, the tails to read again, the claims that waited for that life."""
+        learned = stepping.step(self, stepping.IncarnationsNamed(sender, tags, history), now)
+        if learned.read_ends:
+            # Asked before anything is learned: if a broker cannot answer, the round fails and the region's
+            # next envelope brings the news again.
+            event = stepping.RegionRebuilt(sender, tags[sender], self._log_ends(), history)
+            learned = stepping.step(self, event, now)
+        self._carry_out(learned.out, now)
+        for topic in learned.reread:
+            self._rebuild(self.topics[topic], now)
+        rebuilt = learned.rebuilt
+        if rebuilt is not None:
+            log.warning(
+                "region %s was rebuilt (incarnation %s, was %s): its old messages (%d index runs here) and "
+                "the claims about them now go by %s, apart from its new ones",
+                rebuilt.region,
+                rebuilt.new,
+                rebuilt.old,
+                rebuilt.runs,
+                rebuilt.retired,
+            )
+        for waited_tags, messages in learned.released:
+            self._claims_received(messages, waited_tags, now, waited=True)
 
     def _log_ends(self) -> dict[str, Position | None]:
         """The last entry each tracked topic holds now (``internalStats``, asked in parallel as the polls
@@ -179,78 +165,6 @@ class Controlling(Indexing):
         if unknown:
             self.stats.inc("rebuilt_log_end_unknown", unknown)
         return ends
-
-    def _region_rebuilt(
-        self,
-        region: str,
-        old: Incarnation,
-        new: Incarnation,
-        now: Now,
-        ends: dict[str, Position | None],
-        *,
-        history: bool = False,
-    ) -> None:
-        """``region`` was wiped and rebuilt under its name: its new messages reuse the origin coordinates of
-        its old ones. Every claim held about its origins speaks of the old ones, and every entry of its
-        origins in this region's logs up to their ends now (``ends``) is an old one, read or not: the old life
-        replicated nothing after it was wiped, before the new one announced itself. Both are renamed to the
-        old incarnation's retired name, so the old claims go on reaching the old messages (every region
-        renames alike) and never the new ones. Renaming only what the tails had read let the entries a
-        stalled or restarted reader had not reached yet go by the region's plain name: claims about the new
-        life's messages then acknowledged them, and this region's claims about them reached the new life's
-        messages elsewhere (issue 45, case 2; ``tests/sim/test_issue45_rebuilt.py``).
-
-        Learned from the control topic's ``history`` (the news was sent before this agent started: it starts
-        with no checkpoint, or one older than the news), the logs may hold the new life's messages as well,
-        below their ends and read already: every tail is read again from its earliest message, and an entry
-        at or below its log's end is of the old life only if it was published before the new incarnation was
-        created (``OriginIndex.retire(before_ms=)``; a replicated copy keeps its origin's publish time).
-        Retiring up to the ends alone named the new life's messages with the old ones, and the old claims
-        acknowledged one a consumer held (``loss``; the rebuilds profile's seed 17)."""
-        self.stats.inc("incarnations_changed")
-        retired = incarnations.retired(region, old)
-        runs = 0
-        for topic, ts in self.topics.items():
-            runs += ts.tail.index.retire(region, retired, upto=ends.get(topic), before_ms=new.created_ms)
-            ts.tail.version += 1
-            ts.tail.rewrites += 1
-            if history:
-                ts.tail.stale_reason = (
-                    f"region {region} was rebuilt, and this agent learned it from the control topic's "
-                    "history: its old and new messages are told apart by publish time"
-                )
-                self._rebuild(ts, now)
-        for state in self.subs.values():
-            if not any(
-                acks is not None and region in acks.origin_regions
-                for acks in (state.received, state.published)
-            ):
-                continue
-            state.received = state.received.renamed(region, retired)
-            if state.published is not None:
-                state.published = state.published.renamed(region, retired)
-            state.translated = state.planned = None
-        # States queued before this round learned it are sealed with the incarnations known when they are
-        # sent: what they say of the region is about its old life.
-        self.outgoing = {
-            namespace: [
-                replace(m, acks=m.acks.renamed(region, retired)) if region in m.acks.origin_regions else m
-                for m in states
-            ]
-            for namespace, states in self.outgoing.items()
-        }
-        # A checkpoint at this round's end: an agent restored from an older one would learn of the rebuild
-        # again, when its logs may hold the new life's messages too (their ends have moved on).
-        self.checkpoint_at = min(self.checkpoint_at, now.mono)
-        log.warning(
-            "region %s was rebuilt (incarnation %s, was %s): its old messages (%d index runs here) and the "
-            "claims about them now go by %s, apart from its new ones",
-            region,
-            new,
-            old,
-            runs,
-            retired,
-        )
 
     def _claims_received(
         self,

@@ -6,8 +6,8 @@ signature, the sender's key; ``geosync_core.ackstates``: the states and incarnat
 refused if it is malformed, misplaced (a state of another namespace than its control topic's) or a replay
 (the topic's ``ReplayGuard``); this region's own envelopes, replicated back, are ignored. What comes back
 (``Opened``) is what the shell needs to go on: the sender, the incarnations it names, its states. The shell
-learns those incarnations (``controlling``: a region rebuilt asks the brokers where their logs end, which
-is I/O), then hands the states over as one ``ClaimsReceived``.
+has those incarnations learned (``core.incarnating``: a region rebuilt first asks the brokers where their
+logs end, which is I/O), then hands the states over as one ``ClaimsReceived``.
 
 A state's claims about a life of a region that the region has not announced here yet wait for it
 (``reports.waiting_on_incarnations``; at most ``tuning.MAX_WAITING_CLAIMS``, the oldest dropped: their

@@ -19,7 +19,12 @@ events, in the order a round and the next one give them:
   mode (``Stepped.snapshot``) or the claim, queued for its namespace's envelopes (``Stepped.claims``).
 * ``EnvelopeRead`` (step 7, ``core.receiving``): an entry read from a control topic, opened, checked and
   admitted past the topic's replay guard, or refused; what comes back is ``Opened`` (the sender, the lives
-  it names, its states), for the shell to learn those lives (I/O when a region was rebuilt) and go on with:
+  it names, its states), for the shell to have those lives learned and go on with:
+* ``IncarnationsNamed`` (step 7, ``core.incarnating``): the life the sender names of itself, learned if it is
+  news; claims that waited for it come back (``Learned.released``). A newer life than the one known is a
+  rebuild: ``Learned.read_ends`` asks where the logs end (I/O) first, then
+* ``RegionRebuilt`` (step 7, ``core.incarnating``): the rebuilt region's old entries and the claims about
+  them go by its old life's retired name; the tails to read again come back (``Learned.reread``).
 * ``ClaimsReceived`` (steps 8-9, ``core.receiving``): that envelope's states, in one event: each held while
   it names a life of a region not announced here, else made about the lives known here and merged into the
   subscription's claims; what that asks of the shell comes back (a poll brought forward, a discovery pass in
@@ -35,19 +40,20 @@ events, in the order a round and the next one give them:
   writes found no plugin, their cursors are read again at once (``Stepped.poll_soon``) and planned again.
 * ``Lost``: the writes' outcomes could not be read at all: their subscriptions are planned again.
 
-Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Looked``, ``Opened``):
-effects (``core.effects``), claims to send, topics to poll, counters to add and notices to log. The state
-is the agent's (``Absorbing``, ``Applying``, ``Deciding``, ``Looking``, ``Opening`` and ``Receiving`` name
-what of it each event reads); the subscriptions' records are updated as the decisions are made. The same
-entry runs in production (the shell's parts, called by ``runtime``'s round), in the unit tests and in the
-simulator, which runs the real agent's rounds over simulated ports (``geosync_sim``).
+Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Looked``, ``Opened``,
+``Learned``): effects (``core.effects``), claims to send, topics to poll, counters to add and notices to
+log. The state is the agent's (``Absorbing``, ``Applying``, ``Deciding``, ``Learning``, ``Looking``,
+``Opening`` and ``Receiving`` name what of it each event reads); the subscriptions' records are updated as
+the decisions are made. The same entry runs in production (the shell's parts, called by ``runtime``'s
+round), in the unit tests and in the simulator, which runs the real agent's rounds over simulated ports
+(``geosync_sim``).
 
 The other steps of the round still decide in the shell's parts, with the core's functions
 (``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
 
 Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
-the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding`` and
-``core.receiving``):
+the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding``, ``core.receiving``
+and ``core.incarnating``):
 
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
   in one step;
@@ -68,6 +74,7 @@ from geosync_agent.core import applying, planning
 from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
 from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
+from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, name, rebuild
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, Polled, Polling, polled, take_cursors
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic, Work
@@ -95,12 +102,15 @@ __all__ = [
     "CursorsRead",
     "Decide",
     "EnvelopeRead",
+    "IncarnationsNamed",
     "Landed",
+    "Learned",
     "Looked",
     "Lost",
     "Notice",
     "Opened",
     "Polled",
+    "RegionRebuilt",
     "Stepped",
     "Written",
     "step",
@@ -184,7 +194,7 @@ class Lost:
 ApplyEvent = ApplyDue | Written | Landed | Lost
 
 
-Event = ApplyEvent | Decide | ClaimsReceived
+Event = ApplyEvent | Decide | ClaimsReceived | IncarnationsNamed | RegionRebuilt
 
 
 @overload
@@ -219,13 +229,17 @@ def step(state: Opening, event: EnvelopeRead, now: Now) -> Opened: ...
 def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
 
 
+@overload
+def step(state: Learning, event: IncarnationsNamed | RegionRebuilt, now: Now) -> Learned: ...
+
+
 def step(
-    state: Absorbing | Applying | Deciding | Looking | Opening | Polling | Receiving,
+    state: Absorbing | Applying | Deciding | Learning | Looking | Opening | Polling | Receiving,
     event: Event | AckedRead | CursorsRead | ClaimsDue | EnvelopeRead | Polled,
     now: Now,
-) -> Stepped | Absorbed | Looked | Opened:
+) -> Stepped | Absorbed | Learned | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
-    state it is about (``Applying``, ``Deciding``, ``Looking``, ``Opening``, ``Receiving``);
+    state it is about (``Applying``, ``Deciding``, ``Learning``, ``Looking``, ``Opening``, ``Receiving``);
     ``agentstate.AgentState`` has them all."""
     if isinstance(event, AckedRead):
         return absorb(cast(Absorbing, state), event, now)
@@ -241,6 +255,10 @@ def step(
         return decide(cast(Deciding, state), event, now)
     if isinstance(event, ClaimsReceived):
         return receive(cast(Receiving, state), event, now)
+    if isinstance(event, IncarnationsNamed):
+        return name(cast(Learning, state), event, now)
+    if isinstance(event, RegionRebuilt):
+        return rebuild(cast(Learning, state), event, now)
     return _apply(cast(Applying, state), event, now)
 
 
