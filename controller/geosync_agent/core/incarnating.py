@@ -146,7 +146,7 @@ class Learned:
     out: Stepped = field(default_factory=Stepped)
 
 
-def name(state: Learning, event: IncarnationsNamed, now: Now) -> Learned:
+def learn(state: Learning, event: IncarnationsNamed, now: Now) -> Learned:
     """``IncarnationsNamed`` (see the module docstring)."""
     sender = event.sender
     incarnation = event.tags.get(sender)
@@ -155,16 +155,16 @@ def name(state: Learning, event: IncarnationsNamed, now: Now) -> Learned:
     known = state.incarnations.get(sender)
     if known is not None and incarnation > known:
         return Learned(read_ends=True)
-    return _learn(state, sender, incarnation, {}, history=event.history, now_mono=now.mono)
+    return _take_life(state, sender, incarnation, {}, history=event.history, now_mono=now.mono)
 
 
 def rebuild(state: Learning, event: RegionRebuilt, now: Now) -> Learned:
     """``RegionRebuilt`` (see the module docstring)."""
     ends, history = event.ends, event.history
-    return _learn(state, event.region, event.incarnation, ends, history=history, now_mono=now.mono)
+    return _take_life(state, event.region, event.incarnation, ends, history=history, now_mono=now.mono)
 
 
-def _learn(
+def _take_life(
     state: Learning,
     region: str,
     incarnation: Incarnation,
@@ -173,6 +173,7 @@ def _learn(
     history: bool,
     now_mono: float,
 ) -> Learned:
+    """``incarnation`` of ``region`` learned if it is newer than the one known, and what follows from it."""
     known = state.incarnations.get(region)
     state.incarnations, replaced = state.incarnations.learn(region, incarnation)
     learned = Learned()

@@ -74,7 +74,7 @@ from geosync_agent.core import applying, planning
 from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
 from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
 from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
-from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, name, rebuild
+from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, learn, rebuild
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, Polled, Polling, polled, take_cursors
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic, Work
@@ -256,7 +256,7 @@ def step(
     if isinstance(event, ClaimsReceived):
         return receive(cast(Receiving, state), event, now)
     if isinstance(event, IncarnationsNamed):
-        return name(cast(Learning, state), event, now)
+        return learn(cast(Learning, state), event, now)
     if isinstance(event, RegionRebuilt):
         return rebuild(cast(Learning, state), event, now)
     return _apply(cast(Applying, state), event, now)
