@@ -1,15 +1,16 @@
 """Folding: what the core and the parts ask for carried out, and each outcome folded back into the state.
 
 The parts ask for I/O as effects (``geosync_agent.effects``) through ``_perform``, the seam ``agentstate``
-declares; the effector carries them out and ``_fold`` takes each outcome: a plugin cursor write's cursor
-(judged for a rewind), an admin-API move or a cursor reset, a subscription created, a capability learned,
-a replicator unloaded.
+declares; the effector carries them out. The admin-API moves' outcomes go to the core in one event per batch
+(``stepping.Moved``); ``_fold`` takes what the brokers alone tell: a cursor reset, a subscription created, a
+capability learned, a replicator unloaded.
 
 Round steps 3 and 5 (``runtime``) are the core's entry (``core.stepping.step``) driven: the apply step hands
-it an ``ApplyDue`` event; ``land_writes``, at the next round's start, folds the plugin writes' outcomes and
-hands them over as ``Written`` and ``Landed``. What comes back is carried out here and nothing else: its
-counters added, its notices logged, its effects performed, the plugin writes sent (landed by the next round),
-topics polled at once. What is asked here is only what I/O itself tells: which capabilities are usable now,
+it an ``ApplyDue`` event; ``land_writes``, at the next round's start, hands the plugin writes' outcomes over
+as they came (``Written``: the core takes the cursors they answered), then ``Landed``. What comes back is
+carried out here and nothing else: its counters added, its notices logged, its effects performed, the plugin
+writes sent (landed by the next round), topics polled at once, subscriptions a move found gone taken as
+absent. What is asked here is only what I/O itself tells: which capabilities are usable now,
 and in sidecar mode which topics a broker that refused a write as not loaded no longer owns.
 """
 
@@ -20,10 +21,11 @@ from dataclasses import replace
 
 from geosync_agent import effects as fx
 from geosync_agent.agentstate import Now
-from geosync_agent.core import generations, reports, stepping, tuning
+from geosync_agent.core import stepped as stepped_
+from geosync_agent.core import stepping, tuning
 from geosync_agent.core.subscriptions import SubKey, Subscription
 from geosync_agent.observing import Observing
-from geosync_core import pacing, pluginapi
+from geosync_core import pluginapi
 from geosync_core.capabilities import Capability
 
 log = logging.getLogger("geosync.agent")
@@ -40,11 +42,21 @@ class Folding(Observing):
             if isinstance(effect, fx.Publish):
                 self.stats.inc(effect.counter)
         outcomes = self.effector.perform(effects)
+        moved: list[fx.AdminMoved] = []
         for outcome in outcomes:
-            self._fold(outcome, now)
+            if isinstance(outcome, fx.AdminMoved):
+                moved.append(outcome)
+            else:
+                self._fold(outcome, now)
+        if moved:
+            # The core folds the admin moves' outcomes (``stepping.Moved``), in one event.
+            self._carry_out(stepping.step(self, stepping.Moved(moved, self.snapshots.covers), now), now)
         return outcomes
 
     def _fold(self, outcome: fx.Outcome, now: Now) -> None:
+        """Fold what the brokers alone tell: a capability learned, a replicator unloaded, a subscription
+        created, a cursor reset (the writes' and moves' outcomes are the core's: ``stepping.Written``,
+        ``stepping.Moved``)."""
         if isinstance(outcome, fx.Learned):
             self.caps = self.caps.learned(outcome.capability, outcome.value, now=now.mono)
             return
@@ -58,42 +70,7 @@ class Folding(Observing):
         state = self.subs.get(outcome.key)
         if state is None:
             return
-        if isinstance(outcome, fx.CursorWritten):
-            report = outcome.cursor
-            if outcome.stale:
-                self.stats.inc("plugin_writes_stale")
-                log.info(
-                    "%s on %s: moved back to %s since the write was planned; planned again",
-                    state.name,
-                    state.topic,
-                    report.mark_delete,
-                )
-            if report.batches_truncated:
-                self.stats.inc("feed_batches_truncated")
-            ts = self.topics.get(report.topic)
-            cursor = state.cursor = reports.cursor_of(report, None if ts is None else ts.tail)
-            if not self.snapshots.covers(state.topic) and self.judges_rewinds("write", now):
-                # A write never moves the mark-delete back: below what was seen, someone rewound it.
-                rewind = generations.rewound(
-                    state, cursor, source="write", now_mono=now.mono, now_wall=now.wall
-                )
-                if rewind is not None:
-                    self._took_rewind(state, rewind, cursor, now)
-            state.pending_move = None
-            state.pending_holes = 0
-            state.last_applied_at = now.wall
-            self.stats.inc("plugin_acks")
-            self.stats.inc("mark_delete_moves", int(outcome.moved))
-            self.stats.inc("holes_acked", outcome.holes)
-            self.stats.inc("batch_indexes_acked", outcome.batch_indexes)
-        elif isinstance(outcome, fx.NotWritten):
-            if outcome.reason == fx.PLANNED_FROM_REFUSED:
-                self.feed.planned_from_refused_at = now.mono
-                self.stats.inc("plugin_planned_from_refused")
-            if not outcome.fallback:
-                self.stats.inc("apply_errors")
-                state.planned = None  # plan again next round
-        elif isinstance(outcome, fx.Created):
+        if isinstance(outcome, fx.Created):
             if outcome.created:
                 self.stats.inc("subscriptions_created")
                 log.info("created subscription %s on %s at the earliest message", state.name, state.topic)
@@ -103,8 +80,6 @@ class Folding(Observing):
                 self.created.add(state.key)
                 self.rediscover.set()
                 self._poll_soon(state.topic)
-        elif isinstance(outcome, fx.AdminMoved):
-            self._fold_admin_move(state, outcome, now)
         elif isinstance(outcome, fx.CursorReset):
             self._fold_reset(state, outcome, now)
 
@@ -128,32 +103,6 @@ class Folding(Observing):
         if ts is not None:
             ts.poll = replace(ts.poll, next_at=0.0)
 
-    def _fold_admin_move(self, state: Subscription, outcome: fx.AdminMoved, now: Now) -> None:
-        if outcome.gone:
-            # Deleted here since discovery listed it: as a discovery pass that no longer finds it (not
-            # created again from claims; synced again once it exists), not an error to retry every round.
-            log.info("%s", outcome.error)
-            state.planned = None
-            self._absent(state, now.mono)
-            return
-        if outcome.error:
-            self.stats.inc("apply_errors")
-            log.warning("applying failed, will retry: %s", outcome.error)
-            state.planned = None
-            return
-        state.consumers = outcome.consumers
-        if outcome.busy:
-            self.stats.inc("expire_busy")
-        if outcome.moved_to is not None:
-            self.stats.inc(outcome.counter)
-            state.last_applied_at = now.wall
-            if not self.snapshots.covers(state.topic):
-                state.pending_move = pacing.PendingMove(outcome.moved_to, now.mono)
-        state.pending_holes = outcome.held_back
-        if outcome.holes_acked:
-            self.stats.inc("holes_acked", outcome.holes_acked)
-            state.last_applied_at = now.wall
-
     # -- 5. apply ----------------------------------------------------------------------------------
 
     def apply(self, now: Now) -> None:
@@ -170,9 +119,9 @@ class Folding(Observing):
         self._carry_out(stepping.step(self, due, now), now)
 
     def land_writes(self, now: Now) -> None:
-        """Fold the outcomes of the cursor writes the last apply step sent (waiting for them if need be), and
-        carry out what the core makes of them (``stepping.Written``, ``Landed``). Before ``observe``: a cursor
-        a write answered must not be taken after a newer one the feed reported."""
+        """Hand the core the outcomes of the cursor writes the last apply step sent (waiting for them if need
+        be), and carry out what it makes of them (``stepping.Written``, ``Landed``). Before ``observe``: a
+        cursor a write answered must not be taken after a newer one the feed reported."""
         if self.writes_in_flight is None:
             return
         outcomes_of, work = self.writes_in_flight
@@ -184,8 +133,16 @@ class Folding(Observing):
             raise
         tried = self.caps.get(Capability.PLUGIN_CURSOR_WRITES) is not None
         for outcome in outcomes:
-            self._fold(outcome, now)
-        self._carry_out(stepping.step(self, stepping.Written(work, outcomes), now), now)
+            if isinstance(outcome, fx.Learned):  # the rest is the core's (``stepping.Written``)
+                self._fold(outcome, now)
+        written = stepping.Written(
+            work,
+            outcomes,
+            covered=self.snapshots.covers,
+            judged=self.judges_rewinds("write", now),
+            acknowledgements=self.claims_acknowledgements(),
+        )
+        self._carry_out(stepping.step(self, written, now), now)
         landed = stepping.Landed(
             work,
             outcomes,
@@ -219,6 +176,26 @@ class Folding(Observing):
             self.outgoing.setdefault(namespace, []).append(claim)
         for counter in stepped.rediscover:
             self._rediscover_soon(now, counter)
+        for state in stepped.absent:
+            self._absent(state, now.mono)
+
+    def _notice(self, notice: stepping.Notice) -> None:
+        """Log what a decision of the core reports: the writes' and moves' notices here, the others as
+        ``indexing`` logs them."""
+        state = notice.state
+        if isinstance(notice, stepped_.WriteStale):
+            log.info(
+                "%s on %s: moved back to %s since the write was planned; planned again",
+                state.name,
+                state.topic,
+                notice.mark_delete,
+            )
+        elif isinstance(notice, stepped_.MoveFailed) and notice.gone:
+            log.info("%s", notice.error)
+        elif isinstance(notice, stepped_.MoveFailed):
+            log.warning("applying failed, will retry: %s", notice.error)
+        else:
+            super()._notice(notice)
 
     def _moved_away(self, outcomes: list[fx.Outcome], now: Now) -> set[SubKey]:
         """Sidecar mode: the writes the broker refused as ``not_loaded`` whose topic it no longer owns (asked

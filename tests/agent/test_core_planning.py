@@ -269,17 +269,18 @@ def test_a_whole_write_settles_its_plan_and_what_the_plugin_could_not_take_goes_
     written, refused, elsewhere, moved = (sub(1, received=claims(3), name=n) for n in "wxyz")
     agent = world(Topic(copies(6)), written, refused, elsewhere, moved)
     work = plan(agent).work
-    answered = written.cursor = AckState.of(Position(9, 3))  # as the write answered, folded by the shell
     outcomes: list[Outcome] = [
         CursorWritten(written.key, pluginapi.CursorReport(TOPIC, "w", Position(9, 3), "[]"), True, 0),
         NotWritten(refused.key, fallback=False, reason="refused"),  # planned again next round
         NotWritten(elsewhere.key, fallback=True, reason="not_loaded"),
         NotWritten(moved.key, fallback=True, reason="not_loaded"),  # its topic was handed off
     ]
-    settled = stepping.step(agent, stepping.Written(work, outcomes), Now(101.0, 1_101.0))
+    event = stepping.Written(work, outcomes, covered=lambda topic: False, judged=True, acknowledgements=False)
+    settled = stepping.step(agent, event, Now(101.0, 1_101.0))
     assert settled.counts["plans_settled_by_writes"] == 1
+    assert written.cursor == AckState.of(Position(9, 3))  # as the write answered
     assert written.planned is not None
-    assert written.planned[0] is answered
+    assert written.planned[0] is written.cursor
     stepped = landed(agent, work, outcomes, moved_away=(moved.key,))
     assert [m.key for m in stepped.moves if isinstance(m, AdminMove)] == [elsewhere.key]
     assert stepped.writes == []

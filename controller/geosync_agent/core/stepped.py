@@ -15,15 +15,42 @@ from geosync_agent.core.effects import Effect, PluginAck
 from geosync_agent.core.planning import Work
 from geosync_agent.core.subscriptions import Subscription
 from geosync_core import ackstates
+from geosync_core.positions import Position
 
-Notice = planning.Notice | generations.RewoundElsewhere | generations.Unconfirmed | generations.RewindTaken
+
+@dataclass(frozen=True, slots=True)
+class WriteStale:
+    """A plugin write to ``state`` applied nothing: its cursor had moved back to ``mark_delete`` since the
+    write was planned (planned again)."""
+
+    state: Subscription
+    mark_delete: Position
+
+
+@dataclass(frozen=True, slots=True)
+class MoveFailed:
+    """An admin-API move of ``state`` failed (``error``; planned again), or found it ``gone`` here."""
+
+    state: Subscription
+    error: str
+    gone: bool
+
+
+Notice = (
+    planning.Notice
+    | generations.RewoundElsewhere
+    | generations.Unconfirmed
+    | generations.RewindTaken
+    | WriteStale
+    | MoveFailed
+)
 """What a decision made that people should read of (the shell logs it)."""
 
 
 @dataclass(slots=True)
 class Stepped:
-    """What a step asks for: ``effects`` to carry out now, then ``moves``, the admin-API moves (their
-    outcomes folded in between, as each batch's are); ``writes``, plugin cursor writes to send (their outcomes
+    """What a step asks for: ``effects`` to carry out now, then ``moves``, the admin-API moves (each
+    batch's outcomes handed back as ``Moved``); ``writes``, plugin cursor writes to send (their outcomes
     come back as ``Written`` and ``Landed`` at the next round, with ``work``, the plans they carry);
     ``poll_soon``, topics whose cursors are to be read again at once; ``counts`` to add to the agent's
     counters; ``notices`` to log; and what the other events say, below."""
@@ -47,3 +74,6 @@ class Stepped:
     rediscover: list[str] = field(default_factory=list)
     """``ClaimsReceived``: ask for a discovery pass (claims name a topic not tracked here), counted under
     these names when the shell asks."""
+    absent: list[Subscription] = field(default_factory=list)
+    """``Moved``: subscriptions an admin move found gone here, taken as a discovery pass that no longer finds
+    them (the shell's ``_absent``)."""

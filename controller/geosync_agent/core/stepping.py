@@ -34,11 +34,16 @@ events, in the order a round and the next one give them:
   decided (``core.planning.plan_round``) and comes back as effects: creations and cursor resets to carry out
   at once, then the plans as plugin cursor writes (``Stepped.writes``, their plans in ``Stepped.work``) or as
   admin-API moves through the move gate (``Stepped.moves``).
-* ``Written``: the outcomes of those plugin writes, once the shell folded them into the state (the next
-  round's start, before the feed is read): a write that did all its plan asked settles it.
+* ``Written`` (``core.landing``): the outcomes of those plugin writes, as the shell read them (the next
+  round's start, before the feed is read), in one event: folded into the state (the cursor each write
+  answered taken and judged for a rewind, what the plugin refused planned again), then a write that did all
+  its plan asked settles it.
 * ``Landed``: then what they leave: the plans the plugin did not write go to the admin API; where the first
   writes found no plugin, their cursors are read again at once (``Stepped.poll_soon``) and planned again.
 * ``Lost``: the writes' outcomes could not be read at all: their subscriptions are planned again.
+* ``Moved`` (``core.landing``): the outcomes of a batch of admin-API moves (the apply step's, snapshot
+  mode's), in one event: folded into the state; the subscriptions a move found gone come back in
+  ``Stepped.absent``.
 
 Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Looked``, ``Opened``,
 ``Learned``): effects (``core.effects``), claims to send, topics to poll, counters to add and notices to
@@ -70,10 +75,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast, overload
 
-from geosync_agent.core import applying, planning
+from geosync_agent.core import applying, landing, planning
 from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
 from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
-from geosync_agent.core.effects import CursorWritten, Effect, NotWritten, Outcome, PluginAck
+from geosync_agent.core.effects import AdminMoved, CursorWritten, Effect, NotWritten, Outcome, PluginAck
 from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, learn, rebuild
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, Polled, Polling, polled, take_cursors
 from geosync_agent.core.now import Now
@@ -107,6 +112,7 @@ __all__ = [
     "Learned",
     "Looked",
     "Lost",
+    "Moved",
     "Notice",
     "Opened",
     "Polled",
@@ -165,10 +171,15 @@ class ApplyDue:
 
 @dataclass(frozen=True, slots=True)
 class Written:
-    """The outcomes of the plugin writes of ``work``, folded into the state by the shell."""
+    """The outcomes of the plugin writes of ``work``, as read. ``covered``: whether snapshot mode covers a
+    topic; ``judged``: rewinds are judged in this round; ``acknowledgements``: claims are made of what
+    consumers acknowledged."""
 
     work: Work
     outcomes: list[Outcome]
+    covered: Callable[[str], bool]
+    judged: bool
+    acknowledgements: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +202,15 @@ class Lost:
     work: Work
 
 
-ApplyEvent = ApplyDue | Written | Landed | Lost
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The outcomes of a batch of admin-API moves. ``covered``: whether snapshot mode covers a topic."""
+
+    outcomes: list[AdminMoved]
+    covered: Callable[[str], bool]
+
+
+ApplyEvent = ApplyDue | Written | Landed | Lost | Moved
 
 
 Event = ApplyEvent | Decide | ClaimsReceived | IncarnationsNamed | RegionRebuilt
@@ -284,6 +303,15 @@ def _apply(state: Applying, event: ApplyEvent, now: Now) -> Stepped:
         return out
     if isinstance(event, Written):
         out = Stepped()
+        landing.fold_writes(
+            state,
+            event.outcomes,
+            out,
+            now,
+            covered=event.covered,
+            judged=event.judged,
+            acknowledgements=event.acknowledgements,
+        )
         settled = sum(_settled(event.work, outcome) for outcome in event.outcomes)
         if settled:
             out.counts["plans_settled_by_writes"] += settled
@@ -300,6 +328,10 @@ def _apply(state: Applying, event: ApplyEvent, now: Now) -> Stepped:
                 out.poll_soon.append(ts.tail.topic)
             return out
         out.moves = admin_moves(state, rest, now_mono=now.mono, skip_by_ids=event.skip_by_ids)
+        return out
+    if isinstance(event, Moved):
+        out = Stepped()
+        landing.fold_moves(state, event.outcomes, out, now, covered=event.covered)
         return out
     for sub, _, _ in event.work.values():
         sub.planned = None  # not known written: planned again
