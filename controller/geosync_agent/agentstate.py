@@ -44,7 +44,7 @@ from geosync_agent import effects as fx
 from geosync_agent.allocator import Allocator
 from geosync_agent.collector import Collections
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import acknowledged, planning, quiet, stepping, tuning
+from geosync_agent.core import acknowledged, naming, planning, quiet, stepping, tuning
 from geosync_agent.core.now import Now
 from geosync_agent.core.subscriptions import (
     Feed,
@@ -56,7 +56,7 @@ from geosync_agent.discovering import Discovered, Latest
 from geosync_agent.ports import Messaging
 from geosync_agent.recent import CallTimes, PhaseTimes, Recent, Timeline
 from geosync_agent.tailing import Tail
-from geosync_core import ackstates, envelopes, pacing, pluginapi, replicators, resolving
+from geosync_core import ackstates, envelopes, pacing, pluginapi, replicators
 from geosync_core.capabilities import Capabilities, Capability
 from geosync_core.incarnations import Incarnation, Known
 from geosync_core.origins import OriginAcks
@@ -167,11 +167,10 @@ class AgentState:
         self.origin_lookups = lookups.OriginLookups(
             config, effector, count=self.stats.inc, caps=lambda: self.caps, learn=self._learn
         )
-        """What the brokers recorded of entries' origins (for the resolver)."""
-        found = self.origin_lookups
-        self.resolver = resolving.OriginResolver(
-            local=config.region, lookup=found.lookup_origin, source=found.source_of, recorded=found.recorded
-        )
+        """What the brokers recorded of entries' origins: the lookups the index step makes for the core."""
+        self.naming = naming.Namer(config.region)
+        """The resolver the index step names entries with (``core.naming``), and what it was told."""
+        self.resolver = self.naming.resolver
         self.topics: dict[str, TopicState] = {}
         self.controls: dict[str, Tail] = {}
         self.subs: SubsTable = SubsTable()

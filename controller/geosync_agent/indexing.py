@@ -1,6 +1,7 @@
 """Indexing: each partition's reader queue drained into its origin index, and snapshot mode's markers.
 
-Round step 1 (``runtime``): drain every tail (``tailing.Tail``) through the origin resolver, read a tail
+Round step 1 (``runtime``): drain every tail (``tailing.Tail``) and step what it read (``core.naming``:
+``EntriesRead``, then ``OriginsLooked`` for each lookup the core asks for, made here), read a tail
 again from the earliest message when it can no longer answer for its topic (checkpoint not matching, a
 subscription below what it forgot), have claims translated again once a tail caught up with a cursor, and
 hand markers read to snapshot mode (``snapshotting``).
@@ -17,7 +18,7 @@ from geosync_agent import (
     snapshotting,
 )
 from geosync_agent.agentstate import Now, TopicState
-from geosync_agent.core import generations, planning, reports, stepping
+from geosync_agent.core import generations, naming, planning, reports, stepping
 from geosync_agent.tailing import Tail
 from geosync_agent.tracking import Tracking
 from geosync_core import pacing
@@ -53,7 +54,12 @@ class Indexing(Tracking):
                 break
             malformed, spoofed = ts.tail.malformed, self.resolver.spoofed
             before = ts.tail.last
-            drained = ts.tail.drain(self.resolver, now=now.mono, keyring=self.keys.keyring)
+            taken = ts.tail.taken()
+            drained = (
+                self._named(ts, naming.EntriesRead(ts.tail, taken, self._records(ts), self.keys.keyring), now)
+                if taken
+                else 0
+            )
             if ts.tail.stale:
                 self._rebuild(ts, now)
                 continue
@@ -64,7 +70,9 @@ class Indexing(Tracking):
                 and self.tail_gone(ts, None, now, read=before)
             ):
                 continue  # the reader went on into the topic created again: read it from its start
-            filled = ts.tail.retry(self.resolver, now=now.mono) if ts.tail.pending else 0
+            filled = (
+                self._named(ts, naming.PendingDue(ts.tail, self._records(ts)), now) if ts.tail.pending else 0
+            )
             if filled:
                 self.stats.inc("origins_resolved_late", filled)
                 log.info("%s: named the origin of %d entries on a retry", topic, filled)
@@ -93,6 +101,23 @@ class Indexing(Tracking):
                     self._on_marker(ts, position, properties, data, now)
         if grown:
             self._translate_again(frozenset(grown), now)
+
+    def _records(self, ts: TopicState) -> naming.Records:
+        return self.origin_lookups.records(ts.tail.topic)
+
+    def _named(self, ts: TopicState, event: naming.EntriesRead | naming.PendingDue, now: Now) -> int:
+        """Step ``event`` (``core.naming``), making each lookup the core asks for and stepping its answer
+        back, until it is done; how many entries it indexed."""
+        got = stepping.step(self, event, now)
+        hits = got.hits
+        while got.wanted is not None:
+            answer = self.origin_lookups.answer(got.wanted)
+            looked = naming.OriginsLooked(ts.tail, got.wanted, answer, self._records(ts))
+            got = stepping.step(self, looked, now)
+            hits += got.hits
+        if hits:
+            self.stats.inc("origin_plugin_hits", hits)
+        return got.entries
 
     def _notice(self, notice: stepping.Notice) -> None:
         """Log what a decision of the core reports."""

@@ -1,10 +1,12 @@
 """What the brokers recorded of local entries' origins, asked for the origin resolver.
 
 A replicated copy's stamp says where it came from, but a batched copy shows clients no stamp, and where the
-GeoSync interceptor runs its record is trusted over a stamp. The resolver (``geosync_core.resolving``)
-asks these lookups: first the interceptor's origin index, one call covering a whole stretch of a topic
-(its answers kept per topic, with the first entry it still records), and otherwise the entry's own
-headers through the admin API, one call per entry. Every call goes through the ``Effector``.
+GeoSync interceptor runs its record is trusted over a stamp. The core names entries from what is held
+here (``records``: the interceptor's runs, given with each ``core.naming`` event) and asks for the rest as a
+value (``Indexed.wanted``), which ``answer`` looks up: first the interceptor's origin index, one call
+covering a whole stretch of a topic (its answers kept per topic, with the first entry it still records),
+and otherwise the entry's own headers through the admin API, one call per entry. Every call goes through
+the ``Effector``.
 
 Only the loop's thread uses it, the pool's workers included while the loop waits on them (``prefetch``). It
 reads no clock: the resolver's questions carry no time, so the round that drains the tails sets ``now``.
@@ -21,7 +23,7 @@ from geosync_adapters import messaging as msg
 from geosync_agent import calls
 from geosync_agent import effects as fx
 from geosync_agent.config import AgentConfig
-from geosync_agent.core import tuning
+from geosync_agent.core import naming, tuning
 from geosync_agent.tailing import Tail
 from geosync_core import drift
 from geosync_core.capabilities import Capabilities, Capability
@@ -175,6 +177,20 @@ class OriginLookups:
             # Asked from ``local``, answered from later: nothing at or below ``local`` is recorded.
             self.floor[topic] = Position(runs[0].ledger, runs[0].first)
         self.learn(Capability.PLUGIN_INDEX, True, now)
+
+    def records(self, topic: str) -> naming.Records:
+        """What the interceptor's index answered for ``topic``, as the core names entries from it."""
+        usable = self.config.plugin_index and self.caps().usable(Capability.PLUGIN_INDEX, now=self.now)
+        there = self.config.plugin_index and self.caps().get(Capability.PLUGIN_INDEX) is True
+        return naming.Records(usable, there, self.runs.get(topic, ()), self.floor.get(topic))
+
+    def answer(self, question: naming.Question) -> object:
+        """Make the lookup the core asked for (``core.naming``): the calls the resolver's callbacks made."""
+        if question.kind == "recorded":
+            return self.recorded(question.topic, question.local)
+        if question.kind == "source":
+            return self.source_of(question.topic, question.local)
+        return self.lookup_origin(question.topic, question.local)
 
     def prefetch(self, tails: Iterable[Tail]) -> None:
         """Ask the interceptor, all at once on the pool, for the runs of every topic whose queued entries

@@ -7,7 +7,8 @@ grow with the lag. A data topic's payloads are not kept in it (only snapshot mar
 
 What the messages tell (each local entry's origin, batch sizes and keys, entries whose origin could not be
 named yet) is the core's ``LogView`` (``geosync_agent.core.logview``): a ``Tail`` is that view with the reader
-and inbox that feed it. ``drain`` takes what the inbox holds in one go and hands it to ``LogView.take``. A
+and inbox that feed it. ``taken`` takes what the inbox holds in one go, for the index step to hand to the
+core (``core.naming.EntriesRead``, one step a batch); ``drain`` hands it to ``LogView.take`` at once. A
 subclass rather than a view held in an attribute: the apply and observe steps read a tail's index, sizes and
 keys per acknowledgement, and no extra step is added on that path (decision 0001).
 """
@@ -100,19 +101,26 @@ class Tail(LogView):
         now: float = 0.0,
         keyring: Keyring | None = None,
     ) -> int:
-        """Take up to ``limit`` queued messages and index them (``LogView.take``); return how many entries
-        were appended. Taken in one go under the inbox's lock, waking listeners waiting for room once (the
-        queue's ``get`` locks and wakes once a message). When the first message lies below ``resume_at``
-        (``stale``), the rest taken are dropped with this tail: the runtime reads the topic again."""
+        """Take up to ``limit`` queued messages and index them (``LogView.take``) with a resolver that answers
+        its lookups itself (the index step steps them as ``core.naming.EntriesRead`` instead); return how
+        many entries were appended."""
+        taken = self.taken(limit)
+        return self.take(taken, resolver, now=now, keyring=keyring) if taken else 0
+
+    def taken(self, limit: int = 5000) -> list[Received]:
+        """Up to ``limit`` queued messages, in the order read. Taken in one go under the inbox's lock, waking
+        listeners waiting for room once (the queue's ``get`` locks and wakes once a message). When the first
+        message lies below ``resume_at`` (``stale``), the rest taken are dropped with this tail: the runtime
+        reads the topic again."""
         inbox = self.inbox
         if not inbox.queue:
-            return 0  # read without the lock (every tail, every round): a message put meanwhile waits a round
+            return []  # read without the lock (every tail, every round): one put meanwhile waits a round
         with inbox.mutex:
             queued = inbox.queue
             taken = [queued.popleft() for _ in range(min(limit, len(queued)))]
             if taken:
                 inbox.not_full.notify(len(taken))
-        return self.take(taken, resolver, now=now, keyring=keyring) if taken else 0
+        return taken
 
     def has_read(self, position: Position) -> bool:
         """Whether every message of entry ``position`` (and all before it) has been indexed: a later entry

@@ -126,8 +126,8 @@ class OriginResolver:
         named = drift.origin_without_lookup(producer, self.verified)
         if named is not None:
             return named
-        self.lookups += 1
         region = self.lookup(topic, local)
+        self.lookups += 1  # once answered: a lookup may stop to be asked by the shell (``core.naming``)
         if region is not None and drift.producer_cluster(producer) == region:
             self.verified[producer] = region
         return region
@@ -177,8 +177,8 @@ class OriginResolver:
             if region != self.local and source is not None:
                 found = Origin(region, source)
         elif self.source is not None:
-            self.source_lookups += 1
             found = self.source(topic, local)
+            self.source_lookups += 1
         if found is None:
             return stamp
         self.spoofed += 1
@@ -187,8 +187,8 @@ class OriginResolver:
     def _untrusted_stamp(self, topic: str, local: Position, stamp: Position) -> Origin | Unresolved:
         """A stamped entry without the broker's record: named by ``source`` (the broker's own view of the
         entry), never by the stamp and producer name alone, which an application chooses."""
-        self.source_lookups += 1
         found = self.source(topic, local) if self.source is not None else None
+        self.source_lookups += 1
         if found is None:
             return Unresolved(local)
         if found.region == self.local or found.position != stamp:
@@ -199,8 +199,8 @@ class OriginResolver:
         if drift.producer_cluster(producer) == self.local:
             return Origin(self.local, local)
         if self.source is not None:
-            self.source_lookups += 1
             found = self.source(topic, local)
+            self.source_lookups += 1
             if found is not None:
                 return found
         return Unresolved(local)

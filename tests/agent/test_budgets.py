@@ -133,14 +133,14 @@ def test_the_index_step_resumes_where_its_budget_ran_out_and_drains_every_topic_
     h = region_of_topics()
     clock = Clock(h)
     drained: list[str] = []
-    drain = Tail.drain
+    taken = Tail.taken
 
     def slow_drain(self: Tail, *args: Any, **kwargs: Any) -> Any:
         drained.append(self.topic)
         clock.advance(0.3)
-        return drain(self, *args, **kwargs)
+        return taken(self, *args, **kwargs)
 
-    monkeypatch.setattr(Tail, "drain", slow_drain)
+    monkeypatch.setattr(Tail, "taken", slow_drain)
     turns: list[list[str]] = []
     for _ in range(3):
         drained.clear()

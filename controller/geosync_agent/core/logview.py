@@ -2,7 +2,9 @@
 
 The shell's ``tailing.Tail`` reads the partition and hands what it drained from its reader's inbox to
 ``LogView.take``; this module owns no reader, queue, thread or clock (``now`` comes with each call). Entries
-are named with the one resolver every tool shares (``geosync_core.resolving``). Stamps are untrusted: an
+are named with the one resolver every tool shares (``geosync_core.resolving``); where it must ask what the
+brokers recorded (``core.naming``), ``take`` stops at that entry (``Unanswered``), keeps it and the rest
+(``held``) and goes on once told (``resume``). Stamps are untrusted: an
 entry whose stamp is malformed or whose origin cannot be named is not indexed but listed (``unresolved``),
 so no mark-delete passes it.
 
@@ -82,6 +84,15 @@ class Message(Protocol):
     def publish_ms(self) -> int: ...
 
 
+class Unanswered(Exception):
+    """What a resolver asks that it must be told first (``core.naming``: a lookup the shell makes): ``take``
+    and ``retry`` stop at the entry that asked and keep it and the rest (``LogView.held``) for ``resume``."""
+
+    def __init__(self, question: object) -> None:
+        super().__init__(question)
+        self.question = question
+
+
 @dataclass
 class Pending:
     """An entry read but not indexed because its origin could not be named, kept to ask again."""
@@ -137,6 +148,12 @@ class LogView:
     (deleted and re-created, region rebuilt); the runtime rebuilds this tail from the earliest message."""
     stale_reason: str = ""
     """Why the tail must be read again when it is not the checkpoint's mismatch (see ``forgot_above``)."""
+    held: tuple[Any, list[Any], int] | None = field(default=None, repr=False)
+    """What a question stopped (``Unanswered``): a message already taken but not named, the messages after
+    it and the entries appended before it; or, for ``retry``, the entry asked about, those after it and the
+    entries filled before it. ``resume`` goes on with it."""
+    _naming: Any = field(default=None, repr=False)
+    _appended: int = field(default=0, repr=False)
 
     def take(
         self,
@@ -152,8 +169,21 @@ class LogView:
         ``keyring`` (``markers.is_genuine``). Any other message carrying the marker property is an
         application's, which the filter delivers: indexed like every message (were it left out of the log, a
         cursor move planned over the log would acknowledge it unseen)."""
+        rest = iter(messages)
+        try:
+            appended = self._take(rest, resolver, now, keyring)
+        except Unanswered:
+            self.held = (self._naming, list(rest), self._appended)
+            raise
+        return self._taken(appended)
+
+    def _take(
+        self, rest: Iterator[Message], resolver: resolving.OriginResolver, now: float, keyring: Keyring | None
+    ) -> int:
+        """``take``'s walk over ``rest``; a message whose naming asks what the resolver must be told first
+        (``Unanswered``) stays in ``_naming``, with what was appended before it in ``_appended``."""
         appended = 0
-        for msg in messages:
+        for msg in rest:
             position = msg.position
             if self.resume_at is not None:
                 if position < self.resume_at:
@@ -182,32 +212,80 @@ class LogView:
                 msg.ordering_key or msg.key or "",
                 None if msg.batch_index < 0 else msg.batch_size or msg.batch_index + 1,
             )
+            try:
+                origin = resolver.origin_of(
+                    self.topic,
+                    position,
+                    properties=msg.properties,
+                    producer=msg.producer,
+                    batched=msg.batch_index >= 0,
+                )
+            except Unanswered:
+                self._naming, self._appended = msg, appended
+                raise
+            if isinstance(origin, resolving.Malformed | resolving.Unresolved):
+                self._unnamed(msg, origin, now)
+                continue
+            self.index.append(position, origin, published_ms=msg.publish_ms)
+            appended += 1
+        return appended
+
+    def _taken(self, appended: int) -> int:
+        if appended:
+            self.version += 1
+        return appended
+
+    def _unnamed(self, msg: Message, origin: resolving.Malformed | resolving.Unresolved, now: float) -> None:
+        """Cannot name it: not indexed, but listed, so mark-delete stops there (no guess)."""
+        position = msg.position
+        self.unresolved.append(position)
+        if isinstance(origin, resolving.Malformed):
+            self.malformed += 1
+        else:
+            self.pending[position] = Pending(
+                dict(msg.properties),
+                msg.producer,
+                msg.batch_index >= 0,
+                due=now + RETRY_FIRST_S,
+                published_ms=msg.publish_ms,
+            )
+
+    def resume(
+        self, resolver: resolving.OriginResolver, *, now: float, keyring: Keyring | None = None
+    ) -> int:
+        """Go on with the ``take`` or ``retry`` an ``Unanswered`` question stopped (``held``), now that
+        ``resolver`` is told the answer: the entry it stopped at is named first, then the rest as they
+        were read. Return what the whole ``take`` appended (``retry``: filled); ``Unanswered`` again
+        when a further question comes up."""
+        held, self.held = self.held, None
+        if held is None:
+            return 0
+        if isinstance(held[0], Position):
+            return self._retry(held[1], resolver, now, held[2])
+        msg, rest, appended = held
+        try:
             origin = resolver.origin_of(
                 self.topic,
-                position,
+                msg.position,
                 properties=msg.properties,
                 producer=msg.producer,
                 batched=msg.batch_index >= 0,
             )
-            if isinstance(origin, resolving.Malformed | resolving.Unresolved):
-                # Cannot name it: not indexed, but listed, so mark-delete stops there (no guess).
-                self.unresolved.append(position)
-                if isinstance(origin, resolving.Malformed):
-                    self.malformed += 1
-                else:
-                    self.pending[position] = Pending(
-                        dict(msg.properties),
-                        msg.producer,
-                        msg.batch_index >= 0,
-                        due=now + RETRY_FIRST_S,
-                        published_ms=msg.publish_ms,
-                    )
-                continue
-            self.index.append(position, origin, published_ms=msg.publish_ms)
+        except Unanswered:
+            self.held = held
+            raise
+        if isinstance(origin, resolving.Malformed | resolving.Unresolved):
+            self._unnamed(msg, origin, now)
+        else:
+            self.index.append(msg.position, origin, published_ms=msg.publish_ms)
             appended += 1
-        if appended:
-            self.version += 1
-        return appended
+        more = iter(rest)
+        try:
+            appended += self._take(more, resolver, now, keyring)
+        except Unanswered:
+            self.held = (self._naming, list(more), appended + self._appended)
+            raise
+        return self._taken(appended)
 
     def retry(
         self,
@@ -219,16 +297,26 @@ class LogView:
         """Ask again about the unresolved entries whose backoff is over (oldest first, at most ``limit``);
         fill the ones named now into the index. Return how many were filled."""
         due = [p for p, item in self.pending.items() if item.due <= now]
-        filled = 0
-        for position in sorted(due)[:limit]:
+        return self._retry(sorted(due)[:limit], resolver, now, 0)
+
+    def _retry(
+        self, positions: list[Position], resolver: resolving.OriginResolver, now: float, filled: int
+    ) -> int:
+        """``retry``'s walk over ``positions``, ``filled`` already; one whose naming asks what the resolver
+        must be told first stays ``held`` with those after it."""
+        for i, position in enumerate(positions):
             item = self.pending[position]
-            origin = resolver.origin_of(
-                self.topic,
-                position,
-                properties=item.properties,
-                producer=item.producer,
-                batched=item.batched,
-            )
+            try:
+                origin = resolver.origin_of(
+                    self.topic,
+                    position,
+                    properties=item.properties,
+                    producer=item.producer,
+                    batched=item.batched,
+                )
+            except Unanswered:
+                self.held = (position, positions[i:], filled)
+                raise
             if isinstance(origin, resolving.Malformed | resolving.Unresolved):
                 item.attempts += 1
                 item.due = now + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (item.attempts - 1))

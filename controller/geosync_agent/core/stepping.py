@@ -29,6 +29,11 @@ events, in the order a round and the next one give them:
   it names a life of a region not announced here, else made about the lives known here and merged into the
   subscription's claims; what that asks of the shell comes back (a poll brought forward, a discovery pass in
   ``Stepped.rediscover``, a rewind elsewhere as a notice).
+* ``EntriesRead`` (step 10, ``core.naming``): the messages drained from a tail's reader queue, indexed with
+  their origins named; where that needs a lookup, ``Indexed.wanted`` asks it (I/O) and the core holds the
+  entry and those after it until
+* ``OriginsLooked`` (step 10, ``core.naming``): the lookup's answer, after which it goes on; ``PendingDue``:
+  the entries not named yet asked about again, the same way.
 * ``ApplyDue``: the round's apply step, with what the shell knows now of the brokers (which capabilities are
   usable, what claims are made of, which topics snapshot mode covers). Every subscription's cursor change is
   decided (``core.planning.plan_round``) and comes back as effects: creations and cursor resets to carry out
@@ -45,9 +50,10 @@ events, in the order a round and the next one give them:
   mode's), in one event: folded into the state; the subscriptions a move found gone come back in
   ``Stepped.absent``.
 
-Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Looked``, ``Opened``,
-``Learned``): effects (``core.effects``), claims to send, topics to poll, counters to add and notices to
-log. The state is the agent's (``Absorbing``, ``Applying``, ``Deciding``, ``Learning``, ``Looking``,
+Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Indexed``, ``Looked``,
+``Opened``, ``Learned``): effects (``core.effects``), claims to send, lookups to make, topics to poll,
+counters to add and notices to log. The state is the agent's (``Absorbing``, ``Applying``, ``Deciding``,
+``Learning``, ``Looking``, ``Naming``,
 ``Opening`` and ``Receiving`` name what of it each event reads); the subscriptions' records are updated as
 the decisions are made. The same entry runs in production (the shell's parts, called by ``runtime``'s
 round), in the unit tests and in the simulator, which runs the real agent's rounds over simulated ports
@@ -57,8 +63,8 @@ The other steps of the round still decide in the shell's parts, with the core's 
 (``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
 
 Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
-the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding``, ``core.receiving``
-and ``core.incarnating``):
+the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding``, ``core.receiving``,
+``core.incarnating`` and ``core.naming``):
 
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
   in one step;
@@ -81,6 +87,15 @@ from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLoo
 from geosync_agent.core.effects import AdminMoved, CursorWritten, Effect, NotWritten, Outcome, PluginAck
 from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, learn, rebuild
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, Polled, Polling, polled, take_cursors
+from geosync_agent.core.naming import (
+    EntriesRead,
+    Indexed,
+    Naming,
+    NamingEvent,
+    OriginsLooked,
+    PendingDue,
+    name_entries,
+)
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic, Work
 from geosync_agent.core.receiving import (
@@ -106,8 +121,10 @@ __all__ = [
     "ClaimsReceived",
     "CursorsRead",
     "Decide",
+    "EntriesRead",
     "EnvelopeRead",
     "IncarnationsNamed",
+    "Indexed",
     "Landed",
     "Learned",
     "Looked",
@@ -115,6 +132,8 @@ __all__ = [
     "Moved",
     "Notice",
     "Opened",
+    "OriginsLooked",
+    "PendingDue",
     "Polled",
     "RegionRebuilt",
     "Stepped",
@@ -252,11 +271,15 @@ def step(state: Receiving, event: ClaimsReceived, now: Now) -> Stepped: ...
 def step(state: Learning, event: IncarnationsNamed | RegionRebuilt, now: Now) -> Learned: ...
 
 
+@overload
+def step(state: Naming, event: NamingEvent, now: Now) -> Indexed: ...
+
+
 def step(
-    state: Absorbing | Applying | Deciding | Learning | Looking | Opening | Polling | Receiving,
-    event: Event | AckedRead | CursorsRead | ClaimsDue | EnvelopeRead | Polled,
+    state: Absorbing | Applying | Deciding | Learning | Looking | Naming | Opening | Polling | Receiving,
+    event: Event | AckedRead | CursorsRead | ClaimsDue | EnvelopeRead | Polled | NamingEvent,
     now: Now,
-) -> Stepped | Absorbed | Learned | Looked | Opened:
+) -> Stepped | Absorbed | Indexed | Learned | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
     state it is about (``Applying``, ``Deciding``, ``Learning``, ``Looking``, ``Opening``, ``Receiving``);
     ``agentstate.AgentState`` has them all."""
@@ -278,6 +301,8 @@ def step(
         return learn(cast(Learning, state), event, now)
     if isinstance(event, RegionRebuilt):
         return rebuild(cast(Learning, state), event, now)
+    if isinstance(event, EntriesRead | PendingDue | OriginsLooked):
+        return name_entries(cast(Naming, state), event, now)
     return _apply(cast(Applying, state), event, now)
 
 
