@@ -2,7 +2,7 @@
 
 The state is taken on the loop's thread (the only one that reads it), cheaply fingerprinted to skip
 unchanged ones, and encoded and written by the checkpoint writer; ``restore`` takes one up before the first
-round. The wire forms of its parts are ``core.checkpoint``'s and the tails' own.
+round. The wire forms of its parts are ``core.checkpoint``'s.
 
 Functions over the agent's state, not a part in its chain of classes: they read and set its attributes and
 call nothing of the parts but ``Tracking.resync_period``. ``runtime.Agent`` names them as its methods
@@ -191,7 +191,9 @@ def checkpoint_later(agent: Tracking) -> Callable[[], dict[str, Any]]:
     """``take_checkpoint``'s value as it is now, its largest parts (the topics' origin indexes and entry
     details, the subscriptions' claims) encoded when called: taken on the loop's thread, the only one
     that reads the state, and called on the checkpoint's thread."""
-    topics = {t: ts.tail.to_wire_later() for t, ts in agent.topics.items() if not ts.tail.stale}
+    topics = {
+        t: checkpoint.view_to_wire_later(ts.tail) for t, ts in agent.topics.items() if not ts.tail.stale
+    }
     rest = {
         "incarnation": None if agent.incarnation is None else agent.incarnation.to_wire(),
         "incarnations": agent.incarnations.to_wire(),
@@ -270,7 +272,7 @@ def restore(agent: Tracking, state: dict[str, Any], now: Now) -> None:
         spread = tuning.RESTORED_POLL_SPREAD_S
         topics = {
             topic: TopicState(
-                Tail.from_wire(topic, partition_of(topic), value),
+                checkpoint.view_from_wire(Tail, topic, partition_of(topic), value),
                 resync_at=pacing.first_resync(now.mono, period_s=period, phase=agent.rng.random()),
                 poll=pacing.PollState(
                     next_at=0.0 if topic in read else now.mono + spread * agent.rng.random()

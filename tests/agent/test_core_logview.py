@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from geosync_agent.core import logview
+from geosync_agent.core import checkpoint, logview
 from geosync_agent.core.logview import LogView
 from geosync_core import resolving
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
@@ -176,14 +176,14 @@ def test_entries_forgotten_over_the_budget_park_subscriptions_below_them() -> No
 def test_a_view_restored_from_a_checkpoint_is_stale_when_the_topic_holds_entries_below_it() -> None:
     view = LogView(TOPIC, -1)
     view.take([message(TOPIC, Position(7, e)) for e in range(3)], naming())
-    again = LogView.from_wire(TOPIC, -1, view.to_wire())
+    again = checkpoint.view_from_wire(LogView, TOPIC, -1, checkpoint.view_to_wire(view))
     assert again.resume_at == Position(7, 2)
     # The reader resumes at the last entry read: it comes again, then what follows.
     assert again.take([message(TOPIC, Position(7, 2)), message(TOPIC, Position(7, 3))], naming()) == 1
     assert not again.stale
     assert again.take([message(TOPIC, Position(7, 0))], naming()) == 0  # matched once: a redelivery now
     assert not again.stale
-    rebuilt = LogView.from_wire(TOPIC, -1, view.to_wire())
+    rebuilt = checkpoint.view_from_wire(LogView, TOPIC, -1, checkpoint.view_to_wire(view))
     assert rebuilt.take([message(TOPIC, Position(2, 0)), message(TOPIC, Position(2, 1))], naming()) == 0
     assert rebuilt.stale
     assert rebuilt.messages_read == 0
@@ -237,8 +237,8 @@ def test_a_checkpoint_taken_now_and_encoded_later_holds_the_view_as_it_was_when_
         message(TOPIC, Position(7, 2), key="k2"),
     ]
     view.take(fed, resolver, now=100.0)
-    expected = view.to_wire()
-    encode = view.to_wire_later()
+    expected = checkpoint.view_to_wire(view)
+    encode = checkpoint.view_to_wire_later(view)
     later = [
         message(TOPIC, Position(7, 3), key="k3"),
         *(message(TOPIC, Position(8, 0), key=f"k4-{i}", batch_index=i, producer=HERE) for i in range(2)),
@@ -246,10 +246,10 @@ def test_a_checkpoint_taken_now_and_encoded_later_holds_the_view_as_it_was_when_
     view.take(later, resolver, now=100.1)
     view.retry(resolver, now=200.0)  # names 7:1 (b's 3:4)
     view.forget_up_to(Position(7, 1))
-    assert view.to_wire() != expected
+    assert checkpoint.view_to_wire(view) != expected
     assert encode() == expected
-    again = LogView.from_wire(TOPIC, -1, encode())
-    assert again.to_wire() == expected
+    again = checkpoint.view_from_wire(LogView, TOPIC, -1, encode())
+    assert checkpoint.view_to_wire(again) == expected
     assert again.unresolved == [Position(7, 1)]  # as it was when taken: not named yet
     assert set(again.pending) == {Position(7, 1)}
     assert again.retry(resolver, now=0.0) == 1  # asked about again (the brokers answer by now)
@@ -267,7 +267,7 @@ def test_a_checkpoint_of_an_agent_before_the_columns_is_read() -> None:
         message(TOPIC, Position(7, 2), key="k2"),
     ]
     view.take(fed, naming(), now=100.0)
-    wire = view.to_wire()
+    wire = checkpoint.view_to_wire(view)
     assert "details" in wire
     assert "keys" not in wire
     old = {k: v for k, v in wire.items() if k != "details"}
@@ -276,7 +276,7 @@ def test_a_checkpoint_of_an_agent_before_the_columns_is_read() -> None:
         "sizes": [[7, 0, 3]],
         "message_keys": [[7, 0, 1, "k9"]],
     }
-    again = LogView.from_wire(TOPIC, -1, old)
+    again = checkpoint.view_from_wire(LogView, TOPIC, -1, old)
     for p in (Position(7, 0), Position(7, 1), Position(7, 2)):
         assert (again.size_of(p), again.key_of(p)) == (view.size_of(p), view.key_of(p))
     for index in range(3):
@@ -325,7 +325,7 @@ def test_an_entry_named_late_is_told_apart_by_its_publish_time_across_a_checkpoi
     ]
     view.take(fed, naming(failures=3), now=0.0)
     assert view.unresolved == [Position(7, e) for e in range(3)]
-    again = LogView.from_wire(TOPIC, -1, view.to_wire())
+    again = checkpoint.view_from_wire(LogView, TOPIC, -1, checkpoint.view_to_wire(view))
     assert again.retry(naming(), now=10.0) == 3
     assert [again.index.origin_of(Position(7, e)) for e in range(3)] == [
         Origin("b#old", Position(3, 0)),

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from geosync_agent import tailing
+from geosync_agent.core import checkpoint
 from geosync_agent.tailing import Tail
 from geosync_core import resolving
 from geosync_core.markers import PROPERTY as MARKER_PROPERTY
@@ -99,9 +100,9 @@ def test_a_restored_tail_reopens_its_reader_where_it_stopped_and_spots_a_new_top
     for e in range(3):
         tail.listener(message(TOPIC, Position(7, e)))
     tail.drain(resolver)
-    again = Tail.from_wire(TOPIC, -1, tail.to_wire())
+    again = checkpoint.view_from_wire(Tail, TOPIC, -1, checkpoint.view_to_wire(tail))
     assert isinstance(again, Tail)
-    assert again.to_wire() == tail.to_wire()
+    assert checkpoint.view_to_wire(again) == checkpoint.view_to_wire(tail)
 
     class Opened:
         def close(self) -> None:

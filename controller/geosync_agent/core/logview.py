@@ -29,16 +29,17 @@ Invariants (``tests/agent/test_core_logview.py``):
 * ``version`` grows whenever entries are indexed, ``rewrites`` whenever an entry already indexed changes
   (named late, a batch's size counted further): a plan made from older values is stale.
 * ``size_of`` never answers for the batch still being counted (``sizing``).
-* ``to_wire`` then ``from_wire`` gives the same answers; checkpoints of older agents still restore.
+* its checkpoint form (``core.checkpoint.view_to_wire``, then ``view_from_wire``) gives the same answers;
+  checkpoints of older agents still restore.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 from geosync_core import markers, resolving, syncing
 from geosync_core.details import EntryDetails
@@ -330,78 +331,6 @@ class LogView:
             self.version += 1
             self.rewrites += 1
         return filled
-
-    def to_wire(self) -> dict[str, Any]:
-        """What a checkpoint keeps of this view (see ``geosync_agent.checkpointing``)."""
-        return self.to_wire_later()()
-
-    def to_wire_later(self) -> Callable[[], dict[str, Any]]:
-        """``to_wire``'s value as it is now, encoded when called: the index and the entry details are copied
-        now (fast: lists of references and arrays) and turned into JSON values later, on the checkpoint's
-        thread, where 500,000 runs took 8 s of the loop's time."""
-        index, details, last, budget_floor = (
-            self.index.copy(),
-            self.details.copy(),
-            self.last,
-            self.budget_floor,
-        )
-        unresolved = [[p.ledger, p.entry] for p in self.unresolved]
-        pending = [
-            [
-                p.ledger,
-                p.entry,
-                item.properties.get(resolving.REPL_SOURCE_POSITION),
-                item.producer,
-                item.batched,
-                *([] if item.published_ms is None else [item.published_ms]),
-            ]
-            for p, item in self.pending.items()
-        ]
-
-        def encode() -> dict[str, Any]:
-            return {
-                "index": index.to_wire(),
-                "last": None if last is None else last.to_wire(),
-                # Without it a restarted agent took a subscription parked below the entries forgotten over the
-                # budget for one below entries every subscription had acknowledged, and read the topic again
-                # from its earliest message (25 topics at once in a soak, rounds of 44 s).
-                "budget_floor": None if budget_floor is None else budget_floor.to_wire(),
-                "details": details.to_columns(),
-                "unresolved": unresolved,
-                "pending": pending,
-            }
-
-        return encode
-
-    @classmethod
-    def from_wire(cls, topic: str, partition: int, value: Any) -> Self:
-        """A view restored from ``to_wire``'s values, to resume reading at its last entry; ``ValueError``
-        for anything else."""
-        if not isinstance(value, dict):
-            raise ValueError("not a tail")
-        view = cls(topic, partition, index=OriginIndex.from_wire(value.get("index")))
-        view.last = None if value.get("last") is None else Position.from_wire(value["last"])
-        view.resume_at = view.last
-        # Absent in checkpoints of agents before it was kept.
-        floor = value.get("budget_floor")
-        view.budget_floor = None if floor is None else Position.from_wire(floor)
-        if "details" in value:
-            view.details = EntryDetails.from_columns(value["details"])
-        else:  # written by an agent before the columns (one value per entry)
-            message_keys = value.get("message_keys", [])
-            view.details = EntryDetails.from_items(
-                [(Position(int(lg), int(e)), str(k)) for lg, e, k in value.get("keys", [])],
-                [(Position(int(lg), int(e)), int(n)) for lg, e, n in value.get("sizes", [])],
-                {(Position(int(lg), int(e)), int(i)): str(k) for lg, e, i, k in message_keys},
-            )
-        view.unresolved = [Position(int(lg), int(e)) for lg, e in value.get("unresolved", [])]
-        for lg, e, stamp, producer, batched, *published in value.get("pending", []):
-            properties = {} if stamp is None else {resolving.REPL_SOURCE_POSITION: str(stamp)}
-            at = int(published[0]) if published else None  # absent: before publish times were kept
-            view.pending[Position(int(lg), int(e))] = Pending(
-                properties, str(producer), bool(batched), published_ms=at
-            )
-        return view
 
     def _more_of_batch(self, position: Position, msg: Message) -> int:
         """A further message of the batched entry just indexed: its size grows; 1 if plans must be redone."""
