@@ -6,9 +6,7 @@ One test per invariant ``core.landing`` states.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from geosync_agent.core import generations, quiet, stepping
+from geosync_agent.core import generations, stepping
 from geosync_agent.core.effects import (
     PLANNED_FROM_REFUSED,
     AdminMoved,
@@ -20,7 +18,7 @@ from geosync_agent.core.logview import LogView
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Work
 from geosync_agent.core.stepped import MoveFailed, WriteStale
-from geosync_agent.core.subscriptions import Feed, SubKey, Subscription, SubsTable
+from geosync_agent.core.subscriptions import Subscription, SubsTable
 from geosync_core import pacing, pluginapi
 from geosync_core.batches import BatchAcks
 from geosync_core.capabilities import REPROBE_S
@@ -28,31 +26,10 @@ from geosync_core.origins import OriginAcks
 from geosync_core.positions import Position
 from geosync_core.rangesets import AckState
 
+from .test_core_planning import State, Topic  # the state as the apply step reads it (``landing.Landing`` too)
+
 TOPIC = "persistent://geo/ab/orders"
 NOW = Now(100.0, 1_100.0)
-
-
-@dataclass
-class Topic:
-    tail: LogView
-    walked: quiet.Walked | None = None
-
-
-@dataclass
-class Settings:
-    region: str = "b"
-    min_apply_interval_s: float = 1.0
-
-
-@dataclass
-class State:
-    """The agent's state as the step reads it (``stepping.Applying``, ``landing.Landing``)."""
-
-    topics: dict[str, Topic]
-    subs: SubsTable
-    config: Settings = field(default_factory=Settings)
-    feed: Feed = field(default_factory=Feed)
-    heavy_plans: dict[SubKey, Subscription] = field(default_factory=dict)
 
 
 def world(*names: str) -> tuple[State, list[Subscription]]:
