@@ -2,8 +2,10 @@
 
 Round step 0 (``runtime``): in sidecar mode (``shard_by_ownership``) refresh what this broker owns,
 hand off the topics it lost and take over the ones it gained (``owning``); adopt the newest discovery pass
-(readers for new topics and control topics, subscriptions tracked, replicators watched and unstuck); forget
-what discovery no longer lists, and what claims name that does not exist here after a while.
+(readers for new topics and control topics, replicators watched and unstuck). What the pass's listing means
+for what is tracked is the core's (``stepping.Discovered``, ``core.adopting``: topics and claims no longer
+listed forgotten, subscriptions confirmed or taken as deleted here); this part tracks the topics found,
+steps the listing and untracks what comes back gone.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from geosync_agent import (
 )
 from geosync_agent import effects as fx
 from geosync_agent.agentstate import AgentState, Now, TopicState
-from geosync_agent.core import tuning
+from geosync_agent.core import adopting, stepping, tuning
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.discovering import partition_of
 from geosync_agent.tailing import Tail
@@ -132,16 +134,14 @@ class Tracking(AgentState):
         for topic in found.topics:
             if self.owns(topic):  # the pass may predate a hand-off
                 self._track_topic(topic, now, open_now=False)  # opened together, by the next step
+        listed = found.topics if found.listed is None else found.listed
+        adopted = stepping.step(self, stepping.Discovered(listed, found.subscriptions, found.scanned_at), now)
+        self._carry_out_adopted(adopted)
         if found.scanned_at is not None:
-            self._forget_gone(found.topics if found.listed is None else found.listed, found.scanned_at, now)
-        by_topic = self.subs.by_topic(existing_only=False)
-        for topic, present in found.subscriptions.items():
-            if topic not in self.topics:
-                continue
-            self._track_subscriptions(topic, present, at=found.scanned_at or now.mono)
-            for state in by_topic.get(topic, ()):
-                if state.name not in present:
-                    self._absent(state, found.scanned_at)
+            self.snapshots.retain(self.topics)  # snapshot mode's caches of topics gone go too
+            wanted_controls = {self._control_topic(ns) for ns in self.namespaces}
+            for control in [c for c in self.controls if c not in wanted_controls]:
+                self.controls.pop(control).close()
         for topic, links in found.replicators.items():
             if topic in self.topics or topic in self.controls:
                 self.replicators.observe(topic, links, at=found.scanned_at or now.mono)
@@ -200,66 +200,43 @@ class Tracking(AgentState):
             )
         self._perform([fx.UnloadTopic(s.topic) for s in due], now)
 
-    def _absent(self, state: Subscription, scanned_at: float | None) -> None:
-        """A discovery pass started at ``scanned_at`` did not find ``state`` here."""
-        if scanned_at is not None and scanned_at <= state.confirmed_at:
-            return  # seen (or created) since the pass began: the pass is older news
-        if state.exists and state.confirmed_at > 0 and scanned_at is not None:
-            state.deleted_here = True
-            self.stats.inc("subscriptions_deleted_here")
-            log.info(
-                "subscription %s on %s was deleted here: not created again from other regions' claims "
-                "(it is synced again once it exists here)",
-                state.name,
-                state.topic,
-            )
-        state.exists = False
-
-    def _forget_gone(self, listed: tuple[str, ...], scanned_at: float, now: Now) -> None:
-        """Stop tracking the topics (and control topics) a discovery pass no longer lists: deleted, or out
-        of the synced namespaces. Their readers close and their state and metric series go; a topic tracked
-        after the pass began is kept (the pass may predate it)."""
-        keep = set(listed)
-        for topic, ts in list(self.topics.items()):
-            if topic in keep or ts.tracked_at >= scanned_at:
-                continue
+    def _carry_out_adopted(self, adopted: adopting.Adopted) -> None:
+        """Do what adopting a pass (or an absence) asked: topics untracked, polls brought forward, counters
+        added, notices logged."""
+        for topic in adopted.gone:
             self._untrack(topic)
-            for key in [k for k in self.subs if k[0] == topic]:
-                del self.subs[key]
-            self.claimed_untracked.pop(topic, None)
-            self.stats.inc("topics_forgotten")
-            log.info("%s is gone (deleted, or its namespace is no longer synced): stopped tracking it", topic)
-        self._forget_unlisted_claims(keep, now)
-        self.snapshots.retain(self.topics)  # snapshot mode's caches of topics gone go too
-        wanted_controls = {self._control_topic(ns) for ns in self.namespaces}
-        for control in [c for c in self.controls if c not in wanted_controls]:
-            self.controls.pop(control).close()
+        for topic in adopted.poll_soon:
+            self._poll_soon(topic)
+        for name, n in adopted.counts.items():
+            self.stats.inc(name, n)
+        for notice in adopted.notices:
+            if isinstance(notice, adopting.TopicForgotten):
+                log.info(
+                    "%s is gone (deleted, or its namespace is no longer synced): stopped tracking it",
+                    notice.topic,
+                )
+            elif isinstance(notice, adopting.ClaimsForgotten):
+                log.info(
+                    "forgot the claims of %d subscription(s) on topics no region has spoken of for %.0f s "
+                    "and this region does not list (e.g. %s on %s)",
+                    len(notice.keys),
+                    notice.quiet_s,
+                    notice.keys[0][1],
+                    notice.keys[0][0],
+                )
+            else:
+                log.info(
+                    "subscription %s on %s was deleted here: not created again from other regions' claims "
+                    "(it is synced again once it exists here)",
+                    notice.state.name,
+                    notice.state.topic,
+                )
 
-    def _forget_unlisted_claims(self, listed: set[str], now: Now) -> None:
-        """Drop the claims about topics neither listed here nor tracked that no region sent any of for
-        tuning.UNLISTED_CLAIMS_RESYNCS resync intervals (see there)."""
-        horizon = now.wall - tuning.UNLISTED_CLAIMS_RESYNCS * self.resync_period()
-        gone = [
-            key
-            for key, state in self.subs.items()
-            if key[0] not in self.topics
-            and key[0] not in listed
-            and max(state.received_from.values(), default=0.0) < horizon
-        ]
-        for key in gone:
-            del self.subs[key]
-            self.claimed_untracked.pop(key[0], None)
-            self.lookups.discard(key[0])
-        if gone:
-            self.stats.inc("claims_forgotten", len(gone))
-            log.info(
-                "forgot the claims of %d subscription(s) on topics no region has spoken of for %.0f s and "
-                "this region does not list (e.g. %s on %s)",
-                len(gone),
-                tuning.UNLISTED_CLAIMS_RESYNCS * self.resync_period(),
-                gone[0][1],
-                gone[0][0],
-            )
+    def _absent(self, state: Subscription, scanned_at: float | None) -> None:
+        """A discovery pass started at ``scanned_at`` did not find ``state`` here (``adopting.absent``)."""
+        adopted = adopting.Adopted()
+        adopting.absent(state, scanned_at, adopted)
+        self._carry_out_adopted(adopted)
 
     def _untrack(self, topic: str) -> None:
         """Stop reading ``topic``: its reader closes; its tail, waiting feed reports and what the
@@ -301,27 +278,13 @@ class Tracking(AgentState):
         """The state of ``topic``'s subscription ``name``, made (with ``exists``) if there is none yet, and
         not made to be thrown away when there is one (a claim received for each acknowledgement at 10,000
         subscriptions built a whole new state each time: 4 % of both agents' work)."""
-        state = self.subs.get((topic, name))
-        if state is None:
-            state = self.subs[(topic, name)] = Subscription(topic, name, exists=exists)
-        return state
+        return adopting.subscription(self.subs, topic, name, exists=exists)
 
     def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]], *, at: float) -> None:
         """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type)) at
         monotonic time ``at``."""
-        for name, (consumers, kind) in present.items():
-            state = self._subscription(topic, name)
-            # One deleted here and created again: ``confirm`` forgets its old cursor, to be read anew.
-            unread = state.deleted_here or (
-                state.cursor is None and (not state.exists or state.confirmed_at == 0)
-            )
-            state.confirm(at)
-            if state.recreated:
-                self.unobserved.pop(state.key, None)  # a report waiting since before is about the old one
-            state.consumers = consumers
-            state.learn_kind(kind)
-            if unread:
-                self._poll_soon(topic)
+        for polled in adopting.track_subscriptions(self, topic, present, at=at):
+            self._poll_soon(polled)
 
     def _poll_soon(self, topic: str) -> None:
         """Read ``topic``'s cursors at the next round: a subscription found here whose cursor was never read
@@ -336,7 +299,7 @@ class Tracking(AgentState):
         at most RESYNC_STATES_PER_S states a second on average (over ``subscriptions``, by default those
         tracked)."""
         n = len(self.subs) if subscriptions is None else subscriptions
-        return max(self.config.resync_interval_s, n / tuning.RESYNC_STATES_PER_S)
+        return adopting.resync_period(self.config.resync_interval_s, n)
 
     def _control_topic(self, namespace: str) -> str:
         return f"persistent://{namespace}/{self.config.control_topic}"

@@ -29,6 +29,9 @@ events, in the order a round and the next one give them:
   it names a life of a region not announced here, else made about the lives known here and merged into the
   subscription's claims; what that asks of the shell comes back (a poll brought forward, a discovery pass in
   ``Stepped.rediscover``, a rewind elsewhere as a notice).
+* ``Discovered`` (step 0, ``core.adopting``): what a discovery pass listed, after the shell tracked the
+  topics it found: the topics and claims it no longer lists forgotten, the subscriptions it lists confirmed,
+  those it does not taken as absent (deleted here); ``Adopted`` says which topics to untrack and to poll.
 * ``EntriesRead`` (step 10, ``core.naming``): the messages drained from a tail's reader queue, indexed with
   their origins named; where that needs a lookup, ``Indexed.wanted`` asks it (I/O) and the core holds the
   entry and those after it until
@@ -64,7 +67,7 @@ The other steps of the round still decide in the shell's parts, with the core's 
 
 Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
 the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding``, ``core.receiving``,
-``core.incarnating`` and ``core.naming``):
+``core.incarnating``, ``core.naming`` and ``core.adopting``):
 
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
   in one step;
@@ -83,6 +86,7 @@ from typing import Protocol, cast, overload
 
 from geosync_agent.core import applying, landing, planning
 from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
+from geosync_agent.core.adopting import Adopted, Adopting, Discovered, adopt
 from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
 from geosync_agent.core.effects import AdminMoved, CursorWritten, Effect, NotWritten, Outcome, PluginAck
 from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, learn, rebuild
@@ -116,11 +120,13 @@ from geosync_core.positions import Position
 __all__ = [
     "Absorbed",
     "AckedRead",
+    "Adopted",
     "ApplyDue",
     "ClaimsDue",
     "ClaimsReceived",
     "CursorsRead",
     "Decide",
+    "Discovered",
     "EntriesRead",
     "EnvelopeRead",
     "IncarnationsNamed",
@@ -275,11 +281,24 @@ def step(state: Learning, event: IncarnationsNamed | RegionRebuilt, now: Now) ->
 def step(state: Naming, event: NamingEvent, now: Now) -> Indexed: ...
 
 
+@overload
+def step(state: Adopting, event: Discovered, now: Now) -> Adopted: ...
+
+
 def step(
-    state: Absorbing | Applying | Deciding | Learning | Looking | Naming | Opening | Polling | Receiving,
-    event: Event | AckedRead | CursorsRead | ClaimsDue | EnvelopeRead | Polled | NamingEvent,
+    state: Absorbing
+    | Adopting
+    | Applying
+    | Deciding
+    | Learning
+    | Looking
+    | Naming
+    | Opening
+    | Polling
+    | Receiving,
+    event: Event | AckedRead | CursorsRead | ClaimsDue | Discovered | EnvelopeRead | Polled | NamingEvent,
     now: Now,
-) -> Stepped | Absorbed | Indexed | Learned | Looked | Opened:
+) -> Stepped | Absorbed | Adopted | Indexed | Learned | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
     state it is about (``Applying``, ``Deciding``, ``Learning``, ``Looking``, ``Opening``, ``Receiving``);
     ``agentstate.AgentState`` has them all."""
@@ -303,6 +322,8 @@ def step(
         return rebuild(cast(Learning, state), event, now)
     if isinstance(event, EntriesRead | PendingDue | OriginsLooked):
         return name_entries(cast(Naming, state), event, now)
+    if isinstance(event, Discovered):
+        return adopt(cast(Adopting, state), event, now)
     return _apply(cast(Applying, state), event, now)
 
 
