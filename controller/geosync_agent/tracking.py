@@ -1,7 +1,8 @@
 """What the agent tracks: topics, subscriptions and control topics, from discovery and ownership.
 
 Round step 0 (``runtime``): in sidecar mode (``shard_by_ownership``) refresh what this broker owns,
-hand off the topics it lost and take over the ones it gained (``owning``); adopt the newest discovery pass
+hand off the topics it lost and take over the ones it gained (``owning``; which ones is the core's:
+``stepping.OwnershipMoved``, ``core.handing``); adopt the newest discovery pass
 (readers for new topics and control topics, replicators watched and unstuck). What the pass's listing means
 for what is tracked is the core's (``stepping.Discovered``, ``core.adopting``: topics and claims no longer
 listed forgotten, subscriptions confirmed or taken as deleted here); this part tracks the topics found,
@@ -20,12 +21,11 @@ from geosync_agent import (
 )
 from geosync_agent import effects as fx
 from geosync_agent.agentstate import AgentState, Now, TopicState
-from geosync_agent.core import adopting, stepping, tuning
+from geosync_agent.core import adopting, stepping
 from geosync_agent.core.subscriptions import Subscription
 from geosync_agent.discovering import partition_of
 from geosync_agent.tailing import Tail
 from geosync_core import (
-    ownership,
     pacing,
     replicators,
 )
@@ -44,8 +44,9 @@ class Tracking(AgentState):
         return self.ownership is None or self.ownership.owns(topic)
 
     def own(self, now: Now) -> None:
-        """Sidecar mode: refresh the broker's bundles when due; hand off the topics it no longer owns, and
-        take over claimed topics it now owns (discovery is asked for a pass for the rest)."""
+        """Sidecar mode: refresh the broker's bundles when due; the core says which topics to hand off (it
+        no longer owns them) and which claimed topics to take over (``stepping.OwnershipMoved``,
+        ``core.handing``); discovery is asked for a pass for the rest."""
         if self.ownership is None:
             return
         try:
@@ -64,33 +65,23 @@ class Tracking(AgentState):
         before, after = change
         if before == after:
             return
-        lost, _ = ownership.moved(before, after, list(self.topics))
-        for topic in lost:
-            self._hand_off(topic)
-        claimed = {k[0] for k, state in self.subs.items() if state.announced and k[0] not in self.topics}
-        _, gained = ownership.moved(before, after, claimed)
-        for topic in gained:
-            self.claimed_untracked[topic] = (now.mono, now.mono + tuning.CLAIMED_LOOKUP_S)
-        self.stats.inc("ownership_changes")
+        handed = stepping.step(self, stepping.OwnershipMoved(before, after), now)
+        for topic in handed.gone:
+            # Moved to another broker: its reader, index and cursor state go (the claims received stay).
+            self._untrack(topic)
+            log.info("%s moved to another broker: handed off to its agent", topic)
+        if handed.gone:
+            self.snapshots.retain(self.topics)
+        for name, n in handed.counts.items():
+            self.stats.inc(name, n)
         log.info(
             "broker %s now owns %d bundles: %d topics handed off, %d claimed topics taken over",
             self.ownership.me,
             after.count(),
-            len(lost),
-            len(gained),
+            len(handed.gone),
+            len(handed.taken_over),
         )
         self.rediscover.set()
-
-    def _hand_off(self, topic: str) -> None:
-        """``topic`` moved to another broker: stop syncing it here (its reader, index and cursor state go;
-        the claims received stay, see ``Subscription.hand_off``)."""
-        self._untrack(topic)
-        for state in self.subs.values():
-            if state.topic == topic:
-                state.hand_off()
-        self.snapshots.retain(self.topics)
-        self.stats.inc("topics_handed_off")
-        log.info("%s moved to another broker: handed off to its agent", topic)
 
     def _look_up_claimed(self, now: Now) -> None:
         """Look up the claimed topics this broker does not own (queued by claims received, ``core.receiving``)

@@ -112,10 +112,12 @@ AdoptNotice = TopicForgotten | ClaimsForgotten | DeletedHere
 
 @dataclass(slots=True)
 class Adopted:
-    """What adopting a pass asks of the shell: ``gone``, topics to stop tracking (reader closed, origin
-    lookups forgotten); ``poll_soon``, topics whose cursors to read at once; ``counts`` and ``notices``."""
+    """What adopting a pass (or an ownership change, ``core.handing``) asks of the shell: ``gone``, topics
+    to stop tracking (reader closed, origin lookups forgotten); ``poll_soon``, topics whose cursors to read
+    at once; ``taken_over``, claimed topics queued for a look-up; ``counts`` and ``notices``."""
 
     gone: list[str] = field(default_factory=list)
+    taken_over: list[str] = field(default_factory=list)
     poll_soon: list[str] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     notices: list[AdoptNotice] = field(default_factory=list)

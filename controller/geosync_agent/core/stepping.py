@@ -32,6 +32,8 @@ events, in the order a round and the next one give them:
 * ``Discovered`` (step 0, ``core.adopting``): what a discovery pass listed, after the shell tracked the
   topics it found: the topics and claims it no longer lists forgotten, the subscriptions it lists confirmed,
   those it does not taken as absent (deleted here); ``Adopted`` says which topics to untrack and to poll.
+* ``OwnershipMoved`` (step 0, ``core.handing``): sidecar mode, the bundles the broker owns changed: the
+  tracked topics it lost handed off, the claimed ones it gained queued for a look-up (``Adopted`` too).
 * ``EntriesRead`` (step 10, ``core.naming``): the messages drained from a tail's reader queue, indexed with
   their origins named; where that needs a lookup, ``Indexed.wanted`` asks it (I/O) and the core holds the
   entry and those after it until
@@ -67,7 +69,7 @@ The other steps of the round still decide in the shell's parts, with the core's 
 
 Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
 the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding``, ``core.receiving``,
-``core.incarnating``, ``core.naming`` and ``core.adopting``):
+``core.incarnating``, ``core.naming``, ``core.adopting`` and ``core.handing``):
 
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
   in one step;
@@ -89,6 +91,7 @@ from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
 from geosync_agent.core.adopting import Adopted, Adopting, Discovered, adopt
 from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
 from geosync_agent.core.effects import AdminMoved, CursorWritten, Effect, NotWritten, Outcome, PluginAck
+from geosync_agent.core.handing import Handing, OwnershipMoved, hand_off
 from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, learn, rebuild
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, Polled, Polling, polled, take_cursors
 from geosync_agent.core.naming import (
@@ -139,6 +142,7 @@ __all__ = [
     "Notice",
     "Opened",
     "OriginsLooked",
+    "OwnershipMoved",
     "PendingDue",
     "Polled",
     "RegionRebuilt",
@@ -238,7 +242,7 @@ class Moved:
 ApplyEvent = ApplyDue | Written | Landed | Lost | Moved
 
 
-Event = ApplyEvent | Decide | ClaimsReceived | IncarnationsNamed | RegionRebuilt
+Event = ApplyEvent | Decide | ClaimsReceived | IncarnationsNamed | RegionRebuilt | OwnershipMoved
 
 
 @overload
@@ -282,7 +286,7 @@ def step(state: Naming, event: NamingEvent, now: Now) -> Indexed: ...
 
 
 @overload
-def step(state: Adopting, event: Discovered, now: Now) -> Adopted: ...
+def step(state: Adopting, event: Discovered | OwnershipMoved, now: Now) -> Adopted: ...
 
 
 def step(
@@ -324,6 +328,8 @@ def step(
         return name_entries(cast(Naming, state), event, now)
     if isinstance(event, Discovered):
         return adopt(cast(Adopting, state), event, now)
+    if isinstance(event, OwnershipMoved):
+        return hand_off(cast(Handing, state), event, now)
     return _apply(cast(Applying, state), event, now)
 
 
