@@ -4,6 +4,10 @@ claims decided and received, its cursor changes.
 The shell feeds events in and carries out what comes back; it decides nothing of what this covers. The
 events, in the order a round and the next one give them:
 
+* ``FeedRead`` (step 1, ``core.feeding``): a feed answer, as the shell read it: a broker restart's
+  consequences (every topic polled again, the reports held dropped, this region's own claims applied again),
+  the reports held until their subscription's publish may go and their tail has read their batches,
+  repeats skipped; ``Fed`` names the cursors to look at per topic and the topics to start tracking.
 * ``AckedRead`` (step 1, ``core.absorbing``): a feed answer's ``acked`` blocks, journalled by the shell:
   added to what each subscription's consumers were seen acknowledging; ``Absorbed`` says which to look at
   again with the cursor held here.
@@ -55,10 +59,11 @@ events, in the order a round and the next one give them:
   mode's), in one event: folded into the state; the subscriptions a move found gone come back in
   ``Stepped.absent``.
 
-Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Indexed``, ``Looked``,
+Everything that comes back is a value (``core.stepped.Stepped``; ``Absorbed``, ``Fed``,
+``Indexed``, ``Looked``,
 ``Opened``, ``Learned``): effects (``core.effects``), claims to send, lookups to make, topics to poll,
 counters to add and notices to log. The state is the agent's (``Absorbing``, ``Applying``, ``Deciding``,
-``Learning``, ``Looking``, ``Naming``,
+``Feeding``, ``Learning``, ``Looking``, ``Naming``,
 ``Opening`` and ``Receiving`` name what of it each event reads); the subscriptions' records are updated as
 the decisions are made. The same entry runs in production (the shell's parts, called by ``runtime``'s
 round), in the unit tests and in the simulator, which runs the real agent's rounds over simulated ports
@@ -68,7 +73,8 @@ The other steps of the round still decide in the shell's parts, with the core's 
 (``docs/decisions/0001-sans-io-agent.md`` lists which); their events join this entry as they move.
 
 Invariants of the apply step (tests in ``tests/agent/test_core_planning.py``, through ``step``; those of
-the others in their modules, ``core.absorbing``, ``core.looking``, ``core.deciding``, ``core.receiving``,
+the others in their modules, ``core.feeding``, ``core.absorbing``,
+``core.looking``, ``core.deciding``, ``core.receiving``,
 ``core.incarnating``, ``core.naming``, ``core.adopting`` and ``core.handing``):
 
 * every plan of a round is written once, by the plugin (``writes``) or the admin API (``moves``), never both
@@ -91,6 +97,7 @@ from geosync_agent.core.absorbing import Absorbed, Absorbing, AckedRead, absorb
 from geosync_agent.core.adopting import Adopted, Adopting, Discovered, adopt
 from geosync_agent.core.deciding import ClaimsDue, Decide, Deciding, DecidingLook, decide, decide_look
 from geosync_agent.core.effects import AdminMoved, CursorWritten, Effect, NotWritten, Outcome, PluginAck
+from geosync_agent.core.feeding import Fed, Feeding, FeedRead, take_feed
 from geosync_agent.core.handing import Handing, OwnershipMoved, hand_off
 from geosync_agent.core.incarnating import IncarnationsNamed, Learned, Learning, RegionRebuilt, learn, rebuild
 from geosync_agent.core.looking import CursorsRead, Looked, Looking, Polled, Polling, polled, take_cursors
@@ -132,6 +139,8 @@ __all__ = [
     "Discovered",
     "EntriesRead",
     "EnvelopeRead",
+    "Fed",
+    "FeedRead",
     "IncarnationsNamed",
     "Indexed",
     "Landed",
@@ -262,6 +271,10 @@ def step(state: Absorbing, event: AckedRead, now: Now) -> Absorbed: ...
 
 
 @overload
+def step(state: Feeding, event: FeedRead, now: Now) -> Fed: ...
+
+
+@overload
 def step(state: Looking, event: CursorsRead, now: Now) -> Looked: ...
 
 
@@ -294,18 +307,29 @@ def step(
     | Adopting
     | Applying
     | Deciding
+    | Feeding
     | Learning
     | Looking
     | Naming
     | Opening
     | Polling
     | Receiving,
-    event: Event | AckedRead | CursorsRead | ClaimsDue | Discovered | EnvelopeRead | Polled | NamingEvent,
+    event: Event
+    | AckedRead
+    | CursorsRead
+    | ClaimsDue
+    | Discovered
+    | EnvelopeRead
+    | FeedRead
+    | Polled
+    | NamingEvent,
     now: Now,
-) -> Stepped | Absorbed | Adopted | Indexed | Learned | Looked | Opened:
+) -> Stepped | Absorbed | Adopted | Fed | Indexed | Learned | Looked | Opened:
     """Take ``event`` (see the module docstring) and say what to do. Each event reads the part of the agent's
     state it is about (``Applying``, ``Deciding``, ``Learning``, ``Looking``, ``Opening``, ``Receiving``);
     ``agentstate.AgentState`` has them all."""
+    if isinstance(event, FeedRead):
+        return take_feed(cast(Feeding, state), event, now)
     if isinstance(event, AckedRead):
         return absorb(cast(Absorbing, state), event, now)
     if isinstance(event, Polled):
