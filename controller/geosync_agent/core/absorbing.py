@@ -28,24 +28,14 @@ from typing import Protocol
 
 from geosync_agent.core import acknowledged, tuning
 from geosync_agent.core.now import Now
-from geosync_agent.core.planning import Topic
+from geosync_agent.core.planning import Tracked
 from geosync_agent.core.stepped import Stepped
-from geosync_agent.core.subscriptions import Feed, SubsTable
 from geosync_core import pluginapi
 from geosync_core.rangesets import AckState
 
 
-class Absorbing(Protocol):
+class Absorbing(Tracked, Protocol):
     """What of the agent's state taking ``acked`` blocks reads and changes."""
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def subs(self) -> SubsTable: ...
-
-    @property
-    def feed(self) -> Feed: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,30 +23,21 @@ Invariants (tests in ``tests/agent/test_core_feeding.py``, through ``step``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from geosync_agent.core import adopting, reports, tuning
 from geosync_agent.core.now import Now
-from geosync_agent.core.planning import Topic
+from geosync_agent.core.planning import Tracked
 from geosync_agent.core.stepped import Stepped
-from geosync_agent.core.subscriptions import Feed, SubKey, SubsTable
+from geosync_agent.core.subscriptions import SubKey
 from geosync_core import pacing, pluginapi
 from geosync_core.rangesets import AckState
 
 
-class Feeding(Protocol):
+class Feeding(Tracked, Protocol):
     """What of the agent's state taking a feed read reads and changes."""
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def subs(self) -> SubsTable: ...
-
-    @property
-    def feed(self) -> Feed: ...
 
     @property
     def unobserved(self) -> dict[SubKey, pluginapi.CursorReport]: ...

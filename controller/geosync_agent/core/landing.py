@@ -27,29 +27,19 @@ Invariants (tests in ``tests/agent/test_core_landing.py``, through ``step``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from geosync_agent.core import generations, looking, reports
 from geosync_agent.core.effects import PLANNED_FROM_REFUSED, AdminMoved, CursorWritten, NotWritten, Outcome
 from geosync_agent.core.now import Now
-from geosync_agent.core.planning import Topic
+from geosync_agent.core.planning import Tracked
 from geosync_agent.core.stepped import MoveFailed, Stepped, WriteStale
-from geosync_agent.core.subscriptions import Feed, SubsTable
 from geosync_core import pacing
 
 
-class Landing(Protocol):
+class Landing(Tracked, Protocol):
     """What of the agent's state folding the writes' outcomes reads and changes."""
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def subs(self) -> SubsTable: ...
-
-    @property
-    def feed(self) -> Feed: ...
 
 
 def fold_writes(

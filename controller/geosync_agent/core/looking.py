@@ -33,24 +33,15 @@ from typing import Protocol
 
 from geosync_agent.core import acknowledged, generations
 from geosync_agent.core.now import Now
-from geosync_agent.core.planning import Topic
+from geosync_agent.core.planning import Topic, Tracked
 from geosync_agent.core.stepped import Stepped
-from geosync_agent.core.subscriptions import Feed, Subscription, SubsTable
+from geosync_agent.core.subscriptions import Subscription
 from geosync_core import pacing
 from geosync_core.rangesets import AckState
 
 
-class Looking(Protocol):
+class Looking(Tracked, Protocol):
     """What of the agent's state taking a look's cursors reads and changes."""
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def subs(self) -> SubsTable: ...
-
-    @property
-    def feed(self) -> Feed: ...
 
 
 class PolledTopic(Topic, Protocol):

@@ -56,7 +56,7 @@ from geosync_agent.core.effects import (
 from geosync_agent.core.logview import LogView
 from geosync_agent.core.now import Now
 from geosync_agent.core.pauses import note_heavy, plan_wait
-from geosync_agent.core.subscriptions import BEFORE_ALL, SubKey, Subscription, SubsTable
+from geosync_agent.core.subscriptions import BEFORE_ALL, Feed, SubKey, Subscription, SubsTable
 from geosync_core import syncing, translating
 from geosync_core.origins import Origin
 from geosync_core.positions import Position
@@ -72,6 +72,21 @@ class Topic(Protocol):
         ...
 
     walked: quiet.Walked | None
+
+
+class Tracked(Protocol):
+    """The part of the agent's state most of the core's steps read and change: the tracked topics, their
+    subscriptions, the feed's bookkeeping (``agentstate.AgentState`` has it; each step's protocol adds what
+    else it reads)."""
+
+    @property
+    def topics(self) -> Mapping[str, Topic]: ...
+
+    @property
+    def subs(self) -> SubsTable: ...
+
+    @property
+    def feed(self) -> Feed: ...
 
 
 Work = dict[SubKey, tuple[Subscription, Topic, syncing.ApplyPlan]]

@@ -88,7 +88,7 @@ the others in their modules, ``core.feeding``, ``core.absorbing``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, cast, overload
 
@@ -111,7 +111,7 @@ from geosync_agent.core.naming import (
     name_entries,
 )
 from geosync_agent.core.now import Now
-from geosync_agent.core.planning import Topic, Work
+from geosync_agent.core.planning import Tracked, Work
 from geosync_agent.core.receiving import (
     ClaimsReceived,
     EnvelopeRead,
@@ -122,7 +122,7 @@ from geosync_agent.core.receiving import (
     receive,
 )
 from geosync_agent.core.stepped import Notice, Stepped
-from geosync_agent.core.subscriptions import Feed, SubKey, Subscription, SubsTable
+from geosync_agent.core.subscriptions import Feed, SubKey, Subscription
 from geosync_core import pluginwrites
 from geosync_core.capabilities import REPROBE_S
 from geosync_core.positions import Position
@@ -171,20 +171,11 @@ class Settings(Protocol):
     def min_apply_interval_s(self) -> float: ...
 
 
-class Applying(Protocol):
+class Applying(Tracked, Protocol):
     """What of the agent's state the step reads and changes (``agentstate.AgentState`` has it all)."""
 
     @property
     def config(self) -> Settings: ...
-
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-
-    @property
-    def subs(self) -> SubsTable: ...
-
-    @property
-    def feed(self) -> Feed: ...
 
     @property
     def heavy_plans(self) -> dict[SubKey, Subscription]: ...
