@@ -114,7 +114,7 @@ def take_feed(state: Feeding, event: FeedRead, now: Now) -> Fed:
         if report.batches and (tail is None or not tail.has_read(max(b.position for b in report.batches))):
             continue  # the batch sizes are not known yet: the report waits for the tail
         del waiting[key]
-        read = reports.as_read(report, tail) if tail is not None else _as_read_unsized(report)
+        read = reports.as_read(report, tail)
         if sub.fed is not None and sub.fed[0] == read and sub.cursor == sub.fed[1]:
             # The plugin's repeat within its settle time (at 10,000 subscriptions more than half of what the
             # feed reported): the same cursor read the same way again, and its topic looked at again. Not
@@ -127,11 +127,6 @@ def take_feed(state: Feeding, event: FeedRead, now: Now) -> Fed:
         sub.fed = (read, cursor)
         out.setdefault(topic, {})[name] = cursor
     return fed
-
-
-def _as_read_unsized(report: pluginapi.CursorReport) -> tuple[object, ...]:
-    """``reports.as_read`` of a report without batches (a topic whose tail has read nothing)."""
-    return (report.mark_delete, report.individually_deleted, report.batches, report.batches_truncated)
 
 
 def _new_epoch(state: Feeding, epoch: str, fed: Fed) -> None:

@@ -153,9 +153,10 @@ def hold(
     return dropped
 
 
-def as_read(report: pluginapi.CursorReport, sizes: Sizes) -> tuple[object, ...]:
-    """What ``report`` says, with the sizes of the batches it names as known now: the same again, while no
-    write or poll set another cursor since, is the plugin's repeat within its settle time (read unchanged)."""
+def as_read(report: pluginapi.CursorReport, sizes: Sizes | None) -> tuple[object, ...]:
+    """What ``report`` says, with the sizes of the batches it names as known now (``sizes`` None: a tail
+    opened now, which knows none): the same again, while no write or poll set another cursor since, is the
+    plugin's repeat within its settle time (read unchanged)."""
     read: tuple[object, ...] = (
         report.mark_delete,
         report.individually_deleted,
@@ -163,5 +164,5 @@ def as_read(report: pluginapi.CursorReport, sizes: Sizes) -> tuple[object, ...]:
         report.batches_truncated,
     )
     if report.batches:
-        read += tuple(sizes.size_of(b.position) for b in report.batches)
+        read += tuple(None if sizes is None else sizes.size_of(b.position) for b in report.batches)
     return read
