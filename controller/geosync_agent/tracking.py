@@ -266,10 +266,8 @@ class Tracking(AgentState):
         self.readers.revive(self._tails(), self.controls, now.mono)
 
     def _subscription(self, topic: str, name: str, *, exists: bool = True) -> Subscription:
-        """The state of ``topic``'s subscription ``name``, made (with ``exists``) if there is none yet, and
-        not made to be thrown away when there is one (a claim received for each acknowledgement at 10,000
-        subscriptions built a whole new state each time: 4 % of both agents' work)."""
-        return adopting.subscription(self.subs, topic, name, exists=exists)
+        """The state of ``topic``'s subscription ``name`` (``SubsTable.made``)."""
+        return self.subs.made(topic, name, exists=exists)
 
     def _track_subscriptions(self, topic: str, present: dict[str, tuple[int, str]], *, at: float) -> None:
         """Record ``topic``'s subscriptions as a topic's stats list them (name -> (consumers, type)) at

@@ -188,16 +188,6 @@ def forget_unlisted_claims(state: Adopting, listed: set[str], now: Now, out: Ado
         out.notices.append(ClaimsForgotten(gone, quiet_s))
 
 
-def subscription(subs: SubsTable, topic: str, name: str, *, exists: bool = True) -> Subscription:
-    """The state of ``topic``'s subscription ``name``, made (with ``exists``) if there is none yet, and
-    not made to be thrown away when there is one (a claim received for each acknowledgement at 10,000
-    subscriptions built a whole new state each time: 4 % of both agents' work)."""
-    sub = subs.get((topic, name))
-    if sub is None:
-        sub = subs[(topic, name)] = Subscription(topic, name, exists=exists)
-    return sub
-
-
 def track_subscriptions(
     state: Adopting, topic: str, present: Mapping[str, tuple[int, str]], *, at: float
 ) -> list[str]:
@@ -205,7 +195,7 @@ def track_subscriptions(
     monotonic time ``at``; the topic, once for each one whose cursor was never read, to poll at once."""
     poll = []
     for name, (consumers, kind) in present.items():
-        sub = subscription(state.subs, topic, name)
+        sub = state.subs.made(topic, name)
         # One deleted here and created again: ``confirm`` forgets its old cursor, to be read anew.
         unread = sub.deleted_here or (sub.cursor is None and (not sub.exists or sub.confirmed_at == 0))
         sub.confirm(at)

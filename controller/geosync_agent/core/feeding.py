@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from geosync_agent.core import adopting, reports, tuning
+from geosync_agent.core import reports, tuning
 from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Tracked
 from geosync_agent.core.stepped import Stepped
@@ -98,7 +98,7 @@ def take_feed(state: Feeding, event: FeedRead, now: Now) -> Fed:
             if not fed.out.rediscover:
                 fed.out.rediscover.append("rediscover_for_feed")
             counts["tracked_from_feed"] += 1
-            sub = adopting.subscription(subs, topic, name)
+            sub = subs.made(topic, name)
             sub.confirm(now.mono)
             if ts is None and topic not in tracking:
                 tracking.add(topic)

@@ -45,7 +45,7 @@ from geosync_agent.core.now import Now
 from geosync_agent.core.planning import Topic
 from geosync_agent.core.publishing import namespace_of
 from geosync_agent.core.stepped import Stepped
-from geosync_agent.core.subscriptions import Subscription, SubsTable
+from geosync_agent.core.subscriptions import SubsTable
 from geosync_core import ackstates, envelopes
 from geosync_core.incarnations import Incarnation, Known
 
@@ -221,10 +221,7 @@ def _take(
     topic = message.topic
     if not event.synced(topic, message.subscription):
         return
-    key = (topic, message.subscription)
-    sub = state.subs.get(key)
-    if sub is None:
-        sub = state.subs[key] = Subscription(topic, message.subscription, exists=False)
+    sub = state.subs.made(topic, message.subscription, exists=False)
     ts = state.topics.get(topic)
     generation = sub.generation
     taken = generations.take_claims(

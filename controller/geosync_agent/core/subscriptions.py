@@ -268,6 +268,15 @@ class SubsTable(dict[SubKey, Subscription]):
         self.touch(state)
         self.cursor_set.setdefault(state.topic, {})[state.name] = None
 
+    def made(self, topic: str, name: str, *, exists: bool = True) -> Subscription:
+        """The state of ``topic``'s subscription ``name``, made (with ``exists``) if there is none yet, and
+        not made to be thrown away when there is one (a claim received for each acknowledgement at 10,000
+        subscriptions built a whole new state each time: 4 % of both agents' work)."""
+        sub = self.get((topic, name))
+        if sub is None:
+            sub = self[(topic, name)] = Subscription(topic, name, exists=exists)
+        return sub
+
     def existing(self, topic: str, names: Iterable[str]) -> list[Subscription]:
         """The subscriptions of ``topic`` named ``names`` (in that order) that exist here."""
         out = []
